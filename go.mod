@@ -1,0 +1,3 @@
+module github.com/ibpath/ibpath
+
+go 1.26

@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// matchPath reports whether a packet arriving at port arr came along path
+// pa: the port it arrived on and the source it came from (the SLID on IB,
+// the SGID on RoCE) are those of the path.
+func matchPath(pa *path, arr *Port, p *packet) bool {
+	if pa.port != arr {
+		return false
+	}
+	if arr.hca.linkLayer == verbs.LinkLayerEthernet {
+		return pa.ah.GRH.DGID == p.sgid
+	}
+	if pa.ah.DLID != p.slid {
+		return false
+	}
+	return !pa.ah.IsGlobal || pa.ah.GRH.DGID == p.sgid
+}
+
+// acceptPath decides whether q takes a packet. One arriving on the primary
+// path is taken (and completes a pending automatic migration). One arriving
+// on the alternate path of an ARMED QP makes it migrate: the peer moved
+// first. Anything else is dropped, as an HCA drops packets from a path the
+// QP does not know.
+func (q *QP) acceptPath(p *packet) bool {
+	if matchPath(&q.prim, p.dst, p) {
+		if q.migPending {
+			q.migPending = false
+			q.raise(verbs.EventPathMig)
+		}
+		return true
+	}
+	if q.mig == verbs.MigArmed && q.altValid && matchPath(&q.alt, p.dst, p) {
+		q.migrate("packet on alternate path")
+		q.raise(verbs.EventPathMig)
+		return true
+	}
+	return false
+}
+
+// migrate makes the alternate path the primary. The old primary stays in
+// the QP as a stale alternate that must be loaded again before re-arming.
+func (q *QP) migrate(why string) {
+	f := q.ctx.fab()
+	q.prim, q.alt = q.alt, q.prim
+	q.altValid = false
+	q.mig = verbs.MigMigrated
+	q.retries = 0
+	f.stats.Migrations++
+	if f.tracer != nil {
+		f.trace(q.hca, "apm", "qp %#x migrated to %v (%s)", q.qpn, q.prim.port, why)
+	}
+}
+
+// scheduleArm starts loading the alternate path after REARM.
+func (q *QP) scheduleArm() {
+	f := q.ctx.fab()
+	f.schedule(f.cfg.ArmDelay, event{kind: evArm, qp: q, gen: q.incarn})
+}
+
+// onArmLoaded finishes loading: REARM becomes ARMED if the alternate's
+// port is up; otherwise the QP stays in REARM until the port is ACTIVE.
+func (q *QP) onArmLoaded(gen uint32) {
+	if gen != q.incarn || q.mig != verbs.MigRearm || !q.altValid {
+		return
+	}
+	switch q.state {
+	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD:
+	default:
+		return
+	}
+	if !q.alt.port.usable() {
+		return
+	}
+	q.mig = verbs.MigArmed
+	f := q.ctx.fab()
+	if f.tracer != nil {
+		f.trace(q.hca, "apm", "qp %#x ARMED (alternate %v)", q.qpn, q.alt.port)
+	}
+}
+
+// retryExhausted runs when the local ACK timer has fired retry_cnt times.
+// An ARMED QP migrates to its alternate and retries there; PATH_MIG is
+// reported once the peer answers on the new path. A QP whose alternate is
+// down, or whose migration got no answer, reports PATH_MIG_ERR. Then the
+// oldest WR fails with RETRY_EXC_ERR and the QP goes to ERR.
+func (q *QP) retryExhausted() {
+	f := q.ctx.fab()
+	head := q.sqHead
+	switch {
+	case q.migPending:
+		q.migPending = false
+		q.raise(verbs.EventPathMigErr)
+	case q.mig == verbs.MigArmed && q.altValid:
+		if !q.alt.port.usable() {
+			q.mig = verbs.MigMigrated
+			q.altValid = false
+			q.raise(verbs.EventPathMigErr)
+			break
+		}
+		q.migrate("retries exhausted on primary")
+		q.migPending = true
+		q.rewind(head)
+		q.lastProgress = f.now
+		q.pump()
+		return
+	}
+	q.enterErr(head, verbs.WCRetryExcErr)
+}
+
+// rearmWaiting resumes loading alternates that wait for port p.
+func (a *HCA) rearmWaiting(p *Port) {
+	for _, q := range a.qpList {
+		if q.mig == verbs.MigRearm && q.altValid && q.alt.port == p {
+			q.scheduleArm()
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package sim_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+var simRuns = flag.Int("sim.runs", 300, "schedules in TestRandomFaultScheduleInvariants")
+var simSeed = flag.Uint64("sim.seed", 0, "run only this schedule seed (0: all)")
+
+// workload is a seeded fault schedule over a two-QP connection with APM
+// armed: random loss, flaps of either port, a possible HCA death, and a
+// stream of mixed WRs. It returns the trace and what the requester saw.
+type workload struct {
+	trace    []string
+	posted   []uint64 // wr_ids posted, in order
+	signaled map[uint64]bool
+	stats    sim.Stats
+	wcs    []verbs.WC
+	rwcs   []verbs.WC
+}
+
+func runSchedule(t testing.TB, seed uint64) workload {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 99))
+	c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}})
+	w := workload{signaled: map[uint64]bool{}}
+	c.f.SetTracer(func(r sim.TraceRecord) { w.trace = append(w.trace, r.String()) })
+	armBoth(t, c)
+	must(t, c.f.SetLoss(c.a.hca.Port(1), rng.Float64()*0.05, rng.Float64()*0.05))
+	must(t, c.f.SetLoss(c.b.hca.Port(2), rng.Float64()*0.05, rng.Float64()*0.05))
+	ports := []*sim.Port{c.a.hca.Port(1), c.a.hca.Port(2), c.b.hca.Port(1), c.b.hca.Port(2)}
+	for k := rng.IntN(3); k > 0; k-- {
+		p := ports[rng.IntN(len(ports))]
+		start := c.f.Now() + time.Duration(rng.IntN(20))*time.Millisecond
+		must(t, c.f.Flap(p, start, time.Duration(1+rng.IntN(30))*time.Millisecond, 60*time.Millisecond, 1+rng.IntN(2)))
+	}
+	if rng.IntN(4) == 0 {
+		victim := []*sim.HCA{c.a.hca, c.b.hca}[rng.IntN(2)]
+		c.f.At(c.f.Now()+time.Duration(rng.IntN(40))*time.Millisecond, func() { _ = c.f.KillHCA(victim) })
+	}
+	for i := 0; i < 300; i++ {
+		c.b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{c.b.sge(32768, 64)}}})
+	}
+	for i := 0; i < 150; i++ {
+		wr := verbs.SendWR{WRID: uint64(i), SGList: []verbs.SGE{c.a.sge(i*64%30000, 64)},
+			RemoteAddr: c.b.mr.Addr() + uint64(i*64%30000), RKey: c.b.mr.RKey()}
+		switch rng.IntN(4) {
+		case 0:
+			wr.Opcode = verbs.WRSend
+		case 1:
+			wr.Opcode = verbs.WRRDMARead
+		case 2:
+			wr.Opcode = verbs.WRRDMAWriteWithImm
+		default:
+			wr.Opcode = verbs.WRRDMAWrite
+		}
+		if rng.IntN(3) > 0 {
+			wr.SendFlags = verbs.SendSignaled
+		}
+		if n, err := c.a.qp.PostSend([]verbs.SendWR{wr}); err == nil && n == 1 {
+			w.posted = append(w.posted, wr.WRID)
+			w.signaled[wr.WRID] = wr.SendFlags&verbs.SendSignaled != 0
+		}
+		c.run(time.Duration(rng.IntN(400)) * time.Microsecond)
+	}
+	c.run(3 * time.Second)
+	w.wcs = drain(c.a.cq)
+	w.rwcs = drain(c.b.cq)
+	w.stats = c.f.Stats()
+	return w
+}
+
+func drain(cq verbs.CQ) []verbs.WC {
+	var out []verbs.WC
+	buf := make([]verbs.WC, 64)
+	for {
+		n, err := cq.Poll(buf)
+		if n == 0 || err != nil {
+			return out
+		}
+		out = append(out, buf[:n]...)
+	}
+}
+
+func TestSameSeedSameTrace(t *testing.T) {
+	a, b := runSchedule(t, 5), runSchedule(t, 5)
+	if len(a.trace) < 100 {
+		t.Fatalf("trace has %d records; the schedule did too little to compare", len(a.trace))
+	}
+	if !slices.Equal(a.trace, b.trace) {
+		for i := range min(len(a.trace), len(b.trace)) {
+			if a.trace[i] != b.trace[i] {
+				t.Fatalf("traces diverge at record %d:\n  %s\n  %s", i, a.trace[i], b.trace[i])
+			}
+		}
+		t.Fatalf("traces differ in length: %d vs %d", len(a.trace), len(b.trace))
+	}
+	if c := runSchedule(t, 6); slices.Equal(a.trace, c.trace) {
+		t.Fatal("seeds 5 and 6 gave the same trace: the seed does not reach the fabric")
+	}
+}
+
+// TestRandomFaultScheduleInvariants checks the transport's promises under
+// random faults: every WR gets at most one completion, every signaled WR
+// and every failed WR exactly one, in posting order; after the first error
+// only flushes follow.
+func TestRandomFaultScheduleInvariants(t *testing.T) {
+	runs := *simRuns
+	if testing.Short() {
+		runs = 30
+	}
+	migrated, failed := 0, 0
+	for s := uint64(1); s <= uint64(runs); s++ {
+		if *simSeed != 0 && s != *simSeed {
+			continue
+		}
+		w := runSchedule(t, s)
+		if err := checkCompletions(w); err != nil {
+			t.Fatalf("seed %d: %v\nreproduce: go test ./verbs/sim -run TestRandomFaultScheduleInvariants -sim.seed %d", s, err, s)
+		}
+		if w.stats.Migrations > 0 {
+			migrated++
+		}
+		if slices.ContainsFunc(w.wcs, func(wc verbs.WC) bool { return wc.Status != verbs.WCSuccess }) {
+			failed++
+		}
+	}
+	t.Logf("%d schedules: %d with a migration, %d with a failed QP", runs, migrated, failed)
+	if *simSeed == 0 && (migrated == 0 || failed == 0 || failed == runs) {
+		t.Fatalf("the campaign does not exercise both migration and failure (%d migrated, %d failed of %d)", migrated, failed, runs)
+	}
+}
+
+func checkCompletions(w workload) error {
+	seen := map[uint64]bool{}
+	last := -1
+	failed := false
+	for _, wc := range w.wcs {
+		if seen[wc.WRID] {
+			return fmt.Errorf("wr_id %d completed twice", wc.WRID)
+		}
+		seen[wc.WRID] = true
+		idx := slices.Index(w.posted, wc.WRID)
+		if idx < 0 {
+			return fmt.Errorf("completion for wr_id %d that was never posted", wc.WRID)
+		}
+		if idx <= last {
+			return fmt.Errorf("wr_id %d completed out of order", wc.WRID)
+		}
+		last = idx
+		if failed && wc.Status != verbs.WCWRFlushErr {
+			return fmt.Errorf("wr_id %d completed %v after the QP failed", wc.WRID, wc.Status)
+		}
+		if wc.Status == verbs.WCSuccess && !w.signaled[wc.WRID] {
+			return fmt.Errorf("unsignaled wr_id %d produced a successful completion", wc.WRID)
+		}
+		if wc.Status != verbs.WCSuccess {
+			failed = true
+		}
+	}
+	if !failed {
+		for _, id := range w.posted {
+			if w.signaled[id] && !seen[id] {
+				return fmt.Errorf("signaled wr_id %d never completed", id)
+			}
+		}
+	}
+	if failed {
+		// Every WR after the first error must have completed (flushed).
+		for _, id := range w.posted[last+1:] {
+			return fmt.Errorf("wr_id %d posted but never completed after the QP failed", id)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package sim_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+func fetchAdd(wrid uint64, local verbs.SGE, raddr uint64, rkey uint32) verbs.SendWR {
+	return verbs.SendWR{WRID: wrid, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled, CompareAdd: 1,
+		SGList: []verbs.SGE{local}, RemoteAddr: raddr, RKey: rkey}
+}
+
+func TestLostAckRetransmitIsExecutedOnce(t *testing.T) {
+	c := newConn(t, connOpts{})
+	// The responder executes the atomic, the ACK is lost, the requester
+	// retransmits: within one QP the responder answers from its atomic
+	// cache and the counter moves once.
+	must(t, c.f.DropResponse(c.a.qp, 100))
+	c.a.post(t, fetchAdd(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+	c.run(100 * time.Millisecond)
+	if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCSuccess}) {
+		t.Fatalf("completions %v", st)
+	}
+	if n := binary.LittleEndian.Uint64(c.b.buf); n != 1 {
+		t.Fatalf("counter = %d after one FETCH_ADD with a lost ACK, want 1", n)
+	}
+	if st := c.f.Stats(); st.Retransmits != 1 || st.Dropped != 1 {
+		t.Fatalf("stats %+v: want one loss and one retransmission", st)
+	}
+
+	// The same for a notification: one receive completion, not two.
+	must(t, c.f.DropResponse(c.a.qp, 101))
+	c.b.recv(t, 1, 0, 0)
+	c.b.recv(t, 2, 0, 0)
+	c.a.post(t, verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: 9,
+		SGList: []verbs.SGE{c.a.sge(0, 8)}, RemoteAddr: c.b.mr.Addr() + 64, RKey: c.b.mr.RKey()})
+	c.run(100 * time.Millisecond)
+	if rw := c.b.poll(t); len(rw) != 1 || rw[0].ImmData != 9 {
+		t.Fatalf("responder completions %+v, want exactly one notification", rw)
+	}
+}
+
+// TestAckLostTraceExecutesTwiceOnReplay reproduces the SHIFT paper's trace
+// T2: the operation executed, its ACK was lost, then the sender's HCA died.
+// To the sender this is indistinguishable from a lost request; replaying the
+// same WR on a QP of another HCA executes it a second time.
+func TestAckLostTraceExecutesTwiceOnReplay(t *testing.T) {
+	o := defaults(connOpts{})
+	f, err := sim.NewRailFabric(o.spec)
+	must(t, err)
+	n0, n1 := f.Host("node0"), f.Host("node1")
+	a := openEnd(t, n0, o)
+	b := openEnd(t, n1, o)
+	o2 := o
+	o2.dev = "mlx5_1"
+	a2 := openEnd(t, n0, o2)
+	b2 := openEnd(t, n1, o2)
+	connectRC(t, a, b, o)
+	connectRC(t, b, a, o)
+	connectRC(t, a2, b2, o2)
+	connectRC(t, b2, a2, o2)
+	// b2 registers b's memory on the backup HCA: same address, new rkey.
+	shadow, err := b2.pd.RegMR(b.buf, o.access)
+	must(t, err)
+	if shadow.Addr() != b.mr.Addr() {
+		t.Fatalf("shadow registration at %#x, default at %#x: must be the same memory", shadow.Addr(), b.mr.Addr())
+	}
+	b.recv(t, 1, 0, 0)
+	b2.recv(t, 1, 0, 0)
+
+	must(t, f.DropResponse(a.qp, 100))
+	must(t, f.DropResponse(a.qp, 101))
+	a.post(t, fetchAdd(1, a.sge(0, 8), b.mr.Addr(), b.mr.RKey()),
+		verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: 42,
+			SGList: []verbs.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()})
+	f.RunFor(20 * time.Microsecond) // executed at the responder, ACKs lost
+	must(t, f.KillHCA(a.hca))
+	f.RunFor(time.Millisecond)
+	if st := statuses(a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCWRFlushErr, verbs.WCWRFlushErr}) {
+		t.Fatalf("sender completions %v, want two flushes", st)
+	}
+	if n := binary.LittleEndian.Uint64(b.buf); n != 1 {
+		t.Fatalf("counter = %d: the request must have executed before the death", n)
+	}
+	if rw := b.poll(t); len(rw) != 1 || rw[0].ImmData != 42 {
+		t.Fatalf("receiver completions %+v: the notification was delivered once", rw)
+	}
+
+	// Replay both WRs on the backup QP with the shadow rkey.
+	a2.post(t, fetchAdd(1, a2.sge(0, 8), shadow.Addr(), shadow.RKey()),
+		verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: 42,
+			SGList: []verbs.SGE{a2.sge(0, 8)}, RemoteAddr: shadow.Addr() + 64, RKey: shadow.RKey()})
+	f.RunFor(time.Millisecond)
+	if st := statuses(a2.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCSuccess, verbs.WCSuccess}) {
+		t.Fatalf("replay completions %v", st)
+	}
+	if n := binary.LittleEndian.Uint64(b.buf); n != 2 {
+		t.Fatalf("counter = %d after replay, want 2: the atomic executed twice", n)
+	}
+	if rw := b2.poll(t); len(rw) != 1 || rw[0].ImmData != 42 {
+		t.Fatalf("backup receiver completions %+v: the notification arrives a second time", rw)
+	}
+}
+
+func TestLossyLinkDeliversEverythingIntact(t *testing.T) {
+	c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: 7}, Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 1}})
+	must(t, c.f.SetLoss(c.a.hca.Port(1), 0.1, 0.1))
+	for i := 0; i < 200; i++ {
+		c.b.recv(t, uint64(i), 32768+i*64, 64)
+	}
+	for i := 0; i < 200; i++ {
+		off := i * 64
+		fill(c.a.buf[off:off+64], byte(i*3))
+		op := verbs.WRRDMAWrite
+		if i%4 == 3 {
+			op = verbs.WRSend
+		}
+		wr := verbs.SendWR{WRID: uint64(i), Opcode: op, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{c.a.sge(off, 64)},
+			RemoteAddr: c.b.mr.Addr() + uint64(off), RKey: c.b.mr.RKey()}
+		c.a.post(t, wr)
+		c.run(2 * time.Microsecond)
+	}
+	c.run(2 * time.Second)
+	wcs := c.a.poll(t)
+	if len(wcs) != 200 {
+		t.Fatalf("%d completions, want 200", len(wcs))
+	}
+	for i, w := range wcs {
+		if w.Status != verbs.WCSuccess || w.WRID != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, w)
+		}
+	}
+	recvs := c.b.poll(t)
+	if len(recvs) != 50 {
+		t.Fatalf("%d receive completions, want 50 (one per SEND, never duplicated)", len(recvs))
+	}
+	for k, r := range recvs {
+		i := 4*k + 3
+		if r.WRID != uint64(k) || !bytes.Equal(c.b.buf[32768+k*64:32768+k*64+64], c.a.buf[i*64:i*64+64]) {
+			t.Fatalf("SEND %d landed wrong (wr_id %d)", i, r.WRID)
+		}
+	}
+	for i := 0; i < 200; i++ {
+		if i%4 != 3 && !bytes.Equal(c.b.buf[i*64:i*64+64], c.a.buf[i*64:i*64+64]) {
+			t.Fatalf("WRITE %d did not land intact", i)
+		}
+	}
+	if st := c.f.Stats(); st.Dropped == 0 || st.Retransmits == 0 {
+		t.Fatalf("stats %+v: 10%% loss must cause drops and retransmissions", st)
+	}
+}
+
+func TestFlapScheduleRaisesPortEvents(t *testing.T) {
+	c := newConn(t, connOpts{})
+	p := c.a.hca.Port(1)
+	must(t, c.f.Flap(p, c.f.Now()+time.Millisecond, 5*time.Millisecond, 20*time.Millisecond, 3))
+	c.run(100 * time.Millisecond)
+	want := []verbs.EventType{verbs.EventPortErr, verbs.EventPortActive, verbs.EventPortErr, verbs.EventPortActive,
+		verbs.EventPortErr, verbs.EventPortActive}
+	if ev := c.a.events(); !slices.Equal(ev, want) {
+		t.Fatalf("events %v, want %v", ev, want)
+	}
+	if s := p.State(); s != verbs.PortActive {
+		t.Fatalf("port ends %v", s)
+	}
+	if err := c.f.Flap(p, 0, 0, 0, 1); err == nil {
+		t.Fatal("a flap with no down time was accepted")
+	}
+}
+
+func TestPortComesBackThroughInit(t *testing.T) {
+	c := newConn(t, connOpts{})
+	p := c.a.hca.Port(1)
+	must(t, c.f.SetLink(p, false))
+	pa, err := c.a.ctx.QueryPort(1)
+	must(t, err)
+	if pa.State != verbs.PortDown || pa.PhysState != verbs.PhysPolling {
+		t.Fatalf("pulled cable: %v / %v", pa.State, pa.PhysState)
+	}
+	must(t, c.f.SetLink(p, true))
+	pa, _ = c.a.ctx.QueryPort(1)
+	if pa.State != verbs.PortInit || pa.PhysState != verbs.PhysLinkUp {
+		t.Fatalf("plugged: %v / %v, want INIT / LinkUp until the SM sweep", pa.State, pa.PhysState)
+	}
+	c.run(sim.DefaultConfig.PortActivateDelay)
+	if pa, _ = c.a.ctx.QueryPort(1); pa.State != verbs.PortActive {
+		t.Fatalf("after the sweep: %v", pa.State)
+	}
+}
+
+func TestLIDAndSMChanges(t *testing.T) {
+	c := newConn(t, connOpts{})
+	p := c.b.hca.Port(1)
+	must(t, c.f.SetLID(p, 0x400))
+	if ev := c.b.events(); !slices.Equal(ev, []verbs.EventType{verbs.EventLIDChange}) {
+		t.Fatalf("events %v, want [LID_CHANGE]", ev)
+	}
+	// The requester still addresses the old LID: its WRs time out.
+	c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+	c.run(time.Second)
+	if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCRetryExcErr}) {
+		t.Fatalf("completions %v", st)
+	}
+	if err := c.f.SetLID(p, 0x401); err == nil {
+		t.Fatal("a LID not aligned to the LMC was accepted")
+	}
+	must(t, c.f.SetSMLID(3))
+	pa, _ := c.a.ctx.QueryPort(1)
+	if pa.SMLID != 3 {
+		t.Fatalf("SM LID %d", pa.SMLID)
+	}
+	n := 0
+	for _, e := range c.a.events() {
+		if e == verbs.EventSMChange {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d SM_CHANGE events on a two-port HCA, want 2", n)
+	}
+}

@@ -1,0 +1,222 @@
+package sim_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+// end is one side of an RC connection: a device context with a PD, a CQ, a
+// QP and a registered buffer.
+type end struct {
+	host *sim.Host
+	hca  *sim.HCA
+	ctx  verbs.Context
+	pd   verbs.PD
+	cq   verbs.CQ
+	qp   verbs.QP
+	buf  []byte
+	mr   verbs.MR
+}
+
+type conn struct {
+	f    *sim.Fabric
+	a, b *end
+}
+
+// connOpts tunes a test connection.
+type connOpts struct {
+	spec     sim.RailSpec
+	dev      string // device on both hosts (default mlx5_0 / rxe0)
+	port     uint8  // primary port (default 1)
+	bufSize  int
+	timeout  uint8
+	retry    uint8
+	rnrRetry uint8
+	minRNR   uint8
+	access   verbs.AccessFlags
+	sigAll   bool
+	maxWR    int
+}
+
+func defaults(o connOpts) connOpts {
+	if o.spec.Hosts == 0 {
+		o.spec = sim.RailSpec{Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}
+	}
+	if o.dev == "" {
+		o.dev = "mlx5_0"
+		if o.spec.LinkLayer == verbs.LinkLayerEthernet {
+			o.dev = "rxe0"
+		}
+	}
+	if o.port == 0 {
+		o.port = 1
+	}
+	if o.bufSize == 0 {
+		o.bufSize = 1 << 16
+	}
+	if o.timeout == 0 {
+		o.timeout = 10 // 4.2 ms
+	}
+	if o.retry == 0 {
+		o.retry = 3
+	}
+	if o.rnrRetry == 0 {
+		o.rnrRetry = 7
+	}
+	if o.minRNR == 0 {
+		o.minRNR = 1 // 10 us
+	}
+	if o.access == 0 {
+		o.access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	}
+	if o.maxWR == 0 {
+		o.maxWR = 256
+	}
+	return o
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newConn builds a fabric and connects an RC QP on node0 to one on node1.
+func newConn(t testing.TB, o connOpts) *conn {
+	t.Helper()
+	o = defaults(o)
+	f, err := sim.NewRailFabric(o.spec)
+	must(t, err)
+	c := &conn{f: f, a: openEnd(t, f.Host("node0"), o), b: openEnd(t, f.Host("node1"), o)}
+	connectRC(t, c.a, c.b, o)
+	connectRC(t, c.b, c.a, o)
+	return c
+}
+
+func openEnd(t testing.TB, h *sim.Host, o connOpts) *end {
+	t.Helper()
+	e := &end{host: h, hca: h.HCA(o.dev)}
+	var err error
+	e.ctx, err = h.Open(o.dev)
+	must(t, err)
+	e.pd, err = e.ctx.AllocPD()
+	must(t, err)
+	e.cq, err = e.ctx.CreateCQ(4096, nil, 0)
+	must(t, err)
+	e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, QPType: verbs.QPTRC, SQSigAll: o.sigAll,
+		Cap: verbs.QPCap{MaxSendWR: o.maxWR, MaxRecvWR: o.maxWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
+	must(t, err)
+	e.buf = make([]byte, o.bufSize)
+	e.mr, err = e.pd.RegMR(e.buf, o.access|verbs.AccessLocalWrite)
+	must(t, err)
+	return e
+}
+
+// ahTo is the address vector from a's port to the same-numbered path on b.
+func ahTo(t testing.TB, a, b *end, port uint8, pathBits uint8) verbs.AHAttr {
+	t.Helper()
+	pa, err := b.ctx.QueryPort(port)
+	must(t, err)
+	ah := verbs.AHAttr{DLID: pa.LID + uint16(pathBits), SrcPathBits: pathBits, SL: 0, PortNum: port}
+	if pa.LinkLayer == verbs.LinkLayerEthernet {
+		g, err := b.ctx.QueryGID(port, 1)
+		must(t, err)
+		ah = verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: g, SGIDIndex: 1, HopLimit: 64}, PortNum: port}
+	}
+	return ah
+}
+
+// connectRC takes a's QP from RESET to RTS towards b's QP.
+func connectRC(t testing.TB, a, b *end, o connOpts) {
+	t.Helper()
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PKeyIndex: 0, PortNum: o.port, QPAccessFlags: o.access},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ahTo(t, a, b, o.port, 0), PathMTU: verbs.MTU1024,
+		DestQPN: b.qp.QPN(), RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: o.minRNR},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 100, Timeout: o.timeout, RetryCnt: o.retry,
+		RNRRetry: o.rnrRetry, MaxRdAtomic: 4},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+			verbs.QPAttrMaxQPRdAtomic))
+}
+
+// armAlt loads the alternate path (port altPort, LMC path bits bits) on a's
+// QP towards b, with REARM.
+func armAlt(t testing.TB, a, b *end, altPort, bits uint8) {
+	t.Helper()
+	must(t, a.qp.Modify(&verbs.QPAttr{AltAHAttr: ahTo(t, a, b, altPort, bits), AltPortNum: altPort, AltTimeout: 10,
+		PathMigState: verbs.MigRearm}, verbs.QPAttrAltPath|verbs.QPAttrPathMigState))
+}
+
+func (e *end) sge(off, n int) verbs.SGE {
+	return verbs.SGE{Addr: e.mr.Addr() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
+}
+
+func (e *end) post(t testing.TB, wrs ...verbs.SendWR) {
+	t.Helper()
+	n, err := e.qp.PostSend(wrs)
+	if err != nil || n != len(wrs) {
+		t.Fatalf("post_send: %d of %d posted: %v", n, len(wrs), err)
+	}
+}
+
+func (e *end) recv(t testing.TB, wrid uint64, off, n int) {
+	t.Helper()
+	if _, err := e.qp.PostRecv([]verbs.RecvWR{{WRID: wrid, SGList: []verbs.SGE{e.sge(off, n)}}}); err != nil {
+		t.Fatalf("post_recv: %v", err)
+	}
+}
+
+// poll drains e's CQ.
+func (e *end) poll(t testing.TB) []verbs.WC {
+	t.Helper()
+	var out []verbs.WC
+	wc := make([]verbs.WC, 64)
+	for {
+		n, err := e.cq.Poll(wc)
+		if err != nil {
+			t.Fatalf("poll_cq: %v", err)
+		}
+		if n == 0 {
+			return out
+		}
+		out = append(out, wc[:n]...)
+	}
+}
+
+// run lets the fabric run for d of virtual time.
+func (c *conn) run(d time.Duration) { c.f.RunFor(d) }
+
+func (e *end) events() []verbs.EventType {
+	var out []verbs.EventType
+	for {
+		ev, err := e.ctx.GetAsyncEvent()
+		if errors.Is(err, verbs.EAGAIN) {
+			return out
+		}
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, ev.Type)
+		e.ctx.AckAsyncEvent(ev)
+	}
+}
+
+func write(wrid uint64, local verbs.SGE, raddr uint64, rkey uint32) verbs.SendWR {
+	return verbs.SendWR{WRID: wrid, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: []verbs.SGE{local}, RemoteAddr: raddr, RKey: rkey}
+}
+
+func statuses(wcs []verbs.WC) []verbs.WCStatus {
+	out := make([]verbs.WCStatus, len(wcs))
+	for i, w := range wcs {
+		out[i] = w.Status
+	}
+	return out
+}

@@ -1,0 +1,336 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// path is one of a QP's two paths (primary or alternate).
+type path struct {
+	port      *Port
+	ah        verbs.AHAttr
+	pkeyIndex uint16
+	timeout   uint8
+}
+
+// sendWQE is one slot of the send queue. Its slices are allocated once at
+// QP creation, so posting allocates nothing.
+type sendWQE struct {
+	wrid     uint64
+	op       verbs.WROpcode
+	flags    verbs.SendFlags
+	imm      uint32
+	raddr    uint64
+	rkey     uint32
+	cmp      uint64
+	swap     uint64
+	sges     []verbs.SGE
+	inline   []byte
+	isInline bool
+	length   uint32
+	local    [][]byte // resolved local memory of sges
+	psn      uint32
+	npkts    uint32
+	sent     bool
+	done     bool // the READ/atomic response arrived
+	signaled bool
+}
+
+type recvWQE struct {
+	wrid uint64
+	sges []verbs.SGE
+}
+
+type atomicEntry struct {
+	psn   uint32
+	orig  uint64
+	valid bool
+}
+
+// QP is a simulated RC queue pair. It implements verbs.QP.
+type QP struct {
+	pd       *PD
+	ctx      *Context
+	hca      *HCA
+	qpn      uint32
+	sendCQ   *CQ
+	recvCQ   *CQ
+	cap      verbs.QPCap
+	sqSigAll bool
+	userCtx  any
+
+	state    verbs.QPState
+	attr     verbs.QPAttr // attributes as last set, for Query
+	prim     path
+	alt      path
+	altValid bool
+	mig      verbs.MigState
+	// migPending: the HCA migrated on its own and waits for the first
+	// packet on the new path before reporting PATH_MIG.
+	migPending bool
+	incarn     uint32 // bumped by reset and destroy; stale timers are ignored
+
+	// requester
+	sq           []sendWQE
+	sqMask       uint64
+	sqHead       uint64 // oldest WQE not completed
+	sqNext       uint64 // next WQE to transmit
+	sqTail       uint64 // next free slot
+	sqHigh       uint64 // one past the highest WQE ever transmitted
+	nextPSN      uint32
+	rdInFlight   int
+	retries      int
+	rnrRetries   int
+	lastProgress time.Duration
+	timerArmed   bool
+	rnrWait      bool
+	draining     bool
+
+	// responder
+	rq          []recvWQE
+	rqMask      uint64
+	rqHead      uint64
+	rqTail      uint64
+	ePSN        uint32
+	nakSent     bool
+	atomicCache [maxRdAtom]atomicEntry
+	atomicNext  int
+	commEst     bool
+
+	eventsUnacked int
+	destroyed     bool
+}
+
+var _ verbs.QP = (*QP)(nil)
+
+func pow2(n int) int {
+	s := 1
+	for s < n {
+		s <<= 1
+	}
+	return s
+}
+
+// CreateQP implements ibv_create_qp for RC QPs.
+func (pd *PD) CreateQP(init verbs.QPInitAttr) (verbs.QP, error) {
+	c := pd.ctx
+	f := c.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	const op = "ibv_create_qp"
+	if err := c.usable(op); err != nil {
+		return nil, err
+	}
+	if pd.freed {
+		return nil, verbs.Errorf(op, verbs.EINVAL, "PD deallocated")
+	}
+	if init.QPType != verbs.QPTRC {
+		return nil, verbs.Errorf(op, verbs.EOPNOTSUPP, "QP type %v not modelled (RC only)", init.QPType)
+	}
+	scq, ok1 := init.SendCQ.(*CQ)
+	rcq, ok2 := init.RecvCQ.(*CQ)
+	if !ok1 || !ok2 || scq == nil || rcq == nil {
+		return nil, verbs.Errorf(op, verbs.EINVAL, "send and receive CQs are required")
+	}
+	if scq.ctx.hca != c.hca || rcq.ctx.hca != c.hca || scq.destroyed || rcq.destroyed {
+		return nil, verbs.Errorf(op, verbs.EINVAL, "CQ of another device or destroyed")
+	}
+	cp := init.Cap
+	switch {
+	case cp.MaxSendWR < 0 || cp.MaxSendWR > maxQPWR || cp.MaxRecvWR < 0 || cp.MaxRecvWR > maxQPWR:
+		return nil, verbs.Errorf(op, verbs.EINVAL, "max_send_wr %d / max_recv_wr %d out of range 0..%d", cp.MaxSendWR, cp.MaxRecvWR, maxQPWR)
+	case cp.MaxSendSGE < 0 || cp.MaxSendSGE > maxSGE || cp.MaxRecvSGE < 0 || cp.MaxRecvSGE > maxSGE:
+		return nil, verbs.Errorf(op, verbs.EINVAL, "max_send_sge %d / max_recv_sge %d out of range 0..%d", cp.MaxSendSGE, cp.MaxRecvSGE, maxSGE)
+	case cp.MaxInlineData < 0 || cp.MaxInlineData > maxInline:
+		return nil, verbs.Errorf(op, verbs.EINVAL, "max_inline_data %d out of range 0..%d", cp.MaxInlineData, maxInline)
+	case len(c.hca.qps) >= maxQPs:
+		return nil, verbs.Errorf(op, verbs.ENOMEM, "device QP limit %d reached", maxQPs)
+	}
+	cp.MaxSendWR = pow2(max(cp.MaxSendWR, 1))
+	cp.MaxRecvWR = pow2(max(cp.MaxRecvWR, 1))
+	cp.MaxSendSGE = max(cp.MaxSendSGE, 1)
+	cp.MaxRecvSGE = max(cp.MaxRecvSGE, 1)
+	q := &QP{
+		pd: pd, ctx: c, hca: c.hca, sendCQ: scq, recvCQ: rcq, cap: cp,
+		sqSigAll: init.SQSigAll, userCtx: init.UserCtx, state: verbs.QPSReset, mig: verbs.MigMigrated,
+		sq: make([]sendWQE, cp.MaxSendWR), sqMask: uint64(cp.MaxSendWR - 1),
+		rq: make([]recvWQE, cp.MaxRecvWR), rqMask: uint64(cp.MaxRecvWR - 1),
+	}
+	for i := range q.sq {
+		q.sq[i].sges = make([]verbs.SGE, 0, cp.MaxSendSGE)
+		q.sq[i].local = make([][]byte, 0, cp.MaxSendSGE)
+		if cp.MaxInlineData > 0 {
+			q.sq[i].inline = make([]byte, 0, cp.MaxInlineData)
+		}
+	}
+	for i := range q.rq {
+		q.rq[i].sges = make([]verbs.SGE, 0, cp.MaxRecvSGE)
+	}
+	a := c.hca
+	for a.qps[a.nextQPN&0xffffff] != nil || a.nextQPN&0xffffff < 0x100 {
+		a.nextQPN++
+	}
+	q.qpn = a.nextQPN & 0xffffff
+	a.nextQPN++
+	a.qps[q.qpn] = q
+	a.qpList = append(a.qpList, q)
+	scq.nQP++
+	rcq.nQP++
+	pd.nQP++
+	return q, nil
+}
+
+// PD returns the protection domain.
+func (q *QP) PD() verbs.PD { return q.pd }
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// HCA returns the adapter the QP lives on.
+func (q *QP) HCA() *HCA { return q.hca }
+
+// State returns the current QP state.
+func (q *QP) State() verbs.QPState {
+	f := q.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return q.state
+}
+
+// MigState returns the path-migration state.
+func (q *QP) MigState() verbs.MigState {
+	f := q.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return q.mig
+}
+
+// Outstanding reports how many send and receive WRs are posted and not yet
+// completed.
+func (q *QP) Outstanding() (send, recv int) {
+	f := q.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return int(q.sqTail - q.sqHead), int(q.rqTail - q.rqHead)
+}
+
+// Query implements ibv_query_qp. All attributes are returned whatever the
+// mask, as most providers do.
+func (q *QP) Query(mask verbs.QPAttrMask) (verbs.QPAttr, verbs.QPInitAttr, error) {
+	f := q.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if q.destroyed {
+		return verbs.QPAttr{}, verbs.QPInitAttr{}, verbs.Errorf("ibv_query_qp", verbs.EINVAL, "QP destroyed")
+	}
+	if err := q.ctx.usable("ibv_query_qp"); err != nil {
+		return verbs.QPAttr{}, verbs.QPInitAttr{}, err
+	}
+	a := q.attr
+	a.QPState = q.state
+	a.CurQPState = q.state
+	a.PathMigState = q.mig
+	a.Cap = q.cap
+	a.SQDraining = q.state == verbs.QPSSQD && q.draining
+	if q.prim.port != nil {
+		a.PortNum = q.prim.port.num
+		a.AHAttr = q.prim.ah
+		a.PKeyIndex = q.prim.pkeyIndex
+		a.Timeout = q.prim.timeout
+	}
+	if q.alt.port != nil {
+		a.AltPortNum = q.alt.port.num
+		a.AltAHAttr = q.alt.ah
+		a.AltPKeyIndex = q.alt.pkeyIndex
+		a.AltTimeout = q.alt.timeout
+	}
+	init := verbs.QPInitAttr{SendCQ: q.sendCQ, RecvCQ: q.recvCQ, Cap: q.cap, QPType: verbs.QPTRC,
+		SQSigAll: q.sqSigAll, UserCtx: q.userCtx}
+	return a, init, nil
+}
+
+// Destroy implements ibv_destroy_qp. Outstanding WRs are discarded without
+// completions. It fails with EBUSY while async events on the QP are
+// unacknowledged (where libibverbs would block forever).
+func (q *QP) Destroy() error {
+	f := q.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if q.destroyed {
+		return verbs.Errorf("ibv_destroy_qp", verbs.EINVAL, "already destroyed")
+	}
+	if q.eventsUnacked > 0 {
+		return verbs.Errorf("ibv_destroy_qp", verbs.EBUSY, "%d async events not acknowledged", q.eventsUnacked)
+	}
+	f.detachInflight(q)
+	q.destroyed = true
+	q.incarn++
+	q.state = verbs.QPSReset
+	a := q.hca
+	delete(a.qps, q.qpn)
+	for i, x := range a.qpList {
+		if x == q {
+			a.qpList = append(a.qpList[:i], a.qpList[i+1:]...)
+			break
+		}
+	}
+	q.sendCQ.nQP--
+	q.recvCQ.nQP--
+	q.pd.nQP--
+	return nil
+}
+
+// reset discards all queue contents without completions (modify to RESET).
+func (q *QP) reset() {
+	q.ctx.fab().detachInflight(q)
+	q.incarn++
+	q.state = verbs.QPSReset
+	q.attr = verbs.QPAttr{}
+	q.prim, q.alt = path{}, path{}
+	q.altValid, q.migPending = false, false
+	q.mig = verbs.MigMigrated
+	q.sqHead, q.sqNext, q.sqTail, q.sqHigh = 0, 0, 0, 0
+	q.rqHead, q.rqTail = 0, 0
+	q.nextPSN, q.ePSN = 0, 0
+	q.rdInFlight, q.retries, q.rnrRetries = 0, 0, 0
+	q.timerArmed, q.rnrWait, q.draining, q.nakSent, q.commEst = false, false, false, false, false
+	q.atomicCache = [maxRdAtom]atomicEntry{}
+}
+
+// enterErr moves the QP to ERR: the WQE at errIdx (if in the queue) completes
+// with status, every other outstanding send WR and every receive WR with
+// WR_FLUSH_ERR, in order. Completions with an error are always generated.
+func (q *QP) enterErr(errIdx uint64, status verbs.WCStatus) {
+	if q.state == verbs.QPSErr {
+		return
+	}
+	f := q.ctx.fab()
+	if f.tracer != nil {
+		f.trace(q.hca, "qp", "qp %#x -> ERR (%v)", q.qpn, status)
+	}
+	q.state = verbs.QPSErr
+	q.rnrWait, q.timerArmed, q.migPending = false, false, false
+	q.incarn++
+	for i := q.sqHead; i < q.sqTail; i++ {
+		st := verbs.WCWRFlushErr
+		if i == errIdx {
+			st = status
+		}
+		q.sendCQ.push(verbs.WC{WRID: q.sq[i&q.sqMask].wrid, Status: st, QPNum: q.qpn}, false)
+	}
+	q.sqHead, q.sqNext, q.sqHigh = q.sqTail, q.sqTail, q.sqTail
+	q.flushRecv()
+}
+
+func (q *QP) flushRecv() {
+	for i := q.rqHead; i < q.rqTail; i++ {
+		q.recvCQ.push(verbs.WC{WRID: q.rq[i&q.rqMask].wrid, Status: verbs.WCWRFlushErr, QPNum: q.qpn}, false)
+	}
+	q.rqHead = q.rqTail
+}
+
+// raise queues a QP async event on the QP's context.
+func (q *QP) raise(t verbs.EventType) {
+	q.ctx.raise(verbs.AsyncEvent{Type: t, QP: q})
+}

@@ -1,0 +1,94 @@
+package verbs
+
+import "time"
+
+// Provider enumerates and opens RDMA devices (ibv_get_device_list and
+// ibv_open_device). A simulated host and the real libibverbs are both
+// providers.
+type Provider interface {
+	Devices() ([]DeviceInfo, error)
+	Open(name string) (Context, error)
+}
+
+// Context is an open device (struct ibv_context).
+type Context interface {
+	Device() DeviceInfo
+	QueryDevice() (DeviceAttr, error)
+	QueryPort(port uint8) (PortAttr, error)
+	QueryGID(port uint8, index int) (GID, error)
+	AllocPD() (PD, error)
+	CreateCompChannel() (CompChannel, error)
+	CreateCQ(cqe int, ch CompChannel, compVector int) (CQ, error)
+	// GetAsyncEvent returns the next async event of this context. It
+	// behaves like ibv_get_async_event on an async fd set to O_NONBLOCK:
+	// with nothing pending it fails with EAGAIN. Every event returned must
+	// be acknowledged with AckAsyncEvent before the QP or CQ it names can be
+	// destroyed.
+	GetAsyncEvent() (AsyncEvent, error)
+	AckAsyncEvent(ev AsyncEvent)
+	Close() error
+}
+
+// PD is a protection domain (struct ibv_pd).
+type PD interface {
+	Context() Context
+	// RegMR registers buf (ibv_reg_mr). The memory must stay valid and
+	// unmoved until Dereg; MR.Addr is the address to use in SGEs and as a
+	// remote address.
+	RegMR(buf []byte, access AccessFlags) (MR, error)
+	CreateQP(init QPInitAttr) (QP, error)
+	Dealloc() error
+}
+
+// MR is a registered memory region (struct ibv_mr).
+type MR interface {
+	PD() PD
+	Addr() uint64
+	Len() int
+	LKey() uint32
+	RKey() uint32
+	Access() AccessFlags
+	Dereg() error
+}
+
+// CompChannel is a completion event channel (struct ibv_comp_channel).
+type CompChannel interface {
+	// GetCQEvent returns the CQ whose notification fired, or EAGAIN when
+	// none is pending (a non-blocking channel fd).
+	GetCQEvent() (CQ, error)
+	AckCQEvents(cq CQ, n int)
+	Destroy() error
+}
+
+// CQ is a completion queue (struct ibv_cq).
+type CQ interface {
+	Context() Context
+	// CQE is the actual capacity, which may exceed what was asked for.
+	CQE() int
+	// Poll fills wc with up to len(wc) completions and returns how many.
+	Poll(wc []WC) (int, error)
+	ReqNotify(solicitedOnly bool) error
+	Destroy() error
+}
+
+// QP is a queue pair (struct ibv_qp). Only RC is required of providers.
+type QP interface {
+	PD() PD
+	QPN() uint32
+	// State is the last state set by Modify or entered by the device, as
+	// the state field of struct ibv_qp.
+	State() QPState
+	Modify(attr *QPAttr, mask QPAttrMask) error
+	Query(mask QPAttrMask) (QPAttr, QPInitAttr, error)
+	// PostSend posts wrs in order and returns how many were accepted; on
+	// error, wrs[n] is the bad WR (bad_wr in ibv_post_send).
+	PostSend(wrs []SendWR) (int, error)
+	PostRecv(wrs []RecvWR) (int, error)
+	Destroy() error
+}
+
+// Clock gives monotonic time. The simulated fabric provides virtual time;
+// layers that must be replayable take time only from a Clock.
+type Clock interface {
+	Now() time.Duration
+}
