@@ -210,6 +210,7 @@ func (q *CQ) push(wc verbs.WC, solicited bool) {
 	if q.n == len(q.ring) {
 		q.overrun = true
 		q.ctx.raise(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: q})
+		f.at(f.now, q.failQPs)
 		return
 	}
 	i := q.head + q.n
@@ -221,5 +222,22 @@ func (q *CQ) push(wc verbs.WC, solicited bool) {
 	if q.armed && (!q.solicitedOnly || solicited || wc.Status != verbs.WCSuccess) {
 		q.armed = false
 		q.ch.pending = append(q.ch.pending, q)
+	}
+}
+
+// failQPs: after an overrun the QPs that complete into this CQ cannot
+// report completions any more; they fail with QP_FATAL (a local
+// catastrophic error) and go to ERR. It runs as its own event, never in
+// the middle of a QP's completion loop.
+func (q *CQ) failQPs() {
+	for _, qp := range q.ctx.hca.qpList {
+		if qp.sendCQ != q && qp.recvCQ != q {
+			continue
+		}
+		if qp.state == verbs.QPSReset || qp.state == verbs.QPSErr {
+			continue
+		}
+		qp.raise(verbs.EventQPFatal)
+		qp.enterErr(^uint64(0), verbs.WCWRFlushErr)
 	}
 }

@@ -225,3 +225,35 @@ func TestLIDAndSMChanges(t *testing.T) {
 		t.Fatalf("%d SM_CHANGE events on a two-port HCA, want 2", n)
 	}
 }
+
+func TestCQOverrunFailsItsQPs(t *testing.T) {
+	o := defaults(connOpts{})
+	f, err := sim.NewRailFabric(o.spec)
+	must(t, err)
+	a := openEnd(t, f.Host("node0"), o)
+	b := openEnd(t, f.Host("node1"), o)
+	small, err := a.ctx.CreateCQ(3, nil, 0)
+	must(t, err)
+	a.qp, err = a.pd.CreateQP(verbs.QPInitAttr{SendCQ: small, RecvCQ: small, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(t, err)
+	connectRC(t, a, b, o)
+	connectRC(t, b, a, o)
+	for i := 0; i < 5; i++ {
+		a.post(t, write(uint64(i), a.sge(0, 8), b.mr.Addr(), b.mr.RKey()))
+	}
+	f.RunFor(time.Millisecond)
+	if ev := a.events(); !slices.Equal(ev, []verbs.EventType{verbs.EventCQErr, verbs.EventQPFatal}) {
+		t.Fatalf("events %v, want [CQ_ERR QP_FATAL]", ev)
+	}
+	if s := a.qp.State(); s != verbs.QPSErr {
+		t.Fatalf("QP feeding an overrun CQ is %v, want ERR", s)
+	}
+	buf := make([]verbs.WC, 8)
+	if n, err := small.Poll(buf); n != 3 || err != nil {
+		t.Fatalf("poll: %d, %v; want the 3 stored completions", n, err)
+	}
+	if _, err := small.Poll(buf); verbs.ErrnoOf(err) != verbs.EIO {
+		t.Fatalf("poll of an overrun CQ: %v, want EIO", err)
+	}
+}
