@@ -23,8 +23,8 @@ type workload struct {
 	posted   []uint64 // wr_ids posted, in order
 	signaled map[uint64]bool
 	stats    sim.Stats
-	wcs    []verbs.WC
-	rwcs   []verbs.WC
+	wcs      []verbs.WC
+	rwcs     []verbs.WC
 }
 
 func runSchedule(t testing.TB, seed uint64) workload {

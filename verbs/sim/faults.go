@@ -39,6 +39,7 @@ func (f *Fabric) setCable(p *Port, up bool) {
 // linkDown takes a port down, raising PORT_ERR if it was up.
 func (f *Fabric) linkDown(p *Port, phys verbs.PhysState) {
 	p.upGen++
+	p.downAt = f.now
 	was := p.state
 	p.state, p.phys = verbs.PortDown, phys
 	if was != verbs.PortDown && p.hca.alive {
@@ -122,6 +123,7 @@ func (f *Fabric) KillHCA(a *HCA) error {
 		q.enterErr(^uint64(0), verbs.WCWRFlushErr)
 	}
 	a.alive = false
+	a.diedAt = f.now
 	a.gen++
 	for _, p := range a.ports {
 		p.upGen++

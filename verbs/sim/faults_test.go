@@ -257,3 +257,26 @@ func TestCQOverrunFailsItsQPs(t *testing.T) {
 		t.Fatalf("poll of an overrun CQ: %v, want EIO", err)
 	}
 }
+
+func TestSenderDeathMidTransmissionLosesThePacket(t *testing.T) {
+	c := newConn(t, connOpts{})
+	fill(c.a.buf[:60000], 1)
+	// 60 KB at 100 Gb/s take about 4.8 us to leave the port: a death at
+	// the instant of posting catches the message still being sent.
+	c.a.post(t, write(1, c.a.sge(0, 60000), c.b.mr.Addr(), c.b.mr.RKey()))
+	must(t, c.f.KillHCA(c.a.hca))
+	c.run(time.Millisecond)
+	if !bytes.Equal(c.b.buf[:60000], make([]byte, 60000)) {
+		t.Fatal("a message whose sender died while sending it landed at the responder")
+	}
+	// One that had fully left before the death lands.
+	c2 := newConn(t, connOpts{})
+	fill(c2.a.buf[:60000], 1)
+	c2.a.post(t, write(1, c2.a.sge(0, 60000), c2.b.mr.Addr(), c2.b.mr.RKey()))
+	c2.run(5 * time.Microsecond)
+	must(t, c2.f.KillHCA(c2.a.hca))
+	c2.run(time.Millisecond)
+	if !bytes.Equal(c2.b.buf[:60000], c2.a.buf[:60000]) {
+		t.Fatal("a message that left before its sender died did not land")
+	}
+}

@@ -28,6 +28,8 @@ type packet struct {
 	kind     pktKind
 	src, dst *Port
 	key      uint16 // routing key: picks the spine
+	sentAt   time.Duration
+	leftAt   time.Duration // the last byte left the source port
 	slid     uint16
 	sgid     verbs.GID
 	global   bool
@@ -165,6 +167,7 @@ func (f *Fabric) transmit(q *QP, pa *path, p *packet, bytes uint32) bool {
 	}
 	ser := time.Duration(float64(bytes+64) * 8 / src.gbps)
 	src.busyUntil = start + ser
+	p.sentAt, p.leftAt = f.now, start+ser
 	at := start + ser + lat - f.now
 	f.schedule(at, event{kind: evPacket, pkt: p})
 	if f.tracer != nil {
@@ -202,7 +205,12 @@ func (f *Fabric) drop(p *packet, why string) {
 // deliver runs when a packet reaches its destination port.
 func (f *Fabric) deliver(p *packet) {
 	// A packet that has left its source port arrives unless the rest of its
-	// route broke meanwhile; what happens to the sender no longer matters.
+	// route broke meanwhile; what happens to the sender afterwards does not
+	// matter. One whose sender failed while it was still being sent is lost.
+	if cut := max(p.src.downAt, p.src.hca.diedAt); cut >= p.sentAt && cut < p.leftAt {
+		f.drop(p, "sender failed before the packet left")
+		return
+	}
 	if !p.dst.usable() {
 		f.drop(p, "destination down")
 		return

@@ -28,7 +28,8 @@ type HCA struct {
 	apm       bool
 	ports     []*Port
 	alive     bool
-	gen       uint32 // incarnation: bumped when the HCA dies
+	gen       uint32        // incarnation: bumped when the HCA dies
+	diedAt    time.Duration // when it last died (-1: never)
 	contexts  []*Context
 	qps       map[uint32]*QP
 	qpList    []*QP
@@ -55,7 +56,8 @@ type Port struct {
 	reqLoss   float64
 	respLoss  float64
 	busyUntil time.Duration
-	upGen     uint32 // bumped on every link change, to cancel a stale activation
+	downAt    time.Duration // when the link last went down (-1: never)
+	upGen     uint32        // bumped on every link change, to cancel a stale activation
 }
 
 // Switch is a leaf (ports are cabled to it) or a spine (joins leaves).
@@ -249,12 +251,12 @@ func (h *Host) AddHCA(spec HCASpec) (*HCA, error) {
 	}
 	a := &HCA{
 		host: h, name: spec.Name, index: len(h.hcas), linkLayer: ll, apm: !spec.NoAPM,
-		alive: true, qps: map[uint32]*QP{}, nextQPN: 0x100, mrs: map[uint32]*MR{}, nextKey: 1,
+		alive: true, diedAt: -1, qps: map[uint32]*QP{}, nextQPN: 0x100, mrs: map[uint32]*MR{}, nextKey: 1,
 	}
 	a.guid = 0x0002c90300000000 | uint64(h.index)<<16 | uint64(a.index)<<8
 	for i := 1; i <= spec.Ports; i++ {
 		p := &Port{hca: a, num: uint8(i), guid: a.guid + uint64(i), lmc: spec.LMC,
-			width: width, speed: speed, gbps: gbps, state: verbs.PortDown, phys: verbs.PhysPolling}
+			width: width, speed: speed, gbps: gbps, state: verbs.PortDown, phys: verbs.PhysPolling, downAt: -1}
 		p.gids = portGIDs(p)
 		a.ports = append(a.ports, p)
 	}

@@ -1,0 +1,45 @@
+// Command ibpath is the command-line tool of ibpath, which keeps RDMA
+// traffic alive through InfiniBand hardware faults. For now it has one
+// command, `sim`, which plays a scripted fault scenario on the simulated
+// fabric and prints what an application sees through verbs.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ibpath/ibpath/internal/demo"
+)
+
+func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "ibpath: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// newApp builds the CLI. Output goes to app.Writer.
+func newApp() *cli.App {
+	return &cli.App{
+		Name:  "ibpath",
+		Usage: "keep RDMA traffic alive through InfiniBand hardware faults",
+		Commands: []*cli.Command{{
+			Name:    "sim",
+			Aliases: []string{"demo"},
+			Usage:   "play a scripted fault scenario (cable pull, HCA death) on the simulated fabric",
+			Flags: []cli.Flag{
+				&cli.UintFlag{Name: "seed", Value: 1, Usage: "seed of the simulated fabric"},
+				&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also print every fabric trace record"},
+			},
+			Action: func(c *cli.Context) error {
+				err := demo.Run(c.App.Writer, demo.Options{Seed: uint64(c.Uint("seed")), Verbose: c.Bool("verbose")})
+				if err != nil {
+					return fmt.Errorf("sim: %w", err)
+				}
+				return nil
+			},
+		}},
+	}
+}
