@@ -234,17 +234,7 @@ func TestErrRetryExhaustion(t *testing.T) {
 	c.a.post(t, wrs...)
 	must(t, c.f.SetLink(c.b.hca.Port(1), false))
 	to := verbs.TimeoutDuration(10)
-	var got []verbs.WC
-	var errAt time.Duration
-	for c.f.Now()-start < 8*to {
-		c.run(50 * time.Microsecond)
-		if w := c.a.poll(t); len(w) > 0 {
-			if got == nil {
-				errAt = c.f.Now()
-			}
-			got = append(got, w...)
-		}
-	}
+	got, errAt := c.pollFor(t, c.a, start, 8*to, 50*time.Microsecond)
 	epExpect(t, "requester", got, epWC{1, verbs.WCRetryExcErr}, epWC{2, verbs.WCWRFlushErr},
 		epWC{3, verbs.WCWRFlushErr}, epWC{4, verbs.WCWRFlushErr}, epWC{5, verbs.WCWRFlushErr})
 	if d := errAt - start; d < 4*to || d > 5*to {

@@ -100,13 +100,26 @@ func newConn(t testing.TB, o connOpts) *conn {
 
 func openEnd(t testing.TB, h *sim.Host, o connOpts) *end {
 	t.Helper()
+	e, _ := openEndCQ(t, h, o, 4096, false)
+	return e
+}
+
+// openEndCQ is openEnd with a CQ of cqe entries, on a new completion
+// channel when withCh is set.
+func openEndCQ(t testing.TB, h *sim.Host, o connOpts, cqe int, withCh bool) (*end, verbs.CompChannel) {
+	t.Helper()
 	e := &end{host: h, hca: h.HCA(o.dev)}
 	var err error
 	e.ctx, err = h.Open(o.dev)
 	must(t, err)
 	e.pd, err = e.ctx.AllocPD()
 	must(t, err)
-	e.cq, err = e.ctx.CreateCQ(4096, nil, 0)
+	var ch verbs.CompChannel
+	if withCh {
+		ch, err = e.ctx.CreateCompChannel()
+		must(t, err)
+	}
+	e.cq, err = e.ctx.CreateCQ(cqe, ch, 0)
 	must(t, err)
 	e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, QPType: verbs.QPTRC, SQSigAll: o.sigAll,
 		Cap: verbs.QPCap{MaxSendWR: o.maxWR, MaxRecvWR: o.maxWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
@@ -114,7 +127,24 @@ func openEnd(t testing.TB, h *sim.Host, o connOpts) *end {
 	e.buf = make([]byte, o.bufSize)
 	e.mr, err = e.pd.RegMR(e.buf, o.access|verbs.AccessLocalWrite)
 	must(t, err)
-	return e
+	return e, ch
+}
+
+// pollFor runs the fabric in steps of step until limit after start,
+// collecting e's completions, and returns them with the virtual time the
+// first one was seen (0 if none).
+func (c *conn) pollFor(t testing.TB, e *end, start, limit, step time.Duration) (got []verbs.WC, firstAt time.Duration) {
+	t.Helper()
+	for c.f.Now()-start < limit {
+		c.run(step)
+		if w := e.poll(t); len(w) > 0 {
+			if got == nil {
+				firstAt = c.f.Now()
+			}
+			got = append(got, w...)
+		}
+	}
+	return got, firstAt
 }
 
 // ahTo is the address vector from a's port to the same-numbered path on b.

@@ -10,32 +10,6 @@ import (
 	"github.com/ibpath/ibpath/verbs/sim"
 )
 
-// resOpenEnd is openEnd with a CQ of cqe entries, on a new completion
-// channel when withCh is set.
-func resOpenEnd(t testing.TB, h *sim.Host, o connOpts, cqe int, withCh bool) (*end, verbs.CompChannel) {
-	t.Helper()
-	e := &end{host: h, hca: h.HCA(o.dev)}
-	var err error
-	e.ctx, err = h.Open(o.dev)
-	must(t, err)
-	e.pd, err = e.ctx.AllocPD()
-	must(t, err)
-	var ch verbs.CompChannel
-	if withCh {
-		ch, err = e.ctx.CreateCompChannel()
-		must(t, err)
-	}
-	e.cq, err = e.ctx.CreateCQ(cqe, ch, 0)
-	must(t, err)
-	e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, QPType: verbs.QPTRC, SQSigAll: o.sigAll,
-		Cap: verbs.QPCap{MaxSendWR: o.maxWR, MaxRecvWR: o.maxWR, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
-	must(t, err)
-	e.buf = make([]byte, o.bufSize)
-	e.mr, err = e.pd.RegMR(e.buf, o.access|verbs.AccessLocalWrite)
-	must(t, err)
-	return e, ch
-}
-
 func resPortEvents(t testing.TB, ctx verbs.Context) []verbs.AsyncEvent {
 	t.Helper()
 	return epEventsOf(t, ctx)
@@ -134,7 +108,7 @@ func TestResDestroyOrdering(t *testing.T) {
 	o := defaults(connOpts{})
 	f, err := sim.NewRailFabric(o.spec)
 	must(t, err)
-	e, ch := resOpenEnd(t, f.Host("node0"), o, 16, true)
+	e, ch := openEndCQ(t, f.Host("node0"), o, 16, true)
 	if err := e.cq.Destroy(); !errors.Is(err, verbs.EBUSY) {
 		t.Fatalf("destroy CQ with QP: %v, want EBUSY", err)
 	}
@@ -177,7 +151,7 @@ func TestResCompletionChannel(t *testing.T) {
 	f, err := sim.NewRailFabric(o.spec)
 	must(t, err)
 	a := openEnd(t, f.Host("node0"), o)
-	b, ch := resOpenEnd(t, f.Host("node1"), o, 64, true)
+	b, ch := openEndCQ(t, f.Host("node1"), o, 64, true)
 	connectRC(t, a, b, o)
 	connectRC(t, b, a, o)
 	c := &conn{f: f, a: a, b: b}
@@ -249,7 +223,7 @@ func TestResCQOverrun(t *testing.T) {
 	o := defaults(connOpts{})
 	f, err := sim.NewRailFabric(o.spec)
 	must(t, err)
-	a, _ := resOpenEnd(t, f.Host("node0"), o, 3, false)
+	a, _ := openEndCQ(t, f.Host("node0"), o, 3, false)
 	b := openEnd(t, f.Host("node1"), o)
 	connectRC(t, a, b, o)
 	connectRC(t, b, a, o)
@@ -332,17 +306,7 @@ func TestResKillHCA(t *testing.T) {
 	c.b.post(t, write(11, c.b.sge(0, 8), c.a.mr.Addr(), c.a.mr.RKey()),
 		write(12, c.b.sge(0, 8), c.a.mr.Addr(), c.a.mr.RKey()))
 	to := verbs.TimeoutDuration(10)
-	var got []verbs.WC
-	var errAt time.Duration
-	for c.f.Now()-start < 6*to {
-		c.run(100 * time.Microsecond)
-		if w := c.b.poll(t); len(w) > 0 {
-			if got == nil {
-				errAt = c.f.Now()
-			}
-			got = append(got, w...)
-		}
-	}
+	got, errAt := c.pollFor(t, c.b, start, 6*to, 100*time.Microsecond)
 	epExpect(t, "peer", got, epWC{11, verbs.WCRetryExcErr}, epWC{12, verbs.WCWRFlushErr})
 	if errAt-start < 4*to {
 		t.Fatalf("peer failed after %v, before 4 timeouts (%v)", errAt-start, 4*to)
