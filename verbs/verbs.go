@@ -92,3 +92,12 @@ type QP interface {
 type Clock interface {
 	Now() time.Duration
 }
+
+// AsyncNotifier is implemented by contexts that can say when an async event
+// may be pending, so an event pump can wait instead of spinning. A value
+// arrives on the channel (coalesced: one may stand for several events)
+// after events are queued; the pump then reads with GetAsyncEvent until
+// EAGAIN. The channel is never closed.
+type AsyncNotifier interface {
+	AsyncReady() <-chan struct{}
+}

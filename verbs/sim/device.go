@@ -22,10 +22,12 @@ type Context struct {
 	gen    uint32 // HCA incarnation at open: a context does not survive the HCA's death
 	closed bool
 	events []verbs.AsyncEvent
+	ready  chan struct{}
 }
 
 var _ verbs.Provider = (*Host)(nil)
 var _ verbs.Context = (*Context)(nil)
+var _ verbs.AsyncNotifier = (*Context)(nil)
 
 // Devices lists the host's working HCAs (ibv_get_device_list). A dead HCA
 // is not listed, as a device in reset disappears from sysfs.
@@ -52,7 +54,7 @@ func (h *Host) Open(name string) (verbs.Context, error) {
 	if !a.alive {
 		return nil, verbs.Errorf("ibv_open_device", verbs.ENODEV, "%s on %s is dead", name, h.name)
 	}
-	c := &Context{hca: a, gen: a.gen}
+	c := &Context{hca: a, gen: a.gen, ready: make(chan struct{}, 1)}
 	a.contexts = append(a.contexts, c)
 	return c, nil
 }
@@ -190,6 +192,9 @@ func (c *Context) AckAsyncEvent(ev verbs.AsyncEvent) {
 	}
 }
 
+// AsyncReady implements verbs.AsyncNotifier.
+func (c *Context) AsyncReady() <-chan struct{} { return c.ready }
+
 // PendingEvents reports how many async events wait to be read.
 func (c *Context) PendingEvents() int {
 	f := c.fab()
@@ -225,6 +230,10 @@ func (c *Context) raise(ev verbs.AsyncEvent) {
 		return
 	}
 	c.events = append(c.events, ev)
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
 	f := c.fab()
 	if f.tracer != nil {
 		f.trace(c.hca, "event", "%v%s", ev.Type, eventTarget(ev))
