@@ -1,0 +1,82 @@
+package apm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Config tunes the manager. Zero fields take the defaults below.
+type Config struct {
+	// Failback: auto (default) or manual.
+	Failback fsm.Failback
+	// Policy is the order of alternate kinds (default other-port,lmc).
+	Policy pathsel.Policy
+	// PollMin and PollMax bound the backoff of the ARMED poll after REARM
+	// (Linux verbs has no ARMED event). Defaults 20 us and 10 ms.
+	PollMin, PollMax time.Duration
+	// ProbeInterval is how often a QP without an alternate, or away from
+	// home while home is not its alternate, looks for a better one: a port
+	// that came back on the peer raises no event here. Default 50 ms.
+	ProbeInterval time.Duration
+	// FailbackHold is how long the home path must have been armed before
+	// auto failback moves traffic back, so the peer has re-armed too and
+	// a flapping port does not bounce traffic. Default 200 ms.
+	FailbackHold time.Duration
+}
+
+// DefaultConfig holds the defaults.
+var DefaultConfig = Config{
+	Failback:      fsm.FailbackAuto,
+	Policy:        pathsel.DefaultPolicy,
+	PollMin:       20 * time.Microsecond,
+	PollMax:       10 * time.Millisecond,
+	ProbeInterval: 50 * time.Millisecond,
+	FailbackHold:  200 * time.Millisecond,
+}
+
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig
+	if c.Policy == nil {
+		c.Policy = d.Policy
+	}
+	if c.PollMin == 0 {
+		c.PollMin = d.PollMin
+	}
+	if c.PollMax == 0 {
+		c.PollMax = d.PollMax
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = d.ProbeInterval
+	}
+	if c.FailbackHold == 0 {
+		c.FailbackHold = d.FailbackHold
+	}
+	switch {
+	case c.PollMin < 0 || c.PollMax < c.PollMin:
+		return c, fmt.Errorf("apm: config: need 0 < poll-min <= poll-max, got %v and %v", c.PollMin, c.PollMax)
+	case c.ProbeInterval < 0 || c.FailbackHold < 0:
+		return c, fmt.Errorf("apm: config: negative probe interval %v or failback hold %v", c.ProbeInterval, c.FailbackHold)
+	case c.Failback != fsm.FailbackAuto && c.Failback != fsm.FailbackManual:
+		return c, fmt.Errorf("apm: config: unknown failback %d", c.Failback)
+	case len(c.Policy) == 0:
+		return c, fmt.Errorf("apm: config: empty policy")
+	}
+	return c, nil
+}
+
+// PeerResolver describes the adapter a path leads to, with its ports'
+// current states. *pathsel.Catalog is one; the replicated store is another.
+type PeerResolver interface {
+	Peer(ah verbs.AHAttr) (pathsel.HCA, error)
+}
+
+// Handover is the next layer: it receives QPs that APM cannot protect any
+// more (PATH_MIG_ERR, no alternate with the primary down, QP errors).
+// Without one, the error reaches the application unchanged.
+type Handover interface {
+	HandOver(qp verbs.QP, reason string)
+}

@@ -1,0 +1,69 @@
+package apm
+
+import (
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// HandleEvent applies one async event read from ctx. Events for QPs the
+// manager does not protect are ignored; the caller still forwards every
+// event to the application.
+func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
+	var d *device
+	for _, x := range m.devs {
+		if x.ctx == ctx {
+			d = x
+		}
+	}
+	if d == nil {
+		return
+	}
+	switch ev.Type {
+	case verbs.EventPortErr:
+		d.refresh()
+		m.each(d, fsm.APMEvent{Kind: fsm.EvPortDown, Port: ev.Port})
+	case verbs.EventPortActive:
+		d.refresh()
+		m.each(d, fsm.APMEvent{Kind: fsm.EvPortUp, Port: ev.Port})
+	case verbs.EventLIDChange, verbs.EventSMChange, verbs.EventGIDChange, verbs.EventClientReregister:
+		d.refresh()
+	case verbs.EventDeviceFatal:
+		m.each(d, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "DEVICE_FATAL"})
+	case verbs.EventPathMig:
+		if e := m.byQP[ev.QP]; e != nil {
+			attr, _, err := e.qp.Query(verbs.QPAttrPort | verbs.QPAttrAV)
+			if err != nil {
+				m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "ibv_query_qp after PATH_MIG: " + err.Error()})
+				return
+			}
+			if p := ref(attr); p != e.m.Primary {
+				m.stats.HWMigrations++
+				e.migrations++
+				m.step(e, fsm.APMEvent{Kind: fsm.EvPathMigrated, Path: p})
+			}
+		}
+	case verbs.EventPathMigErr:
+		if e := m.byQP[ev.QP]; e != nil {
+			m.step(e, fsm.APMEvent{Kind: fsm.EvPathMigErr})
+		}
+	case verbs.EventQPFatal, verbs.EventQPReqErr, verbs.EventQPAccessErr:
+		if e := m.byQP[ev.QP]; e != nil {
+			m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: ev.Type.String()})
+		}
+	}
+}
+
+// ErrorCompletion tells the manager the data path saw an error completion
+// on qp: layer 1 can no longer help it.
+func (m *Manager) ErrorCompletion(qp verbs.QP, st verbs.WCStatus) {
+	if e := m.byQP[qp]; e != nil {
+		m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "error completion: " + st.String()})
+	}
+}
+
+// each steps every QP of d (a copy of the list: steps may unregister).
+func (m *Manager) each(d *device, ev fsm.APMEvent) {
+	for _, e := range append([]*entry(nil), d.entries...) {
+		m.step(e, ev)
+	}
+}

@@ -1,0 +1,252 @@
+package apm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Manager runs layer 1 for the QPs of one process. It is not safe for
+// concurrent use: one runtime loop owns it.
+type Manager struct {
+	clock verbs.Clock
+	cfg   Config
+	peers PeerResolver
+	next  Handover
+	devs  []*device
+	byQP  map[verbs.QP]*entry
+	stats Stats
+}
+
+// device is an open adapter with the QPs registered on it.
+type device struct {
+	ctx     verbs.Context
+	desc    pathsel.HCA
+	descErr error
+	entries []*entry
+}
+
+// entry is one protected QP.
+type entry struct {
+	qp         verbs.QP
+	dev        *device
+	m          *fsm.APM
+	nextPoll   time.Duration // Rearming: next ARMED query
+	gap        time.Duration // Rearming: current backoff
+	nextProbe  time.Duration // next look for a better alternate
+	armedAt    time.Duration
+	migrations int
+	preloaded  *pathsel.Alternate // loaded by the application's own modify
+}
+
+// Stats counts what the manager did.
+type Stats struct {
+	Registered      int
+	Loads           int // alternates loaded with REARM
+	Armed           int // ARMED observed
+	Migrations      int // migrations ibpath asked for (proactive, operator, failback)
+	HWMigrations    int // migrations the HCA did by itself (PATH_MIG)
+	Failbacks       int
+	Handovers       int
+	NoAlternate     int // loads that found no healthy alternate
+	ModifyFallbacks int // application modifies retried without the APM bits
+}
+
+// New returns a manager. peers describes the adapters paths lead to; next
+// receives QPs APM cannot protect (nil: errors surface unchanged).
+func New(clock verbs.Clock, cfg Config, peers PeerResolver, next Handover) (*Manager, error) {
+	if clock == nil || peers == nil {
+		return nil, errors.New("apm: new manager: clock and peer resolver are required")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{clock: clock, cfg: c, peers: peers, next: next, byQP: map[verbs.QP]*entry{}}, nil
+}
+
+// Stats returns the counters.
+func (m *Manager) Stats() Stats { return m.stats }
+
+func (m *Manager) device(ctx verbs.Context) *device {
+	for _, d := range m.devs {
+		if d.ctx == ctx {
+			return d
+		}
+	}
+	d := &device{ctx: ctx}
+	d.refresh()
+	m.devs = append(m.devs, d)
+	return d
+}
+
+func (d *device) refresh() { d.desc, d.descErr = pathsel.Describe(d.ctx) }
+
+func ref(attr verbs.QPAttr) fsm.PathRef {
+	return fsm.PathRef{Port: attr.PortNum, Bits: attr.AHAttr.SrcPathBits}
+}
+
+// Register protects a QP that is already connected (RTR, RTS or SQD). A
+// QP in RTS is armed at once (RTS->RTS); one in RTR when it reaches RTS.
+// On a link layer or device without APM it is recorded as unsupported
+// with the reason, and nothing else happens.
+func (m *Manager) Register(ctx verbs.Context, qp verbs.QP) error {
+	if _, ok := m.byQP[qp]; ok {
+		return fmt.Errorf("apm: register QP %#x: already registered", qp.QPN())
+	}
+	attr, _, err := qp.Query(verbs.QPAttrState | verbs.QPAttrPort | verbs.QPAttrAV)
+	if err != nil {
+		return fmt.Errorf("apm: register QP %#x: %w", qp.QPN(), err)
+	}
+	switch attr.QPState {
+	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD:
+	default:
+		return fmt.Errorf("apm: register QP %#x: it is %v; register after INIT->RTR", qp.QPN(), attr.QPState)
+	}
+	e := m.add(ctx, qp, ref(attr))
+	m.start(e, attr.PortNum)
+	return nil
+}
+
+func (m *Manager) add(ctx verbs.Context, qp verbs.QP, home fsm.PathRef) *entry {
+	d := m.device(ctx)
+	e := &entry{qp: qp, dev: d, m: fsm.NewAPM(home, m.cfg.Failback), nextProbe: m.clock.Now() + m.cfg.ProbeInterval}
+	d.entries = append(d.entries, e)
+	m.byQP[qp] = e
+	m.stats.Registered++
+	return e
+}
+
+// start decides whether APM can protect e at all, then asks to arm it.
+func (m *Manager) start(e *entry, port uint8) {
+	if e.dev.descErr != nil {
+		m.step(e, fsm.APMEvent{Kind: fsm.EvUnsupported, Reason: e.dev.descErr.Error()})
+		return
+	}
+	if err := pathsel.Support(e.dev.desc, port); err != nil {
+		m.step(e, fsm.APMEvent{Kind: fsm.EvUnsupported, Reason: err.Error()})
+		return
+	}
+	m.step(e, fsm.APMEvent{Kind: fsm.EvArmRequested})
+}
+
+// Unregister forgets a QP (before the application destroys it).
+func (m *Manager) Unregister(qp verbs.QP) {
+	e, ok := m.byQP[qp]
+	if !ok {
+		return
+	}
+	delete(m.byQP, qp)
+	es := e.dev.entries
+	for i, x := range es {
+		if x == e {
+			e.dev.entries = append(es[:i], es[i+1:]...)
+			break
+		}
+	}
+}
+
+// ModifyQP is ibv_modify_qp with layer 1 folded in, for the shim: at
+// INIT->RTR it specifies the alternate path in the same call, at RTR->RTS
+// it adds REARM (RTS->RTS arming is Register's). If the device refuses the
+// added attributes, the application's own call is retried without them
+// and the reason is kept in the QP's status: APM never breaks a modify.
+func (m *Manager) ModifyQP(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	if attr == nil || mask&verbs.QPAttrState == 0 {
+		return qp.Modify(attr, mask)
+	}
+	cur := qp.State()
+	switch {
+	case attr.QPState == verbs.QPSReset:
+		m.Unregister(qp)
+	case cur == verbs.QPSInit && attr.QPState == verbs.QPSRTR && mask&verbs.QPAttrAltPath == 0:
+		return m.modifyToRTR(ctx, qp, attr, mask)
+	case cur == verbs.QPSRTR && attr.QPState == verbs.QPSRTS && mask&verbs.QPAttrPathMigState == 0:
+		if e, ok := m.byQP[qp]; ok && e.m.State == fsm.APMUnprotected {
+			return m.modifyToRTS(e, attr, mask)
+		}
+	}
+	return qp.Modify(attr, mask)
+}
+
+func (m *Manager) modifyToRTR(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	qa, _, err := qp.Query(verbs.QPAttrPort)
+	if err != nil {
+		return qp.Modify(attr, mask)
+	}
+	port := qa.PortNum
+	e := m.add(ctx, qp, fsm.PathRef{Port: port, Bits: attr.AHAttr.SrcPathBits})
+	cur := pathsel.Path{Port: port, AH: attr.AHAttr, PKeyIndex: qa.PKeyIndex, Timeout: 0}
+	alt, reason := m.choose(e, cur, nil)
+	if reason != "" {
+		if err := qp.Modify(attr, mask); err != nil {
+			m.Unregister(qp)
+			return err
+		}
+		m.start(e, port) // records unsupported, or will arm at RTS
+		return nil
+	}
+	a := *attr
+	a.AltAHAttr, a.AltPortNum, a.AltPKeyIndex = alt.AH, alt.Port, alt.PKeyIndex
+	if err := qp.Modify(&a, mask|verbs.QPAttrAltPath); err == nil {
+		e.preloaded = &alt
+		return nil
+	}
+	m.stats.ModifyFallbacks++
+	if err := qp.Modify(attr, mask); err != nil {
+		m.Unregister(qp)
+		return err
+	}
+	m.start(e, port)
+	return nil
+}
+
+func (m *Manager) modifyToRTS(e *entry, attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	a := *attr
+	add := verbs.QPAttrPathMigState
+	a.PathMigState = verbs.MigRearm
+	if e.preloaded == nil {
+		qa, _, err := e.qp.Query(verbs.QPAttrPort | verbs.QPAttrAV)
+		if err == nil {
+			cur := pathsel.Path{Port: qa.PortNum, AH: qa.AHAttr, PKeyIndex: qa.PKeyIndex, Timeout: attr.Timeout}
+			if alt, reason := m.choose(e, cur, nil); reason == "" {
+				e.preloaded = &alt
+			}
+		}
+		if e.preloaded == nil {
+			return e.qp.Modify(attr, mask)
+		}
+	}
+	alt := *e.preloaded
+	a.AltAHAttr, a.AltPortNum, a.AltPKeyIndex, a.AltTimeout = alt.AH, alt.Port, alt.PKeyIndex, attr.Timeout
+	add |= verbs.QPAttrAltPath
+	if err := e.qp.Modify(&a, mask|add); err != nil {
+		m.stats.ModifyFallbacks++
+		e.preloaded = nil
+		return e.qp.Modify(attr, mask)
+	}
+	// The alternate is loaded with REARM; let the machine record it.
+	m.step(e, fsm.APMEvent{Kind: fsm.EvArmRequested})
+	return nil
+}
+
+// choose asks pathsel for an alternate; reason is non-empty when there is
+// none.
+func (m *Manager) choose(e *entry, cur pathsel.Path, prefer *pathsel.Ref) (pathsel.Alternate, string) {
+	if e.dev.descErr != nil {
+		return pathsel.Alternate{}, e.dev.descErr.Error()
+	}
+	peer, err := m.peers.Peer(cur.AH)
+	if err != nil {
+		return pathsel.Alternate{}, err.Error()
+	}
+	alt, err := pathsel.Choose(e.dev.desc, peer, cur, prefer, m.cfg.Policy)
+	if err != nil {
+		return pathsel.Alternate{}, err.Error()
+	}
+	return alt, ""
+}

@@ -1,0 +1,310 @@
+package apm_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/apm"
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+var dualPort = sim.RailSpec{Config: sim.Config{Seed: 1}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}
+
+func TestModifyQPArmsAtConnect(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	a, b := w.pair("mlx5_0", rcOpts{})
+	// The alternate went into the application's own INIT->RTR and RTR->RTS.
+	attr, _, err := a.qp.Query(verbs.QPAttrAltPath | verbs.QPAttrPathMigState)
+	must(t, err)
+	if attr.AltPortNum != 2 || attr.PathMigState != verbs.MigRearm {
+		t.Fatalf("after connect: alt port %d, %v; want port 2 loaded with REARM", attr.AltPortNum, attr.PathMigState)
+	}
+	w.run(time.Millisecond)
+	for _, e := range []*end{a, b} {
+		s := e.state(t)
+		if s.State != fsm.APMArmed || s.Alternate != (fsm.PathRef{Port: 2}) || s.Primary != (fsm.PathRef{Port: 1}) {
+			t.Fatalf("status %+v, want armed on port 1 with port 2 as alternate", s)
+		}
+	}
+	if st := a.n.mgr.Stats(); st.Armed != 1 || st.Loads != 0 || st.ModifyFallbacks != 0 {
+		t.Fatalf("stats %+v: arming must ride on the application's modifies", st)
+	}
+}
+
+func TestRegisterArmsAConnectedQP(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	a, b := w.pair("mlx5_0", rcOpts{plain: true})
+	must(t, a.n.mgr.Register(a.ctx, a.qp))
+	must(t, b.n.mgr.Register(b.ctx, b.qp))
+	if err := a.n.mgr.Register(a.ctx, a.qp); err == nil {
+		t.Fatal("registering twice was accepted")
+	}
+	w.run(time.Millisecond)
+	if s := a.state(t); s.State != fsm.APMArmed || s.Alternate.Port != 2 {
+		t.Fatalf("status %+v", s)
+	}
+	if st := a.n.mgr.Stats(); st.Loads != 1 {
+		t.Fatalf("stats %+v: want one RTS->RTS load", st)
+	}
+}
+
+// recovery measures the virtual time from pulling node0's port-1 cable to
+// the completion of a WRITE posted just before.
+func recovery(t *testing.T, proactive bool) time.Duration {
+	w := newWorld(t, dualPort, apm.Config{})
+	var a, b *end
+	if proactive {
+		a, b = w.pair("mlx5_0", rcOpts{timeout: 14})
+		w.run(time.Millisecond)
+	} else {
+		// Armed by hand, no manager: the HCA migrates after RC timeouts.
+		a, b = w.pair("mlx5_0", rcOpts{timeout: 14, plain: true})
+		for _, x := range [][2]*end{{a, b}, {b, a}} {
+			pa, _ := x[1].ctx.QueryPort(2)
+			must(t, x[0].qp.Modify(&verbs.QPAttr{AltAHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 2}, AltPortNum: 2,
+				AltTimeout: 14, PathMigState: verbs.MigRearm}, verbs.QPAttrAltPath|verbs.QPAttrPathMigState))
+		}
+		w.run(time.Millisecond)
+	}
+	tr := &traffic{a: a, b: b}
+	tr.post(t, 1)
+	t0 := w.f.Now()
+	must(t, w.f.SetLink(w.nodes[0].host.HCA("mlx5_0").Port(1), false))
+	for tr.ok+len(tr.errs) == 0 && w.f.Now()-t0 < 2*time.Second {
+		w.run(100 * time.Microsecond)
+		tr.poll(t)
+	}
+	if tr.ok != 1 {
+		t.Fatalf("proactive=%v: WRITE did not succeed: %+v", proactive, tr.errs)
+	}
+	return w.f.Now() - t0
+}
+
+func TestProactiveMigrationBeatsRCTimeouts(t *testing.T) {
+	to := verbs.TimeoutDuration(14)
+	pro, rc := recovery(t, true), recovery(t, false)
+	t.Logf("recovery after a cable pull (timeout 14 = %v, retry_cnt 3): proactive %v, waiting for RC timeouts %v", to, pro, rc)
+	if rc < 4*to {
+		t.Fatalf("the HCA migrated after %v, before retry_cnt+1 timeouts (%v)", rc, 4*to)
+	}
+	// Proactive: migrated at PORT_ERR; the WR in flight on the dead path is
+	// resent at its first local ACK timeout.
+	if pro > to+time.Millisecond {
+		t.Fatalf("proactive recovery took %v, want about one timeout (%v)", pro, to)
+	}
+}
+
+func TestFlapCyclesKeepTrafficAlive(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{FailbackHold: 20 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
+	a, b := w.pair("mlx5_0", rcOpts{})
+	w.run(time.Millisecond)
+	tr := &traffic{a: a, b: b}
+	p1 := w.nodes[0].host.HCA("mlx5_0").Port(1)
+	p2 := w.nodes[0].host.HCA("mlx5_0").Port(2)
+	for cycle := 0; cycle < 6; cycle++ {
+		p := p1
+		if cycle%3 == 2 {
+			p = p2 // the alternate's port flaps too
+		}
+		must(t, w.f.SetLink(p, false))
+		w.runTraffic(tr, 30*time.Millisecond, 50*time.Microsecond)
+		// One port is healthy: both sides must be armed again (LMC on it).
+		for _, e := range []*end{a, b} {
+			if s := e.state(t); s.State != fsm.APMArmed {
+				t.Fatalf("cycle %d, port %d down: %v side %+v, want armed on the healthy port", cycle, p.Num(), e.n.host.Name(), s)
+			}
+		}
+		must(t, w.f.SetLink(p, true))
+		w.runTraffic(tr, 80*time.Millisecond, 50*time.Microsecond)
+		for _, e := range []*end{a, b} {
+			s := e.state(t)
+			if s.State != fsm.APMArmed || s.Primary != s.Home {
+				t.Fatalf("cycle %d, all up again: %s %+v, want armed back home", cycle, e.n.host.Name(), s)
+			}
+		}
+	}
+	w.runTraffic(tr, 10*time.Millisecond, 50*time.Microsecond)
+	w.run(50 * time.Millisecond)
+	tr.poll(t)
+	if len(tr.errs) != 0 {
+		t.Fatalf("the application saw %d errors while a path was healthy, first %+v", len(tr.errs), tr.errs[0])
+	}
+	if tr.ok != tr.posted || tr.posted < 2000 {
+		t.Fatalf("%d of %d WRITEs completed", tr.ok, tr.posted)
+	}
+	for i := 0; i < tr.posted && i < 1000; i++ {
+		off := i * 64 % (len(a.buf) - 64)
+		if i+1000 > tr.posted-1 && !slices.Equal(a.buf[off:off+64], b.buf[off:off+64]) {
+			t.Fatalf("WRITE %d did not land", i)
+		}
+	}
+	st := w.nodes[0].mgr.Stats()
+	if st.Migrations < 8 || st.Failbacks < 4 {
+		t.Fatalf("node0 stats %+v: want a proactive migration and a failback per port-1 flap", st)
+	}
+}
+
+func TestBothPortsDownHandsOver(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	a, b := w.pair("mlx5_0", rcOpts{})
+	w.run(time.Millisecond)
+	hca := w.nodes[0].host.HCA("mlx5_0")
+	must(t, w.f.SetLink(hca.Port(2), false))
+	w.run(time.Millisecond)
+	if s := a.state(t); s.State != fsm.APMArmed || s.Alternate != (fsm.PathRef{Port: 1, Bits: 1}) {
+		t.Fatalf("alternate port down: %+v, want re-armed on the LMC path of port 1", s)
+	}
+	must(t, w.f.SetLink(hca.Port(1), false))
+	w.run(time.Millisecond)
+	s := a.state(t)
+	if s.State != fsm.APMHandedOver || len(a.n.ho.got) != 1 || !strings.Contains(a.n.ho.got[0], "primary port down") {
+		t.Fatalf("both ports down: %+v, handovers %q", s, a.n.ho.got)
+	}
+	_ = b
+}
+
+func TestPathMigErrHandsOver(t *testing.T) {
+	w := newWorld(t, sim.RailSpec{Config: sim.Config{Seed: 2}, Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 2}, apm.Config{})
+	a, b := w.pair("mlx5_0", rcOpts{})
+	w.run(time.Millisecond)
+	// The peer's alternate port dies (nothing tells node0), then the
+	// primary cable on the peer side: node0's HCA migrates into a dead path.
+	peer := w.nodes[1].host.HCA("mlx5_0")
+	must(t, w.f.SetLink(peer.Port(2), false))
+	tr := &traffic{a: a, b: b}
+	tr.post(t, 1)
+	must(t, w.f.SetLink(peer.Port(1), false))
+	w.run(time.Second)
+	tr.poll(t)
+	if len(tr.errs) != 1 || tr.errs[0].Status != verbs.WCRetryExcErr {
+		t.Fatalf("completions ok=%d errs=%+v, want RETRY_EXC_ERR surfacing", tr.ok, tr.errs)
+	}
+	if s := a.state(t); s.State != fsm.APMHandedOver || !strings.Contains(s.Reason, "PATH_MIG_ERR") {
+		t.Fatalf("status %+v, want handed over on PATH_MIG_ERR", s)
+	}
+	if !slices.Contains(a.n.events, verbs.EventPathMigErr) {
+		t.Fatalf("events %v lack PATH_MIG_ERR", a.n.events)
+	}
+}
+
+func TestLMCOnlyFabric(t *testing.T) {
+	w := newWorld(t, sim.RailSpec{Config: sim.Config{Seed: 3}, Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 1, LMC: 2}, apm.Config{})
+	a, b := w.pair("mlx5_0", rcOpts{})
+	w.run(time.Millisecond)
+	if s := a.state(t); s.State != fsm.APMArmed || s.Alternate != (fsm.PathRef{Port: 1, Bits: 1}) {
+		t.Fatalf("single-port LMC fabric: %+v, want armed on path bits 1", s)
+	}
+	must(t, a.n.mgr.Migrate(a.qp))
+	tr := &traffic{a: a, b: b}
+	w.runTraffic(tr, 5*time.Millisecond, 50*time.Microsecond)
+	if len(tr.errs) != 0 || tr.ok == 0 {
+		t.Fatalf("traffic on the LMC path: ok %d errs %v", tr.ok, tr.errs)
+	}
+	if s := a.state(t); s.Primary != (fsm.PathRef{Port: 1, Bits: 1}) || s.State != fsm.APMArmed {
+		t.Fatalf("after migrating: %+v, want primary bits 1 and re-armed", s)
+	}
+}
+
+func TestManualMigrateAndMaintenance(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{Failback: fsm.FailbackManual})
+	var ends [][2]*end
+	for i := 0; i < 3; i++ {
+		a, b := w.pair("mlx5_0", rcOpts{})
+		ends = append(ends, [2]*end{a, b})
+	}
+	a0 := ends[0][0]
+	w.run(time.Millisecond)
+	dry, err := a0.n.mgr.MigratePort(a0.ctx, 1, true)
+	must(t, err)
+	if len(dry) != 3 || a0.port(t) != 1 {
+		t.Fatalf("dry run listed %d QPs and moved to port %d", len(dry), a0.port(t))
+	}
+	moved, err := a0.n.mgr.MigratePort(a0.ctx, 1, false)
+	must(t, err)
+	if len(moved) != 3 {
+		t.Fatalf("moved %d", len(moved))
+	}
+	for _, e := range ends {
+		if e[0].port(t) != 2 {
+			t.Fatalf("QP %#x still on port %d", e[0].qp.QPN(), e[0].port(t))
+		}
+	}
+	tr := &traffic{a: ends[1][0], b: ends[1][1]}
+	w.runTraffic(tr, 5*time.Millisecond, 50*time.Microsecond)
+	if len(tr.errs) != 0 || ends[1][1].port(t) != 2 {
+		t.Fatalf("peer did not follow: errs %v, peer port %d", tr.errs, ends[1][1].port(t))
+	}
+	w.run(300 * time.Millisecond)
+	// Manual failback: home is armed as the alternate but nobody moves.
+	if s := a0.state(t); s.State != fsm.APMArmed || s.Primary.Port != 2 || s.Alternate != s.Home {
+		t.Fatalf("manual failback: %+v, want on port 2 with home armed", s)
+	}
+	must(t, a0.n.mgr.Migrate(a0.qp))
+	if a0.port(t) != 1 {
+		t.Fatal("operator migrate did not bring the QP home")
+	}
+	if err := a0.n.mgr.Migrate(a0.qp); err == nil {
+		t.Fatal("migrating a QP that is not armed again must fail")
+	}
+}
+
+func TestAutoFailbackWaitsForHold(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{FailbackHold: 100 * time.Millisecond})
+	a, _ := w.pair("mlx5_0", rcOpts{})
+	w.run(time.Millisecond)
+	p1 := w.nodes[0].host.HCA("mlx5_0").Port(1)
+	must(t, w.f.SetLink(p1, false))
+	w.run(time.Millisecond)
+	if a.port(t) != 2 {
+		t.Fatal("no proactive migration")
+	}
+	must(t, w.f.SetLink(p1, true))
+	w.run(50 * time.Millisecond)
+	if a.port(t) != 2 {
+		t.Fatal("failed back before the hold-down")
+	}
+	w.run(60 * time.Millisecond)
+	if a.port(t) != 1 {
+		t.Fatalf("not back home after the hold-down: %+v", a.state(t))
+	}
+}
+
+func TestUnsupportedIsSkippedWithReason(t *testing.T) {
+	w := newWorld(t, sim.RailSpec{Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 1, LinkLayer: verbs.LinkLayerEthernet}, apm.Config{})
+	a, b := w.pair("rxe0", rcOpts{})
+	w.run(time.Millisecond)
+	s := a.state(t)
+	if s.State != fsm.APMUnsupported || !strings.Contains(s.Reason, "InfiniBand") {
+		t.Fatalf("RoCE: %+v, want unsupported with the reason", s)
+	}
+	tr := &traffic{a: a, b: b}
+	w.runTraffic(tr, time.Millisecond, 50*time.Microsecond)
+	if tr.ok == 0 || len(tr.errs) != 0 {
+		t.Fatal("RoCE traffic broken by APM")
+	}
+	if err := a.n.mgr.Arm(a.qp); err == nil || !strings.Contains(err.Error(), "unsupported") {
+		t.Fatalf("arm on RoCE: %v", err)
+	}
+
+	w2 := newWorld(t, sim.RailSpec{Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 2, NoAPM: true}, apm.Config{})
+	c, _ := w2.pair("mlx5_0", rcOpts{})
+	if s := c.state(t); s.State != fsm.APMUnsupported || !strings.Contains(s.Reason, "AUTO_PATH_MIG") {
+		t.Fatalf("no APM capability: %+v", s)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	bad := []apm.Config{{PollMin: time.Millisecond, PollMax: time.Microsecond}, {Failback: 7}, {ProbeInterval: -1}}
+	for _, c := range bad {
+		if _, err := apm.New(sim.New(sim.Config{}), c, &nopPeers{}, nil); err == nil {
+			t.Errorf("config %+v accepted", c)
+		}
+	}
+	if _, err := apm.New(nil, apm.Config{}, &nopPeers{}, nil); err == nil {
+		t.Error("nil clock accepted")
+	}
+}

@@ -1,0 +1,106 @@
+package apm
+
+import (
+	"time"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Tick does the timed work that is due: ARMED polls after REARM (with
+// backoff), probes for a better alternate, and auto failback once the home
+// path has been armed for the hold-down time. It returns how long until
+// more work is due, and whether any is scheduled at all (when not, the
+// caller may sleep until the next event).
+func (m *Manager) Tick() (wait time.Duration, pending bool) {
+	now := m.clock.Now()
+	next := time.Duration(-1)
+	due := func(t time.Duration) {
+		if next < 0 || t < next {
+			next = t
+		}
+	}
+	for _, d := range m.devs {
+		for _, e := range append([]*entry(nil), d.entries...) {
+			switch e.m.State {
+			case fsm.APMRearming:
+				if now >= e.nextPoll {
+					m.pollArmed(e, now)
+				}
+			case fsm.APMUnprotected:
+				if now >= e.nextProbe {
+					e.nextProbe = now + m.cfg.ProbeInterval
+					m.step(e, fsm.APMEvent{Kind: fsm.EvProbe})
+				}
+			case fsm.APMArmed:
+				m.armedWork(e, now)
+			}
+			switch e.m.State {
+			case fsm.APMRearming:
+				due(e.nextPoll)
+			case fsm.APMUnprotected:
+				due(e.nextProbe)
+			case fsm.APMArmed:
+				if e.m.WantsFailback() {
+					due(e.armedAt + m.cfg.FailbackHold)
+				} else if e.m.Primary != e.m.Home {
+					due(e.nextProbe)
+				}
+			}
+		}
+	}
+	if next < 0 {
+		return 0, false
+	}
+	return max(next-now, 0), true
+}
+
+// pollArmed queries a QP in REARM; Linux verbs has no ARMED event.
+func (m *Manager) pollArmed(e *entry, now time.Duration) {
+	attr, _, err := e.qp.Query(verbs.QPAttrState | verbs.QPAttrPathMigState)
+	switch {
+	case err != nil:
+		m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "ibv_query_qp: " + err.Error()})
+	case attr.QPState == verbs.QPSErr:
+		m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "QP is in ERR"})
+	case attr.PathMigState == verbs.MigArmed:
+		e.armedAt = now
+		m.stats.Armed++
+		m.step(e, fsm.APMEvent{Kind: fsm.EvArmedObserved})
+	default:
+		e.gap = min(2*e.gap, m.cfg.PollMax)
+		e.nextPoll = now + e.gap
+	}
+}
+
+// armedWork: failback when due; and, away from home with home not loaded,
+// a periodic look whether home is usable again (the peer's port coming back
+// raises no event here).
+func (m *Manager) armedWork(e *entry, now time.Duration) {
+	if e.m.WantsFailback() {
+		if now >= e.armedAt+m.cfg.FailbackHold {
+			m.step(e, fsm.APMEvent{Kind: fsm.EvFailbackDue})
+		}
+		return
+	}
+	if e.m.Primary == e.m.Home || now < e.nextProbe {
+		return
+	}
+	e.nextProbe = now + m.cfg.ProbeInterval
+	if e.m.HasAlt && e.m.Alt == e.m.Home {
+		return
+	}
+	attr, _, err := e.qp.Query(verbs.QPAttrPort | verbs.QPAttrAV | verbs.QPAttrTimeout)
+	if err != nil {
+		return
+	}
+	peer, err := m.peers.Peer(attr.AHAttr)
+	if err != nil || e.dev.descErr != nil {
+		return
+	}
+	cur := pathsel.Path{Port: attr.PortNum, AH: attr.AHAttr, PKeyIndex: attr.PKeyIndex, Timeout: attr.Timeout}
+	if pathsel.Usable(e.dev.desc, peer, cur, pathsel.Ref{Port: e.m.Home.Port, Bits: e.m.Home.Bits}, m.cfg.Policy) {
+		m.step(e, fsm.APMEvent{Kind: fsm.EvProbe})
+	}
+}

@@ -1,0 +1,254 @@
+package apm_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/apm"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+// world is a fabric with one process (and one apm manager) per host.
+type world struct {
+	t     testing.TB
+	f     *sim.Fabric
+	cat   *pathsel.Catalog
+	nodes []*node
+	step  time.Duration
+}
+
+type node struct {
+	host   *sim.Host
+	mgr    *apm.Manager
+	ctxs   []verbs.Context
+	byDev  map[string]verbs.Context
+	events []verbs.EventType
+	ho     *handovers
+}
+
+type handovers struct{ got []string }
+
+func (h *handovers) HandOver(qp verbs.QP, reason string) { h.got = append(h.got, reason) }
+
+// end is one side of a connection.
+type end struct {
+	n   *node
+	ctx verbs.Context
+	cq  verbs.CQ
+	qp  verbs.QP
+	buf []byte
+	mr  verbs.MR
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newWorld(t testing.TB, spec sim.RailSpec, cfg apm.Config) *world {
+	t.Helper()
+	f, err := sim.NewRailFabric(spec)
+	must(t, err)
+	w := &world{t: t, f: f, cat: &pathsel.Catalog{}, step: 20 * time.Microsecond}
+	// An observer context per HCA describes it to the catalog, as the
+	// replicated store will.
+	for _, h := range f.Hosts() {
+		for _, a := range h.HCAs() {
+			h, a := h, a
+			var obs verbs.Context
+			w.cat.Add(func() (pathsel.HCA, error) {
+				if obs == nil || !a.Alive() {
+					c, err := h.Open(a.Name())
+					if err != nil {
+						return pathsel.HCA{}, err
+					}
+					obs = c
+				}
+				return pathsel.Describe(obs)
+			})
+		}
+		n := &node{host: h, ho: &handovers{}, byDev: map[string]verbs.Context{}}
+		n.mgr, err = apm.New(f, cfg, w.cat, n.ho)
+		must(t, err)
+		w.nodes = append(w.nodes, n)
+	}
+	return w
+}
+
+// open creates an RC QP with a CQ and a registered buffer on dev of node i.
+func (w *world) open(i int, dev string) *end {
+	t := w.t
+	n := w.nodes[i]
+	ctx := n.byDev[dev]
+	if ctx == nil {
+		var err error
+		ctx, err = n.host.Open(dev)
+		must(t, err)
+		n.ctxs = append(n.ctxs, ctx)
+		n.byDev[dev] = ctx
+	}
+	pd, err := ctx.AllocPD()
+	must(t, err)
+	cq, err := ctx.CreateCQ(8192, nil, 0)
+	must(t, err)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 512, MaxRecvWR: 512, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(t, err)
+	buf := make([]byte, 1<<16)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	must(t, err)
+	return &end{n: n, ctx: ctx, cq: cq, qp: qp, buf: buf, mr: mr}
+}
+
+type rcOpts struct {
+	timeout uint8
+	plain   bool // connect with plain verbs instead of through the manager
+}
+
+// connect takes a from RESET to RTS towards b on port 1, through the
+// manager's ModifyQP (as the shim does) unless o.plain.
+func (w *world) connect(a, b *end, o rcOpts) {
+	t := w.t
+	if o.timeout == 0 {
+		o.timeout = 10
+	}
+	mod := func(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+		if o.plain {
+			return a.qp.Modify(attr, mask)
+		}
+		return a.n.mgr.ModifyQP(a.ctx, a.qp, attr, mask)
+	}
+	must(t, mod(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
+		QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	pa, err := b.ctx.QueryPort(1)
+	must(t, err)
+	ah := verbs.AHAttr{DLID: pa.LID, PortNum: 1}
+	if pa.LinkLayer == verbs.LinkLayerEthernet {
+		g, err := b.ctx.QueryGID(1, 1)
+		must(t, err)
+		ah = verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: g, SGIDIndex: 1, HopLimit: 64}, PortNum: 1}
+	}
+	must(t, mod(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: verbs.MTU2048, DestQPN: b.qp.QPN(),
+		RQPSN: 1, MaxDestRdAtomic: 4, MinRNRTimer: 1},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	must(t, mod(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 1, Timeout: o.timeout, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 4},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+			verbs.QPAttrMaxQPRdAtomic))
+}
+
+// pair builds a connected QP pair between node0 and node1 on dev.
+func (w *world) pair(dev string, o rcOpts) (*end, *end) {
+	a, b := w.open(0, dev), w.open(1, dev)
+	w.connect(a, b, o)
+	w.connect(b, a, o)
+	return a, b
+}
+
+// pump reads every pending async event into each node's manager, then
+// lets the managers do their timed work.
+func (w *world) pump() {
+	for _, n := range w.nodes {
+		for _, c := range n.ctxs {
+			for {
+				ev, err := c.GetAsyncEvent()
+				if err != nil {
+					if !errors.Is(err, verbs.EAGAIN) && !errors.Is(err, verbs.EIO) {
+						w.t.Fatalf("get_async_event: %v", err)
+					}
+					break
+				}
+				n.events = append(n.events, ev.Type)
+				n.mgr.HandleEvent(c, ev)
+				c.AckAsyncEvent(ev)
+			}
+		}
+		n.mgr.Tick()
+	}
+}
+
+// run advances virtual time by d, pumping events every step.
+func (w *world) run(d time.Duration) {
+	end := w.f.Now() + d
+	for w.f.Now() < end {
+		w.f.RunFor(min(w.step, end-w.f.Now()))
+		w.pump()
+	}
+}
+
+func (e *end) state(t testing.TB) apm.QPStatus {
+	t.Helper()
+	s, ok := e.n.mgr.QPStatus(e.qp)
+	if !ok {
+		t.Fatalf("QP %#x not registered", e.qp.QPN())
+	}
+	return s
+}
+
+func (e *end) port(t testing.TB) uint8 {
+	a, _, err := e.qp.Query(verbs.QPAttrPort)
+	must(t, err)
+	return a.PortNum
+}
+
+// traffic posts signaled WRITEs of 64 bytes from a to b and checks them.
+type traffic struct {
+	a, b   *end
+	posted int
+	ok     int
+	errs   []verbs.WC
+}
+
+func (tr *traffic) post(t testing.TB, n int) {
+	for i := 0; i < n; i++ {
+		off := tr.posted * 64 % (len(tr.a.buf) - 64)
+		for k := 0; k < 64; k++ {
+			tr.a.buf[off+k] = byte(tr.posted + k)
+		}
+		_, err := tr.a.qp.PostSend([]verbs.SendWR{{WRID: uint64(tr.posted), Opcode: verbs.WRRDMAWrite,
+			SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{{Addr: tr.a.mr.Addr() + uint64(off), Length: 64, LKey: tr.a.mr.LKey()}},
+			RemoteAddr: tr.b.mr.Addr() + uint64(off), RKey: tr.b.mr.RKey()}})
+		must(t, err)
+		tr.posted++
+	}
+}
+
+func (tr *traffic) poll(t testing.TB) {
+	wc := make([]verbs.WC, 64)
+	for {
+		n, err := tr.a.cq.Poll(wc)
+		must(t, err)
+		if n == 0 {
+			return
+		}
+		for _, w := range wc[:n] {
+			if w.Status == verbs.WCSuccess {
+				tr.ok++
+			} else {
+				tr.errs = append(tr.errs, w)
+			}
+		}
+	}
+}
+
+// runTraffic runs the world for d, posting one WRITE every gap.
+func (w *world) runTraffic(tr *traffic, d, gap time.Duration) {
+	end := w.f.Now() + d
+	for w.f.Now() < end {
+		if tr.posted-tr.ok-len(tr.errs) < 256 {
+			tr.post(w.t, 1)
+		}
+		w.run(gap)
+		tr.poll(w.t)
+	}
+}
+
+type nopPeers struct{}
+
+func (nopPeers) Peer(verbs.AHAttr) (pathsel.HCA, error) { return pathsel.HCA{}, errors.New("none") }
