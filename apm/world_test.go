@@ -18,6 +18,7 @@ type world struct {
 	cat   *pathsel.Catalog
 	nodes []*node
 	step  time.Duration
+	maxWR int // queue depth of new QPs (default 512)
 }
 
 type node struct {
@@ -54,7 +55,7 @@ func newWorld(t testing.TB, spec sim.RailSpec, cfg apm.Config) *world {
 	t.Helper()
 	f, err := sim.NewRailFabric(spec)
 	must(t, err)
-	w := &world{t: t, f: f, cat: &pathsel.Catalog{}, step: 20 * time.Microsecond}
+	w := &world{t: t, f: f, cat: &pathsel.Catalog{}, step: 20 * time.Microsecond, maxWR: 512}
 	// An observer context per HCA describes it to the catalog, as the
 	// replicated store will.
 	for _, h := range f.Hosts() {
@@ -97,9 +98,9 @@ func (w *world) open(i int, dev string) *end {
 	cq, err := ctx.CreateCQ(8192, nil, 0)
 	must(t, err)
 	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
-		Cap: verbs.QPCap{MaxSendWR: 512, MaxRecvWR: 512, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: w.maxWR, MaxRecvWR: w.maxWR, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	must(t, err)
-	buf := make([]byte, 1<<16)
+	buf := make([]byte, 64*w.maxWR)
 	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	must(t, err)
 	return &end{n: n, ctx: ctx, cq: cq, qp: qp, buf: buf, mr: mr}
