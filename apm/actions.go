@@ -2,6 +2,7 @@ package apm
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/pathsel"
@@ -74,6 +75,19 @@ func (m *Manager) load(e *entry, a fsm.APMAction) *fsm.APMEvent {
 	return &fsm.APMEvent{Kind: fsm.EvAltLoaded, Path: fsm.PathRef{Port: alt.Port, Bits: alt.Bits()}}
 }
 
+// peerWait is how long e may stay MIGRATED waiting for its peer.
+func (m *Manager) peerWait(e *entry) time.Duration {
+	if m.cfg.PeerWait > 0 {
+		return m.cfg.PeerWait
+	}
+	attr, _, err := e.qp.Query(verbs.QPAttrTimeout)
+	to := verbs.TimeoutDuration(attr.Timeout)
+	if err != nil || to == 0 {
+		return 100 * time.Millisecond
+	}
+	return max(to*3/2, time.Millisecond)
+}
+
 // migrate moves traffic to the armed alternate now.
 func (m *Manager) migrate(e *entry, a fsm.APMAction) *fsm.APMEvent {
 	err := e.qp.Modify(&verbs.QPAttr{PathMigState: verbs.MigMigrated}, verbs.QPAttrPathMigState)
@@ -83,6 +97,7 @@ func (m *Manager) migrate(e *entry, a fsm.APMAction) *fsm.APMEvent {
 		if e.m.WantsFailback() {
 			m.stats.Failbacks++
 		}
+		e.peerUntil = m.clock.Now() + m.peerWait(e)
 		return &fsm.APMEvent{Kind: fsm.EvMigrated}
 	}
 	// The HCA may have migrated on its own meanwhile: take the QP's word.

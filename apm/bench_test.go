@@ -6,6 +6,7 @@ import (
 
 	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
 
@@ -31,9 +32,20 @@ func armAll(b *testing.B, w *world, ends []*end) {
 		must(b, e.n.mgr.Register(e.ctx, e.qp))
 	}
 	b.StopTimer()
-	w.f.RunFor(sim.DefaultConfig.ArmDelay + time.Microsecond)
+	pingAll(b, w, ends)
 	b.StartTimer()
 	ends[0].n.mgr.Tick()
+}
+
+// pingAll lets the alternates load and sends one zero-length WRITE on each
+// QP: REARM -> ARMED needs a packet from the (re-armed) peer.
+func pingAll(b *testing.B, w *world, ends []*end) {
+	w.f.RunFor(sim.DefaultConfig.ArmDelay + time.Microsecond)
+	for _, e := range ends {
+		_, err := e.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, RemoteAddr: e.mr.Addr(), RKey: e.mr.RKey()}})
+		must(b, err)
+	}
+	w.f.RunFor(50 * time.Microsecond)
 }
 
 // BenchmarkArm measures the software cost to arm a connected QP: choose
@@ -76,7 +88,7 @@ func BenchmarkRearmAfterMassMigration(b *testing.B) {
 		el := time.Since(t0)
 		b.StopTimer()
 		ctx.AckAsyncEvent(ev)
-		w.f.RunFor(sim.DefaultConfig.ArmDelay + time.Microsecond)
+		pingAll(b, w, as)
 		b.StartTimer()
 		t0 = time.Now()
 		mgr.Tick()

@@ -26,6 +26,11 @@ type Config struct {
 	// auto failback moves traffic back, so the peer has re-armed too and
 	// a flapping port does not bounce traffic. Default 200 ms.
 	FailbackHold time.Duration
+	// PeerWait bounds how long a QP that ibpath migrated stays MIGRATED
+	// waiting for the peer to follow (PeerFollowed) before it re-arms.
+	// 0: 1.5 x the QP's local ACK timeout (at least 1 ms), by when any WR
+	// in flight has been resent on the new path and has moved the peer.
+	PeerWait time.Duration
 }
 
 // DefaultConfig holds the defaults.
@@ -58,8 +63,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.PollMin < 0 || c.PollMax < c.PollMin:
 		return c, fmt.Errorf("apm: config: need 0 < poll-min <= poll-max, got %v and %v", c.PollMin, c.PollMax)
-	case c.ProbeInterval < 0 || c.FailbackHold < 0:
-		return c, fmt.Errorf("apm: config: negative probe interval %v or failback hold %v", c.ProbeInterval, c.FailbackHold)
+	case c.ProbeInterval < 0 || c.FailbackHold < 0 || c.PeerWait < 0:
+		return c, fmt.Errorf("apm: config: negative probe interval %v, failback hold %v or peer wait %v", c.ProbeInterval, c.FailbackHold, c.PeerWait)
 	case c.Failback != fsm.FailbackAuto && c.Failback != fsm.FailbackManual:
 		return c, fmt.Errorf("apm: config: unknown failback %d", c.Failback)
 	case len(c.Policy) == 0:

@@ -53,6 +53,17 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 	}
 }
 
+// PeerFollowed tells the manager that traffic on qp proves its peer has
+// moved to the new path after a migration ibpath made: a successful
+// completion of a WR posted after the migration, or of a probe. The QP
+// then re-arms at once instead of after Config.PeerWait. The shim's data
+// path calls it; it is cheap and ignored in any other state.
+func (m *Manager) PeerFollowed(qp verbs.QP) {
+	if e := m.byQP[qp]; e != nil && e.m.State == fsm.APMAwaitPeer {
+		m.step(e, fsm.APMEvent{Kind: fsm.EvPeerFollowed})
+	}
+}
+
 // ErrorCompletion tells the manager the data path saw an error completion
 // on qp: layer 1 can no longer help it.
 func (m *Manager) ErrorCompletion(qp verbs.QP, st verbs.WCStatus) {

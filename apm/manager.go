@@ -39,6 +39,7 @@ type entry struct {
 	gap        time.Duration // Rearming: current backoff
 	nextProbe  time.Duration // next look for a better alternate
 	armedAt    time.Duration
+	peerUntil  time.Duration // awaiting-peer: re-arm at the latest then
 	migrations int
 	preloaded  *pathsel.Alternate // loaded by the application's own modify
 }

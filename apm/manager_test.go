@@ -16,7 +16,9 @@ var dualPort = sim.RailSpec{Config: sim.Config{Seed: 1}, Hosts: 2, HCAsPerHost: 
 
 func TestModifyQPArmsAtConnect(t *testing.T) {
 	w := newWorld(t, dualPort, apm.Config{})
-	a, b := w.pair("mlx5_0", rcOpts{})
+	a, b := w.open(0, "mlx5_0"), w.open(1, "mlx5_0")
+	w.connect(a, b, rcOpts{})
+	w.connect(b, a, rcOpts{})
 	// The alternate went into the application's own INIT->RTR and RTR->RTS.
 	attr, _, err := a.qp.Query(verbs.QPAttrAltPath | verbs.QPAttrPathMigState)
 	must(t, err)
@@ -24,6 +26,11 @@ func TestModifyQPArmsAtConnect(t *testing.T) {
 		t.Fatalf("after connect: alt port %d, %v; want port 2 loaded with REARM", attr.AltPortNum, attr.PathMigState)
 	}
 	w.run(time.Millisecond)
+	if s := a.state(t); s.State != fsm.APMRearming {
+		t.Fatalf("no traffic yet: %+v, want rearming (ARMED needs a packet from the re-armed peer)", s)
+	}
+	w.ping(a, b)
+	w.run(11 * time.Millisecond) // the ARMED poll has backed off to at most 10 ms
 	for _, e := range []*end{a, b} {
 		s := e.state(t)
 		if s.State != fsm.APMArmed || s.Alternate != (fsm.PathRef{Port: 2}) || s.Primary != (fsm.PathRef{Port: 1}) {
@@ -44,6 +51,11 @@ func TestRegisterArmsAConnectedQP(t *testing.T) {
 		t.Fatal("registering twice was accepted")
 	}
 	w.run(time.Millisecond)
+	if s := a.state(t); s.State != fsm.APMRearming {
+		t.Fatalf("idle QP: %+v, want rearming until the peer's first packet", s)
+	}
+	w.ping(a, b)
+	w.run(11 * time.Millisecond)
 	if s := a.state(t); s.State != fsm.APMArmed || s.Alternate.Port != 2 {
 		t.Fatalf("status %+v", s)
 	}
@@ -68,7 +80,7 @@ func recovery(t *testing.T, proactive bool) time.Duration {
 			must(t, x[0].qp.Modify(&verbs.QPAttr{AltAHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 2}, AltPortNum: 2,
 				AltTimeout: 14, PathMigState: verbs.MigRearm}, verbs.QPAttrAltPath|verbs.QPAttrPathMigState))
 		}
-		w.run(time.Millisecond)
+		w.ping(a, b)
 	}
 	tr := &traffic{a: a, b: b}
 	tr.post(t, 1)
@@ -155,7 +167,7 @@ func TestBothPortsDownHandsOver(t *testing.T) {
 	w.run(time.Millisecond)
 	hca := w.nodes[0].host.HCA("mlx5_0")
 	must(t, w.f.SetLink(hca.Port(2), false))
-	w.run(time.Millisecond)
+	w.runTraffic(&traffic{a: a, b: b}, 15*time.Millisecond, 100*time.Microsecond)
 	if s := a.state(t); s.State != fsm.APMArmed || s.Alternate != (fsm.PathRef{Port: 1, Bits: 1}) {
 		t.Fatalf("alternate port down: %+v, want re-armed on the LMC path of port 1", s)
 	}
@@ -165,7 +177,6 @@ func TestBothPortsDownHandsOver(t *testing.T) {
 	if s.State != fsm.APMHandedOver || len(a.n.ho.got) != 1 || !strings.Contains(a.n.ho.got[0], "primary port down") {
 		t.Fatalf("both ports down: %+v, handovers %q", s, a.n.ho.got)
 	}
-	_ = b
 }
 
 func TestPathMigErrHandsOver(t *testing.T) {
@@ -195,13 +206,16 @@ func TestPathMigErrHandsOver(t *testing.T) {
 func TestLMCOnlyFabric(t *testing.T) {
 	w := newWorld(t, sim.RailSpec{Config: sim.Config{Seed: 3}, Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 1, LMC: 2}, apm.Config{})
 	a, b := w.pair("mlx5_0", rcOpts{})
-	w.run(time.Millisecond)
+	w.run(11 * time.Millisecond)
 	if s := a.state(t); s.State != fsm.APMArmed || s.Alternate != (fsm.PathRef{Port: 1, Bits: 1}) {
 		t.Fatalf("single-port LMC fabric: %+v, want armed on path bits 1", s)
 	}
 	must(t, a.n.mgr.Migrate(a.qp))
+	if s := a.state(t); s.State != fsm.APMAwaitPeer {
+		t.Fatalf("right after its own migration: %+v, want awaiting-peer", s)
+	}
 	tr := &traffic{a: a, b: b}
-	w.runTraffic(tr, 5*time.Millisecond, 50*time.Microsecond)
+	w.runTraffic(tr, 15*time.Millisecond, 50*time.Microsecond)
 	if len(tr.errs) != 0 || tr.ok == 0 {
 		t.Fatalf("traffic on the LMC path: ok %d errs %v", tr.ok, tr.errs)
 	}
@@ -239,7 +253,7 @@ func TestManualMigrateAndMaintenance(t *testing.T) {
 	if len(tr.errs) != 0 || ends[1][1].port(t) != 2 {
 		t.Fatalf("peer did not follow: errs %v, peer port %d", tr.errs, ends[1][1].port(t))
 	}
-	w.run(300 * time.Millisecond)
+	w.runTraffic(&traffic{a: a0, b: ends[0][1]}, 300*time.Millisecond, 100*time.Microsecond)
 	// Manual failback: home is armed as the alternate but nobody moves.
 	if s := a0.state(t); s.State != fsm.APMArmed || s.Primary.Port != 2 || s.Alternate != s.Home {
 		t.Fatalf("manual failback: %+v, want on port 2 with home armed", s)
@@ -255,8 +269,9 @@ func TestManualMigrateAndMaintenance(t *testing.T) {
 
 func TestAutoFailbackWaitsForHold(t *testing.T) {
 	w := newWorld(t, dualPort, apm.Config{FailbackHold: 100 * time.Millisecond})
-	a, _ := w.pair("mlx5_0", rcOpts{})
-	w.run(time.Millisecond)
+	a, b := w.pair("mlx5_0", rcOpts{})
+	w.run(11 * time.Millisecond)
+	tr := &traffic{a: a, b: b}
 	p1 := w.nodes[0].host.HCA("mlx5_0").Port(1)
 	must(t, w.f.SetLink(p1, false))
 	w.run(time.Millisecond)
@@ -264,13 +279,16 @@ func TestAutoFailbackWaitsForHold(t *testing.T) {
 		t.Fatal("no proactive migration")
 	}
 	must(t, w.f.SetLink(p1, true))
-	w.run(50 * time.Millisecond)
+	w.runTraffic(tr, 50*time.Millisecond, 100*time.Microsecond)
 	if a.port(t) != 2 {
 		t.Fatal("failed back before the hold-down")
 	}
-	w.run(60 * time.Millisecond)
+	w.runTraffic(tr, 80*time.Millisecond, 100*time.Microsecond)
 	if a.port(t) != 1 {
 		t.Fatalf("not back home after the hold-down: %+v", a.state(t))
+	}
+	if len(tr.errs) != 0 {
+		t.Fatalf("errors %+v", tr.errs)
 	}
 }
 

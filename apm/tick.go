@@ -35,12 +35,18 @@ func (m *Manager) Tick() (wait time.Duration, pending bool) {
 				}
 			case fsm.APMArmed:
 				m.armedWork(e, now)
+			case fsm.APMAwaitPeer:
+				if now >= e.peerUntil {
+					m.step(e, fsm.APMEvent{Kind: fsm.EvProbe})
+				}
 			}
 			switch e.m.State {
 			case fsm.APMRearming:
 				due(e.nextPoll)
 			case fsm.APMUnprotected:
 				due(e.nextProbe)
+			case fsm.APMAwaitPeer:
+				due(e.peerUntil)
 			case fsm.APMArmed:
 				if e.m.WantsFailback() {
 					due(e.armedAt + m.cfg.FailbackHold)

@@ -144,12 +144,27 @@ func (w *world) connect(a, b *end, o rcOpts) {
 			verbs.QPAttrMaxQPRdAtomic))
 }
 
-// pair builds a connected QP pair between node0 and node1 on dev.
+// pair builds a connected QP pair between node0 and node1 on dev. Unless
+// connected with plain verbs, the pair exchanges one packet each way after
+// the alternates load, as REARM -> ARMED needs (see ping).
 func (w *world) pair(dev string, o rcOpts) (*end, *end) {
 	a, b := w.open(0, dev), w.open(1, dev)
 	w.connect(a, b, o)
 	w.connect(b, a, o)
+	if !o.plain {
+		w.ping(a, b)
+	}
 	return a, b
+}
+
+// ping waits for alternates to load, then sends one zero-length unsignaled
+// WRITE from a to b; it and its ACK carry MigReq clear, which tells each
+// end that the other has re-armed. Idle QPs stay in REARM without it.
+func (w *world) ping(a, b *end) {
+	w.run(sim.DefaultConfig.ArmDelay + time.Microsecond)
+	_, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	must(w.t, err)
+	w.run(40 * time.Microsecond)
 }
 
 // pump reads every pending async event into each node's manager, then
@@ -204,6 +219,7 @@ type traffic struct {
 	posted int
 	ok     int
 	errs   []verbs.WC
+	epoch  map[uint64]int // wr_id -> a's migration count when posted
 }
 
 func (tr *traffic) post(t testing.TB, n int) {
@@ -216,6 +232,11 @@ func (tr *traffic) post(t testing.TB, n int) {
 			SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{{Addr: tr.a.mr.Addr() + uint64(off), Length: 64, LKey: tr.a.mr.LKey()}},
 			RemoteAddr: tr.b.mr.Addr() + uint64(off), RKey: tr.b.mr.RKey()}})
 		must(t, err)
+		if tr.epoch == nil {
+			tr.epoch = map[uint64]int{}
+		}
+		st, _ := tr.a.n.mgr.QPStatus(tr.a.qp)
+		tr.epoch[uint64(tr.posted)] = st.Migrations
 		tr.posted++
 	}
 }
@@ -231,6 +252,11 @@ func (tr *traffic) poll(t testing.TB) {
 		for _, w := range wc[:n] {
 			if w.Status == verbs.WCSuccess {
 				tr.ok++
+				// As the shim does: a WR posted after the latest
+				// migration completed, so the peer has followed.
+				if st, ok := tr.a.n.mgr.QPStatus(tr.a.qp); ok && tr.epoch[w.WRID] == st.Migrations {
+					tr.a.n.mgr.PeerFollowed(tr.a.qp)
+				}
 			} else {
 				tr.errs = append(tr.errs, w)
 			}

@@ -40,31 +40,47 @@ func TestPumpDeliversPortEventsToEverySubscriber(t *testing.T) {
 	wantClosed(t, s2)
 }
 
-// armedQP connects an RC QP of b's context to a QP on node1 and arms an
-// alternate path on port 2, so that a manual migration raises PATH_MIG.
+// armedQP connects an RC QP of b's context to a QP on node1, both with an
+// alternate path on port 2, and exchanges one packet so both turn ARMED
+// (REARM -> ARMED needs a packet from the re-armed peer); a manual
+// migration then raises PATH_MIG.
 func armedQP(t *testing.T, b *testbed) (verbs.QP, verbs.CQ) {
 	t.Helper()
 	peerCtx, err := b.f.Host("node1").Open("mlx5_0")
 	must(t, err)
 	qp, cq := newQP(t, b.ctx)
 	peer, _ := newQP(t, peerCtx)
-	ah := func(port uint8) verbs.AHAttr {
-		pa, err := peerCtx.QueryPort(port)
-		must(t, err)
-		return verbs.AHAttr{DLID: pa.LID, PortNum: port}
+	connect := func(q verbs.QP, to verbs.Context, dest verbs.QP) {
+		ah := func(port uint8) verbs.AHAttr {
+			pa, err := to.QueryPort(port)
+			must(t, err)
+			return verbs.AHAttr{DLID: pa.LID, PortNum: port}
+		}
+		must(t, q.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+		must(t, q.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah(1), PathMTU: verbs.MTU1024,
+			DestQPN: dest.QPN(), RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1},
+			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+		must(t, q.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 1, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+				verbs.QPAttrMaxQPRdAtomic))
+		must(t, q.Modify(&verbs.QPAttr{AltAHAttr: ah(2), AltPortNum: 2, AltTimeout: 10, PathMigState: verbs.MigRearm},
+			verbs.QPAttrAltPath|verbs.QPAttrPathMigState))
 	}
-	must(t, qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
-	must(t, qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah(1), PathMTU: verbs.MTU1024,
-		DestQPN: peer.QPN(), RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 1, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic))
-	must(t, qp.Modify(&verbs.QPAttr{AltAHAttr: ah(2), AltPortNum: 2, AltTimeout: 10, PathMigState: verbs.MigRearm},
-		verbs.QPAttrAltPath|verbs.QPAttrPathMigState))
+	connect(qp, peerCtx, peer)
+	connect(peer, b.ctx, qp)
 	b.f.RunFor(time.Millisecond)
+	// A zero-length unsignaled WRITE (no key is checked) and its ACK.
+	if _, err := qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite}}); err != nil {
+		t.Fatal(err)
+	}
+	b.f.RunFor(time.Millisecond)
+	a, _, err := qp.Query(verbs.QPAttrPathMigState)
+	must(t, err)
+	if a.PathMigState != verbs.MigArmed {
+		t.Fatalf("test QP not armed: %v", a.PathMigState)
+	}
 	return qp, cq
 }
 

@@ -31,6 +31,12 @@ const (
 	APMRearming
 	// APMArmed: the HCA can migrate to the alternate by itself.
 	APMArmed
+	// APMAwaitPeer: ibpath migrated the QP itself and waits for the peer
+	// to follow before re-arming. The QP stays MIGRATED meanwhile, so its
+	// packets carry MigReq and make the peer's HCA migrate; re-arming too
+	// early would clear MigReq and the peer, still on the old path, would
+	// drop them.
+	APMAwaitPeer
 	// APMHandedOver: layer 1 cannot help; the QP belongs to the next layer
 	// (or its error surfaces). Final until the QP is reset.
 	APMHandedOver
@@ -47,6 +53,8 @@ func (s APMState) String() string {
 		return "rearming"
 	case APMArmed:
 		return "armed"
+	case APMAwaitPeer:
+		return "awaiting-peer"
 	case APMHandedOver:
 		return "handed-over"
 	case APMUnsupported:
@@ -102,8 +110,9 @@ const (
 	EvPortUp                               // PORT_ACTIVE on Port
 	EvMigrateRequested                     // an operator asks to move to the alternate
 	EvMigrated                             // the driver's ibv_modify_qp(MIGRATED) succeeded
+	EvPeerFollowed                         // traffic proves the peer moved to the new path
 	EvResync                               // the QP's real primary is Path and it is not armed
-	EvProbe                                // periodic: try again to find an alternate
+	EvProbe                                // periodic: look for an alternate (ends awaiting-peer)
 	EvFailbackDue                          // the home alternate has been armed long enough
 	EvQPError                              // error completion, QP or device fatal (Reason)
 	EvUnsupported                          // APM is impossible (Reason)
@@ -111,7 +120,7 @@ const (
 
 var evNames = [...]string{"arm-requested", "alt-loaded", "no-alternate", "armed-observed",
 	"path-migrated", "path-mig-err", "port-down", "port-up", "migrate-requested", "migrated",
-	"resync", "probe", "failback-due", "qp-error", "unsupported"}
+	"peer-followed", "resync", "probe", "failback-due", "qp-error", "unsupported"}
 
 func (k APMEventKind) String() string {
 	if int(k) < len(evNames) {
@@ -222,10 +231,20 @@ func (m *APM) Step(ev APMEvent) []APMAction {
 	case EvPathMigErr:
 		return m.handOver("PATH_MIG_ERR: the alternate path failed too")
 	case EvArmRequested, EvProbe:
-		if m.State != APMUnprotected && !(ev.Kind == EvProbe && m.State == APMArmed && m.homeMissing()) {
+		switch {
+		case m.State == APMUnprotected:
+		case ev.Kind == EvProbe && m.State == APMAwaitPeer:
+			return m.load("re-arm after waiting for the peer")
+		case ev.Kind == EvProbe && m.State == APMArmed && m.homeMissing():
+		default:
 			return nil
 		}
 		return m.load("arm")
+	case EvPeerFollowed:
+		if m.State != APMAwaitPeer {
+			return nil
+		}
+		return m.load("re-arm: the peer followed")
 	case EvAltLoaded:
 		m.Alt, m.HasAlt, m.State, m.Reason = ev.Path, true, APMRearming, ""
 		return []APMAction{{Kind: ActPollArmed}}
@@ -268,13 +287,22 @@ func (m *APM) Step(ev APMEvent) []APMAction {
 			return nil
 		}
 		m.Primary, m.Alt = m.Alt, m.Primary
-		m.HasAlt, m.State = false, APMUnprotected
-		return m.load("re-arm after migration")
+		m.HasAlt, m.State, m.Reason = false, APMAwaitPeer, ""
+		return nil
 	case EvPortDown:
 		return m.portDown(ev.Port)
 	case EvPortUp:
+		if m.State == APMAwaitPeer {
+			return nil // re-arming now would clear MigReq before the peer follows
+		}
 		if m.State == APMUnprotected || (ev.Port == m.Home.Port && m.homeMissing()) {
 			return m.load("port up")
+		}
+		if m.HasAlt && m.Alt.Port == m.Primary.Port && ev.Port != m.Primary.Port {
+			// The alternate shares the primary's port (an LMC path) and would
+			// die with it; another port is back, so look again. An
+			// alternate can only arm while the primary still carries packets.
+			return m.load("another port is up")
 		}
 	}
 	return nil

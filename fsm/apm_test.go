@@ -192,7 +192,7 @@ func FuzzAPM(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := NewAPM(PathRef{Port: 1}, Failback(len(data)%2))
 		for i, b := range data {
-			ev := APMEvent{Kind: APMEventKind(b % 15), Port: 1 + b/15%2, Path: PathRef{Port: 1 + b/30%2, Bits: b / 60 % 2}}
+			ev := APMEvent{Kind: APMEventKind(b % 16), Port: 1 + b/15%2, Path: PathRef{Port: 1 + b/30%2, Bits: b / 60 % 2}}
 			before := m.State
 			acts := m.Step(ev)
 			if (before == APMHandedOver || before == APMUnsupported) && (len(acts) != 0 || m.State != before) {

@@ -1,7 +1,8 @@
 // Command ibpath is the command-line tool of ibpath, which keeps RDMA
 // traffic alive through InfiniBand hardware faults. For now it has one
 // command, `sim`, which plays a scripted fault scenario on the simulated
-// fabric and prints what an application sees through verbs.
+// fabric and prints what an application sees through verbs and what
+// layer 1 (APM) of ibpath does about it.
 package main
 
 import (
@@ -28,7 +29,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{{
 			Name:    "sim",
 			Aliases: []string{"demo"},
-			Usage:   "play a scripted fault scenario (cable pull, HCA death) on the simulated fabric",
+			Usage:   "play a scripted fault scenario (cable pull and plug, HCA death) on the simulated fabric, with layer 1 (APM) at work",
 			Flags: []cli.Flag{
 				&cli.UintFlag{Name: "seed", Value: 1, Usage: "seed of the simulated fabric"},
 				&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also print every fabric trace record"},

@@ -14,8 +14,10 @@ func TestSimCommand(t *testing.T) {
 		if err := app.Run(args); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out.String())
 		}
-		if !strings.Contains(out.String(), "PATH_MIG") {
-			t.Errorf("%v: output lacks PATH_MIG:\n%s", args, out.String())
+		for _, want := range []string{"PATH_MIG", "layer 1: armed", "handed to layer 2"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, out.String())
+			}
 		}
 	}
 }

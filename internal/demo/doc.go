@@ -1,9 +1,15 @@
 // Package demo owns the scripted simulator demo behind `ibpath sim`: it
-// builds a small rail-optimized fabric on verbs/sim, connects two RC queue
-// pairs (one with an alternate path armed for APM, one without), drives
-// application traffic in virtual time, pulls a cable and kills an HCA, and
-// prints a readable timeline of what an application sees through verbs:
-// async events, retries, path migration and error completions.
+// builds a small rail-optimized fabric on verbs/sim, runs one layer-1
+// manager (apm.Manager) per host as ibpath does, connects two RC queue
+// pairs through the managers' ModifyQP (so both are armed for Automatic
+// Path Migration), drives application traffic in virtual time, pulls a
+// cable, plugs it back and kills an HCA, and prints a readable timeline of
+// what the application sees through verbs (async events, retries, error
+// completions) beside what layer 1 does (arming, proactive migration,
+// re-arming, failback, handover to the next layer).
 //
-// The demo is deterministic: the same seed gives byte-identical output.
+// Everything runs on one goroutine: the demo's loop reads async events
+// into the managers and calls their Tick at the instants Tick asks for,
+// as the runtime will. The demo is deterministic: the same seed gives
+// byte-identical output.
 package demo

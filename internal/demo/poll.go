@@ -6,30 +6,40 @@ import (
 	"strings"
 
 	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
 )
 
-// pollEvents reads the context's async events until EAGAIN, acknowledging
-// each one.
-func (s *scenario) pollEvents(d *device) error {
+// pollEvents reads the context's async events until EAGAIN: each one is
+// shown to the application, then to the host's layer-1 manager (whose
+// status changes are printed), then acknowledged. It returns how many it
+// read.
+func (s *scenario) pollEvents(d *device) (int, error) {
+	n := 0
 	for {
 		ev, err := d.ctx.GetAsyncEvent()
 		if errors.Is(err, verbs.EAGAIN) {
-			return nil
+			return n, nil
 		}
 		if err != nil {
-			return fmt.Errorf("ibv_get_async_event on %s: %w", d, err)
+			return n, fmt.Errorf("ibv_get_async_event on %s: %w", d, err)
 		}
+		n++
 		herr := s.onEvent(d, ev)
+		if herr == nil {
+			before := d.host.mgr.Status()
+			d.host.mgr.HandleEvent(d.ctx, ev)
+			s.printL1(s.diffL1(d.host, before, ev.Type.String()))
+		}
 		d.ctx.AckAsyncEvent(ev)
 		if herr != nil {
-			return herr
+			return n, herr
 		}
 	}
 }
 
 func (s *scenario) onEvent(d *device, ev verbs.AsyncEvent) error {
 	now := s.f.Now()
-	rec := EventRecord{At: now, Host: d.host, Device: d.name, Type: ev.Type}
+	rec := EventRecord{At: now, Host: d.host.name, Device: d.name, Type: ev.Type}
 	var e *endpoint
 	switch ev.Type.Scope() {
 	case verbs.ScopePort:
@@ -41,7 +51,7 @@ func (s *scenario) onEvent(d *device, ev verbs.AsyncEvent) error {
 			}
 		}
 	}
-	s.res.Events[d.host] = append(s.res.Events[d.host], rec)
+	s.res.Events[d.host.name] = append(s.res.Events[d.host.name], rec)
 	switch {
 	case ev.Type == verbs.EventDeviceFatal:
 		for _, x := range d.eps {
@@ -54,6 +64,9 @@ func (s *scenario) onEvent(d *device, ev verbs.AsyncEvent) error {
 			return err
 		}
 		e.port = attr.PortNum
+		if s.muted[e.qpName] {
+			return nil
+		}
 		s.p.at(now, "%v: async event PATH_MIG: now on port %d, path_mig_state %v", e, attr.PortNum, attr.PathMigState)
 	case ev.Type.Scope() == verbs.ScopeQP:
 		if e != nil && ev.Type != verbs.EventCommEst && ev.Type != verbs.EventPathMigErr {
@@ -73,6 +86,7 @@ func (s *scenario) onEvent(d *device, ev verbs.AsyncEvent) error {
 func (s *scenario) pollCQ(d *device) error {
 	wcs := make([]verbs.WC, 64)
 	var errs errRuns
+	var l1 []l1Change
 	consumed := map[*endpoint]int{}
 	for {
 		n, err := d.cq.Poll(wcs)
@@ -91,6 +105,10 @@ func (s *scenario) pollCQ(d *device) error {
 			switch {
 			case wc.Status != verbs.WCSuccess:
 				e.noteError(wc.Status)
+				// The shim tells layer 1 about every error completion.
+				before := d.host.mgr.Status()
+				d.host.mgr.ErrorCompletion(e.qp, wc.Status)
+				l1 = append(l1, s.diffL1(d.host, before, "error completion")...)
 				if recv {
 					e.t.recvErr++
 				} else {
@@ -99,6 +117,7 @@ func (s *scenario) pollCQ(d *device) error {
 				}
 				errs.add(e, recv, wc)
 			case recv:
+				s.noteOK(e)
 				e.t.recvOK++
 				e.t.winOK++
 				consumed[e]++
@@ -106,13 +125,23 @@ func (s *scenario) pollCQ(d *device) error {
 					s.p.at(s.f.Now(), "%v: DATA ERROR: %s", e, msg)
 				}
 			default:
+				s.noteOK(e)
 				e.t.sendOK++
 				e.t.winOK++
+				// As the shim will: a WR posted after layer 1's own
+				// migration completed, so the peer has followed.
+				if e.awaitFrom >= 0 && int64(wc.WRID/2) >= e.awaitFrom {
+					e.awaitFrom = -1
+					before := d.host.mgr.Status()
+					d.host.mgr.PeerFollowed(e.qp)
+					l1 = append(l1, s.diffL1(d.host, before, "peer followed")...)
+				}
 				e.t.inflight--
 			}
 		}
 	}
 	s.printErrRuns(errs)
+	s.printL1(l1)
 	for _, e := range d.eps {
 		if n := consumed[e]; n > 0 && !e.t.failed {
 			if err := e.postRecvs(n); err != nil {
@@ -121,6 +150,18 @@ func (s *scenario) pollCQ(d *device) error {
 		}
 	}
 	return nil
+}
+
+// noteOK records a successful completion of e, and the pause it ends.
+func (s *scenario) noteOK(e *endpoint) {
+	now := s.f.Now()
+	if e.t.lastOK > 0 && now-e.t.lastOK > pauseMin {
+		s.res.Pauses = append(s.res.Pauses, Pause{Host: e.dev.host.name, QP: e.qpName, From: e.t.lastOK, To: now})
+	}
+	if now > pullAt && e.t.lastOK <= pullAt && e.t.lastOK > 0 {
+		s.pullGap(e, now-e.t.lastOK)
+	}
+	e.t.lastOK = now
 }
 
 func (d *device) byQPN(qpn uint32) *endpoint {
@@ -133,15 +174,35 @@ func (d *device) byQPN(qpn uint32) *endpoint {
 }
 
 // flushTrace prints the trace records gathered since the last call: all of
-// them when verbose, otherwise only retries and migrations.
+// them when verbose, otherwise the first local ACK timeout of a series
+// and migrations the HCA made without raising an event (retries
+// exhausted); nothing of a QP whose bouncing is muted.
 func (s *scenario) flushTrace() {
 	for _, r := range s.trace {
 		switch {
 		case s.opts.Verbose:
 			s.p.at(r.At, "  trace %s/%s %-5s %s", r.Host, r.Device, r.Kind, r.Detail)
-		case r.Kind == "retry" || r.Kind == "apm" && strings.Contains(r.Detail, "migrated"):
+		case s.mutedTrace(r):
+		case r.Kind == "retry" && strings.Contains(r.Detail, "retry 1/"),
+			r.Kind == "apm" && strings.Contains(r.Detail, "retries exhausted"):
 			s.p.at(r.At, "%s/%s (sim %s) %s", r.Host, r.Device, r.Kind, r.Detail)
 		}
 	}
 	s.trace = s.trace[:0]
+}
+
+// mutedTrace: the record is about a QP whose bouncing is muted.
+func (s *scenario) mutedTrace(r sim.TraceRecord) bool {
+	var qpn uint32
+	if _, err := fmt.Sscanf(r.Detail, "qp %v", &qpn); err != nil {
+		return false
+	}
+	for _, d := range s.devs {
+		if d.host.name == r.Host && d.name == r.Device {
+			if e := d.byQPN(qpn); e != nil {
+				return s.muted[e.qpName]
+			}
+		}
+	}
+	return false
 }

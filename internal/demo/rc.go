@@ -21,22 +21,23 @@ const (
 
 // device is one open HCA: a context, a PD and the CQ its QPs share.
 type device struct {
-	host, name string
-	hca        *sim.HCA
-	ctx        verbs.Context
-	pd         verbs.PD
-	cq         verbs.CQ
-	eps        []*endpoint
+	host *host
+	name string
+	hca  *sim.HCA
+	ctx  verbs.Context
+	pd   verbs.PD
+	cq   verbs.CQ
+	eps  []*endpoint
 }
 
-func (d *device) String() string { return d.host + "/" + d.name }
+func (d *device) String() string { return d.host.name + "/" + d.name }
 
-func openDevice(f *sim.Fabric, host, name string) (*device, error) {
-	h := f.Host(host)
+func openDevice(f *sim.Fabric, hs *host, name string) (*device, error) {
+	h := f.Host(hs.name)
 	if h == nil || h.HCA(name) == nil {
-		return nil, fmt.Errorf("no device %s/%s in the fabric", host, name)
+		return nil, fmt.Errorf("no device %s/%s in the fabric", hs.name, name)
 	}
-	d := &device{host: host, name: name, hca: h.HCA(name)}
+	d := &device{host: hs, name: name, hca: h.HCA(name)}
 	var err error
 	if d.ctx, err = h.Open(name); err != nil {
 		return nil, fmt.Errorf("ibv_open_device %s: %w", d, err)
@@ -60,14 +61,19 @@ type endpoint struct {
 	mr     verbs.MR
 	peer   *endpoint
 	port   uint8 // primary port as last seen
-	tag    byte  // makes each direction's data pattern distinct
-	t      traffic
+	// lastHWMig is when layer 1 last saw this side's HCA migrate by itself.
+	lastHWMig time.Duration
+	tag       byte // makes each direction's data pattern distinct
+	// awaitFrom is the first seq posted while layer 1 waited for the peer
+	// to follow a migration it made (-1: not waiting).
+	awaitFrom int64
+	t         traffic
 }
 
 func (e *endpoint) String() string { return fmt.Sprintf("%s QP %s", e.dev, e.qpName) }
 
 func newEndpoint(d *device, qpName string, tag byte) (*endpoint, error) {
-	e := &endpoint{qpName: qpName, dev: d, tag: tag, buf: make([]byte, 2*nSlots*slotSize)}
+	e := &endpoint{qpName: qpName, dev: d, tag: tag, buf: make([]byte, 2*nSlots*slotSize), awaitFrom: -1}
 	var err error
 	e.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: d.cq, RecvCQ: d.cq, QPType: verbs.QPTRC,
 		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -91,10 +97,16 @@ func pathTo(b *endpoint, n uint8, local uint8) (verbs.AHAttr, error) {
 	return verbs.AHAttr{DLID: pa.LID, PortNum: local}, nil
 }
 
-// connect takes a's QP from RESET to RTS towards b's QP, on port n of both.
+// connect takes a's QP from RESET to RTS towards b's QP, on port n of
+// both, with the application's own three ibv_modify_qp calls, made through
+// the host's layer-1 manager as the shim makes them: apm.Manager.ModifyQP
+// adds the alternate path at INIT->RTR and REARM at RTR->RTS.
 func connect(a, b *endpoint, n uint8) error {
+	mod := func(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+		return a.dev.host.mgr.ModifyQP(a.dev.ctx, a.qp, attr, mask)
+	}
 	init := verbs.QPAttr{QPState: verbs.QPSInit, PKeyIndex: 0, PortNum: n, QPAccessFlags: rcAccess}
-	if err := a.qp.Modify(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := mod(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return fmt.Errorf("ibv_modify_qp RESET->INIT on %v: %w", a, err)
 	}
 	ah, err := pathTo(b, n, n)
@@ -103,32 +115,17 @@ func connect(a, b *endpoint, n uint8) error {
 	}
 	rtr := verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: rcMTU, DestQPN: b.qp.QPN(),
 		RQPSN: rcPSN, MaxDestRdAtomic: 1, MinRNRTimer: rcMinRNR}
-	if err := a.qp.Modify(&rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
+	if err := mod(&rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
 		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 		return fmt.Errorf("ibv_modify_qp INIT->RTR on %v: %w", a, err)
 	}
 	rts := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: rcPSN, Timeout: rcTimeout, RetryCnt: rcRetryCnt,
 		RNRRetry: rcRNRRetry, MaxRdAtomic: 1}
-	if err := a.qp.Modify(&rts, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
+	if err := mod(&rts, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
 		verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
 		return fmt.Errorf("ibv_modify_qp RTR->RTS on %v: %w", a, err)
 	}
 	a.peer, a.port = b, n
-	return nil
-}
-
-// loadAlt loads an alternate path on port alt of both HCAs into a's QP and
-// asks the HCA to arm it (REARM); the HCA reports ARMED by itself later.
-func loadAlt(a, b *endpoint, alt uint8) error {
-	ah, err := pathTo(b, alt, alt)
-	if err != nil {
-		return err
-	}
-	attr := verbs.QPAttr{AltAHAttr: ah, AltPortNum: alt, AltPKeyIndex: 0, AltTimeout: rcTimeout,
-		PathMigState: verbs.MigRearm}
-	if err := a.qp.Modify(&attr, verbs.QPAttrAltPath|verbs.QPAttrPathMigState); err != nil {
-		return fmt.Errorf("ibv_modify_qp (alt path, REARM) on %v: %w", a, err)
-	}
 	return nil
 }
 
@@ -139,31 +136,4 @@ func queryPath(e *endpoint) (verbs.QPAttr, error) {
 		return attr, fmt.Errorf("ibv_query_qp on %v: %w", e, err)
 	}
 	return attr, nil
-}
-
-// waitArmed polls both QPs with Query until each reports ARMED (Linux
-// verbs has no ARMED event), calling report once per side.
-func waitArmed(f *sim.Fabric, eps []*endpoint, report func(*endpoint, verbs.QPAttr)) error {
-	done := make([]bool, len(eps))
-	left := len(eps)
-	for deadline := f.Now() + 10*time.Millisecond; left > 0; f.RunFor(5 * time.Microsecond) {
-		if f.Now() > deadline {
-			return fmt.Errorf("alternate path not ARMED after 10 ms")
-		}
-		for i, e := range eps {
-			if done[i] {
-				continue
-			}
-			attr, err := queryPath(e)
-			if err != nil {
-				return err
-			}
-			if attr.PathMigState == verbs.MigArmed {
-				done[i] = true
-				left--
-				report(e, attr)
-			}
-		}
-	}
-	return nil
 }

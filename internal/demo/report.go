@@ -128,8 +128,8 @@ func (s *scenario) summary() {
 		p.plain("%-2s %-13s %6d %6d %5d %6d %7d %8d %8d  %-5v %-8s %s", r.QP, r.Host+"/"+r.Device,
 			r.Posted, r.SendOK, r.SendErr, r.RecvOK, r.RecvErr, r.Verified, r.DataErrors, r.State, mig, port)
 	}
+	s.l1Summary()
 	st := s.res.Stats
-	p.plain("fabric: %d events, %d requests (%d retransmitted), %d packets dropped, %d completions,",
-		st.Events, st.Requests, st.Retransmits, st.Dropped, st.Completions)
-	p.plain("        %d path migrations, %d local ACK timeouts", st.Migrations, st.RetryTimeouts)
+	p.plain("fabric: %d events, %d requests (%d resent), %d packets dropped, %d completions, %d path migrations, %d ACK timeouts",
+		st.Events, st.Requests, st.Retransmits, st.Dropped, st.Completions, st.Migrations, st.RetryTimeouts)
 }

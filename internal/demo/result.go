@@ -3,6 +3,7 @@ package demo
 import (
 	"time"
 
+	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
@@ -14,6 +15,55 @@ type Result struct {
 	// Events holds every async event read, in order, per host name.
 	Events map[string][]EventRecord
 	Stats  sim.Stats
+
+	// Layer1 lists every change of a QP's layer-1 status, in order.
+	Layer1 []Layer1Change
+	// Handovers lists the QPs layer 1 gave to the next layer.
+	Handovers []HandoverRecord
+	// Managers holds each host's layer-1 counters at the end.
+	Managers map[string]apm.Stats
+	// Pauses lists every gap of more than a millisecond between two
+	// successful completions of one endpoint.
+	Pauses []Pause
+	// Bounced lists the QPs whose sides started to migrate back and forth
+	// (two PATH_MIG within bounceWindow on one side).
+	Bounced []Bounce
+	// Muted counts, per QP name, the layer-1 changes the timeline did
+	// not print after the QP started to bounce.
+	Muted map[string]int
+	// PullRecovery is, for QP A, the longest time either side went
+	// without a successful completion across the cable pull.
+	PullRecovery time.Duration
+}
+
+// Bounce is the moment a QP was seen migrating back and forth.
+type Bounce struct {
+	QP, Host string
+	At       time.Duration
+}
+
+// Layer1Change is one change of a QP's layer-1 status (apm.Manager.Status
+// before and after the manager handled Cause: an async event's name,
+// "tick", "connect" or "error completion").
+type Layer1Change struct {
+	At               time.Duration
+	Host, Device, QP string
+	Cause            string
+	Before, After    apm.QPStatus
+	New              bool // the QP was registered by this change
+}
+
+// HandoverRecord is one QP layer 1 gave to the next layer.
+type HandoverRecord struct {
+	At                       time.Duration
+	Host, Device, QP, Reason string
+	QPN                      uint32
+}
+
+// Pause is a gap in an endpoint's successful completions.
+type Pause struct {
+	Host, QP string
+	From, To time.Duration
 }
 
 // EndpointResult is the traffic and final state of one side of a QP.
@@ -38,6 +88,9 @@ type EndpointResult struct {
 	MigKnown   bool  // false when ibv_query_qp could not be called
 	Port       uint8 // primary port at the end (last known if the device died)
 	DeviceDead bool
+
+	L1      apm.QPStatus // layer-1 status at the end
+	L1Known bool         // false when the manager does not know the QP
 }
 
 // EventRecord is one async event as the application read it.
@@ -68,4 +121,26 @@ func (r Result) HasEvent(host string, t verbs.EventType, qp string) bool {
 		}
 	}
 	return false
+}
+
+// Layer1Of lists the layer-1 changes of QP qp on host, in order.
+func (r Result) Layer1Of(qp, host string) []Layer1Change {
+	var out []Layer1Change
+	for _, c := range r.Layer1 {
+		if c.QP == qp && c.Host == host {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// PausesOf lists the pauses of QP qp (both sides) that began in [from, to).
+func (r Result) PausesOf(qp string, from, to time.Duration) []Pause {
+	var out []Pause
+	for _, p := range r.Pauses {
+		if p.QP == qp && p.From >= from && p.From < to {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/ibpath/ibpath/apm"
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
@@ -19,12 +21,13 @@ type Options struct {
 
 // The script, in virtual time.
 const (
-	step      = 100 * time.Microsecond // the application loop period
-	pullAt    = 5 * time.Millisecond   // pull the cable of node0/mlx5_0 port 1
-	killAt    = 400 * time.Millisecond // kill HCA node0/mlx5_1
-	quiesceAt = 780 * time.Millisecond // stop posting, let the queues drain
-	endAt     = 800 * time.Millisecond
-	winEvery  = 100 * time.Millisecond // traffic summary period
+	step         = 100 * time.Microsecond // the application loop period
+	pullAt       = 5 * time.Millisecond   // pull the cable of node0/mlx5_0 port 1
+	plugAt       = 200 * time.Millisecond // plug it back in
+	killAt       = 450 * time.Millisecond // kill HCA node0/mlx5_1
+	quiesceAt    = 990 * time.Millisecond // stop posting, let the queues drain
+	endAt        = 1000 * time.Millisecond
+	bounceWindow = 100 * time.Millisecond // two hardware migrations of a QP side this close: bouncing
 )
 
 // Run plays the scripted scenario and prints its timeline to w.
@@ -39,16 +42,19 @@ type scenario struct {
 	f     *sim.Fabric
 	p     *printer
 	opts  Options
+	hosts []*host
 	devs  []*device
 	eps   []*endpoint
 	trace []sim.TraceRecord
 	res   Result
-	win   time.Duration // start of the current traffic window
+	win   time.Duration   // start of the current traffic window
+	muted map[string]bool // QP names whose bouncing is no longer printed
 }
 
 func run(w io.Writer, opts Options) (Result, error) {
 	bw := bufio.NewWriter(w)
-	s := &scenario{p: &printer{w: bw}, opts: opts, res: Result{Events: map[string][]EventRecord{}}}
+	s := &scenario{p: &printer{w: bw}, opts: opts, muted: map[string]bool{},
+		res: Result{Events: map[string][]EventRecord{}, Managers: map[string]apm.Stats{}, Muted: map[string]int{}}}
 	err := s.play()
 	if ferr := bw.Flush(); err == nil && ferr != nil {
 		err = fmt.Errorf("write timeline: %w", ferr)
@@ -64,15 +70,11 @@ func (s *scenario) play() error {
 		return err
 	}
 	for t := step; t <= endAt; t += step {
-		s.f.RunUntil(t)
-		if err := s.settle(); err != nil {
+		if err := s.runTo(t); err != nil {
 			return err
 		}
-		if t == pullAt || t == killAt || t%winEvery == 0 {
+		if t == pullAt || t == plugAt || t == killAt || t == endAt {
 			s.window(t)
-		}
-		if t == quiesceAt {
-			s.p.at(t, "application stops posting and lets the queues drain")
 		}
 		if t < quiesceAt {
 			if err := s.post(t); err != nil {
@@ -90,6 +92,23 @@ func (s *scenario) play() error {
 	return nil
 }
 
+// runTo advances virtual time to t, settling at t and at every instant a
+// manager asked to be called (Tick's wait) before it.
+func (s *scenario) runTo(t time.Duration) error {
+	for {
+		due := s.nextDue()
+		if due == 0 || due >= t {
+			break
+		}
+		s.f.RunUntil(due)
+		if err := s.settle(); err != nil {
+			return err
+		}
+	}
+	s.f.RunUntil(t)
+	return s.settle()
+}
+
 func (s *scenario) setup() error {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: s.opts.Seed},
 		Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1})
@@ -98,12 +117,27 @@ func (s *scenario) setup() error {
 	}
 	s.f = f
 	f.SetTracer(func(r sim.TraceRecord) { s.trace = append(s.trace, r) })
+	cat, err := newCatalog(f)
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"node0", "node1"} {
+		h := &host{name: name}
+		if h.mgr, err = apm.New(f, l1Config, cat, &recorder{s: s, h: h}); err != nil {
+			return fmt.Errorf("apm.New on %s: %w", name, err)
+		}
+		s.hosts = append(s.hosts, h)
+	}
 	s.p.plain("ibpath simulator demo (seed %d): 2 hosts x 2 HCAs x 2 ports, LMC 1, rail-optimized leaves", s.opts.Seed)
-	for _, hd := range [][2]string{{"node0", "mlx5_0"}, {"node1", "mlx5_0"}, {"node0", "mlx5_1"}, {"node1", "mlx5_1"}} {
-		d, err := openDevice(f, hd[0], hd[1])
+	for _, hd := range []struct {
+		h   *host
+		dev string
+	}{{s.hosts[0], "mlx5_0"}, {s.hosts[1], "mlx5_0"}, {s.hosts[0], "mlx5_1"}, {s.hosts[1], "mlx5_1"}} {
+		d, err := openDevice(f, hd.h, hd.dev)
 		if err != nil {
 			return err
 		}
+		hd.h.devs = append(hd.h.devs, d)
 		s.devs = append(s.devs, d)
 	}
 	for i, d := range s.devs {
@@ -114,49 +148,67 @@ func (s *scenario) setup() error {
 		s.eps = append(s.eps, e)
 	}
 	a0, a1, b0, b1 := s.eps[0], s.eps[1], s.eps[2], s.eps[3]
+	s.p.plain("RC settings (both QPs): path MTU %v, timeout %d (local ACK timeout %s), retry_cnt %d, rnr_retry %d;",
+		rcMTU, rcTimeout, ms(verbs.TimeoutDuration(rcTimeout)), rcRetryCnt, rcRNRRetry)
+	s.p.plain("  the HCA alone gives a silent path up after (1+retry_cnt) x timeout = %s", ms(hwGiveUp()))
+	s.p.plain("layer 1: an apm.Manager per host (failback %v, %v hold-down), fed async events and Tick by the demo's loop;",
+		l1Config.Failback, l1Config.FailbackHold)
+	s.p.plain("QP A: %v <-> %v, QP B: %v <-> %v (port 1, qpn %#x each) connect through",
+		a0.dev, a1.dev, b0.dev, b1.dev, a0.qp.QPN())
+	s.p.plain("  its ModifyQP, which specifies the alternate at INIT->RTR and adds REARM at RTR->RTS")
+	before := make([][]apm.QPStatus, len(s.hosts))
+	for i, h := range s.hosts {
+		before[i] = h.mgr.Status()
+	}
 	for _, pair := range [][2]*endpoint{{a0, a1}, {a1, a0}, {b0, b1}, {b1, b0}} {
 		if err := connect(pair[0], pair[1], 1); err != nil {
 			return err
 		}
 	}
-	s.p.plain("RC settings (both QPs): path MTU %v, timeout %d (local ACK timeout %s), retry_cnt %d, rnr_retry %d;",
-		rcMTU, rcTimeout, ms(verbs.TimeoutDuration(rcTimeout)), rcRetryCnt, rcRNRRetry)
-	s.p.plain("  a silent path is given up after (1+retry_cnt) x timeout = %s", ms((1+rcRetryCnt)*verbs.TimeoutDuration(rcTimeout)))
-	s.p.plain("QP A: %v qpn %#x <-> %v qpn %#x on port 1, alternate path on port 2 (APM)", a0.dev, a0.qp.QPN(), a1.dev, a1.qp.QPN())
-	s.p.plain("QP B: %v qpn %#x <-> %v qpn %#x on port 1, no alternate path", b0.dev, b0.qp.QPN(), b1.dev, b1.qp.QPN())
+	// The connects are recorded, not printed: the ARMED lines show the
+	// alternates the managers chose.
+	for i, h := range s.hosts {
+		s.diffL1(h, before[i], "connect")
+	}
 	for _, e := range s.eps {
 		if err := e.postRecvs(recvDepth); err != nil {
 			return err
 		}
 	}
-	for _, pair := range [][2]*endpoint{{a0, a1}, {a1, a0}} {
-		if err := loadAlt(pair[0], pair[1], 2); err != nil {
-			return err
-		}
-	}
-	s.p.at(f.Now(), "QP A: alternate path (port 2 on both sides) loaded with path_mig_state REARM")
-	s.flushTrace()
-	err = waitArmed(f, []*endpoint{a0, a1}, func(e *endpoint, attr verbs.QPAttr) {
-		s.flushTrace()
-		s.p.at(f.Now(), "%v: ibv_query_qp says ARMED (alternate port %d; verbs has no ARMED event)", e, attr.AltPortNum)
-	})
-	if err != nil {
+	if err := s.settle(); err != nil {
 		return err
 	}
-	s.p.plain("traffic: every %v each side of each QP posts a signaled %d KiB RDMA WRITE and a signaled", step, slotSize/1024)
-	s.p.plain("  WRITE_WITH_IMM(seq) (at most %d in flight); the receiver checks the data before each seq", window)
-	s.p.plain("script: %s pull cable node0/mlx5_0 port 1; %s kill HCA node0/mlx5_1; stop at %s",
-		ms(pullAt), ms(killAt), ms(quiesceAt))
+	// No wait for ARMED here: REARM becomes ARMED on the first packets from
+	// the re-armed peer, so the QPs arm with the first traffic.
+	s.p.plain("traffic: every %v each side of each QP posts a signaled %d KiB WRITE + WRITE_WITH_IMM(seq), %d in flight at most, data checked",
+		step, slotSize/1024, window)
+	s.p.plain("script: %v pull cable node0/mlx5_0 port 1, %v plug it back, %v kill HCA node0/mlx5_1, %v stop posting",
+		pullAt, plugAt, killAt, quiesceAt)
 	return nil
 }
 
-// settle prints what the fabric traced and drains events and completions.
+// hwGiveUp is how long an HCA waits on a silent path before it migrates
+// (armed) or fails the WR: the first timeout and retry_cnt retries.
+func hwGiveUp() time.Duration { return (1 + rcRetryCnt) * verbs.TimeoutDuration(rcTimeout) }
+
+// allArmed reports whether every QP of every host is armed.
+func (s *scenario) allArmed() bool {
+	for _, h := range s.hosts {
+		for _, st := range h.mgr.Status() {
+			if st.State != fsm.APMArmed {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// settle prints what the fabric traced, pumps async events into the
+// application and the managers, and drains completions.
 func (s *scenario) settle() error {
 	s.flushTrace()
-	for _, d := range s.devs {
-		if err := s.pollEvents(d); err != nil {
-			return err
-		}
+	if err := s.pump(); err != nil {
+		return err
 	}
 	for _, d := range s.devs {
 		if err := s.pollCQ(d); err != nil {
@@ -200,6 +252,12 @@ func (s *scenario) inject(t time.Duration) error {
 		if err := s.f.SetLink(port, false); err != nil {
 			return fmt.Errorf("sim.Fabric.SetLink(node0/mlx5_0 port 1, down): %w", err)
 		}
+	case plugAt:
+		port := s.devs[0].hca.Port(1)
+		s.p.at(t, "REPAIR: cable of node0/mlx5_0 port 1 plugged back in")
+		if err := s.f.SetLink(port, true); err != nil {
+			return fmt.Errorf("sim.Fabric.SetLink(node0/mlx5_0 port 1, up): %w", err)
+		}
 	case killAt:
 		s.p.at(t, "FAULT: HCA node0/mlx5_1 dies (2 WRs of QP B just posted)")
 		if err := s.f.KillHCA(s.devs[2].hca); err != nil {
@@ -214,7 +272,7 @@ func (s *scenario) inject(t time.Duration) error {
 // finish reads the final state of every QP into the result.
 func (s *scenario) finish() error {
 	for _, e := range s.eps {
-		r := EndpointResult{QP: e.qpName, Host: e.dev.host, Device: e.dev.name, QPN: e.qp.QPN(),
+		r := EndpointResult{QP: e.qpName, Host: e.dev.host.name, Device: e.dev.name, QPN: e.qp.QPN(),
 			Posted: e.t.posted, SendOK: e.t.sendOK, SendErr: e.t.sendErr, RecvOK: e.t.recvOK,
 			RecvErr: e.t.recvErr, Verified: e.t.verified, DataErrors: e.t.dataErrs,
 			Errors: append([]verbs.WCStatus(nil), e.t.errSeq...), Port: e.port}
@@ -227,7 +285,11 @@ func (s *scenario) finish() error {
 		default:
 			return err
 		}
+		r.L1, r.L1Known = e.dev.host.mgr.QPStatus(e.qp)
 		s.res.Endpoints = append(s.res.Endpoints, r)
+	}
+	for _, h := range s.hosts {
+		s.res.Managers[h.name] = h.mgr.Stats()
 	}
 	s.res.Stats = s.f.Stats()
 	return nil

@@ -3,6 +3,7 @@ package demo
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/ibpath/ibpath/fsm"
 	"time"
 
 	"github.com/ibpath/ibpath/verbs"
@@ -10,12 +11,13 @@ import (
 
 // Application traffic shape.
 const (
-	slotSize  = 4096          // bytes of bulk data per notification
-	nSlots    = 16            // ring of slots; twice the window, so a slot is never rewritten in flight
-	window    = 8             // notifications in flight per endpoint
-	recvDepth = 32            // receives kept posted
-	recvBase  = 1_000_000_000 // receive wr_ids start here; send wr_ids are 2*seq and 2*seq+1
-	magic     = 0x41504249    // "IBPA"
+	slotSize  = 4096             // bytes of bulk data per notification
+	nSlots    = 16               // ring of slots; twice the window, so a slot is never rewritten in flight
+	window    = 8                // notifications in flight per endpoint
+	recvDepth = 32               // receives kept posted
+	recvBase  = 1_000_000_000    // receive wr_ids start here; send wr_ids are 2*seq and 2*seq+1
+	magic     = 0x41504249       // "IBPA"
+	pauseMin  = time.Millisecond // a longer gap between completions is a pause
 )
 
 // traffic is the application's bookkeeping for one endpoint.
@@ -27,6 +29,8 @@ type traffic struct {
 	failed     bool
 	stalled    bool
 	stallSince time.Duration
+	lastOK     time.Duration // last successful completion
+	pullGap    time.Duration // the gap in completions across the cable pull
 
 	posted, sendOK, sendErr, recvOK, recvErr, verified, dataErrs int
 	errSeq                                                       []verbs.WCStatus
@@ -66,6 +70,9 @@ func (e *endpoint) canPost() bool {
 // WRITE_WITH_IMM carrying its sequence number, both signaled.
 func (e *endpoint) postPair() error {
 	seq := e.t.nextSeq
+	if st, ok := e.dev.host.mgr.QPStatus(e.qp); ok && st.State == fsm.APMAwaitPeer && e.awaitFrom < 0 {
+		e.awaitFrom = int64(seq)
+	}
 	i := int(seq % nSlots)
 	fill(slot(e.buf, i), e.tag, seq)
 	raddr := e.peer.mr.Addr() + uint64((nSlots+i)*slotSize)

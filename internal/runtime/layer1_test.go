@@ -33,7 +33,7 @@ func qpOn(t *testing.T, ctx verbs.Context) verbs.QP {
 }
 
 func connect(t *testing.T, mgr *apm.Manager, ctx verbs.Context, qp verbs.QP, peer verbs.Context, peerQP verbs.QP) {
-	must(t, mgr.ModifyQP(ctx, qp, &verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1},
+	must(t, mgr.ModifyQP(ctx, qp, &verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := peer.QueryPort(1)
 	must(t, err)
@@ -94,13 +94,23 @@ func TestLayer1UnderGoroutines(t *testing.T) {
 		l.Do(func(m *apm.Manager) { s, _ = m.QPStatus(qp) })
 		return s
 	}
+	// REARM -> ARMED needs a packet each way from the re-armed peer: a
+	// zero-length unsignaled WRITE and its ACK.
+	f.RunFor(50 * time.Microsecond)
+	if _, err := q0.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite}}); err != nil {
+		t.Fatal(err)
+	}
 	waitFor("both sides armed", func() bool {
 		return state(l0, q0).State == fsm.APMArmed && state(l1, q1).State == fsm.APMArmed
 	})
 	must(t, f.SetLink(h0.HCA("mlx5_0").Port(1), false))
-	waitFor("proactive migration and re-arm", func() bool {
+	waitFor("proactive migration", func() bool { return state(l0, q0).Primary.Port == 2 })
+	// With traffic the peer follows and both ends re-arm on what is left
+	// (the LMC path of port 2).
+	waitFor("re-armed on port 2", func() bool {
+		_, _ = q0.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite}}) // ENOMEM when full: fine
 		s := state(l0, q0)
-		return s.Primary.Port == 2 && s.State == fsm.APMArmed
+		return s.State == fsm.APMArmed && s.Alternate == (fsm.PathRef{Port: 2, Bits: 1})
 	})
 	waitFor("PORT_ERR forwarded", func() bool {
 		mu.Lock()

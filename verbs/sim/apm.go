@@ -20,25 +20,37 @@ func matchPath(pa *path, arr *Port, p *packet) bool {
 	return !pa.ah.IsGlobal || pa.ah.GRH.DGID == p.sgid
 }
 
-// acceptPath decides whether q takes a packet. One arriving on the primary
-// path is taken (and completes a pending automatic migration). One arriving
-// on the alternate path of an ARMED QP makes it migrate: the peer moved
-// first. Anything else is dropped, as an HCA drops packets from a path the
-// QP does not know.
+// acceptPath decides whether q takes a packet, with the BTH MigReq rules
+// of the IB spec (as the qib and hfi1 drivers implement them): a sender
+// sets MigReq while its QP is MIGRATED. An ARMED QP receiving MigReq on its
+// alternate path migrates (the peer moved first); otherwise a packet must
+// come along the primary path or it is dropped. A QP in REARM whose
+// alternate has loaded becomes ARMED on a MigReq-clear packet on its
+// primary path: the peer has re-armed too, so both ends agree.
 func (q *QP) acceptPath(p *packet) bool {
-	if matchPath(&q.prim, p.dst, p) {
-		if q.migPending {
-			q.migPending = false
-			q.raise(verbs.EventPathMig)
+	if q.mig == verbs.MigArmed && p.migReq {
+		if !q.altValid || !matchPath(&q.alt, p.dst, p) {
+			return false
 		}
-		return true
-	}
-	if q.mig == verbs.MigArmed && q.altValid && matchPath(&q.alt, p.dst, p) {
-		q.migrate("packet on alternate path")
+		q.migrate("peer migrated (MigReq on the alternate path)")
 		q.raise(verbs.EventPathMig)
 		return true
 	}
-	return false
+	if !matchPath(&q.prim, p.dst, p) {
+		return false
+	}
+	if q.migPending {
+		q.migPending = false
+		q.raise(verbs.EventPathMig)
+	}
+	if q.mig == verbs.MigRearm && q.altLoaded && !p.migReq {
+		q.mig = verbs.MigArmed
+		f := q.ctx.fab()
+		if f.tracer != nil {
+			f.trace(q.hca, "apm", "qp %#x ARMED (alternate %v; the peer has re-armed)", q.qpn, q.alt.port)
+		}
+	}
+	return true
 }
 
 // migrate makes the alternate path the primary. The old primary stays in
@@ -46,7 +58,7 @@ func (q *QP) acceptPath(p *packet) bool {
 func (q *QP) migrate(why string) {
 	f := q.ctx.fab()
 	q.prim, q.alt = q.alt, q.prim
-	q.altValid = false
+	q.altValid, q.altLoaded = false, false
 	q.mig = verbs.MigMigrated
 	q.retries = 0
 	f.stats.Migrations++
@@ -61,8 +73,9 @@ func (q *QP) scheduleArm() {
 	f.schedule(f.cfg.ArmDelay, event{kind: evArm, qp: q, gen: q.incarn})
 }
 
-// onArmLoaded finishes loading: REARM becomes ARMED if the alternate's
-// port is up; otherwise the QP stays in REARM until the port is ACTIVE.
+// onArmLoaded finishes loading the alternate after REARM, if its port is
+// up (otherwise loading resumes when the port becomes ACTIVE). The QP turns
+// ARMED when a packet from the re-armed peer arrives (acceptPath).
 func (q *QP) onArmLoaded(gen uint32) {
 	if gen != q.incarn || q.mig != verbs.MigRearm || !q.altValid {
 		return
@@ -75,10 +88,10 @@ func (q *QP) onArmLoaded(gen uint32) {
 	if !q.alt.port.usable() {
 		return
 	}
-	q.mig = verbs.MigArmed
+	q.altLoaded = true
 	f := q.ctx.fab()
 	if f.tracer != nil {
-		f.trace(q.hca, "apm", "qp %#x ARMED (alternate %v)", q.qpn, q.alt.port)
+		f.trace(q.hca, "apm", "qp %#x alternate %v loaded; ARMED once the peer is re-armed", q.qpn, q.alt.port)
 	}
 }
 
@@ -97,7 +110,7 @@ func (q *QP) retryExhausted() {
 	case q.mig == verbs.MigArmed && q.altValid:
 		if !q.alt.port.usable() {
 			q.mig = verbs.MigMigrated
-			q.altValid = false
+			q.altValid, q.altLoaded = false, false
 			q.raise(verbs.EventPathMigErr)
 			break
 		}

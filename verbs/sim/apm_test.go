@@ -32,9 +32,9 @@ func armBoth(t testing.TB, c *conn) {
 	if m := migState(t, c.a.qp); m != verbs.MigRearm {
 		t.Fatalf("right after REARM the QP is %v, want REARM", m)
 	}
-	c.run(sim.DefaultConfig.ArmDelay + time.Microsecond)
+	c.handshake(t)
 	if a, b := migState(t, c.a.qp), migState(t, c.b.qp); a != verbs.MigArmed || b != verbs.MigArmed {
-		t.Fatalf("after the load delay: %v / %v, want ARMED / ARMED", a, b)
+		t.Fatalf("after the load delay and a packet each way: %v / %v, want ARMED / ARMED", a, b)
 	}
 }
 
@@ -61,17 +61,40 @@ func TestArmLoadsAfterDelay(t *testing.T) {
 	}
 }
 
+func TestArmNeedsThePeer(t *testing.T) {
+	c := newConn(t, connOpts{})
+	armAlt(t, c.a, c.b, 2, 0)
+	c.run(time.Millisecond)
+	if m := migState(t, c.a.qp); m != verbs.MigRearm {
+		t.Fatalf("no packet from the peer yet: %v, want REARM", m)
+	}
+	// The peer is still MIGRATED: its packets carry MigReq, so traffic
+	// does not arm us either.
+	c.handshake(t)
+	if m := migState(t, c.a.qp); m != verbs.MigRearm {
+		t.Fatalf("peer not re-armed: %v, want REARM", m)
+	}
+	armAlt(t, c.b, c.a, 2, 0)
+	c.handshake(t)
+	if a, b := migState(t, c.a.qp), migState(t, c.b.qp); a != verbs.MigArmed || b != verbs.MigArmed {
+		t.Fatalf("both re-armed and a packet each way: %v / %v", a, b)
+	}
+}
+
 func TestArmWaitsForAlternatePort(t *testing.T) {
 	c := newConn(t, connOpts{})
 	alt := c.a.hca.Port(2)
 	must(t, c.f.SetLink(alt, false))
 	armAlt(t, c.a, c.b, 2, 0)
+	armAlt(t, c.b, c.a, 2, 0)
+	c.handshake(t)
 	c.run(time.Millisecond)
 	if m := migState(t, c.a.qp); m != verbs.MigRearm {
 		t.Fatalf("alternate port down: QP is %v, want REARM", m)
 	}
 	must(t, c.f.SetLink(alt, true))
-	c.run(sim.DefaultConfig.PortActivateDelay + sim.DefaultConfig.ArmDelay + time.Microsecond)
+	c.run(sim.DefaultConfig.PortActivateDelay)
+	c.handshake(t)
 	if m := migState(t, c.a.qp); m != verbs.MigArmed {
 		t.Fatalf("after the alternate port came back: %v, want ARMED", m)
 	}
@@ -236,7 +259,7 @@ func TestRearmAndSwitchBack(t *testing.T) {
 	c.run(sim.DefaultConfig.PortActivateDelay + time.Microsecond)
 	armAlt(t, c.a, c.b, 1, 0)
 	armAlt(t, c.b, c.a, 1, 0)
-	c.run(time.Millisecond)
+	c.handshake(t)
 	if m := migState(t, c.a.qp); m != verbs.MigArmed {
 		t.Fatalf("re-armed with port 1: %v", m)
 	}
@@ -280,7 +303,7 @@ func TestLMCAlternateSurvivesSpineFailure(t *testing.T) {
 	c := lmcFabric(t)
 	armAlt(t, c.a, c.b, 1, 1)
 	armAlt(t, c.b, c.a, 1, 1)
-	c.run(time.Millisecond)
+	c.handshake(t)
 	if m := migState(t, c.a.qp); m != verbs.MigArmed {
 		t.Fatalf("LMC alternate: %v", m)
 	}

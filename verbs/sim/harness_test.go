@@ -250,3 +250,14 @@ func statuses(wcs []verbs.WC) []verbs.WCStatus {
 	}
 	return out
 }
+
+// handshake waits for the alternate paths to load, then has a send one
+// zero-length unsignaled WRITE to b: the request and its ACK carry MigReq
+// clear, which is how each end learns the other has re-armed (REARM ->
+// ARMED needs a packet from the peer).
+func (c *conn) handshake(t testing.TB) {
+	t.Helper()
+	c.run(sim.DefaultConfig.ArmDelay + time.Microsecond)
+	c.a.post(t, verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: c.b.mr.Addr(), RKey: c.b.mr.RKey()})
+	c.run(20 * time.Microsecond)
+}

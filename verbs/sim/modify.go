@@ -232,6 +232,9 @@ func (q *QP) apply(a *verbs.QPAttr, mask verbs.QPAttrMask, cur, next verbs.QPSta
 	if mask&verbs.QPAttrEnSQDAsyncNotify != 0 {
 		s.EnSQDAsyncNotify = a.EnSQDAsyncNotify
 	}
+	if mask&verbs.QPAttrAltPath != 0 || np.migrate || np.mig != verbs.MigRearm {
+		q.altLoaded = false // a new alternate, or none armed: load again
+	}
 	q.prim, q.alt, q.altValid, q.mig = np.prim, np.alt, np.altValid, np.mig
 	q.state = next
 	if np.migrate {

@@ -192,7 +192,8 @@ func TestModPathMigStateRules(t *testing.T) {
 	}
 	mvReject(t, q, "MIGRATED while REARM", verbs.QPAttr{PathMigState: verbs.MigMigrated}, verbs.QPAttrPathMigState)
 	mvReject(t, q, "ARMED while REARM", verbs.QPAttr{PathMigState: verbs.MigArmed}, verbs.QPAttrPathMigState)
-	c.run(time.Millisecond)
+	armAlt(t, c.b, c.a, 2, 0)
+	c.handshake(t)
 	if m := mvQuery(t, q).PathMigState; m != verbs.MigArmed {
 		t.Fatalf("alternate not loaded: %v", m)
 	}
@@ -326,7 +327,8 @@ func TestModQueryReturnsWhatWasSet(t *testing.T) {
 	}
 	// An alternate path shows up in Query once loaded.
 	armAlt(t, c.a, c.b, 2, 1)
-	c.run(time.Millisecond)
+	armAlt(t, c.b, c.a, 2, 1)
+	c.handshake(t)
 	a = mvQuery(t, c.a.qp)
 	if a.AltPortNum != 2 || a.AltAHAttr != ahTo(t, c.a, c.b, 2, 1) || a.AltTimeout != 10 || a.PathMigState != verbs.MigArmed {
 		t.Fatalf("alternate in query: port %d ah %+v timeout %d mig %v", a.AltPortNum, a.AltAHAttr, a.AltTimeout, a.PathMigState)

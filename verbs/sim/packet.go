@@ -34,6 +34,7 @@ type packet struct {
 	sgid     verbs.GID
 	global   bool
 	sl       uint8
+	migReq   bool // BTH MigReq: the sender's QP is MIGRATED
 	sqpn     uint32
 	dqpn     uint32
 	psn      uint32
@@ -133,6 +134,7 @@ func (f *Fabric) transmit(q *QP, pa *path, p *packet, bytes uint32) bool {
 	p.src = src
 	p.sl = pa.ah.SL
 	p.global = pa.ah.IsGlobal
+	p.migReq = q.mig == verbs.MigMigrated
 	if src.hca.linkLayer == verbs.LinkLayerInfiniBand {
 		p.slid = src.lid | uint16(pa.ah.SrcPathBits)
 	}

@@ -65,7 +65,10 @@ type QP struct {
 	prim     path
 	alt      path
 	altValid bool
-	mig      verbs.MigState
+	// altLoaded: the alternate finished loading after REARM; ARMED follows
+	// on a MigReq-clear packet from the peer.
+	altLoaded bool
+	mig       verbs.MigState
 	// migPending: the HCA migrated on its own and waits for the first
 	// packet on the new path before reporting PATH_MIG.
 	migPending bool
@@ -288,7 +291,7 @@ func (q *QP) reset() {
 	q.state = verbs.QPSReset
 	q.attr = verbs.QPAttr{}
 	q.prim, q.alt = path{}, path{}
-	q.altValid, q.migPending = false, false
+	q.altValid, q.altLoaded, q.migPending = false, false, false
 	q.mig = verbs.MigMigrated
 	q.sqHead, q.sqNext, q.sqTail, q.sqHigh = 0, 0, 0, 0
 	q.rqHead, q.rqTail = 0, 0

@@ -78,7 +78,8 @@ func TestResPortEventsReachEveryContextOfTheDevice(t *testing.T) {
 func TestResUnackedQPEventBlocksDestroy(t *testing.T) {
 	c := newConn(t, connOpts{})
 	armAlt(t, c.a, c.b, 2, 0)
-	c.run(time.Millisecond)
+	armAlt(t, c.b, c.a, 2, 0)
+	c.handshake(t)
 	must(t, c.a.qp.Modify(&verbs.QPAttr{PathMigState: verbs.MigMigrated}, verbs.QPAttrPathMigState))
 	ev, err := c.a.ctx.GetAsyncEvent()
 	must(t, err)
