@@ -327,3 +327,29 @@ func TestConfigValidation(t *testing.T) {
 		t.Error("nil clock accepted")
 	}
 }
+
+func TestOwnMigrationWaitsForThePeer(t *testing.T) {
+	for _, followed := range []bool{true, false} {
+		w := newWorld(t, dualPort, apm.Config{PeerWait: 30 * time.Millisecond})
+		a, _ := w.pair("mlx5_0", rcOpts{})
+		w.run(11 * time.Millisecond)
+		must(t, a.n.mgr.Migrate(a.qp))
+		w.run(10 * time.Millisecond)
+		if s := a.state(t); s.State != fsm.APMAwaitPeer {
+			t.Fatalf("followed=%v: 10 ms after its own migration: %+v, want awaiting-peer (still MIGRATED)", followed, s)
+		}
+		attr, _, err := a.qp.Query(verbs.QPAttrPathMigState)
+		must(t, err)
+		if attr.PathMigState != verbs.MigMigrated {
+			t.Fatalf("while awaiting the peer the QP is %v, want MIGRATED (its packets carry MigReq)", attr.PathMigState)
+		}
+		if followed {
+			a.n.mgr.PeerFollowed(a.qp)
+		} else {
+			w.run(25 * time.Millisecond) // past PeerWait
+		}
+		if s := a.state(t); s.State != fsm.APMRearming || s.Alternate != (fsm.PathRef{Port: 1}) {
+			t.Fatalf("followed=%v: %+v, want rearming with home as the alternate", followed, s)
+		}
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/apm"
-	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
@@ -190,18 +189,6 @@ func (s *scenario) setup() error {
 // hwGiveUp is how long an HCA waits on a silent path before it migrates
 // (armed) or fails the WR: the first timeout and retry_cnt retries.
 func hwGiveUp() time.Duration { return (1 + rcRetryCnt) * verbs.TimeoutDuration(rcTimeout) }
-
-// allArmed reports whether every QP of every host is armed.
-func (s *scenario) allArmed() bool {
-	for _, h := range s.hosts {
-		for _, st := range h.mgr.Status() {
-			if st.State != fsm.APMArmed {
-				return false
-			}
-		}
-	}
-	return true
-}
 
 // settle prints what the fabric traced, pumps async events into the
 // application and the managers, and drains completions.

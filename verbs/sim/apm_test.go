@@ -342,3 +342,39 @@ func TestRoCERefusesAlternatePath(t *testing.T) {
 		t.Fatalf("RoCE traffic: %d completions, want 3", n)
 	}
 }
+
+// TestEarlyRearmStrandsThePeer: a QP that migrates by hand and re-arms at
+// once sends with MigReq clear; its ARMED peer, still on the old path,
+// drops those packets instead of following (the MigReq rule), so software
+// must wait for the peer before re-arming.
+func TestEarlyRearmStrandsThePeer(t *testing.T) {
+	c := newConn(t, connOpts{})
+	armBoth(t, c)
+	must(t, c.b.qp.Modify(&verbs.QPAttr{PathMigState: verbs.MigMigrated}, verbs.QPAttrPathMigState))
+	armAlt(t, c.b, c.a, 1, 0) // re-armed before a followed
+	c.run(time.Millisecond)
+	c.b.post(t, write(1, c.b.sge(0, 8), c.a.mr.Addr(), c.a.mr.RKey()))
+	c.run(time.Second)
+	if p := portOf(t, c.a.qp); p != 1 {
+		t.Fatalf("a moved to port %d on packets without MigReq", p)
+	}
+	if ev := c.a.events(); len(ev) != 0 {
+		t.Fatalf("a raised %v", ev)
+	}
+	if st := statuses(c.b.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCRetryExcErr}) {
+		t.Fatalf("b's WR: %v, want RETRY_EXC_ERR (its packets were dropped)", st)
+	}
+
+	// Kept MIGRATED, the same WR carries MigReq and moves the peer.
+	c2 := newConn(t, connOpts{})
+	armBoth(t, c2)
+	must(t, c2.b.qp.Modify(&verbs.QPAttr{PathMigState: verbs.MigMigrated}, verbs.QPAttrPathMigState))
+	c2.b.post(t, write(1, c2.b.sge(0, 8), c2.a.mr.Addr(), c2.a.mr.RKey()))
+	c2.run(time.Millisecond)
+	if p := portOf(t, c2.a.qp); p != 2 {
+		t.Fatalf("peer did not follow a MigReq packet: port %d", p)
+	}
+	if st := statuses(c2.b.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCSuccess}) {
+		t.Fatalf("b's WR: %v", st)
+	}
+}
