@@ -39,10 +39,6 @@ func (m *Manager) step(e *entry, ev fsm.APMEvent) {
 
 // load chooses and loads an alternate with REARM.
 func (m *Manager) load(e *entry, a fsm.APMAction) *fsm.APMEvent {
-	if p := e.preloaded; p != nil {
-		e.preloaded = nil // the application's RTR->RTS already loaded it
-		return &fsm.APMEvent{Kind: fsm.EvAltLoaded, Path: fsm.PathRef{Port: p.Port, Bits: p.Bits()}}
-	}
 	attr, _, err := e.qp.Query(verbs.QPAttrState | verbs.QPAttrPort | verbs.QPAttrAV | verbs.QPAttrTimeout)
 	if err != nil {
 		return &fsm.APMEvent{Kind: fsm.EvQPError, Reason: fmt.Sprintf("ibv_query_qp: %v", err)}

@@ -10,6 +10,9 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 )
 
+// rtrAltTimeout is the alternate's timeout loaded at INIT->RTR (14: 67 ms).
+const rtrAltTimeout = 14
+
 // Manager runs layer 1 for the QPs of one process. It is not safe for
 // concurrent use: one runtime loop owns it.
 type Manager struct {
@@ -41,7 +44,7 @@ type entry struct {
 	armedAt    time.Duration
 	peerUntil  time.Duration // awaiting-peer: re-arm at the latest then
 	migrations int
-	preloaded  *pathsel.Alternate // loaded by the application's own modify
+	preloaded  *pathsel.Alternate // chosen at INIT->RTR, armed at RTR->RTS
 }
 
 // Stats counts what the manager did.
@@ -162,7 +165,9 @@ func (m *Manager) ModifyQP(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr, m
 	}
 	cur := qp.State()
 	switch {
-	case attr.QPState == verbs.QPSReset:
+	case attr.QPState == verbs.QPSReset || attr.QPState == verbs.QPSErr:
+		// The application resets or tears down its QP: not a fault for
+		// the next layer to take over.
 		m.Unregister(qp)
 	case cur == verbs.QPSInit && attr.QPState == verbs.QPSRTR && mask&verbs.QPAttrAltPath == 0:
 		return m.modifyToRTR(ctx, qp, attr, mask)
@@ -181,7 +186,9 @@ func (m *Manager) modifyToRTR(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr
 	}
 	port := qa.PortNum
 	e := m.add(ctx, qp, fsm.PathRef{Port: port, Bits: attr.AHAttr.SrcPathBits})
-	cur := pathsel.Path{Port: port, AH: attr.AHAttr, PKeyIndex: qa.PKeyIndex, Timeout: 0}
+	// The local ACK timeout comes only at RTR->RTS, which loads the
+	// alternate again with it; until then use the common default.
+	cur := pathsel.Path{Port: port, AH: attr.AHAttr, PKeyIndex: qa.PKeyIndex, Timeout: rtrAltTimeout}
 	alt, reason := m.choose(e, cur, nil)
 	if reason != "" {
 		if err := qp.Modify(attr, mask); err != nil {
@@ -192,7 +199,7 @@ func (m *Manager) modifyToRTR(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr
 		return nil
 	}
 	a := *attr
-	a.AltAHAttr, a.AltPortNum, a.AltPKeyIndex = alt.AH, alt.Port, alt.PKeyIndex
+	a.AltAHAttr, a.AltPortNum, a.AltPKeyIndex, a.AltTimeout = alt.AH, alt.Port, alt.PKeyIndex, alt.Timeout
 	if err := qp.Modify(&a, mask|verbs.QPAttrAltPath); err == nil {
 		e.preloaded = &alt
 		return nil
@@ -230,8 +237,9 @@ func (m *Manager) modifyToRTS(e *entry, attr *verbs.QPAttr, mask verbs.QPAttrMas
 		e.preloaded = nil
 		return e.qp.Modify(attr, mask)
 	}
-	// The alternate is loaded with REARM; let the machine record it.
-	m.step(e, fsm.APMEvent{Kind: fsm.EvArmRequested})
+	// The alternate is loaded with REARM in the application's own call.
+	e.preloaded = nil
+	m.step(e, fsm.APMEvent{Kind: fsm.EvAltLoaded, Path: fsm.PathRef{Port: alt.Port, Bits: alt.Bits()}})
 	return nil
 }
 

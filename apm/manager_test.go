@@ -353,3 +353,53 @@ func TestOwnMigrationWaitsForThePeer(t *testing.T) {
 		}
 	}
 }
+
+func TestApplicationTeardownIsNotHandedOver(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	a, _ := w.pair("mlx5_0", rcOpts{})
+	w.run(11 * time.Millisecond)
+	must(t, a.n.mgr.ModifyQP(a.ctx, a.qp, &verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState))
+	w.run(100 * time.Millisecond)
+	if len(a.n.ho.got) != 0 {
+		t.Fatalf("the application's own ERR was handed over: %q", a.n.ho.got)
+	}
+	if _, ok := a.n.mgr.QPStatus(a.qp); ok {
+		t.Fatal("a QP the application tore down is still managed")
+	}
+}
+
+func TestAlternateLoadedAtRTRHasATimeout(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	a, b := w.open(0, "mlx5_0"), w.open(1, "mlx5_0")
+	mod := func(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
+		must(t, a.n.mgr.ModifyQP(a.ctx, a.qp, attr, mask))
+	}
+	mod(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1}, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	pa, _ := b.ctx.QueryPort(1)
+	mod(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
+		DestQPN: b.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
+	attr, _, err := a.qp.Query(verbs.QPAttrAltPath)
+	must(t, err)
+	if attr.AltPortNum != 2 || attr.AltTimeout == 0 {
+		t.Fatalf("alternate at RTR: port %d timeout %d; a zero timeout would wait forever after a migration", attr.AltPortNum, attr.AltTimeout)
+	}
+	// An application that sets PATH_MIG_STATE itself at RTR->RTS keeps it.
+	mod(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 12, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1, PathMigState: verbs.MigMigrated},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+			verbs.QPAttrMaxQPRdAtomic|verbs.QPAttrPathMigState)
+	attr, _, err = a.qp.Query(verbs.QPAttrPathMigState)
+	must(t, err)
+	if attr.PathMigState != verbs.MigMigrated || attr.AltTimeout != 14 {
+		t.Fatalf("after the application's own PATH_MIG_STATE: %v, alt timeout %d", attr.PathMigState, attr.AltTimeout)
+	}
+	// Layer 1 still arms it, with its own RTS->RTS load at the next probe.
+	w.connect(b, a, rcOpts{})
+	w.run(apm.DefaultConfig.ProbeInterval + time.Millisecond)
+	w.ping(a, b)
+	w.run(11 * time.Millisecond)
+	if s := a.state(t); s.State != fsm.APMArmed {
+		t.Fatalf("%+v, want armed after the probe", s)
+	}
+}
