@@ -8,6 +8,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -33,9 +34,16 @@ func newApp() *cli.App {
 			Flags: []cli.Flag{
 				&cli.UintFlag{Name: "seed", Value: 1, Usage: "seed of the simulated fabric"},
 				&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also print every fabric trace record"},
+				&cli.StringFlag{Name: "link-layer", Value: demo.LinkLayerNames[0],
+					Usage: "link layer of the simulated fabric: " + strings.Join(demo.LinkLayerNames, " or ") +
+						" (roce: no APM, so layer 1 cannot hide the cable pull)"},
 			},
 			Action: func(c *cli.Context) error {
-				err := demo.Run(c.App.Writer, demo.Options{Seed: uint64(c.Uint("seed")), Verbose: c.Bool("verbose")})
+				ll, err := demo.ParseLinkLayer(c.String("link-layer"))
+				if err != nil {
+					return fmt.Errorf("sim: --link-layer: %w", err)
+				}
+				err = demo.Run(c.App.Writer, demo.Options{Seed: uint64(c.Uint("seed")), Verbose: c.Bool("verbose"), LinkLayer: ll})
 				if err != nil {
 					return fmt.Errorf("sim: %w", err)
 				}

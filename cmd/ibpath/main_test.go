@@ -6,27 +6,86 @@ import (
 	"testing"
 )
 
+// runApp runs the CLI with args and returns its output.
+func runApp(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	app := newApp()
+	var out bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &out
+	err := app.Run(append([]string{"ibpath"}, args...))
+	return out.String(), err
+}
+
 func TestSimCommand(t *testing.T) {
-	for _, args := range [][]string{{"ibpath", "sim", "--seed", "3"}, {"ibpath", "demo", "-v=false"}} {
-		app := newApp()
-		var out bytes.Buffer
-		app.Writer, app.ErrWriter = &out, &out
-		if err := app.Run(args); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out.String())
+	for _, args := range [][]string{{"sim", "--seed", "3"}, {"demo", "-v=false"}} {
+		out, err := runApp(t, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 		for _, want := range []string{"PATH_MIG", "layer 1: armed", "handed to layer 2"} {
-			if !strings.Contains(out.String(), want) {
-				t.Errorf("%v: output lacks %q:\n%s", args, want, out.String())
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, out)
 			}
 		}
 	}
 }
 
+// TestLinkLayerIBIsTheDefault: --link-layer ib is today's scenario, byte
+// for byte.
+func TestLinkLayerIBIsTheDefault(t *testing.T) {
+	def, err := runApp(t, "sim", "--seed", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := runApp(t, "sim", "--seed", "3", "--link-layer", "ib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ib != def {
+		t.Fatalf("--link-layer ib differs from the default:\n%s\n---\n%s", ib, def)
+	}
+}
+
+func TestLinkLayerRoCE(t *testing.T) {
+	out, err := runApp(t, "sim", "--link-layer", "roce", "--seed", "9")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"(seed 9, RoCE)", "node0/rxe0 + node1/rxe0 QP A layer 1: unsupported: ",
+		"is Ethernet; alternate paths exist only on InfiniBand", "async event PORT_ERR", "layer 2 (cross-NIC) is not built yet",
+		"RETRY_EXC_ERR", "WR_FLUSH_ERR"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "mlx5") || strings.Contains(out, "PATH_MIG") {
+		t.Errorf("RoCE output names an IB device or a migration:\n%s", out)
+	}
+	again, err := runApp(t, "sim", "--link-layer=roce", "--seed=9")
+	if err != nil || again != out {
+		t.Errorf("same seed, different output (err %v):\n%s\n---\n%s", err, out, again)
+	}
+}
+
+func TestLinkLayerBogus(t *testing.T) {
+	for _, v := range []string{"bogus", "", "IB", "ethernet"} {
+		out, err := runApp(t, "sim", "--link-layer", v)
+		if err == nil {
+			t.Fatalf("--link-layer %q accepted:\n%s", v, out)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "--link-layer") || !strings.Contains(msg, `"`+v+`"`) ||
+			!strings.Contains(msg, "ib") || !strings.Contains(msg, "roce") {
+			t.Errorf("--link-layer %q: error %q, want it to name the flag, the value, ib and roce", v, msg)
+		}
+		if strings.Contains(out, "ibpath simulator demo") {
+			t.Errorf("--link-layer %q: the demo ran anyway:\n%s", v, out)
+		}
+	}
+}
+
 func TestUnknownFlag(t *testing.T) {
-	app := newApp()
-	var out bytes.Buffer
-	app.Writer, app.ErrWriter = &out, &out
-	if err := app.Run([]string{"ibpath", "sim", "--bogus"}); err == nil {
+	if _, err := runApp(t, "sim", "--bogus"); err == nil {
 		t.Fatal("unknown flag accepted")
 	}
 }

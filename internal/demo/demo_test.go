@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -271,5 +272,193 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full")
 func TestWriteErrorReturned(t *testing.T) {
 	if err := Run(failWriter{}, Options{Seed: 1}); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("Run to a failing writer: %v", err)
+	}
+}
+
+func runRoCE(t *testing.T, seed uint64) (Result, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	res, err := run(&buf, Options{Seed: seed, LinkLayer: verbs.LinkLayerEthernet})
+	if err != nil {
+		t.Fatalf("run (RoCE): %v\n%s", err, buf.String())
+	}
+	return res, buf.String()
+}
+
+// TestRoCE: on RoCE layer 1 can do nothing. Every QP is unsupported, with
+// the reason; the application's modifies went through as written; the
+// cable pull reaches the application as plain verbs report it.
+func TestRoCE(t *testing.T) {
+	res, out := runRoCE(t, 7)
+	to := verbs.TimeoutDuration(rcTimeout)
+
+	for _, r := range res.Endpoints {
+		if !strings.HasPrefix(r.Device, "rxe") {
+			t.Errorf("QP %s on %s/%s: want a RoCE device rxe*", r.QP, r.Host, r.Device)
+		}
+		if !r.L1Known || r.L1.State != fsm.APMUnsupported || !strings.Contains(r.L1.Reason, "Ethernet") ||
+			!strings.Contains(r.L1.Reason, "InfiniBand") {
+			t.Errorf("QP %s on %s: layer 1 %+v (known %v), want unsupported because Ethernet is not InfiniBand",
+				r.QP, r.Host, r.L1, r.L1Known)
+		}
+		// ModifyQP added neither an alternate path nor REARM: the QP is as
+		// a fresh one after the application's own three modifies.
+		if r.ConnectMig != verbs.MigMigrated || r.ConnectAltPort != 0 {
+			t.Errorf("QP %s on %s after connect: path_mig_state %v, alternate port %d; want MIGRATED and none",
+				r.QP, r.Host, r.ConnectMig, r.ConnectAltPort)
+		}
+		if r.DataErrors != 0 || r.Verified != r.RecvOK {
+			t.Errorf("QP %s on %s: %d data errors, %d of %d notifications verified", r.QP, r.Host, r.DataErrors, r.Verified, r.RecvOK)
+		}
+		if r.Posted != r.SendOK+r.SendErr {
+			t.Errorf("QP %s on %s: %d posted, %d ok + %d err", r.QP, r.Host, r.Posted, r.SendOK, r.SendErr)
+		}
+	}
+	for _, h := range []string{"node0", "node1"} {
+		st := res.Managers[h]
+		if st.Registered != 2 || st.Loads != 0 || st.ModifyFallbacks != 0 || st.Armed != 0 || st.Migrations != 0 ||
+			st.HWMigrations != 0 || st.Handovers != 0 {
+			t.Errorf("%s manager stats %+v: want 2 QPs registered and nothing done", h, st)
+		}
+		for _, qp := range []string{"A", "B"} {
+			for _, c := range res.Layer1Of(qp, h) {
+				if c.After.State != fsm.APMUnsupported {
+					t.Errorf("QP %s on %s: layer-1 change to %v at %v; want unsupported throughout", qp, h, c.After.State, c.At)
+				}
+			}
+		}
+		for _, ev := range []verbs.EventType{verbs.EventPathMig, verbs.EventPathMigErr} {
+			if res.HasEvent(h, ev, "") {
+				t.Errorf("%s: unexpected %v on RoCE; events %v", h, ev, res.Events[h])
+			}
+		}
+	}
+	if len(res.Handovers) != 0 || res.Stats.Migrations != 0 {
+		t.Errorf("handovers %+v, %d path migrations; want none on RoCE", res.Handovers, res.Stats.Migrations)
+	}
+	// Printed once per QP, both sides on one line.
+	for _, qp := range []string{"A", "B"} {
+		if n := strings.Count(out, " QP "+qp+" layer 1: unsupported: "); n != 1 {
+			t.Errorf("QP %s: %d unsupported lines, want 1:\n%s", qp, n, out)
+		}
+	}
+	if n := strings.Count(out, "layer 2 (cross-NIC) is not built yet"); n != 1 {
+		t.Errorf("%d lines say layer 2 is not built, want 1:\n%s", n, out)
+	}
+
+	// The pull: PORT_ERR on node0 and nothing layer 1 can do. Both sides of
+	// QP A stall and retry on the local ACK timer (SIMULATOR.md: traffic on
+	// a down port is lost; the requester resends everything unacknowledged
+	// up to retry_cnt times). The cable is ACTIVE again at plugAt + 2 ms,
+	// before the last retry at pullAt + ~(1+retry_cnt-1) timeouts, so that
+	// retry gets through: a long stall, but no error completion, and the
+	// same QP carries on. Had the cable stayed out, RETRY_EXC_ERR would come
+	// after (1+retry_cnt) timeouts, as it does for QP B below.
+	if !res.HasEvent("node0", verbs.EventPortErr, "") || !res.HasEvent("node0", verbs.EventPortActive, "") {
+		t.Errorf("node0: want PORT_ERR and PORT_ACTIVE; events %v", res.Events["node0"])
+	}
+	lastRetry := pullAt + rcRetryCnt*to
+	if plugAt+2*time.Millisecond > lastRetry {
+		t.Fatalf("script: the plug (%v) comes after the last retry (%v); update this test", plugAt, lastRetry)
+	}
+	if res.PullRecovery < lastRetry-pullAt || res.PullRecovery > lastRetry-pullAt+2*time.Millisecond {
+		t.Errorf("QP A stalled %v across the pull, want about %v (until its last retry)", res.PullRecovery, lastRetry-pullAt)
+	}
+	for _, host := range []string{"node0", "node1"} {
+		a := mustEndpoint(t, res, "A", host)
+		if a.SendErr != 0 || a.RecvErr != 0 || len(a.Errors) != 0 || a.State != verbs.QPSRTS || a.Posted != a.SendOK {
+			t.Errorf("QP A on %s: %d/%d error completions %v, state %v, %d posted, %d ok; want no error, RTS, all done",
+				host, a.SendErr, a.RecvErr, a.Errors, a.State, a.Posted, a.SendOK)
+		}
+	}
+	if ps := res.PausesOf("A", pullAt-time.Millisecond, plugAt); len(ps) != 2 {
+		t.Errorf("QP A: pauses %+v after the pull, want one per side", ps)
+	}
+	for i := 1; i <= rcRetryCnt; i++ {
+		if n := strings.Count(out, fmt.Sprintf("/rxe0 (sim retry) qp 0x100 local ACK timeout, retry %d/%d", i, rcRetryCnt)); n != 2 {
+			t.Errorf("QP A: retry %d/%d printed %d times, want once per side", i, rcRetryCnt, n)
+		}
+	}
+
+	// The NIC death: DEVICE_FATAL and flushes on node0; the peer sees
+	// silence, retries and fails the oldest WR with RETRY_EXC_ERR after
+	// (1+retry_cnt) timeouts, the rest flushed. Nothing migrates.
+	b0, b1 := mustEndpoint(t, res, "B", "node0"), mustEndpoint(t, res, "B", "node1")
+	if !res.HasEvent("node0", verbs.EventDeviceFatal, "") {
+		t.Errorf("node0: no DEVICE_FATAL; events %v", res.Events["node0"])
+	}
+	if !slices.Equal(b0.Errors, []verbs.WCStatus{verbs.WCWRFlushErr}) || !b0.DeviceDead || b0.State != verbs.QPSErr {
+		t.Errorf("QP B on node0: errors %v, dead %v, state %v; want WR_FLUSH_ERR on a dead device", b0.Errors, b0.DeviceDead, b0.State)
+	}
+	if !slices.Equal(b1.Errors, []verbs.WCStatus{verbs.WCRetryExcErr, verbs.WCWRFlushErr}) || b1.State != verbs.QPSErr {
+		t.Errorf("QP B on node1: errors %v, state %v; want RETRY_EXC_ERR then WR_FLUSH_ERR, ERR", b1.Errors, b1.State)
+	}
+	if ps := res.PausesOf("B", killAt-time.Millisecond, endAt); len(ps) != 0 {
+		t.Errorf("QP B: pauses %+v after the kill, want none (no completion ends them)", ps)
+	}
+	// The timeline shows it when the application polls, within a step.
+	var at float64
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "completed with RETRY_EXC_ERR") {
+			if _, err := fmt.Sscanf(line, "%f ms  node1/rxe1 QP B:", &at); err != nil {
+				t.Errorf("RETRY_EXC_ERR line %q: %v", line, err)
+			}
+		}
+	}
+	if from := killAt + hwGiveUp(); at < ms64(from) || at > ms64(from+step) {
+		t.Errorf("node1 QP B: RETRY_EXC_ERR shown at %.3f ms, want within a step after %v + (1+retry_cnt) x timeout (%v)", at, killAt, from)
+	}
+
+	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "DEVICE_FATAL", "RETRY_EXC_ERR", "WR_FLUSH_ERR", "unsupported"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output does not mention %s", s)
+		}
+	}
+	for _, s := range []string{"mlx5", "PATH_MIG", "armed", "port 2", "handed to layer 2"} {
+		if strings.Contains(out, s) {
+			t.Errorf("RoCE output mentions %q:\n%s", s, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n > 70 {
+		t.Errorf("timeline has %d lines, want it short:\n%s", n, out)
+	}
+}
+
+func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func TestRoCEDeterministic(t *testing.T) {
+	_, a := runRoCE(t, 42)
+	_, b := runRoCE(t, 42)
+	if a != b {
+		t.Fatalf("same seed, different output:\n%s\n---\n%s", a, b)
+	}
+}
+
+// TestInfiniBandIsTheDefault: asking for InfiniBand changes nothing.
+func TestInfiniBandIsTheDefault(t *testing.T) {
+	_, def := runDemo(t, 5)
+	var ib bytes.Buffer
+	if err := Run(&ib, Options{Seed: 5, LinkLayer: verbs.LinkLayerInfiniBand}); err != nil {
+		t.Fatal(err)
+	}
+	if ib.String() != def {
+		t.Fatalf("LinkLayerInfiniBand and the default differ:\n%s\n---\n%s", ib.String(), def)
+	}
+}
+
+func TestParseLinkLayer(t *testing.T) {
+	for name, want := range map[string]verbs.LinkLayer{"ib": verbs.LinkLayerInfiniBand, "roce": verbs.LinkLayerEthernet} {
+		if got, err := ParseLinkLayer(name); err != nil || got != want {
+			t.Errorf("ParseLinkLayer(%q) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	for _, name := range []string{"", "IB", "eth", "iwarp", "roce2"} {
+		_, err := ParseLinkLayer(name)
+		if err == nil || !strings.Contains(err.Error(), "ib") || !strings.Contains(err.Error(), "roce") {
+			t.Errorf("ParseLinkLayer(%q): %v; want an error naming ib and roce", name, err)
+		}
+	}
+	if err := Run(&bytes.Buffer{}, Options{Seed: 1, LinkLayer: 9}); err == nil {
+		t.Error("Run accepted link layer 9")
 	}
 }

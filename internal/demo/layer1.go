@@ -162,6 +162,8 @@ func describeL1(c Layer1Change) string {
 	now := l1State(st)
 	var why string
 	switch {
+	case c.New && st.State == fsm.APMUnsupported:
+		return "unsupported: " + st.Reason
 	case c.New:
 		return now + " (alternate given at INIT->RTR, REARM at RTR->RTS)"
 	case st.Migrations > c.Before.Migrations && c.Cause == "PORT_ERR":
@@ -314,6 +316,12 @@ func (s *scenario) pullGap(e *endpoint, gap time.Duration) {
 		if x.qpName == "A" && x.t.pullGap == 0 {
 			return
 		}
+	}
+	if s.roce() {
+		s.p.at(s.f.Now(), "QP A: completing again on both sides after a %s gap: an HCA retry crossed the repaired cable;", ms(s.res.PullRecovery))
+		s.p.plain("%13s  a cable out past the last retry fails the oldest WR with RETRY_EXC_ERR (1+%d) x %s = %s after it was sent", "",
+			rcRetryCnt, ms(verbs.TimeoutDuration(rcTimeout)), ms(hwGiveUp()))
+		return
 	}
 	s.p.at(s.f.Now(), "QP A: completing again on both sides after a %s gap; the HCA alone would wait (1+%d) x %s = %s",
 		ms(s.res.PullRecovery), rcRetryCnt, ms(verbs.TimeoutDuration(rcTimeout)), ms(hwGiveUp()))

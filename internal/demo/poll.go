@@ -29,6 +29,9 @@ func (s *scenario) pollEvents(d *device) (int, error) {
 			before := d.host.mgr.Status()
 			d.host.mgr.HandleEvent(d.ctx, ev)
 			s.printL1(s.diffL1(d.host, before, ev.Type.String()))
+			if ev.Type == verbs.EventPortErr && s.roce() {
+				s.unprotected(d, ev.Port)
+			}
 		}
 		d.ctx.AckAsyncEvent(ev)
 		if herr != nil {
@@ -175,15 +178,16 @@ func (d *device) byQPN(qpn uint32) *endpoint {
 
 // flushTrace prints the trace records gathered since the last call: all of
 // them when verbose, otherwise the first local ACK timeout of a series
-// and migrations the HCA made without raising an event (retries
-// exhausted); nothing of a QP whose bouncing is muted.
+// (every one on RoCE, where no migration cuts the series short) and
+// migrations the HCA made without raising an event (retries exhausted);
+// nothing of a QP whose bouncing is muted.
 func (s *scenario) flushTrace() {
 	for _, r := range s.trace {
 		switch {
 		case s.opts.Verbose:
 			s.p.at(r.At, "  trace %s/%s %-5s %s", r.Host, r.Device, r.Kind, r.Detail)
 		case s.mutedTrace(r):
-		case r.Kind == "retry" && strings.Contains(r.Detail, "retry 1/"),
+		case r.Kind == "retry" && (s.roce() || strings.Contains(r.Detail, "retry 1/")),
 			r.Kind == "apm" && strings.Contains(r.Detail, "retries exhausted"):
 			s.p.at(r.At, "%s/%s (sim %s) %s", r.Host, r.Device, r.Kind, r.Detail)
 		}

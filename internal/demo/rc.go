@@ -61,6 +61,10 @@ type endpoint struct {
 	mr     verbs.MR
 	peer   *endpoint
 	port   uint8 // primary port as last seen
+	// connMig and connAlt are the QP's path_mig_state and alternate port
+	// right after the application's connect (see recordConnected).
+	connMig verbs.MigState
+	connAlt uint8
 	// lastHWMig is when layer 1 last saw this side's HCA migrate by itself.
 	lastHWMig time.Duration
 	tag       byte // makes each direction's data pattern distinct
@@ -88,11 +92,20 @@ func newEndpoint(d *device, qpName string, tag byte) (*endpoint, error) {
 }
 
 // pathTo is the address vector of a path leaving the local port towards
-// port n of b's HCA (LID-routed, path bits 0).
+// port n of b's HCA: LID-routed with path bits 0 on InfiniBand; on RoCE
+// global, to the peer port's RoCEv2 GID (index 1), from ours.
 func pathTo(b *endpoint, n uint8, local uint8) (verbs.AHAttr, error) {
 	pa, err := b.dev.ctx.QueryPort(n)
 	if err != nil {
 		return verbs.AHAttr{}, fmt.Errorf("ibv_query_port %s port %d: %w", b.dev, n, err)
+	}
+	if pa.LinkLayer == verbs.LinkLayerEthernet {
+		g, err := b.dev.ctx.QueryGID(n, roceGIDIndex)
+		if err != nil {
+			return verbs.AHAttr{}, fmt.Errorf("ibv_query_gid %s port %d index %d: %w", b.dev, n, roceGIDIndex, err)
+		}
+		return verbs.AHAttr{IsGlobal: true, PortNum: local,
+			GRH: verbs.GlobalRoute{DGID: g, SGIDIndex: roceGIDIndex, HopLimit: 64}}, nil
 	}
 	return verbs.AHAttr{DLID: pa.LID, PortNum: local}, nil
 }

@@ -89,6 +89,12 @@ type EndpointResult struct {
 	Port       uint8 // primary port at the end (last known if the device died)
 	DeviceDead bool
 
+	// ConnectMig and ConnectAltPort are the QP's path_mig_state and
+	// alternate port right after connecting through the manager's
+	// ModifyQP: MIGRATED and 0 when it added nothing (RoCE).
+	ConnectMig     verbs.MigState
+	ConnectAltPort uint8
+
 	L1      apm.QPStatus // layer-1 status at the end
 	L1Known bool         // false when the manager does not know the QP
 }

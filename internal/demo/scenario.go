@@ -16,6 +16,9 @@ import (
 type Options struct {
 	Seed    uint64 // seed of the simulated fabric
 	Verbose bool   // also print every trace record of the fabric
+	// LinkLayer of the fabric: InfiniBand (also for LinkLayerUnspecified),
+	// or Ethernet for the RoCE variant of the script (see roce.go).
+	LinkLayer verbs.LinkLayer
 }
 
 // The script, in virtual time.
@@ -51,6 +54,12 @@ type scenario struct {
 }
 
 func run(w io.Writer, opts Options) (Result, error) {
+	switch opts.LinkLayer {
+	case verbs.LinkLayerUnspecified, verbs.LinkLayerInfiniBand, verbs.LinkLayerEthernet:
+	default:
+		return Result{}, fmt.Errorf("demo: unknown link layer %d (want %v or %v)", opts.LinkLayer,
+			verbs.LinkLayerInfiniBand, verbs.LinkLayerEthernet)
+	}
 	bw := bufio.NewWriter(w)
 	s := &scenario{p: &printer{w: bw}, opts: opts, muted: map[string]bool{},
 		res: Result{Events: map[string][]EventRecord{}, Managers: map[string]apm.Stats{}, Muted: map[string]int{}}}
@@ -109,8 +118,14 @@ func (s *scenario) runTo(t time.Duration) error {
 }
 
 func (s *scenario) setup() error {
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: s.opts.Seed},
-		Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1})
+	spec := sim.RailSpec{Config: sim.Config{Seed: s.opts.Seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}
+	nics := [2]string{"mlx5_0", "mlx5_1"}
+	if s.roce() {
+		// RoCE ports have no LMC, and APM is impossible: one port each.
+		spec.PortsPerHCA, spec.LMC, spec.LinkLayer = 1, 0, verbs.LinkLayerEthernet
+		nics = [2]string{"rxe0", "rxe1"}
+	}
+	f, err := sim.NewRailFabric(spec)
 	if err != nil {
 		return fmt.Errorf("sim.NewRailFabric: %w", err)
 	}
@@ -127,11 +142,15 @@ func (s *scenario) setup() error {
 		}
 		s.hosts = append(s.hosts, h)
 	}
-	s.p.plain("ibpath simulator demo (seed %d): 2 hosts x 2 HCAs x 2 ports, LMC 1, rail-optimized leaves", s.opts.Seed)
+	if s.roce() {
+		s.p.plain("ibpath simulator demo (seed %d, RoCE): 2 hosts x 2 RoCE NICs x 1 port (Ethernet link layer, no LMC), rail-optimized leaves", s.opts.Seed)
+	} else {
+		s.p.plain("ibpath simulator demo (seed %d): 2 hosts x 2 HCAs x 2 ports, LMC 1, rail-optimized leaves", s.opts.Seed)
+	}
 	for _, hd := range []struct {
 		h   *host
 		dev string
-	}{{s.hosts[0], "mlx5_0"}, {s.hosts[1], "mlx5_0"}, {s.hosts[0], "mlx5_1"}, {s.hosts[1], "mlx5_1"}} {
+	}{{s.hosts[0], nics[0]}, {s.hosts[1], nics[0]}, {s.hosts[0], nics[1]}, {s.hosts[1], nics[1]}} {
 		d, err := openDevice(f, hd.h, hd.dev)
 		if err != nil {
 			return err
@@ -154,7 +173,11 @@ func (s *scenario) setup() error {
 		l1Config.Failback, l1Config.FailbackHold)
 	s.p.plain("QP A: %v <-> %v, QP B: %v <-> %v (port 1, qpn %#x each) connect through",
 		a0.dev, a1.dev, b0.dev, b1.dev, a0.qp.QPN())
-	s.p.plain("  its ModifyQP, which specifies the alternate at INIT->RTR and adds REARM at RTR->RTS")
+	if s.roce() {
+		s.p.plain("  its ModifyQP, which must leave the application's modifies as they are: no alternate path exists on RoCE")
+	} else {
+		s.p.plain("  its ModifyQP, which specifies the alternate at INIT->RTR and adds REARM at RTR->RTS")
+	}
 	before := make([][]apm.QPStatus, len(s.hosts))
 	for i, h := range s.hosts {
 		before[i] = h.mgr.Status()
@@ -165,9 +188,14 @@ func (s *scenario) setup() error {
 		}
 	}
 	// The connects are recorded, not printed: the ARMED lines show the
-	// alternates the managers chose.
+	// alternates the managers chose. On RoCE there will be none: the
+	// reasons are printed after the script.
+	var connected []l1Change
 	for i, h := range s.hosts {
-		s.diffL1(h, before[i], "connect")
+		connected = append(connected, s.diffL1(h, before[i], "connect")...)
+	}
+	if err := s.recordConnected(); err != nil {
+		return err
 	}
 	for _, e := range s.eps {
 		if err := e.postRecvs(recvDepth); err != nil {
@@ -181,8 +209,11 @@ func (s *scenario) setup() error {
 	// the re-armed peer, so the QPs arm with the first traffic.
 	s.p.plain("traffic: every %v each side of each QP posts a signaled %d KiB WRITE + WRITE_WITH_IMM(seq), %d in flight at most, data checked",
 		step, slotSize/1024, window)
-	s.p.plain("script: %v pull cable node0/mlx5_0 port 1, %v plug it back, %v kill HCA node0/mlx5_1, %v stop posting",
-		pullAt, plugAt, killAt, quiesceAt)
+	s.p.plain("script: %v pull cable %v port 1, %v plug it back, %v kill %s %v, %v stop posting",
+		pullAt, s.devs[0], plugAt, killAt, s.nicWord(), s.devs[2], quiesceAt)
+	if s.roce() {
+		s.printL1(connected)
+	}
 	return nil
 }
 
@@ -235,20 +266,23 @@ func (s *scenario) inject(t time.Duration) error {
 	switch t {
 	case pullAt:
 		port := s.devs[0].hca.Port(1)
-		s.p.at(t, "FAULT: cable of node0/mlx5_0 port 1 pulled")
+		s.p.at(t, "FAULT: cable of %v port 1 pulled", s.devs[0])
 		if err := s.f.SetLink(port, false); err != nil {
-			return fmt.Errorf("sim.Fabric.SetLink(node0/mlx5_0 port 1, down): %w", err)
+			return fmt.Errorf("sim.Fabric.SetLink(%v port 1, down): %w", s.devs[0], err)
 		}
 	case plugAt:
 		port := s.devs[0].hca.Port(1)
-		s.p.at(t, "REPAIR: cable of node0/mlx5_0 port 1 plugged back in")
+		s.p.at(t, "REPAIR: cable of %v port 1 plugged back in", s.devs[0])
 		if err := s.f.SetLink(port, true); err != nil {
-			return fmt.Errorf("sim.Fabric.SetLink(node0/mlx5_0 port 1, up): %w", err)
+			return fmt.Errorf("sim.Fabric.SetLink(%v port 1, up): %w", s.devs[0], err)
+		}
+		if s.roce() {
+			s.afterRepair(t)
 		}
 	case killAt:
-		s.p.at(t, "FAULT: HCA node0/mlx5_1 dies (2 WRs of QP B just posted)")
+		s.p.at(t, "FAULT: %s %v dies (2 WRs of QP B just posted)", s.nicWord(), s.devs[2])
 		if err := s.f.KillHCA(s.devs[2].hca); err != nil {
-			return fmt.Errorf("sim.Fabric.KillHCA(node0/mlx5_1): %w", err)
+			return fmt.Errorf("sim.Fabric.KillHCA(%v): %w", s.devs[2], err)
 		}
 	default:
 		return nil
@@ -262,7 +296,8 @@ func (s *scenario) finish() error {
 		r := EndpointResult{QP: e.qpName, Host: e.dev.host.name, Device: e.dev.name, QPN: e.qp.QPN(),
 			Posted: e.t.posted, SendOK: e.t.sendOK, SendErr: e.t.sendErr, RecvOK: e.t.recvOK,
 			RecvErr: e.t.recvErr, Verified: e.t.verified, DataErrors: e.t.dataErrs,
-			Errors: append([]verbs.WCStatus(nil), e.t.errSeq...), Port: e.port}
+			Errors: append([]verbs.WCStatus(nil), e.t.errSeq...), Port: e.port,
+			ConnectMig: e.connMig, ConnectAltPort: e.connAlt}
 		attr, err := queryPath(e)
 		switch {
 		case err == nil:
