@@ -34,6 +34,12 @@ const (
 )
 
 func openSide(t *testing.T, h *sim.Host, dev string, buf []byte) *side {
+	return openSideSkip(t, h, dev, buf, 0)
+}
+
+// openSideSkip first creates skip unused QPs, so the side's QP number
+// differs from other HCAs' first QP.
+func openSideSkip(t *testing.T, h *sim.Host, dev string, buf []byte, skip int) *side {
 	s := &side{}
 	var err error
 	s.ctx, err = h.Open(dev)
@@ -42,6 +48,11 @@ func openSide(t *testing.T, h *sim.Host, dev string, buf []byte) *side {
 	must(t, err)
 	s.cq, err = s.ctx.CreateCQ(1024, nil, 0)
 	must(t, err)
+	for i := 0; i < skip; i++ {
+		_, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTRC,
+			Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		must(t, err)
+	}
 	s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTRC,
 		Cap: verbs.QPCap{MaxSendWR: qcap, MaxRecvWR: qcap, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	must(t, err)

@@ -1,0 +1,182 @@
+package crossnic
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Leg is one QP of a protected connection with the CQ it completes into
+// (one CQ for both its queues).
+type Leg struct {
+	Ctx verbs.Context
+	QP  verbs.QP
+	CQ  verbs.CQ
+}
+
+// Conn is one protected RC QP as the application sees it: its WRs go to the
+// default leg while it is healthy and, after a fault, are replayed and
+// continued on the backup leg (another HCA of the same host, connected to
+// the peer's backup QP). It is driven by the application's own calls
+// (PostSend, PostRecv, Poll) and by HandleEvent; it starts no goroutines
+// and is not safe for concurrent use.
+//
+// The application sees only what plain verbs would have shown without the
+// fault: every signaled WR completes exactly once, in posting order, with
+// the default QP's number; flush errors of WRs that are replayed never
+// reach it. When replay is impossible (an atomic outstanding, no backup,
+// the backup failing too), errors reach it exactly as verbs report them.
+type Conn struct {
+	m        fsm.CrossNIC
+	def, bak Leg
+	defQPN   uint32
+	peerQPN  uint32
+	keys     *KeyMap
+	sring    *SendRing
+	rring    *RecvRing
+	ready    []verbs.WC // completions due to the application, in order
+	buf      []verbs.WC
+	sges     []verbs.SGE
+	tx       verbs.SendWR
+	bakFrom  uint64 // ring WRs posted on the backup start here
+	bakReady bool
+	stats    ConnStats
+}
+
+// ConnStats counts what a Conn did.
+type ConnStats struct {
+	Faults       int
+	Replayed     int // WRs replayed on the backup
+	Delivered    int // outstanding WRs the peer's counter proved executed
+	RecvsMoved   int // receive WRs reposted on the backup
+	Synthesized  int // completions given for delivered signaled WRs
+	HiddenFlushs int // default-QP flush completions kept from the application
+}
+
+// NewConn protects def with bak. Both QPs must be connected (RTS) to the
+// peer's default and backup QPs; keys translates the default HCA's keys to
+// the backup's (local lkeys, and the peer's rkeys through a Directory).
+// The backup QP needs a receive posted for the peer's control message
+// before any fault: NewConn posts it.
+func NewConn(def, bak Leg, keys *KeyMap, sqSigAll bool) (*Conn, error) {
+	attr, init, err := def.QP.Query(verbs.QPAttrCap | verbs.QPAttrDestQPN)
+	if err != nil {
+		return nil, fmt.Errorf("crossnic: protect QP: %w", err)
+	}
+	c := &Conn{def: def, bak: bak, defQPN: def.QP.QPN(), peerQPN: attr.DestQPN, keys: keys,
+		buf: make([]verbs.WC, 64), sges: make([]verbs.SGE, 0, max(init.Cap.MaxSendSGE, init.Cap.MaxRecvSGE, 1))}
+	if c.sring, err = NewSendRing(init.Cap, sqSigAll); err != nil {
+		return nil, err
+	}
+	if c.rring, err = NewRecvRing(init.Cap); err != nil {
+		return nil, err
+	}
+	if bak.QP != nil {
+		if _, err := bak.QP.PostRecv([]verbs.RecvWR{{WRID: ctrlRecvWRID}}); err != nil {
+			return nil, fmt.Errorf("crossnic: post the control receive on the backup QP: %w", err)
+		}
+		c.bakReady = true
+	}
+	return c, nil
+}
+
+// State returns the send- and receive-queue states.
+func (c *Conn) State() (fsm.SQState, fsm.RQState) { return c.m.SQ, c.m.RQ }
+
+// Reason says why the connection surfaced its error, if it did.
+func (c *Conn) Reason() string { return c.m.Reason }
+
+// Stats returns the counters.
+func (c *Conn) Stats() ConnStats { return c.stats }
+
+// PostSend posts send WRs: on the default QP in Default state, recorded
+// for a rewind; on the backup QP, keys translated, in Fallback; recorded
+// only while the fallback handshake is under way (they are replayed after
+// it, in order). Errors the application caused (EINVAL, ENOMEM) return as
+// from ibv_post_send; a post refused by a failed device starts a failover.
+func (c *Conn) PostSend(wrs []verbs.SendWR) (int, error) {
+	for i := range wrs {
+		if err := c.postOne(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+func (c *Conn) postOne(wr *verbs.SendWR) error {
+	switch c.m.SQ {
+	case fsm.SQSurfaced:
+		_, err := c.def.QP.PostSend([]verbs.SendWR{*wr})
+		return err
+	case fsm.SQDefault:
+		if c.sring.Len() >= len(c.sring.recs) {
+			return verbs.Errorf("ibv_post_send", verbs.ENOMEM, "send queue full")
+		}
+		_, err := c.def.QP.PostSend([]verbs.SendWR{*wr})
+		if err != nil && !errors.Is(err, verbs.EIO) {
+			return err
+		}
+		if rerr := c.sring.Record(wr, nil); rerr != nil {
+			return rerr
+		}
+		if err != nil {
+			c.fault(fmt.Sprintf("ibv_post_send on the default QP: %v", err))
+		}
+		return nil
+	case fsm.SQAwaitAck:
+		return c.sring.Record(wr, nil)
+	}
+	// Fallback (this slice does not switch back).
+	if err := c.sring.Record(wr, nil); err != nil {
+		return err
+	}
+	return c.replayTail()
+}
+
+// PostRecv posts receive WRs on the queue's current QP, recorded so they
+// can move at a failover.
+func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	for i := range wrs {
+		if c.m.SQ == fsm.SQSurfaced {
+			if _, err := c.def.QP.PostRecv(wrs[i : i+1]); err != nil {
+				return i, err
+			}
+			continue
+		}
+		if c.rring.Len() >= len(c.rring.recs) {
+			return i, verbs.Errorf("ibv_post_recv", verbs.ENOMEM, "receive queue full")
+		}
+		if err := c.rring.Record(&wrs[i]); err != nil {
+			return i, err
+		}
+		var err error
+		if c.m.RQ == fsm.RQFallback {
+			err = c.postRecvBackup(&wrs[i])
+		} else {
+			_, err = c.def.QP.PostRecv(wrs[i : i+1])
+			if errors.Is(err, verbs.EIO) {
+				err = nil // the default died: the receive moves with the others
+			}
+		}
+		if err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+func (c *Conn) postRecvBackup(w *verbs.RecvWR) error {
+	r := verbs.RecvWR{WRID: w.WRID, SGList: c.sges[:len(w.SGList)]}
+	for i, s := range w.SGList {
+		lk, ok := c.keys.LKeys[s.LKey]
+		if !ok {
+			return fmt.Errorf("crossnic: receive %d: no backup for lkey %#x", w.WRID, s.LKey)
+		}
+		s.LKey = lk
+		r.SGList[i] = s
+	}
+	_, err := c.bak.QP.PostRecv([]verbs.RecvWR{r})
+	return err
+}

@@ -1,0 +1,338 @@
+package crossnic_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+const (
+	nslots = 32 // data slots per direction
+	window = 8  // rounds in flight per sender
+)
+
+// node is one host: a protected QP (default on mlx5_0, backup on mlx5_1)
+// over one buffer registered on both HCAs.
+type node struct {
+	name     string
+	def, bak *side
+	conn     *crossnic.Conn
+	buf      []byte
+	hca      *sim.HCA
+}
+
+// world is two protected nodes and the checker's view of their traffic.
+type world struct {
+	t      testing.TB
+	f      *sim.Fabric
+	n      [2]*node
+	sent   [2]int      // rounds posted by each node
+	done   [2][]uint64 // wr_ids each application saw complete, in order
+	errs   [2][]verbs.WC
+	notifs [2][]uint32 // notifications each node received, in order
+	sendRx [2]bool     // two-sided SEND workload (else NCCL-Simple WRITEs)
+}
+
+func newWorld(t testing.TB, seed uint64) *world {
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	must(t.(*testing.T), err)
+	w := &world{t: t, f: f}
+	for i, name := range []string{"node0", "node1"} {
+		h := f.Host(name)
+		buf := make([]byte, 2*nslots*slot+8)
+		w.n[i] = &node{name: name, buf: buf, hca: h.HCA("mlx5_0"),
+			def: openSide(t.(*testing.T), h, "mlx5_0", buf), bak: openSideSkip(t.(*testing.T), h, "mlx5_1", buf, 3)}
+	}
+	a, b := w.n[0], w.n[1]
+	for _, p := range [][2]*side{{a.def, b.def}, {b.def, a.def}, {a.bak, b.bak}, {b.bak, a.bak}} {
+		connect(t.(*testing.T), p[0], p[1])
+	}
+	// Shadow attributes published in advance; each side translates its
+	// own lkeys and the peer's rkeys.
+	dir := crossnic.NewMemDirectory()
+	for i, me := range w.n {
+		pa, err := me.def.ctx.QueryPort(1)
+		must(t.(*testing.T), err)
+		must(t.(*testing.T), dir.PublishMR(crossnic.MRRef{LID: pa.LID, RKey: me.def.mr.RKey()}, me.bak.mr.RKey()))
+		_ = i
+	}
+	for i, me := range w.n {
+		peer := w.n[1-i]
+		pp, _ := peer.def.ctx.QueryPort(1)
+		keys := &crossnic.KeyMap{LKeys: map[uint32]uint32{me.def.mr.LKey(): me.bak.mr.LKey()},
+			RKey: func(rk uint32) (uint32, bool) { return dir.LookupMR(crossnic.MRRef{LID: pp.LID, RKey: rk}) }}
+		var err error
+		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: me.def.cq},
+			crossnic.Leg{Ctx: me.bak.ctx, QP: me.bak.qp, CQ: me.bak.cq}, keys, false)
+		must(t.(*testing.T), err)
+		recvs := make([]verbs.RecvWR, 64)
+		for k := range recvs {
+			recvs[k] = verbs.RecvWR{WRID: uint64(1000 + k), SGList: []verbs.SGE{me.recvSGE(k)}}
+		}
+		_, err = me.conn.PostRecv(recvs)
+		must(t.(*testing.T), err)
+	}
+	return w
+}
+
+// Memory layout of a node's buffer: [0, nslots*slot) is what it sends,
+// [nslots*slot, 2*nslots*slot) what its peer writes or sends into, and
+// the last 8 bytes a counter for atomics.
+func (n *node) outAddr(s int) uint64 { return n.def.mr.Addr() + uint64(s*slot) }
+func (n *node) inAddr(s int) uint64  { return n.def.mr.Addr() + uint64((nslots+s)*slot) }
+func (n *node) recvSGE(k int) verbs.SGE {
+	return verbs.SGE{Addr: n.inAddr(k % nslots), Length: slot, LKey: n.def.mr.LKey()}
+}
+
+// post sends round r from node i: a bulk WRITE and a WRITE_WITH_IMM
+// notification (NCCL-Simple), or a SEND carrying the round (two-sided).
+func (w *world) post(i, r int) error {
+	me, peer := w.n[i], w.n[1-i]
+	s := r % nslots
+	copy(me.buf[s*slot:(s+1)*slot], pattern(r))
+	var wrs []verbs.SendWR
+	if w.sendRx[i] {
+		wrs = []verbs.SendWR{{WRID: uint64(2*r + 1), Opcode: verbs.WRSendWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(r),
+			SGList: []verbs.SGE{{Addr: me.outAddr(s), Length: slot, LKey: me.def.mr.LKey()}}}}
+	} else {
+		wrs = []verbs.SendWR{
+			{WRID: uint64(2 * r), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: me.outAddr(s), Length: slot, LKey: me.def.mr.LKey()}},
+				RemoteAddr: peer.inAddr(s), RKey: peer.def.mr.RKey()},
+			{WRID: uint64(2*r + 1), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(r),
+				RemoteAddr: peer.inAddr(s), RKey: peer.def.mr.RKey()},
+		}
+	}
+	_, err := me.conn.PostSend(wrs)
+	return err
+}
+
+// pump delivers async events of the default devices and polls both nodes.
+func (w *world) pump() {
+	for i, me := range w.n {
+		for {
+			ev, err := me.def.ctx.GetAsyncEvent()
+			if err != nil {
+				break
+			}
+			me.conn.HandleEvent(me.def.ctx, ev, 1)
+			me.def.ctx.AckAsyncEvent(ev)
+		}
+		wc := make([]verbs.WC, 32)
+		for {
+			n, err := me.conn.Poll(wc)
+			if err != nil {
+				w.t.Fatalf("%s poll: %v", me.name, err)
+			}
+			if n == 0 {
+				break
+			}
+			for _, c := range wc[:n] {
+				w.onWC(i, c)
+			}
+		}
+	}
+}
+
+func (w *world) onWC(i int, c verbs.WC) {
+	me := w.n[i]
+	if c.Status != verbs.WCSuccess {
+		w.errs[i] = append(w.errs[i], c)
+		return
+	}
+	if c.QPNum != me.def.qp.QPN() {
+		w.t.Fatalf("%s: completion with QP number %#x, the application's QP is %#x", me.name, c.QPNum, me.def.qp.QPN())
+	}
+	if c.Opcode != verbs.WCRecv && c.Opcode != verbs.WCRecvRDMAWithImm {
+		w.done[i] = append(w.done[i], c.WRID)
+		return
+	}
+	r := int(c.ImmData)
+	s := r % nslots
+	if !bytes.Equal(me.buf[(nslots+s)*slot:(nslots+s+1)*slot], pattern(r)) {
+		w.t.Fatalf("%s: notification %d arrived without its data", me.name, r)
+	}
+	w.notifs[i] = append(w.notifs[i], c.ImmData)
+	// Replace the consumed receive (same slot layout).
+	k := int(c.WRID - 1000)
+	if _, err := me.conn.PostRecv([]verbs.RecvWR{{WRID: c.WRID, SGList: []verbs.SGE{me.recvSGE(k)}}}); err != nil {
+		w.t.Fatalf("%s: repost receive: %v", me.name, err)
+	}
+}
+
+// run drives rounds from the senders in dirs for d of virtual time,
+// keeping at most window rounds unconfirmed per sender.
+func (w *world) run(d time.Duration, dirs ...int) {
+	end := w.f.Now() + d
+	for w.f.Now() < end {
+		for _, i := range dirs {
+			if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && len(w.errs[i]) == 0 {
+				if err := w.post(i, w.sent[i]); err != nil && !errors.Is(err, verbs.EIO) {
+					w.t.Fatalf("%s post: %v", w.n[i].name, err)
+				}
+				w.sent[i]++
+			}
+		}
+		w.f.RunFor(5 * time.Microsecond)
+		w.pump()
+	}
+}
+
+// check verifies the invariants for the senders in dirs: every signaled WR
+// completed exactly once in order (or, when the error surfaced, nothing
+// succeeded after the first error); every notification delivered exactly
+// once, in order; data intact (checked on arrival).
+func (w *world) check(dirs ...int) error {
+	for _, i := range dirs {
+		me, peer := w.n[i], 1-i
+		for k, id := range w.done[i] {
+			if id != uint64(2*k+1) {
+				return fmt.Errorf("%s: completions %v...: not each signaled WR once, in order (at %d)", me.name, w.done[i][:min(len(w.done[i]), 12)], k)
+			}
+		}
+		for k, r := range w.notifs[peer] {
+			if r != uint32(k) {
+				return fmt.Errorf("%s received notifications %v...: not exactly once and in order (at %d)", w.n[peer].name, w.notifs[peer][:min(k+3, len(w.notifs[peer]))], k)
+			}
+		}
+		if sq, _ := me.conn.State(); sq != fsm.SQSurfaced && len(w.errs[i]) > 0 {
+			return fmt.Errorf("%s saw errors %v although its connection did not surface", me.name, w.errs[i])
+		}
+		if len(w.done[i])+len(w.errs[i]) < w.sent[i] && len(w.errs[i]) == 0 {
+			return fmt.Errorf("%s: %d rounds sent, %d completed", me.name, w.sent[i], len(w.done[i]))
+		}
+	}
+	return nil
+}
+
+func TestSenderHCADeathFailsOver(t *testing.T) {
+	w := newWorld(t, 1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.KillHCA(w.n[0].hca))
+	w.run(2*time.Millisecond, 0)
+	w.run(20 * time.Millisecond) // drain
+	if sq, rq := w.n[0].conn.State(); sq != fsm.SQFallback || rq != fsm.RQFallback {
+		t.Fatalf("node0 %v/%v, want fallback", sq, rq)
+	}
+	if sq, _ := w.n[1].conn.State(); sq != fsm.SQFallback {
+		t.Fatalf("node1 %v, want fallback", sq)
+	}
+	if err := w.check(0); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.done[0]) != w.sent[0] || w.sent[0] < 40 {
+		t.Fatalf("%d of %d rounds completed", len(w.done[0]), w.sent[0])
+	}
+	st := w.n[0].conn.Stats()
+	t.Logf("node0 stats %+v", st)
+	if st.Replayed == 0 || st.RecvsMoved == 0 {
+		t.Fatalf("stats %+v: nothing was replayed or moved", st)
+	}
+}
+
+func TestReceiverHCADeathFailsOver(t *testing.T) {
+	w := newWorld(t, 2)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.KillHCA(w.n[1].hca))
+	w.run(2*time.Millisecond, 0)
+	w.run(20 * time.Millisecond)
+	if err := w.check(0); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.done[0]) != w.sent[0] || len(w.notifs[1]) != w.sent[0] {
+		t.Fatalf("%d rounds sent, %d completed, %d notified", w.sent[0], len(w.done[0]), len(w.notifs[1]))
+	}
+}
+
+func TestAckLostBeforeSenderDeath(t *testing.T) {
+	w := newWorld(t, 3)
+	w.run(200*time.Microsecond, 0)
+	// The ACK of the next notification is lost, then the sender dies:
+	// the peer consumed it, so it must not arrive twice.
+	next := w.sent[0]
+	must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+1)))
+	must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+2)))
+	must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+3)))
+	w.run(6*time.Microsecond, 0)
+	must(t, w.f.KillHCA(w.n[0].hca))
+	w.run(2*time.Millisecond, 0)
+	w.run(20 * time.Millisecond)
+	if err := w.check(0); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.n[0].conn.Stats(); st.Delivered == 0 {
+		t.Fatalf("stats %+v: the delivered notification was not recognised", st)
+	}
+}
+
+func TestBothDirectionsSendRecv(t *testing.T) {
+	w := newWorld(t, 4)
+	w.sendRx = [2]bool{true, true}
+	w.run(300*time.Microsecond, 0, 1)
+	must(t, w.f.KillHCA(w.n[1].hca))
+	w.run(2*time.Millisecond, 0, 1)
+	w.run(20 * time.Millisecond)
+	if err := w.check(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range w.n {
+		if len(w.done[i]) != w.sent[i] || len(w.notifs[1-i]) != w.sent[i] {
+			t.Fatalf("%s: %d sent, %d completed, %d received by the peer", w.n[i].name, w.sent[i], len(w.done[i]), len(w.notifs[1-i]))
+		}
+	}
+}
+
+func TestBothSidesDetectIndependently(t *testing.T) {
+	w := newWorld(t, 5)
+	w.run(300*time.Microsecond, 0, 1)
+	// Both default HCAs die at once: each side starts its own fallback.
+	must(t, w.f.KillHCA(w.n[0].hca))
+	must(t, w.f.KillHCA(w.n[1].hca))
+	w.run(2*time.Millisecond, 0, 1)
+	w.run(20 * time.Millisecond)
+	if err := w.check(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range w.n {
+		if len(w.done[i]) != w.sent[i] {
+			t.Fatalf("%s: %d sent, %d completed", w.n[i].name, w.sent[i], len(w.done[i]))
+		}
+	}
+}
+
+func TestAtomicInFlightSurfaces(t *testing.T) {
+	w := newWorld(t, 6)
+	w.run(100*time.Microsecond, 0)
+	a, b := w.n[0], w.n[1]
+	ctr := b.def.mr.Addr() + uint64(len(b.buf)-8)
+	// The atomic executes, its response is lost, the sender dies.
+	_, err := a.conn.PostSend([]verbs.SendWR{{WRID: 9999, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled,
+		CompareAdd: 1, SGList: []verbs.SGE{{Addr: a.def.mr.Addr() + uint64(len(a.buf)-8), Length: 8, LKey: a.def.mr.LKey()}},
+		RemoteAddr: ctr, RKey: b.def.mr.RKey()}})
+	must(t, err)
+	w.f.RunFor(5 * time.Microsecond)
+	must(t, w.f.KillHCA(a.hca))
+	w.run(5 * time.Millisecond)
+	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || a.conn.Reason() == "" {
+		t.Fatalf("state %v reason %q, want surfaced", sq, a.conn.Reason())
+	}
+	if n := binary.LittleEndian.Uint64(b.buf[len(b.buf)-8:]); n > 1 {
+		t.Fatalf("counter %d: the atomic was replayed", n)
+	}
+	found := false
+	for _, e := range w.errs[0] {
+		if e.WRID == 9999 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the atomic's error did not reach the application: errors %v", w.errs[0])
+	}
+}

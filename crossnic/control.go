@@ -1,0 +1,39 @@
+package crossnic
+
+import "fmt"
+
+// Control messages travel as zero-length RDMA_WRITE_WITH_IMM (no memory is
+// touched, no rkey checked): the immediate carries the kind in its top two
+// bits and a receive counter modulo 2^30 below them. The receiver rebuilds
+// the full counter from what it already knows, since the true value is
+// never behind that and never 2^30 ahead of it.
+type ctrlKind uint32
+
+const (
+	ctrlNotify ctrlKind = 1 // "I fell back; here is my receive counter"
+	ctrlAck    ctrlKind = 2 // "me too; here is mine"
+
+	ctrlCounterBits = 30
+	ctrlCounterMask = 1<<ctrlCounterBits - 1
+)
+
+// Reserved work request IDs of ibpath's own WRs on a protected QP. An
+// application WR with the same wr_id on the same queue would be mistaken
+// for them; 64-bit IDs this high are not used in practice.
+const (
+	ctrlSendWRID = ^uint64(0) - 1
+	ctrlRecvWRID = ^uint64(0) - 2
+)
+
+func encodeCtrl(k ctrlKind, counter uint64) uint32 {
+	return uint32(k)<<ctrlCounterBits | uint32(counter&ctrlCounterMask)
+}
+
+func decodeCtrl(imm uint32, base uint64) (ctrlKind, uint64, error) {
+	k := ctrlKind(imm >> ctrlCounterBits)
+	if k != ctrlNotify && k != ctrlAck {
+		return 0, 0, fmt.Errorf("crossnic: control message with unknown kind %d (imm %#x)", k, imm)
+	}
+	low := uint64(imm & ctrlCounterMask)
+	return k, base + (low-base)&ctrlCounterMask, nil
+}

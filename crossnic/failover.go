@@ -1,0 +1,135 @@
+package crossnic
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// fault starts a failover from the Default state.
+func (c *Conn) fault(reason string) {
+	c.stats.Faults++
+	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: !c.sring.AtomicOutstanding(),
+		BackupReady: c.bakReady, Reason: reason}))
+}
+
+// act performs the machine's actions in order.
+func (c *Conn) act(acts []fsm.CNAction) {
+	for _, a := range acts {
+		var err error
+		switch a.Kind {
+		case fsm.ActFlushDefault:
+			c.flushDefault()
+		case fsm.ActRepostRecvsBackup:
+			err = c.repostRecvs()
+		case fsm.ActSendNotify:
+			err = c.sendCtrl(ctrlNotify)
+		case fsm.ActSendAck:
+			err = c.sendCtrl(ctrlAck)
+		case fsm.ActRewindSends:
+			err = c.rewind(a.PeerRecv)
+		case fsm.ActSurface:
+			c.surfaceHeld()
+		case fsm.ActResetDefault:
+			// Recovery of the default QP (reset, probe, fence and switch
+			// back) is not part of this driver yet: traffic stays on the
+			// backup.
+		}
+		if err != nil {
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+			return
+		}
+	}
+}
+
+// flushDefault collects what the default QP completed before the fault
+// (so the receive counter is current), then moves it to ERR so every WR it
+// still holds flushes at once, and hides those flushes.
+func (c *Conn) flushDefault() {
+	_ = c.drain(&c.def)
+	err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+	if err != nil && !errors.Is(err, verbs.EIO) {
+		// A QP that cannot be moved to ERR flushes when its device does.
+		_ = err
+	}
+	_ = c.drain(&c.def)
+}
+
+// repostRecvs moves the outstanding receives to the backup QP, after the
+// control receive already there.
+func (c *Conn) repostRecvs() error {
+	var err error
+	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
+		if err = c.postRecvBackup(w); err != nil {
+			return false
+		}
+		c.stats.RecvsMoved++
+		return true
+	})
+	return err
+}
+
+// sendCtrl sends a notification or acknowledgement carrying the receive
+// counter to the peer's backup QP.
+func (c *Conn) sendCtrl(k ctrlKind) error {
+	_ = c.drain(&c.def) // the counter must include every receive already completed
+	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWriteWithImm,
+		ImmData: encodeCtrl(k, c.rring.Completed())}})
+	if err != nil {
+		return fmt.Errorf("crossnic: send control message on the backup QP: %w", err)
+	}
+	return nil
+}
+
+// rewind skips what the peer's counter proves delivered (synthesizing the
+// completions the application is owed) and replays the rest on the backup.
+func (c *Conn) rewind(peerRecv uint64) error {
+	plan, err := c.sring.PlanRewind(peerRecv)
+	if err != nil {
+		return err
+	}
+	c.sring.TakeDelivered(plan.Delivered, func(w *verbs.SendWR) {
+		c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCSuccess,
+			Opcode: verbs.WCOpcodeFor(w.Opcode), QPNum: c.defQPN})
+		c.stats.Synthesized++
+	})
+	c.stats.Delivered += plan.Delivered
+	c.bakFrom = c.sring.head
+	return c.replayTail()
+}
+
+// replayTail posts on the backup every recorded WR not posted there yet.
+func (c *Conn) replayTail() error {
+	start := max(c.bakFrom, c.sring.head)
+	for i := start; i < c.sring.tail; i++ {
+		w, _ := c.sring.wr(i)
+		if err := c.keys.Translate(&c.tx, c.sges, w); err != nil {
+			return err
+		}
+		if _, err := c.bak.QP.PostSend([]verbs.SendWR{c.tx}); err != nil {
+			return fmt.Errorf("crossnic: replay WR %d on the backup QP: %w", w.WRID, err)
+		}
+		c.stats.Replayed++
+		c.bakFrom = i + 1
+	}
+	return nil
+}
+
+// surfaceHeld: the error reaches the application. WRs that no QP holds any
+// more (recorded during the handshake, or flushed by the default and never
+// replayed) complete with WR_FLUSH_ERR so none is lost; WRs the backup
+// holds complete there.
+func (c *Conn) surfaceHeld() {
+	for i := max(c.bakFrom, c.sring.head); i < c.sring.tail; i++ {
+		w, _ := c.sring.wr(i)
+		c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, QPNum: c.defQPN})
+	}
+	if c.bakFrom <= c.sring.head && c.m.RQ == fsm.RQFallback {
+		c.rring.Outstanding(func(w *verbs.RecvWR) bool {
+			c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, QPNum: c.defQPN})
+			return true
+		})
+	}
+}

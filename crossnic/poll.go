@@ -1,0 +1,143 @@
+package crossnic
+
+import (
+	"fmt"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Poll returns up to len(wc) completions for the application, as
+// ibv_poll_cq would: it drains both legs' CQs, runs the failover when the
+// default fails, keeps flushes of replayed WRs to itself, and gives
+// completions of the backup leg the default QP's numbers.
+func (c *Conn) Poll(wc []verbs.WC) (int, error) {
+	if err := c.drain(&c.def); err != nil {
+		return 0, err
+	}
+	if c.bakReady {
+		if err := c.drain(&c.bak); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(wc, c.ready)
+	c.ready = c.ready[:copy(c.ready, c.ready[n:])]
+	return n, nil
+}
+
+func (c *Conn) drain(l *Leg) error {
+	for {
+		k, err := l.CQ.Poll(c.buf)
+		if err != nil {
+			return fmt.Errorf("crossnic: poll %s: %w", l.Ctx.Device().Name, err)
+		}
+		if k == 0 {
+			return nil
+		}
+		for i := 0; i < k; i++ {
+			if l == &c.def {
+				c.onDefault(c.buf[i])
+			} else {
+				c.onBackup(c.buf[i])
+			}
+		}
+	}
+}
+
+func isRecv(wc *verbs.WC) bool {
+	return wc.Opcode == verbs.WCRecv || wc.Opcode == verbs.WCRecvRDMAWithImm
+}
+
+// onDefault handles a completion of the default QP.
+func (c *Conn) onDefault(wc verbs.WC) {
+	if c.m.SQ == fsm.SQSurfaced {
+		c.ready = append(c.ready, wc)
+		return
+	}
+	if wc.Status != verbs.WCSuccess {
+		if c.m.SQ == fsm.SQDefault {
+			c.fault(fmt.Sprintf("completion error %v on the default QP", wc.Status))
+			if c.m.SQ == fsm.SQSurfaced {
+				c.ready = append(c.ready, wc) // no replay: the application sees it
+				return
+			}
+		}
+		c.stats.HiddenFlushs++
+		return
+	}
+	switch {
+	case wc.WRID == ctrlSendWRID && !isRecv(&wc):
+	case isRecv(&wc):
+		_ = c.rring.Complete(true)
+		c.ready = append(c.ready, wc)
+	default:
+		c.sring.CompleteSignaled()
+		c.ready = append(c.ready, wc)
+	}
+}
+
+// onBackup handles a completion of the backup QP: control messages, and
+// the application's traffic after a fallback.
+func (c *Conn) onBackup(wc verbs.WC) {
+	if wc.Status != verbs.WCSuccess {
+		if c.m.SQ != fsm.SQSurfaced {
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: wc.Status.String()}))
+		}
+		if wc.WRID != ctrlSendWRID && wc.WRID != ctrlRecvWRID {
+			wc.QPNum = c.defQPN
+			c.ready = append(c.ready, wc)
+		}
+		return
+	}
+	switch {
+	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
+		c.onControl(wc.ImmData)
+	case wc.WRID == ctrlSendWRID:
+	case isRecv(&wc):
+		_ = c.rring.Complete(true)
+		wc.QPNum, wc.SrcQP = c.defQPN, c.peerQPN
+		c.ready = append(c.ready, wc)
+	default:
+		c.sring.CompleteSignaled()
+		wc.QPNum = c.defQPN
+		c.ready = append(c.ready, wc)
+	}
+}
+
+// onControl handles the peer's notification or acknowledgement.
+func (c *Conn) onControl(imm uint32) {
+	k, peerRecv, err := decodeCtrl(imm, c.sring.NotifsDone())
+	if err != nil {
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+		return
+	}
+	kind := fsm.CNPeerNotify
+	if k == ctrlAck {
+		kind = fsm.CNPeerAck
+	}
+	c.act(c.m.Step(fsm.CNEvent{Kind: kind, PeerRecv: peerRecv}))
+}
+
+// HandleEvent reacts to an async event of either leg's device: PORT_ERR
+// on the default QP's port or DEVICE_FATAL of its device start a failover
+// at once. After a local link-down a real HCA may never complete the WRs
+// in flight, so waiting for an error completion could hang.
+func (c *Conn) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent, defPort uint8) {
+	if ctx != c.def.Ctx || c.m.SQ != fsm.SQDefault {
+		return
+	}
+	switch {
+	case ev.Type == verbs.EventDeviceFatal:
+		c.fault("DEVICE_FATAL on the default HCA")
+	case ev.Type == verbs.EventPortErr && ev.Port == defPort:
+		c.fault(fmt.Sprintf("PORT_ERR on the default port %d", ev.Port))
+	}
+}
+
+// HandOver implements the layer-1 hand-over (apm.Handover): APM cannot
+// protect the QP any more.
+func (c *Conn) HandOver(_ verbs.QP, reason string) {
+	if c.m.SQ == fsm.SQDefault {
+		c.fault("layer 1 handed over: " + reason)
+	}
+}
