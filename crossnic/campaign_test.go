@@ -17,7 +17,7 @@ var (
 type tally struct{ faults, failovers, delivered, replayed, recvsMoved int }
 
 // schedule runs one seeded fault schedule and returns what it did.
-func schedule(t *testing.T, seed uint64, tl *tally) (string, error) {
+func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	w := newWorld(t, seed)
 	var dirs []int

@@ -43,25 +43,25 @@ type world struct {
 
 func newWorld(t testing.TB, seed uint64) *world {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
-	must(t.(*testing.T), err)
+	must(t, err)
 	w := &world{t: t, f: f}
 	for i, name := range []string{"node0", "node1"} {
 		h := f.Host(name)
 		buf := make([]byte, 2*nslots*slot+8)
 		w.n[i] = &node{name: name, buf: buf, hca: h.HCA("mlx5_0"),
-			def: openSide(t.(*testing.T), h, "mlx5_0", buf), bak: openSideSkip(t.(*testing.T), h, "mlx5_1", buf, 3)}
+			def: openSide(t, h, "mlx5_0", buf), bak: openSideSkip(t, h, "mlx5_1", buf, 3)}
 	}
 	a, b := w.n[0], w.n[1]
 	for _, p := range [][2]*side{{a.def, b.def}, {b.def, a.def}, {a.bak, b.bak}, {b.bak, a.bak}} {
-		connect(t.(*testing.T), p[0], p[1])
+		connect(t, p[0], p[1])
 	}
 	// Shadow attributes published in advance; each side translates its
 	// own lkeys and the peer's rkeys.
 	dir := crossnic.NewMemDirectory()
 	for i, me := range w.n {
 		pa, err := me.def.ctx.QueryPort(1)
-		must(t.(*testing.T), err)
-		must(t.(*testing.T), dir.PublishMR(crossnic.MRRef{LID: pa.LID, RKey: me.def.mr.RKey()}, me.bak.mr.RKey()))
+		must(t, err)
+		must(t, dir.PublishMR(crossnic.MRRef{LID: pa.LID, RKey: me.def.mr.RKey()}, me.bak.mr.RKey()))
 		_ = i
 	}
 	for i, me := range w.n {
@@ -72,13 +72,13 @@ func newWorld(t testing.TB, seed uint64) *world {
 		var err error
 		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: me.def.cq},
 			crossnic.Leg{Ctx: me.bak.ctx, QP: me.bak.qp, CQ: me.bak.cq}, keys, false)
-		must(t.(*testing.T), err)
+		must(t, err)
 		recvs := make([]verbs.RecvWR, 64)
 		for k := range recvs {
 			recvs[k] = verbs.RecvWR{WRID: uint64(1000 + k), SGList: []verbs.SGE{me.recvSGE(k)}}
 		}
 		_, err = me.conn.PostRecv(recvs)
-		must(t.(*testing.T), err)
+		must(t, err)
 	}
 	return w
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/ibpath/ibpath/verbs/sim"
 )
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -33,13 +33,13 @@ const (
 	qcap   = 128
 )
 
-func openSide(t *testing.T, h *sim.Host, dev string, buf []byte) *side {
+func openSide(t testing.TB, h *sim.Host, dev string, buf []byte) *side {
 	return openSideSkip(t, h, dev, buf, 0)
 }
 
 // openSideSkip first creates skip unused QPs, so the side's QP number
 // differs from other HCAs' first QP.
-func openSideSkip(t *testing.T, h *sim.Host, dev string, buf []byte, skip int) *side {
+func openSideSkip(t testing.TB, h *sim.Host, dev string, buf []byte, skip int) *side {
 	s := &side{}
 	var err error
 	s.ctx, err = h.Open(dev)
@@ -61,7 +61,7 @@ func openSideSkip(t *testing.T, h *sim.Host, dev string, buf []byte, skip int) *
 	return s
 }
 
-func connect(t *testing.T, a, b *side) {
+func connect(t testing.TB, a, b *side) {
 	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := b.ctx.QueryPort(1)
@@ -75,7 +75,7 @@ func connect(t *testing.T, a, b *side) {
 			verbs.QPAttrMaxQPRdAtomic))
 }
 
-func poll(t *testing.T, cq verbs.CQ) []verbs.WC {
+func poll(t testing.TB, cq verbs.CQ) []verbs.WC {
 	var out []verbs.WC
 	buf := make([]verbs.WC, 64)
 	for {
