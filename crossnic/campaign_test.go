@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/ibpath/ibpath/fsm"
 )
 
 var (
@@ -14,7 +16,7 @@ var (
 )
 
 // tally sums what the schedules exercised.
-type tally struct{ faults, failovers, delivered, replayed, recvsMoved int }
+type tally struct{ faults, failovers, delivered, replayed, recvsMoved, switchBacks int }
 
 // schedule runs one seeded fault schedule and returns what it did.
 func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
@@ -36,7 +38,7 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	}
 	w.run(time.Duration(50+rng.IntN(400))*time.Microsecond, dirs...)
 	victim := rng.IntN(2)
-	fault := rng.IntN(4)
+	fault := rng.IntN(6)
 	desc := fmt.Sprintf("dirs %v sendRx %v fault %d victim %d", dirs, w.sendRx, fault, victim)
 	if rng.IntN(2) == 0 { // lose the ACKs of the next few PSNs first
 		psn := uint32(2 * w.sent[victim])
@@ -54,16 +56,31 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		must(t, w.f.KillHCA(w.n[1].hca))
 	case 3:
 		must(t, w.f.SetLink(w.n[victim].hca.Port(1), false))
+	case 4, 5: // a flap: the link comes back and traffic must go home
+		must(t, w.f.SetLink(w.n[victim].hca.Port(1), false))
+		w.run(time.Duration(1+rng.IntN(20))*time.Millisecond, dirs...)
+		must(t, w.f.SetLink(w.n[victim].hca.Port(1), true))
 	}
 	w.run(time.Duration(200+rng.IntN(800))*time.Microsecond, dirs...)
+	if fault >= 4 {
+		w.run(60*time.Millisecond, dirs...) // probes succeed, fences drain
+	}
 	w.run(30 * time.Millisecond) // drain
+	if fault >= 4 {
+		for _, n := range w.n {
+			if sq, rq := n.conn.State(); sq != fsm.SQDefault || rq != fsm.RQDefault {
+				return desc, fmt.Errorf("%s did not switch back after the flap: %v/%v (%s) %+v", n.name, sq, rq, n.conn.Reason(), n.conn.Stats())
+			}
+		}
+	}
 	for _, n := range w.n {
 		st := n.conn.Stats()
 		tl.faults += st.Faults
 		tl.delivered += st.Delivered
 		tl.replayed += st.Replayed
 		tl.recvsMoved += st.RecvsMoved
-		if sq, _ := n.conn.State(); sq.String() == "fallback" {
+		tl.switchBacks += st.SwitchBacks
+		if st.Faults > 0 || st.RecvsMoved > 0 {
 			tl.failovers++
 		}
 	}
@@ -101,7 +118,7 @@ func TestCrossNICCampaign(t *testing.T) {
 		}
 	}
 	t.Logf("%d schedules: %+v", runs, tl)
-	if *campaignSeed == 0 && (tl.failovers < runs || tl.delivered == 0 || tl.replayed == 0 || tl.recvsMoved == 0) {
+	if *campaignSeed == 0 && (tl.failovers < runs || tl.delivered == 0 || tl.replayed == 0 || tl.recvsMoved == 0 || tl.switchBacks == 0) {
 		t.Fatalf("the campaign did not exercise failover fully: %+v", tl)
 	}
 }

@@ -3,6 +3,7 @@ package crossnic
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
@@ -43,6 +44,18 @@ type Conn struct {
 	bakFrom  uint64 // ring WRs posted on the backup start here
 	bakReady bool
 	stats    ConnStats
+
+	// recovery (switch back); nil rec: traffic stays on the backup
+	rec       *Recovery
+	defAttr   verbs.QPAttr
+	bakAttr   verbs.QPAttr
+	defUsable bool
+	probing   bool
+	nextProbe time.Duration
+	faultAt   time.Duration
+	fenceIdx  uint64
+	holdFrom  uint64
+	bakDirty  bool // stale receives wait on the backup QP
 }
 
 // ConnStats counts what a Conn did.
@@ -53,6 +66,9 @@ type ConnStats struct {
 	RecvsMoved   int // receive WRs reposted on the backup
 	Synthesized  int // completions given for delivered signaled WRs
 	HiddenFlushs int // default-QP flush completions kept from the application
+	Probes       int
+	SwitchBacks  int
+	BackupResets int
 }
 
 // NewConn protects def with bak. Both QPs must be connected (RTS) to the
@@ -125,14 +141,21 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 			c.fault(fmt.Sprintf("ibv_post_send on the default QP: %v", err))
 		}
 		return nil
-	case fsm.SQAwaitAck:
-		return c.sring.Record(wr, nil)
+	case fsm.SQAwaitAck, fsm.SQWaitDrained, fsm.SQWaitNotify:
+		return c.sring.Record(wr, nil) // replayed, or released, later
 	}
-	// Fallback (this slice does not switch back).
+	// Fallback and WaitSignaled: on the backup.
 	if err := c.sring.Record(wr, nil); err != nil {
 		return err
 	}
-	return c.replayTail()
+	if err := c.replayTail(); err != nil {
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+		return nil
+	}
+	if c.m.SQ == fsm.SQWaitSignaled && (c.sring.sigAll || wr.SendFlags&verbs.SendSignaled != 0) {
+		c.fencePosted()
+	}
+	return nil
 }
 
 // PostRecv posts receive WRs on the queue's current QP, recorded so they

@@ -73,6 +73,7 @@ func newWorld(t testing.TB, seed uint64) *world {
 		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: me.def.cq},
 			crossnic.Leg{Ctx: me.bak.ctx, QP: me.bak.qp, CQ: me.bak.cq}, keys, false)
 		must(t, err)
+		must(t, me.conn.EnableRecovery(crossnic.Recovery{Clock: f, ProbeInterval: 2 * time.Millisecond}))
 		recvs := make([]verbs.RecvWR, 64)
 		for k := range recvs {
 			recvs[k] = verbs.RecvWR{WRID: uint64(1000 + k), SGList: []verbs.SGE{me.recvSGE(k)}}
@@ -125,6 +126,7 @@ func (w *world) pump() {
 			me.conn.HandleEvent(me.def.ctx, ev, 1)
 			me.def.ctx.AckAsyncEvent(ev)
 		}
+		me.conn.Tick()
 		wc := make([]verbs.WC, 32)
 		for {
 			n, err := me.conn.Poll(wc)
@@ -334,5 +336,46 @@ func TestAtomicInFlightSurfaces(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("the atomic's error did not reach the application: errors %v", w.errs[0])
+	}
+}
+
+func TestLinkFlapSwitchesBack(t *testing.T) {
+	w := newWorld(t, 7)
+	w.sendRx[1] = true
+	port := w.n[0].hca.Port(1)
+	for flap := 0; flap < 2; flap++ {
+		w.run(300*time.Microsecond, 0, 1)
+		must(t, w.f.SetLink(port, false))
+		w.run(5*time.Millisecond, 0, 1)
+		for i, n := range w.n {
+			if sq, _ := n.conn.State(); sq == fsm.SQDefault || sq == fsm.SQSurfaced {
+				t.Fatalf("flap %d, link down: %s is %v", flap, w.n[i].name, sq)
+			}
+		}
+		must(t, w.f.SetLink(port, true))
+		w.run(100*time.Millisecond, 0, 1)
+		for _, n := range w.n {
+			sq, rq := n.conn.State()
+			if sq != fsm.SQDefault || rq != fsm.RQDefault {
+				t.Fatalf("flap %d, link back: %s is %v/%v (%s), want default/default; stats %+v", flap, n.name, sq, rq, n.conn.Reason(), n.conn.Stats())
+			}
+		}
+		if err := w.check(0, 1); err != nil {
+			t.Fatalf("flap %d: %v", flap, err)
+		}
+	}
+	w.run(20 * time.Millisecond)
+	if err := w.check(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range w.n {
+		st := n.conn.Stats()
+		t.Logf("%s stats %+v", n.name, st)
+		if st.SwitchBacks != 2 || st.BackupResets < 1 {
+			t.Fatalf("%s: %+v, want two switch-backs and a purged backup", n.name, st)
+		}
+		if len(w.done[i]) != w.sent[i] || len(w.notifs[1-i]) != w.sent[i] {
+			t.Fatalf("%s: %d sent, %d completed, %d received", n.name, w.sent[i], len(w.done[i]), len(w.notifs[1-i]))
+		}
 	}
 }

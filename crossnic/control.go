@@ -12,17 +12,20 @@ type ctrlKind uint32
 const (
 	ctrlNotify ctrlKind = 1 // "I fell back; here is my receive counter"
 	ctrlAck    ctrlKind = 2 // "me too; here is mine"
+	ctrlSwitch ctrlKind = 3 // "my sends are back on the default QP" (on the default QP)
 
 	ctrlCounterBits = 30
 	ctrlCounterMask = 1<<ctrlCounterBits - 1
 )
 
-// Reserved work request IDs of ibpath's own WRs on a protected QP. An
-// application WR with the same wr_id on the same queue would be mistaken
-// for them; 64-bit IDs this high are not used in practice.
+// Reserved work request IDs of ibpath's own WRs on a protected QP (the four
+// highest). An application WR with the same wr_id on the same queue would
+// be mistaken for them; 64-bit IDs this high are not used in practice.
 const (
-	ctrlSendWRID = ^uint64(0) - 1
-	ctrlRecvWRID = ^uint64(0) - 2
+	ctrlSendWRID   = ^uint64(0) - 1
+	ctrlRecvWRID   = ^uint64(0) - 2
+	probeWRID      = ^uint64(0) - 3
+	ctrlSwitchWRID = ^uint64(0) - 4
 )
 
 func encodeCtrl(k ctrlKind, counter uint64) uint32 {
@@ -31,7 +34,7 @@ func encodeCtrl(k ctrlKind, counter uint64) uint32 {
 
 func decodeCtrl(imm uint32, base uint64) (ctrlKind, uint64, error) {
 	k := ctrlKind(imm >> ctrlCounterBits)
-	if k != ctrlNotify && k != ctrlAck {
+	if k != ctrlNotify && k != ctrlAck && k != ctrlSwitch {
 		return 0, 0, fmt.Errorf("crossnic: control message with unknown kind %d (imm %#x)", k, imm)
 	}
 	low := uint64(imm & ctrlCounterMask)

@@ -11,6 +11,9 @@ import (
 // fault starts a failover from the Default state.
 func (c *Conn) fault(reason string) {
 	c.stats.Faults++
+	if c.rec != nil {
+		c.faultAt = c.rec.Clock.Now()
+	}
 	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: !c.sring.AtomicOutstanding(),
 		BackupReady: c.bakReady, Reason: reason}))
 }
@@ -33,9 +36,17 @@ func (c *Conn) act(acts []fsm.CNAction) {
 		case fsm.ActSurface:
 			c.surfaceHeld()
 		case fsm.ActResetDefault:
-			// Recovery of the default QP (reset, probe, fence and switch
-			// back) is not part of this driver yet: traffic stays on the
-			// backup.
+			c.resetDefault()
+		case fsm.ActPostSwitchNotify:
+			c.holdAfterFence()
+		case fsm.ActReleaseNotify:
+			err = c.releaseNotify()
+		case fsm.ActReleaseHeld:
+			err = c.releaseHeld()
+		case fsm.ActRedirectHeld:
+			err = c.redirectHeld()
+		case fsm.ActRepostRecvsDefault:
+			err = c.repostRecvsDefault()
 		}
 		if err != nil {
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))

@@ -20,6 +20,7 @@ func (c *Conn) Poll(wc []verbs.WC) (int, error) {
 			return 0, err
 		}
 	}
+	c.purgeBackup()
 	n := copy(wc, c.ready)
 	c.ready = c.ready[:copy(c.ready, c.ready[n:])]
 	return n, nil
@@ -55,17 +56,32 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		return
 	}
 	if wc.Status != verbs.WCSuccess {
-		if c.m.SQ == fsm.SQDefault {
+		switch {
+		case wc.WRID == probeWRID:
+			c.probing = false
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeFailed}))
+		case c.m.SQ == fsm.SQDefault:
 			c.fault(fmt.Sprintf("completion error %v on the default QP", wc.Status))
 			if c.m.SQ == fsm.SQSurfaced {
 				c.ready = append(c.ready, wc) // no replay: the application sees it
 				return
 			}
+		case c.m.SQ == fsm.SQWaitDrained || c.m.SQ == fsm.SQWaitNotify:
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
+				Reason: fmt.Sprintf("completion error %v on the default QP during the switch back", wc.Status)}))
 		}
 		c.stats.HiddenFlushs++
 		return
 	}
 	switch {
+	case wc.WRID == probeWRID:
+		c.probing = false
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeOK}))
+		c.switchIfIdle()
+	case wc.WRID == ctrlSwitchWRID && !isRecv(&wc):
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNNotifyCompleted}))
+	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerSwitchBack}))
 	case wc.WRID == ctrlSendWRID && !isRecv(&wc):
 	case isRecv(&wc):
 		_ = c.rring.Complete(true)
@@ -92,6 +108,11 @@ func (c *Conn) onBackup(wc verbs.WC) {
 	switch {
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
 		c.onControl(wc.ImmData)
+	case isRecv(&wc) && c.m.RQ == fsm.RQDefault:
+		// A message on the backup while our receives are home can only be
+		// a control message, and it consumed a stale receive: the backup
+		// was not purged yet. Replaying onto it could corrupt memory.
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "control message on a backup QP not purged since the last switch back"}))
 	case wc.WRID == ctrlSendWRID:
 	case isRecv(&wc):
 		_ = c.rring.Complete(true)
@@ -101,6 +122,9 @@ func (c *Conn) onBackup(wc verbs.WC) {
 		c.sring.CompleteSignaled()
 		wc.QPNum = c.defQPN
 		c.ready = append(c.ready, wc)
+		if c.m.SQ == fsm.SQWaitDrained && c.sring.head > c.fenceIdx {
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFenceCompleted}))
+		}
 	}
 }
 
