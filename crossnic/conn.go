@@ -55,6 +55,7 @@ type Conn struct {
 	faultAt   time.Duration
 	fenceIdx  uint64
 	holdFrom  uint64
+	holdAt    time.Duration
 	bakDirty  bool // stale receives wait on the backup QP
 }
 
@@ -69,6 +70,9 @@ type ConnStats struct {
 	Probes       int
 	SwitchBacks  int
 	BackupResets int
+	// SwitchPause is the virtual time application WRs were last held
+	// during a switch back (from the fence to their release).
+	SwitchPause time.Duration
 }
 
 // NewConn protects def with bak. Both QPs must be connected (RTS) to the

@@ -379,3 +379,13 @@ func TestLinkFlapSwitchesBack(t *testing.T) {
 		}
 	}
 }
+
+// home reports whether both nodes' queues are back on their default QPs.
+func (w *world) home() bool {
+	for _, n := range w.n {
+		if sq, rq := n.conn.State(); sq != fsm.SQDefault || rq != fsm.RQDefault {
+			return false
+		}
+	}
+	return true
+}

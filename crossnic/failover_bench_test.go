@@ -49,3 +49,36 @@ func benchFailover(b *testing.B, portErr bool) {
 
 func BenchmarkFailoverFromErrorCompletion(b *testing.B) { benchFailover(b, false) }
 func BenchmarkFailoverFromPortErr(b *testing.B)         { benchFailover(b, true) }
+
+// BenchmarkSwitchBackPause: node0's default cable is pulled and plugged
+// back; traffic in both directions fails over, probes the default, and
+// switches back. Reported: the virtual time application WRs were held
+// during node0's switch (fence to release), and from the plug to both
+// sides being home.
+func BenchmarkSwitchBackPause(b *testing.B) {
+	var pause, home time.Duration
+	for i := 0; i < b.N; i++ {
+		w := newWorld(b, uint64(i+1))
+		w.sendRx[1] = true
+		w.run(200*time.Microsecond, 0, 1)
+		port := w.n[0].hca.Port(1)
+		must(b, w.f.SetLink(port, false))
+		w.run(5*time.Millisecond, 0, 1)
+		must(b, w.f.SetLink(port, true))
+		t0 := w.f.Now()
+		for !w.home() {
+			if w.f.Now()-t0 > time.Second {
+				b.Fatal("not home a second after the plug")
+			}
+			w.run(20*time.Microsecond, 0, 1)
+		}
+		home += w.f.Now() - t0
+		pause += w.n[0].conn.Stats().SwitchPause
+		w.run(10 * time.Millisecond) // drain
+		if err := w.check(0, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(pause.Nanoseconds())/1000/float64(b.N), "hold-us")
+	b.ReportMetric(float64(home.Nanoseconds())/1e6/float64(b.N), "plug-to-home-ms")
+}

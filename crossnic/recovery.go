@@ -144,8 +144,11 @@ func (c *Conn) fencePosted() {
 	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFencePosted}))
 }
 
-// holdFrom: every WR recorded from now on waits for the switch.
-func (c *Conn) holdAfterFence() { c.holdFrom = c.sring.tail }
+// holdAfterFence: every WR recorded from now on waits for the switch.
+func (c *Conn) holdAfterFence() {
+	c.holdFrom = c.sring.tail
+	c.holdAt = c.rec.Clock.Now()
+}
 
 // releaseNotify tells the peer, on the default QP, that this side's sends
 // are back there.
@@ -168,6 +171,7 @@ func (c *Conn) releaseHeld() error {
 	}
 	c.bakFrom = c.sring.tail // nothing more goes to the backup
 	c.stats.SwitchBacks++
+	c.stats.SwitchPause = c.rec.Clock.Now() - c.holdAt
 	return nil
 }
 
