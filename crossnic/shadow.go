@@ -1,0 +1,243 @@
+package crossnic
+
+import (
+	"fmt"
+
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Shadow mirrors the application's control verbs on a backup HCA: for each
+// PD, MR and RC QP created on the default device it creates the matching
+// resources on the backup device, publishes the mappings in the Directory,
+// and connects the backup QP once the peer's backup QP is known. It never
+// waits for the peer: a QP whose remote attributes are not published yet
+// is skipped and picked up by a later Scan, so two hosts setting up at the
+// same time cannot deadlock. It is meant to run off the application's
+// critical path (a background loop calls Scan).
+type Shadow struct {
+	dir     Directory
+	def     verbs.Context
+	bak     verbs.Context
+	defDesc pathsel.HCA
+	bakDesc pathsel.HCA
+	bakPort uint8
+	pds     map[verbs.PD]verbs.PD
+	lkeys   map[uint32]uint32
+	qps     map[verbs.QP]*shadowQP
+	order   []*shadowQP
+}
+
+type shadowQP struct {
+	def, bak   verbs.QP
+	bakCQ      verbs.CQ
+	sigAll     bool
+	local      Endpoint
+	remote     Endpoint
+	remoteSet  bool
+	connected  bool
+	remotePort pathsel.Port // identity of the peer's default port, for its rkeys
+}
+
+// NewShadow prepares shadow resources of def on bak (chosen with
+// pathsel.ChooseBackup): the backup's first ACTIVE port carries them.
+func NewShadow(def, bak verbs.Context, dir Directory) (*Shadow, error) {
+	dd, err := pathsel.Describe(def)
+	if err != nil {
+		return nil, fmt.Errorf("crossnic: shadow: %w", err)
+	}
+	bd, err := pathsel.Describe(bak)
+	if err != nil {
+		return nil, fmt.Errorf("crossnic: shadow: %w", err)
+	}
+	s := &Shadow{dir: dir, def: def, bak: bak, defDesc: dd, bakDesc: bd, pds: map[verbs.PD]verbs.PD{},
+		lkeys: map[uint32]uint32{}, qps: map[verbs.QP]*shadowQP{}}
+	for _, p := range bd.Ports {
+		if p.Active() {
+			s.bakPort = p.Num
+			break
+		}
+	}
+	if s.bakPort == 0 {
+		return nil, fmt.Errorf("crossnic: shadow on %s: no ACTIVE port", bd.Name)
+	}
+	return s, nil
+}
+
+// portID is how peers name a port: its LID on InfiniBand, its RoCEv2 GID
+// (index 1 when there is one) on Ethernet.
+func portID(p pathsel.Port) (uint16, verbs.GID) {
+	if p.LinkLayer == verbs.LinkLayerEthernet {
+		g := p.GIDs[len(p.GIDs)-1]
+		return 0, g
+	}
+	return p.LID, verbs.GID{}
+}
+
+func (s *Shadow) pd(defPD verbs.PD) (verbs.PD, error) {
+	if b, ok := s.pds[defPD]; ok {
+		return b, nil
+	}
+	b, err := s.bak.AllocPD()
+	if err != nil {
+		return nil, fmt.Errorf("crossnic: shadow ibv_alloc_pd on %s: %w", s.bakDesc.Name, err)
+	}
+	s.pds[defPD] = b
+	return b, nil
+}
+
+// RegMR mirrors ibv_reg_mr: the same memory is registered on the backup,
+// its lkey mapping kept and its rkey published for every default port.
+func (s *Shadow) RegMR(defPD verbs.PD, defMR verbs.MR, buf []byte) error {
+	bpd, err := s.pd(defPD)
+	if err != nil {
+		return err
+	}
+	bmr, err := bpd.RegMR(buf, defMR.Access())
+	if err != nil {
+		return fmt.Errorf("crossnic: shadow ibv_reg_mr on %s: %w", s.bakDesc.Name, err)
+	}
+	if bmr.Addr() != defMR.Addr() {
+		return fmt.Errorf("crossnic: shadow MR at %#x, default at %#x: not the same memory", bmr.Addr(), defMR.Addr())
+	}
+	s.lkeys[defMR.LKey()] = bmr.LKey()
+	for _, p := range s.defDesc.Ports {
+		lid, gid := portID(p)
+		if err := s.dir.PublishMR(MRRef{LID: lid, GID: gid, RKey: defMR.RKey()}, bmr.RKey()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreateQP mirrors ibv_create_qp: a backup CQ and QP with the same
+// capabilities (plus room for ibpath's control WRs), taken to INIT.
+func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr) error {
+	bpd, err := s.pd(defPD)
+	if err != nil {
+		return err
+	}
+	c := init.Cap
+	c.MaxSendWR += 4
+	c.MaxRecvWR += 2
+	cq, err := s.bak.CreateCQ(c.MaxSendWR+c.MaxRecvWR+1, nil, 0)
+	if err != nil {
+		return fmt.Errorf("crossnic: shadow ibv_create_cq on %s: %w", s.bakDesc.Name, err)
+	}
+	qp, err := bpd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: c, QPType: verbs.QPTRC, SQSigAll: init.SQSigAll})
+	if err != nil {
+		return fmt.Errorf("crossnic: shadow ibv_create_qp on %s: %w", s.bakDesc.Name, err)
+	}
+	err = qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: s.bakPort,
+		QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	if err != nil {
+		return fmt.Errorf("crossnic: shadow QP to INIT: %w", err)
+	}
+	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, sigAll: init.SQSigAll}
+	s.qps[defQP] = sq
+	s.order = append(s.order, sq)
+	return nil
+}
+
+// Connected records that the application connected defQP (call it after
+// its RTS): the peer's default endpoint is known now. The local mapping is
+// published and the backup QP connected if the peer's is known.
+func (s *Shadow) Connected(defQP verbs.QP) error {
+	sq := s.qps[defQP]
+	if sq == nil {
+		return fmt.Errorf("crossnic: shadow: QP %#x was not created through the shadow", defQP.QPN())
+	}
+	a, _, err := defQP.Query(verbs.QPAttrAV | verbs.QPAttrDestQPN | verbs.QPAttrPort)
+	if err != nil {
+		return fmt.Errorf("crossnic: shadow: %w", err)
+	}
+	lp, ok := s.defDesc.Port(a.PortNum)
+	if !ok {
+		return fmt.Errorf("crossnic: shadow: default port %d unknown", a.PortNum)
+	}
+	lid, gid := portID(lp)
+	sq.local = Endpoint{LID: lid, GID: gid, QPN: defQP.QPN()}
+	if lp.LinkLayer == verbs.LinkLayerEthernet {
+		sq.remote = Endpoint{GID: a.AHAttr.GRH.DGID, QPN: a.DestQPN}
+		sq.remotePort = pathsel.Port{LinkLayer: verbs.LinkLayerEthernet, GIDs: []verbs.GID{a.AHAttr.GRH.DGID}}
+	} else {
+		sq.remote = Endpoint{LID: a.AHAttr.DLID, QPN: a.DestQPN}
+		sq.remotePort = pathsel.Port{LinkLayer: verbs.LinkLayerInfiniBand, LID: a.AHAttr.DLID}
+	}
+	sq.remoteSet = true
+	bp, _ := s.bakDesc.Port(s.bakPort)
+	blid, bgid := portID(bp)
+	if err := s.dir.PublishQP(sq.local, Backup{Device: s.bakDesc.Name, Port: s.bakPort, LID: blid, GID: bgid, QPN: sq.bak.QPN()}); err != nil {
+		return err
+	}
+	s.Scan()
+	return nil
+}
+
+// Scan connects every backup QP whose peer backup is published by now and
+// returns how many it connected. Steps that cannot be done yet are skipped.
+func (s *Shadow) Scan() int {
+	n := 0
+	for _, sq := range s.order {
+		if sq.connected || !sq.remoteSet {
+			continue
+		}
+		b, ok := s.dir.LookupQP(sq.remote)
+		if !ok {
+			continue
+		}
+		if err := s.connectBackup(sq, b); err != nil {
+			continue // try again on the next scan
+		}
+		sq.connected = true
+		n++
+	}
+	return n
+}
+
+func (s *Shadow) connectBackup(sq *shadowQP, b Backup) error {
+	da, _, err := sq.def.Query(verbs.QPAttrPathMTU)
+	if err != nil {
+		return err
+	}
+	ah := verbs.AHAttr{DLID: b.LID, PortNum: s.bakPort, SL: da.AHAttr.SL}
+	if b.LID == 0 {
+		bp, _ := s.bakDesc.Port(s.bakPort)
+		ah = verbs.AHAttr{IsGlobal: true, PortNum: s.bakPort,
+			GRH: verbs.GlobalRoute{DGID: b.GID, SGIDIndex: uint8(len(bp.GIDs) - 1), HopLimit: 64}}
+	}
+	if err := sq.bak.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: da.PathMTU, DestQPN: b.QPN,
+		MaxDestRdAtomic: da.MaxDestRdAtomic, MinRNRTimer: max(da.MinRNRTimer, 1)},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+		return fmt.Errorf("crossnic: shadow backup QP to RTR: %w", err)
+	}
+	return sq.bak.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: da.Timeout, RetryCnt: da.RetryCnt,
+		RNRRetry: 7, MaxRdAtomic: da.MaxRdAtomic},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+			verbs.QPAttrMaxQPRdAtomic)
+}
+
+// Ready reports whether defQP's backup is connected.
+func (s *Shadow) Ready(defQP verbs.QP) bool {
+	sq := s.qps[defQP]
+	return sq != nil && sq.connected
+}
+
+// Conn protects defQP (completing into defCQ) with its connected backup.
+func (s *Shadow) Conn(defQP verbs.QP, defCQ verbs.CQ) (*Conn, error) {
+	sq := s.qps[defQP]
+	if sq == nil || !sq.connected {
+		return nil, fmt.Errorf("crossnic: shadow: the backup of QP %#x is not connected yet", defQP.QPN())
+	}
+	lkeys := make(map[uint32]uint32, len(s.lkeys))
+	for k, v := range s.lkeys {
+		lkeys[k] = v
+	}
+	lid, gid := portID(sq.remotePort)
+	keys := &KeyMap{LKeys: lkeys, RKey: func(rk uint32) (uint32, bool) {
+		return s.dir.LookupMR(MRRef{LID: lid, GID: gid, RKey: rk})
+	}}
+	return NewConn(Leg{Ctx: s.def, QP: defQP, CQ: defCQ}, Leg{Ctx: s.bak, QP: sq.bak, CQ: sq.bakCQ}, keys, sq.sigAll)
+}

@@ -1,0 +1,167 @@
+package crossnic_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+// app is an application's own resources on its default HCA, with the
+// shadow mirroring them on the backup chosen by pathsel.
+type app struct {
+	ctx    verbs.Context
+	pd     verbs.PD
+	cq     verbs.CQ
+	qp     verbs.QP
+	mr     verbs.MR
+	buf    []byte
+	shadow *crossnic.Shadow
+	conn   *crossnic.Conn
+}
+
+func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory) *app {
+	var descs []pathsel.HCA
+	var ctxs []verbs.Context
+	for _, a := range h.HCAs() {
+		c, err := h.Open(a.Name())
+		must(t, err)
+		d, err := pathsel.Describe(c)
+		must(t, err)
+		ctxs, descs = append(ctxs, c), append(descs, d)
+	}
+	j, err := pathsel.ChooseBackup(descs, 0)
+	must(t, err)
+	x := &app{ctx: ctxs[0], buf: make([]byte, 2*nslots*slot)}
+	x.shadow, err = crossnic.NewShadow(ctxs[0], ctxs[j], dir)
+	must(t, err)
+	x.pd, err = x.ctx.AllocPD()
+	must(t, err)
+	x.mr, err = x.pd.RegMR(x.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	must(t, err)
+	must(t, x.shadow.RegMR(x.pd, x.mr, x.buf))
+	x.cq, err = x.ctx.CreateCQ(1024, nil, 0)
+	must(t, err)
+	init := verbs.QPInitAttr{SendCQ: x.cq, RecvCQ: x.cq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: qcap, MaxRecvWR: qcap, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	x.qp, err = x.pd.CreateQP(init)
+	must(t, err)
+	must(t, x.shadow.CreateQP(x.pd, x.qp, init))
+	return x
+}
+
+// connectApp is the application's own RC connect, then the shadow hook.
+func connectApp(t *testing.T, a, b *app, roce bool) {
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	pa, err := b.ctx.QueryPort(1)
+	must(t, err)
+	ah := verbs.AHAttr{DLID: pa.LID, PortNum: 1}
+	if roce {
+		g, err := b.ctx.QueryGID(1, 1)
+		must(t, err)
+		ah = verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: g, SGIDIndex: 1, HopLimit: 64}}
+	}
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(),
+		RQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 7, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+			verbs.QPAttrMaxQPRdAtomic))
+	must(t, a.shadow.Connected(a.qp))
+}
+
+func testShadow(t *testing.T, ll verbs.LinkLayer) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1, LinkLayer: ll})
+	must(t, err)
+	dir := crossnic.NewMemDirectory()
+	a, b := newApp(t, f.Host("node0"), dir), newApp(t, f.Host("node1"), dir)
+	roce := ll == verbs.LinkLayerEthernet
+	// A connects first: its peer's backup is unknown, so the step is skipped.
+	connectApp(t, a, b, roce)
+	if a.shadow.Ready(a.qp) {
+		t.Fatal("A's backup connected before B published its backup QP")
+	}
+	connectApp(t, b, a, roce)
+	if !b.shadow.Ready(b.qp) {
+		t.Fatal("B's backup not connected although A's was published")
+	}
+	if n := a.shadow.Scan(); n != 1 || !a.shadow.Ready(a.qp) {
+		t.Fatalf("A's rescan connected %d", n)
+	}
+	for _, x := range []*app{a, b} {
+		x.conn, err = x.shadow.Conn(x.qp, x.cq)
+		must(t, err)
+	}
+	for k := 0; k < 64; k++ {
+		_, err := b.conn.PostRecv([]verbs.RecvWR{{WRID: uint64(k)}})
+		must(t, err)
+	}
+	var notifs []uint32
+	done := 0
+	step := func() {
+		f.RunFor(5 * time.Microsecond)
+		wc := make([]verbs.WC, 16)
+		for {
+			n, err := a.conn.Poll(wc)
+			must(t, err)
+			for _, c := range wc[:n] {
+				if c.Status != verbs.WCSuccess {
+					t.Fatalf("A's application saw %+v", c)
+				}
+				done++
+			}
+			m, err := b.conn.Poll(wc)
+			must(t, err)
+			for _, c := range wc[:m] {
+				r := int(c.ImmData)
+				if c.Status != verbs.WCSuccess || !bytes.Equal(b.buf[(r%nslots)*slot:(r%nslots+1)*slot], pattern(r)) {
+					t.Fatalf("B's notification %d: %+v or data missing", r, c)
+				}
+				notifs = append(notifs, c.ImmData)
+				_, err := b.conn.PostRecv([]verbs.RecvWR{{WRID: c.WRID}})
+				must(t, err)
+			}
+			if n == 0 && m == 0 {
+				return
+			}
+		}
+	}
+	sent := 0
+	for i := 0; i < 400; i++ {
+		if i == 100 {
+			must(t, f.KillHCA(a.ctx.(*sim.Context).HCA()))
+		}
+		if sent-done < window {
+			s := sent % nslots
+			copy(a.buf[s*slot:(s+1)*slot], pattern(sent))
+			_, err := a.conn.PostSend([]verbs.SendWR{
+				{WRID: uint64(2 * sent), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: a.mr.Addr() + uint64(s*slot), Length: slot, LKey: a.mr.LKey()}},
+					RemoteAddr: b.mr.Addr() + uint64(s*slot), RKey: b.mr.RKey()},
+				{WRID: uint64(2*sent + 1), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(sent),
+					RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+			must(t, err)
+			sent++
+		}
+		step()
+	}
+	for i := 0; i < 200; i++ {
+		step()
+	}
+	for i, r := range notifs {
+		if r != uint32(i) {
+			t.Fatalf("notifications %v: not exactly once, in order", notifs)
+		}
+	}
+	if len(notifs) != sent || done != sent || a.conn.Stats().Faults != 1 {
+		t.Fatalf("%d sent, %d completed, %d notified; A stats %+v", sent, done, len(notifs), a.conn.Stats())
+	}
+}
+
+func TestShadowSetsUpTheBackupInfiniBand(t *testing.T) { testShadow(t, verbs.LinkLayerInfiniBand) }
+func TestShadowSetsUpTheBackupRoCE(t *testing.T)       { testShadow(t, verbs.LinkLayerEthernet) }
