@@ -1,6 +1,7 @@
 package crossnic_test
 
 import (
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -8,7 +9,10 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
 )
+
+const atomicWRID = 1 << 40
 
 var (
 	campaignRuns = flag.Int("crossnic.runs", 1000, "fault schedules in TestCrossNICCampaign (100000 for a long local run)")
@@ -48,6 +52,16 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		w.run(time.Duration(rng.IntN(10))*time.Microsecond, dirs...)
 		desc += " ack-lost"
 	}
+	atomic := rng.IntN(5) == 0
+	if atomic { // an atomic in flight at the fault: it must never run twice
+		n, peer := w.n[victim], w.n[1-victim]
+		_, err := n.conn.PostSend([]verbs.SendWR{{WRID: atomicWRID, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled,
+			CompareAdd: 1, SGList: []verbs.SGE{{Addr: n.def.mr.Addr() + uint64(len(n.buf)-8), Length: 8, LKey: n.def.mr.LKey()}},
+			RemoteAddr: peer.def.mr.Addr() + uint64(len(peer.buf)-8), RKey: peer.def.mr.RKey()}})
+		must(t, err)
+		w.f.RunFor(time.Duration(rng.IntN(4)) * time.Microsecond)
+		desc += " atomic"
+	}
 	switch fault {
 	case 0, 1:
 		must(t, w.f.KillHCA(w.n[victim].hca))
@@ -66,7 +80,16 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		w.run(60*time.Millisecond, dirs...) // probes succeed, fences drain
 	}
 	w.run(30 * time.Millisecond) // drain
-	if fault >= 4 {
+	surfaced := false
+	for _, n := range w.n {
+		if sq, _ := n.conn.State(); sq == fsm.SQSurfaced {
+			surfaced = true
+		}
+	}
+	if surfaced && !atomic {
+		return desc, fmt.Errorf("a connection surfaced without an atomic in flight: %s / %s", w.n[0].conn.Reason(), w.n[1].conn.Reason())
+	}
+	if fault >= 4 && !surfaced {
 		for _, n := range w.n {
 			if sq, rq := n.conn.State(); sq != fsm.SQDefault || rq != fsm.RQDefault {
 				return desc, fmt.Errorf("%s did not switch back after the flap: %v/%v (%s) %+v", n.name, sq, rq, n.conn.Reason(), n.conn.Stats())
@@ -87,7 +110,44 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	if err := w.check(dirs...); err != nil {
 		return desc, err
 	}
+	if atomic {
+		peer := w.n[1-victim]
+		if c := binary.LittleEndian.Uint64(peer.buf[len(peer.buf)-8:]); c > 1 {
+			return desc, fmt.Errorf("the atomic executed %d times: replayed", c)
+		}
+		seen := 0
+		for _, id := range w.done[victim] {
+			if id == atomicWRID {
+				seen++
+			}
+		}
+		for _, e := range w.errs[victim] {
+			if e.WRID == atomicWRID {
+				seen++
+			}
+		}
+		if seen != 1 {
+			return desc, fmt.Errorf("the atomic completed %d times, want exactly once", seen)
+		}
+	}
 	for _, i := range dirs {
+		if sq, _ := w.n[i].conn.State(); sq == fsm.SQSurfaced {
+			// The error reached the application: every signaled WR still
+			// completes exactly once, with success or an error.
+			got := map[uint64]int{}
+			for _, id := range w.done[i] {
+				got[id]++
+			}
+			for _, e := range w.errs[i] {
+				got[e.WRID]++
+			}
+			for r := 0; r < w.sent[i]; r++ {
+				if got[uint64(2*r+1)] != 1 {
+					return desc, fmt.Errorf("%s surfaced: signaled WR %d completed %d times", w.n[i].name, 2*r+1, got[uint64(2*r+1)])
+				}
+			}
+			continue
+		}
 		if len(w.done[i]) != w.sent[i] {
 			return desc, fmt.Errorf("%s: %d rounds sent, %d completed", w.n[i].name, w.sent[i], len(w.done[i]))
 		}

@@ -43,6 +43,7 @@ type Conn struct {
 	tx       verbs.SendWR
 	bakFrom  uint64 // ring WRs posted on the backup start here
 	bakReady bool
+	defHolds bool // the default QP holds the outstanding WRs (not flushed by us)
 	stats    ConnStats
 
 	// recovery (switch back); nil rec: traffic stays on the backup
@@ -62,7 +63,7 @@ type Conn struct {
 // ConnStats counts what a Conn did.
 type ConnStats struct {
 	Faults       int
-	Replayed     int // WRs replayed on the backup
+	Replayed     int // WRs posted on the backup: replayed at the handshake, or posted there since
 	Delivered    int // outstanding WRs the peer's counter proved executed
 	RecvsMoved   int // receive WRs reposted on the backup
 	Synthesized  int // completions given for delivered signaled WRs
@@ -85,7 +86,7 @@ func NewConn(def, bak Leg, keys *KeyMap, sqSigAll bool) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("crossnic: protect QP: %w", err)
 	}
-	c := &Conn{def: def, bak: bak, defQPN: def.QP.QPN(), peerQPN: attr.DestQPN, keys: keys,
+	c := &Conn{def: def, bak: bak, defQPN: def.QP.QPN(), peerQPN: attr.DestQPN, keys: keys, defHolds: true,
 		buf: make([]verbs.WC, 64), sges: make([]verbs.SGE, 0, max(init.Cap.MaxSendSGE, init.Cap.MaxRecvSGE, 1))}
 	if c.sring, err = NewSendRing(init.Cap, sqSigAll); err != nil {
 		return nil, err
@@ -135,16 +136,20 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 			return verbs.Errorf("ibv_post_send", verbs.ENOMEM, "send queue full")
 		}
 		_, err := c.def.QP.PostSend([]verbs.SendWR{*wr})
-		if err != nil && !errors.Is(err, verbs.EIO) {
+		if err == nil {
+			return c.sring.Record(wr, nil)
+		}
+		if !errors.Is(err, verbs.EIO) {
+			return err // the application's own mistake, as plain verbs report it
+		}
+		// The default device refused it: fail over, and the WR goes with
+		// the others; if replay is impossible the post fails as it would
+		// without ibpath.
+		c.fault(fmt.Sprintf("ibv_post_send on the default QP: %v", err))
+		if c.m.SQ == fsm.SQSurfaced {
 			return err
 		}
-		if rerr := c.sring.Record(wr, nil); rerr != nil {
-			return rerr
-		}
-		if err != nil {
-			c.fault(fmt.Sprintf("ibv_post_send on the default QP: %v", err))
-		}
-		return nil
+		return c.postOne(wr)
 	case fsm.SQAwaitAck, fsm.SQWaitDrained, fsm.SQWaitNotify:
 		return c.sring.Record(wr, nil) // replayed, or released, later
 	}

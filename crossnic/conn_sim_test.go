@@ -31,14 +31,15 @@ type node struct {
 
 // world is two protected nodes and the checker's view of their traffic.
 type world struct {
-	t      testing.TB
-	f      *sim.Fabric
-	n      [2]*node
-	sent   [2]int      // rounds posted by each node
-	done   [2][]uint64 // wr_ids each application saw complete, in order
-	errs   [2][]verbs.WC
-	notifs [2][]uint32 // notifications each node received, in order
-	sendRx [2]bool     // two-sided SEND workload (else NCCL-Simple WRITEs)
+	t       testing.TB
+	f       *sim.Fabric
+	n       [2]*node
+	sent    [2]int      // rounds posted by each node
+	done    [2][]uint64 // wr_ids each application saw complete, in order
+	errs    [2][]verbs.WC
+	notifs  [2][]uint32 // notifications each node received, in order
+	sendRx  [2]bool     // two-sided SEND workload (else NCCL-Simple WRITEs)
+	refused [2]bool     // a post failed (EIO): the sender stopped
 }
 
 func newWorld(t testing.TB, seed uint64) *world {
@@ -175,11 +176,18 @@ func (w *world) run(d time.Duration, dirs ...int) {
 	end := w.f.Now() + d
 	for w.f.Now() < end {
 		for _, i := range dirs {
-			if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && len(w.errs[i]) == 0 {
-				if err := w.post(i, w.sent[i]); err != nil && !errors.Is(err, verbs.EIO) {
+			if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && len(w.errs[i]) == 0 && !w.refused[i] {
+				err := w.post(i, w.sent[i])
+				switch {
+				case err == nil:
+					w.sent[i]++
+				case errors.Is(err, verbs.EIO):
+					// Refused, as plain verbs would once the error
+					// surfaced: not sent, and nothing more is posted.
+					w.refused[i] = true
+				default:
 					w.t.Fatalf("%s post: %v", w.n[i].name, err)
 				}
-				w.sent[i]++
 			}
 		}
 		w.f.RunFor(5 * time.Microsecond)

@@ -60,6 +60,7 @@ func (c *Conn) act(acts []fsm.CNAction) {
 // still holds flushes at once, and hides those flushes.
 func (c *Conn) flushDefault() {
 	_ = c.drain(&c.def)
+	c.defHolds = false
 	err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
 	if err != nil && !errors.Is(err, verbs.EIO) {
 		// A QP that cannot be moved to ERR flushes when its device does.
@@ -128,19 +129,22 @@ func (c *Conn) replayTail() error {
 	return nil
 }
 
-// surfaceHeld: the error reaches the application. WRs that no QP holds any
-// more (recorded during the handshake, or flushed by the default and never
-// replayed) complete with WR_FLUSH_ERR so none is lost; WRs the backup
-// holds complete there.
+// surfaceHeld: the error reaches the application. While the default QP
+// still holds every WR (the fault was caught before its flush) its own
+// completions say what happened. Otherwise WRs no QP holds (recorded during
+// the handshake, or held for a switch) complete with WR_FLUSH_ERR here, and
+// the backup QP goes to ERR so the WRs it holds flush to the application
+// too. Nothing is lost, nothing completes twice.
 func (c *Conn) surfaceHeld() {
+	if c.defHolds {
+		return
+	}
 	for i := max(c.bakFrom, c.sring.head); i < c.sring.tail; i++ {
 		w, _ := c.sring.wr(i)
 		c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, QPNum: c.defQPN})
 	}
-	if c.bakFrom <= c.sring.head && c.m.RQ == fsm.RQFallback {
-		c.rring.Outstanding(func(w *verbs.RecvWR) bool {
-			c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, QPNum: c.defQPN})
-			return true
-		})
+	c.bakFrom = c.sring.tail
+	if c.bakReady {
+		_ = c.bak.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
 	}
 }

@@ -128,24 +128,35 @@ func (c *Conn) onBackup(wc verbs.WC) {
 	}
 }
 
-// onControl handles the peer's notification or acknowledgement.
+// onControl handles the peer's notification, acknowledgement or refusal.
 func (c *Conn) onControl(imm uint32) {
 	k, peerRecv, err := decodeCtrl(imm, c.sring.NotifsDone())
-	if err != nil {
+	switch {
+	case err != nil:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
-		return
+	case c.m.SQ == fsm.SQSurfaced:
+		// Our error surfaced: the QP is dead in both directions, as with
+		// plain verbs. Tell the peer at once instead of letting it wait.
+		if k == ctrlNotify {
+			_ = c.sendCtrl(ctrlRefuse)
+		}
+	case k == ctrlRefuse:
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "the peer cannot fail over (its error surfaced)"}))
+	case k == ctrlAck:
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerAck, PeerRecv: peerRecv}))
+	case k == ctrlNotify:
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerNotify, PeerRecv: peerRecv}))
+	default:
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: fmt.Sprintf("control message of kind %d on the backup QP", k)}))
 	}
-	kind := fsm.CNPeerNotify
-	if k == ctrlAck {
-		kind = fsm.CNPeerAck
-	}
-	c.act(c.m.Step(fsm.CNEvent{Kind: kind, PeerRecv: peerRecv}))
 }
 
-// HandleEvent reacts to an async event of either leg's device: PORT_ERR
-// on the default QP's port or DEVICE_FATAL of its device start a failover
-// at once. After a local link-down a real HCA may never complete the WRs
-// in flight, so waiting for an error completion could hang.
+// HandleEvent reacts to an async event of the default device: PORT_ERR on
+// the default QP's port or DEVICE_FATAL start a failover at once. After a
+// local link-down a real HCA may never complete the WRs in flight, so
+// waiting for an error completion could hang. Feed PORT_ERR here only for
+// QPs layer 1 does not protect: for an armed QP, layer 1 migrates at
+// PORT_ERR and hands the QP over (HandOver) only if it cannot.
 func (c *Conn) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent, defPort uint8) {
 	if ctx != c.def.Ctx || c.m.SQ != fsm.SQDefault {
 		return

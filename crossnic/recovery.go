@@ -170,6 +170,7 @@ func (c *Conn) releaseHeld() error {
 		}
 	}
 	c.bakFrom = c.sring.tail // nothing more goes to the backup
+	c.defHolds = true
 	c.stats.SwitchBacks++
 	c.stats.SwitchPause = c.rec.Clock.Now() - c.holdAt
 	return nil

@@ -22,10 +22,15 @@ func TestSimCommand(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
-		for _, want := range []string{"PATH_MIG", "layer 1: armed", "handed to layer 2"} {
+		for _, want := range []string{"PATH_MIG", "layer 1: armed", "handed to layer 2 (cross-NIC): DEVICE_FATAL",
+			"QP B layer 2: fault (layer 1 handed over: DEVICE_FATAL)", "completing again on both sides, through node0/mlx5_0 <-> node1/mlx5_0",
+			"layer 2: no switching back to the default HCA"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%v: output lacks %q:\n%s", args, want, out)
 			}
+		}
+		if strings.Contains(out, " completed with ") {
+			t.Errorf("%v: an error completion reached the application:\n%s", args, out)
 		}
 	}
 }
@@ -52,14 +57,19 @@ func TestLinkLayerRoCE(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, want := range []string{"(seed 9, RoCE)", "node0/rxe0 + node1/rxe0 QP A layer 1: unsupported: ",
-		"is Ethernet; alternate paths exist only on InfiniBand", "async event PORT_ERR", "layer 2 (cross-NIC) is not built yet",
-		"RETRY_EXC_ERR", "WR_FLUSH_ERR"} {
+		"is Ethernet; alternate paths exist only on InfiniBand", "async event PORT_ERR",
+		"layer 2 does not protect QP A in this script: plain verbs from here", "async event DEVICE_FATAL",
+		"node0/rxe1 QP B layer 2: fault (DEVICE_FATAL) -> await-ack", "node1/rxe1 QP B layer 2: node0's notification on node1/rxe0",
+		"completing again on both sides, through node0/rxe0 <-> node1/rxe0", "layer 2: no switching back to the default NIC"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 	if strings.Contains(out, "mlx5") || strings.Contains(out, "PATH_MIG") {
 		t.Errorf("RoCE output names an IB device or a migration:\n%s", out)
+	}
+	if strings.Contains(out, " completed with ") {
+		t.Errorf("an error completion reached the application:\n%s", out)
 	}
 	again, err := runApp(t, "sim", "--link-layer=roce", "--seed=9")
 	if err != nil || again != out {

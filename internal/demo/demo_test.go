@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,8 +119,9 @@ func TestScenario(t *testing.T) {
 		}
 	}
 
-	// QP B, HCA death: node0 hands it over at DEVICE_FATAL; the error then
-	// surfaces as plain verbs report it.
+	// QP B, HCA death: node0 hands it over to layer 2 at DEVICE_FATAL,
+	// which moves it to the backup QPs on mlx5_0 with node1; the
+	// application sees nothing of it.
 	b0, b1 := mustEndpoint(t, res, "B", "node0"), mustEndpoint(t, res, "B", "node1")
 	if !res.HasEvent("node0", verbs.EventDeviceFatal, "") || res.HasEvent("node1", verbs.EventDeviceFatal, "") {
 		t.Errorf("want DEVICE_FATAL on node0 only; events: %v / %v", res.Events["node0"], res.Events["node1"])
@@ -131,50 +131,23 @@ func TestScenario(t *testing.T) {
 		b0.L1.State != fsm.APMHandedOver || !strings.Contains(b0.L1.Reason, "DEVICE_FATAL") {
 		t.Errorf("QP B on node0: handover %+v, layer 1 %+v; want handed over at %v for DEVICE_FATAL", ho0, b0.L1, killAt)
 	}
-	if !slices.Equal(b0.Errors, []verbs.WCStatus{verbs.WCWRFlushErr}) || b0.SendErr == 0 || b0.RecvErr == 0 {
-		t.Errorf("QP B on node0: errors %v (%d send, %d recv), want only WR_FLUSH_ERR on both queues", b0.Errors, b0.SendErr, b0.RecvErr)
+	if len(res.Handovers) != 1 {
+		t.Errorf("handovers %+v, want only QP B on node0 (node1's side falls back on node0's notification)", res.Handovers)
 	}
-	// The peer's QP B is armed, so its HCA migrates into the dead HCA after
-	// (1+retry_cnt) timeouts, without PATH_MIG (the peer never answers);
-	// the migrated path exhausts its retries too: PATH_MIG_ERR, then
-	// RETRY_EXC_ERR, and layer 1 hands it over on PATH_MIG_ERR.
-	if res.HasEvent("node1", verbs.EventPathMig, "B") {
-		t.Errorf("node1: unexpected PATH_MIG on QP B; events: %v", res.Events["node1"])
-	}
-	var pme *EventRecord
+	// node1's side never reaches the HCA's retries: no PATH_MIG, no
+	// PATH_MIG_ERR, no event at all on its QP B.
 	for _, ev := range res.Events["node1"] {
-		if ev.Type == verbs.EventPathMigErr && ev.QP == "B" {
-			pme = &ev
-			break
+		if ev.QP == "B" {
+			t.Errorf("node1: unexpected %v on QP B at %v", ev.Type, ev.At)
 		}
 	}
-	if want := killAt + 2*hwGiveUp(); pme == nil || pme.At < want || pme.At > want+time.Millisecond {
-		t.Errorf("node1 QP B: PATH_MIG_ERR %+v, want one at about %v (two rounds of (1+retry_cnt) timeouts)", pme, want)
+	if b0.State != verbs.QPSErr || !b0.DeviceDead || b1.State != verbs.QPSErr {
+		t.Errorf("QP B default QPs ended %v (device dead %v) / %v, want ERR on both (dead, and flushed by layer 2)", b0.State, b0.DeviceDead, b1.State)
 	}
-	ho1 := handover(res, "node1", "B")
-	if ho1 == nil || pme == nil || ho1.At != pme.At || !strings.Contains(ho1.Reason, "PATH_MIG_ERR") {
-		t.Errorf("QP B on node1: handover %+v, want at PATH_MIG_ERR", ho1)
-	}
-	if !slices.Equal(b1.Errors, []verbs.WCStatus{verbs.WCRetryExcErr, verbs.WCWRFlushErr}) {
-		t.Errorf("QP B on node1: errors %v, want RETRY_EXC_ERR then WR_FLUSH_ERR", b1.Errors)
-	}
-	if b0.State != verbs.QPSErr || b1.State != verbs.QPSErr || !b0.DeviceDead {
-		t.Errorf("QP B ended %v (device dead %v) / %v, want ERR on both", b0.State, b0.DeviceDead, b1.State)
-	}
-	for _, b := range []EndpointResult{b0, b1} {
-		if b.DataErrors != 0 {
-			t.Errorf("QP B on %s: %d data errors", b.Host, b.DataErrors)
-		}
-		if b.Posted != b.SendOK+b.SendErr {
-			t.Errorf("QP B on %s: %d posted, %d ok + %d err", b.Host, b.Posted, b.SendOK, b.SendErr)
-		}
-	}
-	if len(res.Handovers) != 2 {
-		t.Errorf("handovers %+v, want QP B on each node", res.Handovers)
-	}
+	checkLayer2(t, res, out, "mlx5_0", "layer 1 handed over: DEVICE_FATAL")
 
-	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "PATH_MIG", "PATH_MIG_ERR", "DEVICE_FATAL", "RETRY_EXC_ERR",
-		"WR_FLUSH_ERR", "layer 1: armed", "proactive", "failback", "handed to layer 2"} {
+	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "PATH_MIG", "DEVICE_FATAL", "layer 1: armed", "proactive",
+		"failback", "handed to layer 2 (cross-NIC)"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output does not mention %s", s)
 		}
@@ -287,7 +260,9 @@ func runRoCE(t *testing.T, seed uint64) (Result, string) {
 
 // TestRoCE: on RoCE layer 1 can do nothing. Every QP is unsupported, with
 // the reason; the application's modifies went through as written; the
-// cable pull reaches the application as plain verbs report it.
+// cable pull reaches the application of QP A (which layer 2 does not
+// protect) as plain verbs report it; layer 2 hides the NIC death from
+// QP B's.
 func TestRoCE(t *testing.T) {
 	res, out := runRoCE(t, 7)
 	to := verbs.TimeoutDuration(rcTimeout)
@@ -342,8 +317,8 @@ func TestRoCE(t *testing.T) {
 			t.Errorf("QP %s: %d unsupported lines, want 1:\n%s", qp, n, out)
 		}
 	}
-	if n := strings.Count(out, "layer 2 (cross-NIC) is not built yet"); n != 1 {
-		t.Errorf("%d lines say layer 2 is not built, want 1:\n%s", n, out)
+	if n := strings.Count(out, "layer 2 does not protect QP A in this script: plain verbs from here"); n != 1 {
+		t.Errorf("%d lines say QP A is left to plain verbs, want 1:\n%s", n, out)
 	}
 
 	// The pull: PORT_ERR on node0 and nothing layer 1 can do. Both sides of
@@ -353,7 +328,7 @@ func TestRoCE(t *testing.T) {
 	// before the last retry at pullAt + ~(1+retry_cnt-1) timeouts, so that
 	// retry gets through: a long stall, but no error completion, and the
 	// same QP carries on. Had the cable stayed out, RETRY_EXC_ERR would come
-	// after (1+retry_cnt) timeouts, as it does for QP B below.
+	// after (1+retry_cnt) timeouts, as the timeline says.
 	if !res.HasEvent("node0", verbs.EventPortErr, "") || !res.HasEvent("node0", verbs.EventPortActive, "") {
 		t.Errorf("node0: want PORT_ERR and PORT_ACTIVE; events %v", res.Events["node0"])
 	}
@@ -380,36 +355,20 @@ func TestRoCE(t *testing.T) {
 		}
 	}
 
-	// The NIC death: DEVICE_FATAL and flushes on node0; the peer sees
-	// silence, retries and fails the oldest WR with RETRY_EXC_ERR after
-	// (1+retry_cnt) timeouts, the rest flushed. Nothing migrates.
+	// The NIC death: DEVICE_FATAL on node0, nothing layer 1 can do; layer
+	// 2, QP B's only protection, moves it to the backup QPs on rxe0 and
+	// the application sees nothing of it.
 	b0, b1 := mustEndpoint(t, res, "B", "node0"), mustEndpoint(t, res, "B", "node1")
 	if !res.HasEvent("node0", verbs.EventDeviceFatal, "") {
 		t.Errorf("node0: no DEVICE_FATAL; events %v", res.Events["node0"])
 	}
-	if !slices.Equal(b0.Errors, []verbs.WCStatus{verbs.WCWRFlushErr}) || !b0.DeviceDead || b0.State != verbs.QPSErr {
-		t.Errorf("QP B on node0: errors %v, dead %v, state %v; want WR_FLUSH_ERR on a dead device", b0.Errors, b0.DeviceDead, b0.State)
+	if !b0.DeviceDead || b0.State != verbs.QPSErr || b1.State != verbs.QPSErr {
+		t.Errorf("QP B default QPs: dead %v, states %v / %v; want a dead device and ERR on both (flushed by layer 2)",
+			b0.DeviceDead, b0.State, b1.State)
 	}
-	if !slices.Equal(b1.Errors, []verbs.WCStatus{verbs.WCRetryExcErr, verbs.WCWRFlushErr}) || b1.State != verbs.QPSErr {
-		t.Errorf("QP B on node1: errors %v, state %v; want RETRY_EXC_ERR then WR_FLUSH_ERR, ERR", b1.Errors, b1.State)
-	}
-	if ps := res.PausesOf("B", killAt-time.Millisecond, endAt); len(ps) != 0 {
-		t.Errorf("QP B: pauses %+v after the kill, want none (no completion ends them)", ps)
-	}
-	// The timeline shows it when the application polls, within a step.
-	var at float64
-	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "completed with RETRY_EXC_ERR") {
-			if _, err := fmt.Sscanf(line, "%f ms  node1/rxe1 QP B:", &at); err != nil {
-				t.Errorf("RETRY_EXC_ERR line %q: %v", line, err)
-			}
-		}
-	}
-	if from := killAt + hwGiveUp(); at < ms64(from) || at > ms64(from+step) {
-		t.Errorf("node1 QP B: RETRY_EXC_ERR shown at %.3f ms, want within a step after %v + (1+retry_cnt) x timeout (%v)", at, killAt, from)
-	}
+	checkLayer2(t, res, out, "rxe0", "DEVICE_FATAL")
 
-	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "DEVICE_FATAL", "RETRY_EXC_ERR", "WR_FLUSH_ERR", "unsupported"} {
+	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "DEVICE_FATAL", "unsupported"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output does not mention %s", s)
 		}
@@ -423,8 +382,6 @@ func TestRoCE(t *testing.T) {
 		t.Errorf("timeline has %d lines, want it short:\n%s", n, out)
 	}
 }
-
-func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func TestRoCEDeterministic(t *testing.T) {
 	_, a := runRoCE(t, 42)
@@ -461,4 +418,97 @@ func TestParseLinkLayer(t *testing.T) {
 	if err := Run(&bytes.Buffer{}, Options{Seed: 1, LinkLayer: 9}); err == nil {
 		t.Error("Run accepted link layer 9")
 	}
+}
+
+// checkLayer2 asserts what layer 2 must do with QP B's HCA (NIC) death on
+// node0: node0 detects it (why: fault), falls back after one handshake;
+// node1 falls back on node0's notification; the application on both
+// sides sees no error, no bad data, every WR completed exactly once in
+// order, every notification verified, and traffic on the backups (bak)
+// to the end after a pause under a millisecond.
+func checkLayer2(t *testing.T, res Result, out, bak, fault string) {
+	t.Helper()
+	rounds := int(quiesceAt/step) - 1 // one round per step while posting
+	for _, host := range []string{"node0", "node1"} {
+		b, peer := mustEndpoint(t, res, "B", host), mustEndpoint(t, res, "B", map[string]string{"node0": "node1", "node1": "node0"}[host])
+		if !b.Protected || b.Backup != bak {
+			t.Fatalf("QP B on %s: protected %v, backup %q; want protected with a backup on %s", host, b.Protected, b.Backup, bak)
+		}
+		if b.SendErr != 0 || b.RecvErr != 0 || len(b.Errors) != 0 {
+			t.Fatalf("QP B on %s: an error reached the application: %d send / %d recv error completions %v", host, b.SendErr, b.RecvErr, b.Errors)
+		}
+		if b.DataErrors != 0 {
+			t.Fatalf("QP B on %s: %d data errors", host, b.DataErrors)
+		}
+		if b.WrongQPN != 0 {
+			t.Fatalf("QP B on %s: %d completions named another QP than %#x", host, b.WrongQPN, b.QPN)
+		}
+		if b.SendOrderErrors != 0 || b.Posted != b.SendOK {
+			t.Fatalf("QP B on %s: %d posted, %d completed, %d out of turn; want every WR completed exactly once, in order",
+				host, b.Posted, b.SendOK, b.SendOrderErrors)
+		}
+		if b.Posted != 2*rounds {
+			t.Errorf("QP B on %s: %d WRs posted, want %d (a round every step: the application never waited)", host, b.Posted, 2*rounds)
+		}
+		if b.Verified != peer.Posted/2 || b.RecvOK != b.Verified {
+			t.Fatalf("QP B on %s: %d notifications verified, %d received, %d rounds posted by %s",
+				host, b.Verified, b.RecvOK, peer.Posted/2, peer.Host)
+		}
+		if b.L2SQ != fsm.SQFallback || b.L2RQ != fsm.RQFallback || b.L2Reason != "" {
+			t.Errorf("QP B on %s: layer 2 ended %v/%v (%q), want fallback/fallback", host, b.L2SQ, b.L2RQ, b.L2Reason)
+		}
+		if st := b.L2Stats; st.RecvsMoved == 0 || st.HiddenFlushs == 0 || b.Replayed == 0 {
+			t.Errorf("QP B on %s: layer-2 stats %+v, replayed %d; want receives moved, flushes hidden, WRs replayed", host, st, b.Replayed)
+		}
+		t.Logf("QP B on %s: pause %v after the fault (first good completion through %s at %v)", host, b.Pause, bak, b.Resumed)
+		if b.Resumed <= killAt || b.Pause <= 0 || b.Pause >= time.Millisecond {
+			t.Errorf("QP B on %s: resumed at %v, a %v pause after the fault; want under 1 ms", host, b.Resumed, b.Pause)
+		}
+	}
+	if ps := res.PausesOf("B", 0, endAt); len(ps) != 0 {
+		t.Errorf("QP B: pauses %+v, want none", ps)
+	}
+
+	// The handshake: node0 faults (Default -> AwaitAck) at the death, then
+	// gets node1's ack; node1 gets node0's notification and falls back at
+	// once. One control message each way, no more.
+	c0, c1 := res.Layer2Of("B", "node0"), res.Layer2Of("B", "node1")
+	if len(c0) != 2 || c0[0].At != killAt || c0[0].SQBefore != fsm.SQDefault || c0[0].SQ != fsm.SQAwaitAck ||
+		c0[0].RQ != fsm.RQFallback || c0[0].Cause != fault || len(c0[0].Msgs) != 0 || c0[0].After.Faults != 1 ||
+		c0[1].SQBefore != fsm.SQAwaitAck || c0[1].SQ != fsm.SQFallback || len(c0[1].Msgs) != 1 || !c0[1].Msgs[0].Ack {
+		t.Fatalf("node0 QP B layer 2: want a fault for %q at %v, then an ack and fallback:\n%s", fault, killAt, formatL2(c0))
+	}
+	if len(c1) != 1 || c1[0].SQBefore != fsm.SQDefault || c1[0].SQ != fsm.SQFallback || c1[0].RQ != fsm.RQFallback ||
+		len(c1[0].Msgs) != 1 || c1[0].Msgs[0].Ack || c1[0].After.Faults != 0 {
+		t.Fatalf("node1 QP B layer 2: want one change, to fallback on node0's notification:\n%s", formatL2(c1))
+	}
+	if c1[0].At < killAt || c1[0].At-killAt > 2*step || c0[1].At < c1[0].At || c0[1].At-c1[0].At > 2*step {
+		t.Errorf("handshake: notification handled at %v, ack at %v; want each within two steps", c1[0].At, c0[1].At)
+	}
+	// The receive counters: each side had received every notification
+	// the other posted before the death, at most.
+	for _, c := range []Layer2Change{c0[1], c1[0]} {
+		if m := c.Msgs[0]; m.Counter == 0 || m.Counter > uint64(killAt/step) {
+			t.Errorf("%s: %s with receive counter %d, want 1..%d", c.Host, m.kind(), m.Counter, killAt/step)
+		}
+	}
+	for _, s := range []string{"layer 2: fault (" + fault + ") -> await-ack", "'s notification on", "'s ack (its receive counter",
+		"completing again on both sides, through", "layer 2: no switching back to the default", "does not enable it"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output does not mention %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, " completed with ") || strings.Contains(out, "WR_FLUSH_ERR") {
+		t.Errorf("an error completion is in the timeline:\n%s", out)
+	}
+}
+
+// formatL2 renders layer-2 changes for error messages.
+func formatL2(cs []Layer2Change) string {
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "%s %s/%s QP %s [%s]: %v/%v -> %v/%v, %+v -> %+v, messages %+v\n", ms(c.At), c.Host, c.Device, c.QP,
+			c.Cause, c.SQBefore, c.RQBefore, c.SQ, c.RQ, c.Before, c.After, c.Msgs)
+	}
+	return b.String()
 }

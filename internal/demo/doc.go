@@ -2,11 +2,14 @@
 // builds a small rail-optimized fabric on verbs/sim, runs one layer-1
 // manager (apm.Manager) per host as ibpath does, connects two RC queue
 // pairs through the managers' ModifyQP (so both are armed for Automatic
-// Path Migration), drives application traffic in virtual time, pulls a
-// cable, plugs it back and kills an HCA, and prints a readable timeline of
+// Path Migration), protects the second one (QP B) with layer 2 (a
+// crossnic.Conn per host, with a backup QP on the host's other HCA),
+// drives application traffic in virtual time, pulls a cable, plugs it
+// back and kills QP B's HCA on one host, and prints a readable timeline of
 // what the application sees through verbs (async events, retries, error
 // completions) beside what layer 1 does (arming, proactive migration,
-// re-arming, failback, handover to the next layer).
+// re-arming, failback, handover to the next layer) and what layer 2 does
+// (fault, handshake with receive counters, rewind onto the backups).
 //
 // Everything runs on one goroutine: the demo's loop reads async events
 // into the managers and calls their Tick at the instants Tick asks for,

@@ -50,8 +50,9 @@ func (h *host) endpointOf(qp verbs.QP) *endpoint {
 	return nil
 }
 
-// recorder is the managers' next layer. Layer 2 (cross-NIC) is not built
-// yet: it records the QP and says so, and the error then reaches the
+// recorder is the managers' next layer: it records the QP and prints the
+// handover, then gives a protected QP to its layer-2 connection
+// (crossnic.Conn.HandOver). An unprotected QP's error then reaches the
 // application as plain verbs report it.
 type recorder struct {
 	s *scenario
@@ -62,11 +63,18 @@ func (r *recorder) HandOver(qp verbs.QP, reason string) {
 	s := r.s
 	rec := HandoverRecord{At: s.f.Now(), Host: r.h.name, QPN: qp.QPN(), Reason: reason}
 	name := fmt.Sprintf("%s qpn %#x", r.h.name, qp.QPN())
-	if e := r.h.endpointOf(qp); e != nil {
+	e := r.h.endpointOf(qp)
+	if e != nil {
 		rec.Device, rec.QP, name = e.dev.name, e.qpName, e.String()
 	}
 	s.res.Handovers = append(s.res.Handovers, rec)
-	s.p.at(s.f.Now(), "%s layer 1: handed to layer 2 (cross-NIC, not built yet): %s", name, reason)
+	if e == nil || e.l2 == nil {
+		s.p.at(s.f.Now(), "%s layer 1: handed to layer 2, which does not protect it: plain verbs from here: %s", name, reason)
+		return
+	}
+	s.p.at(s.f.Now(), "%s layer 1: handed to layer 2 (cross-NIC): %s", name, reason)
+	e.l2.conn.HandOver(qp, reason)
+	s.l2Check(e, "layer 1 handed over: "+reason)
 }
 
 // newCatalog describes every HCA of the fabric through an observer context

@@ -29,6 +29,14 @@ func (s *scenario) pollEvents(d *device) (int, error) {
 			before := d.host.mgr.Status()
 			d.host.mgr.HandleEvent(d.ctx, ev)
 			s.printL1(s.diffL1(d.host, before, ev.Type.String()))
+			// Layer 2 sees the default device's events after layer 1,
+			// which may have handed the QP over already.
+			for _, e := range d.eps {
+				if e.l2 != nil {
+					e.l2.conn.HandleEvent(d.ctx, ev, e.port)
+					s.l2Check(e, ev.Type.String())
+				}
+			}
 			if ev.Type == verbs.EventPortErr && s.roce() {
 				s.unprotected(d, ev.Port)
 			}
@@ -57,8 +65,17 @@ func (s *scenario) onEvent(d *device, ev verbs.AsyncEvent) error {
 	s.res.Events[d.host.name] = append(s.res.Events[d.host.name], rec)
 	switch {
 	case ev.Type == verbs.EventDeviceFatal:
+		var kept []string
 		for _, x := range d.eps {
+			if x.l2 != nil {
+				kept = append(kept, "QP "+x.qpName)
+				continue
+			}
 			x.t.failed = true
+		}
+		if len(kept) > 0 {
+			s.p.at(now, "%v: async event DEVICE_FATAL: %s is protected by layer 2, the application carries on posting", d, strings.Join(kept, ", "))
+			break
 		}
 		s.p.at(now, "%v: async event DEVICE_FATAL: the application stops using the device", d)
 	case ev.Type == verbs.EventPathMig && e != nil:
@@ -72,7 +89,7 @@ func (s *scenario) onEvent(d *device, ev verbs.AsyncEvent) error {
 		}
 		s.p.at(now, "%v: async event PATH_MIG: now on port %d, path_mig_state %v", e, attr.PortNum, attr.PathMigState)
 	case ev.Type.Scope() == verbs.ScopeQP:
-		if e != nil && ev.Type != verbs.EventCommEst && ev.Type != verbs.EventPathMigErr {
+		if e != nil && e.l2 == nil && ev.Type != verbs.EventCommEst && ev.Type != verbs.EventPathMigErr {
 			e.t.failed = true
 		}
 		s.p.at(now, "%v: async event %v on QP %s", d, ev.Type, rec.QP)
@@ -84,15 +101,26 @@ func (s *scenario) onEvent(d *device, ev verbs.AsyncEvent) error {
 	return nil
 }
 
-// pollCQ drains the device's CQ: successes are counted, notifications
-// verified, receives replenished, error completions printed in runs.
+// pollCQ drains the device's CQ (through layer 2 for a protected QP, whose
+// device holds no other): successes are counted, notifications verified,
+// receives replenished, error completions printed in runs.
 func (s *scenario) pollCQ(d *device) error {
+	var src interface {
+		Poll([]verbs.WC) (int, error)
+	} = d.cq
+	var prot *endpoint
+	for _, e := range d.eps {
+		if e.l2 != nil {
+			src, prot = e.l2.conn, e
+		}
+	}
 	wcs := make([]verbs.WC, 64)
 	var errs errRuns
 	var l1 []l1Change
 	consumed := map[*endpoint]int{}
+	good := false
 	for {
-		n, err := d.cq.Poll(wcs)
+		n, err := src.Poll(wcs)
 		if err != nil {
 			return fmt.Errorf("ibv_poll_cq on %s: %w", d, err)
 		}
@@ -101,10 +129,19 @@ func (s *scenario) pollCQ(d *device) error {
 		}
 		for _, wc := range wcs[:n] {
 			e := d.byQPN(wc.QPNum)
+			if prot != nil && e != prot {
+				// Layer 2 must give the application the default QP's number.
+				prot.t.wrongQPN++
+				s.p.at(s.f.Now(), "%v: LAYER 2 BUG: completion wr_id %d names qpn %#x, the QP is %#x", prot, wc.WRID, wc.QPNum, prot.qp.QPN())
+				e = prot
+			}
 			if e == nil {
 				return fmt.Errorf("ibv_poll_cq on %s: completion for unknown qpn %#x", d, wc.QPNum)
 			}
 			recv := wc.WRID >= recvBase
+			if want := e.t.nextDone; !recv && !e.noteSend(wc.WRID) && e.t.orderErrs <= 3 {
+				s.p.at(s.f.Now(), "%v: send completion wr_id %d (%s) out of turn: wr_id %d was due", e, wc.WRID, statusName(wc.Status), want)
+			}
 			switch {
 			case wc.Status != verbs.WCSuccess:
 				e.noteError(wc.Status)
@@ -120,6 +157,7 @@ func (s *scenario) pollCQ(d *device) error {
 				}
 				errs.add(e, recv, wc)
 			case recv:
+				good = true
 				s.noteOK(e)
 				e.t.recvOK++
 				e.t.winOK++
@@ -128,6 +166,7 @@ func (s *scenario) pollCQ(d *device) error {
 					s.p.at(s.f.Now(), "%v: DATA ERROR: %s", e, msg)
 				}
 			default:
+				good = true
 				s.noteOK(e)
 				e.t.sendOK++
 				e.t.winOK++
@@ -143,11 +182,19 @@ func (s *scenario) pollCQ(d *device) error {
 			}
 		}
 	}
+	if prot != nil {
+		s.l2Check(prot, "poll")
+		if good {
+			s.l2Resumed(prot)
+		}
+	}
 	s.printErrRuns(errs)
 	s.printL1(l1)
 	for _, e := range d.eps {
 		if n := consumed[e]; n > 0 && !e.t.failed {
-			if err := e.postRecvs(n); err != nil {
+			err := e.postRecvs(n)
+			s.l2Check(e, "ibv_post_recv")
+			if err != nil {
 				return err
 			}
 		}

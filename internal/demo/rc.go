@@ -71,7 +71,10 @@ type endpoint struct {
 	// awaitFrom is the first seq posted while layer 1 waited for the peer
 	// to follow a migration it made (-1: not waiting).
 	awaitFrom int64
-	t         traffic
+	// l2 is layer 2 of a protected QP (nil: the application uses the QP
+	// and CQ directly).
+	l2 *protection
+	t  traffic
 }
 
 func (e *endpoint) String() string { return fmt.Sprintf("%s QP %s", e.dev, e.qpName) }
@@ -95,19 +98,38 @@ func newEndpoint(d *device, qpName string, tag byte) (*endpoint, error) {
 // port n of b's HCA: LID-routed with path bits 0 on InfiniBand; on RoCE
 // global, to the peer port's RoCEv2 GID (index 1), from ours.
 func pathTo(b *endpoint, n uint8, local uint8) (verbs.AHAttr, error) {
-	pa, err := b.dev.ctx.QueryPort(n)
+	lid, gid, err := portAddr(b.dev, n)
 	if err != nil {
-		return verbs.AHAttr{}, fmt.Errorf("ibv_query_port %s port %d: %w", b.dev, n, err)
+		return verbs.AHAttr{}, err
 	}
-	if pa.LinkLayer == verbs.LinkLayerEthernet {
-		g, err := b.dev.ctx.QueryGID(n, roceGIDIndex)
-		if err != nil {
-			return verbs.AHAttr{}, fmt.Errorf("ibv_query_gid %s port %d index %d: %w", b.dev, n, roceGIDIndex, err)
-		}
+	return ahTo(lid, gid, local), nil
+}
+
+// portAddr is how peers address port n of d: its LID on InfiniBand, its
+// RoCEv2 GID (and LID 0) on Ethernet.
+func portAddr(d *device, n uint8) (uint16, verbs.GID, error) {
+	pa, err := d.ctx.QueryPort(n)
+	if err != nil {
+		return 0, verbs.GID{}, fmt.Errorf("ibv_query_port %s port %d: %w", d, n, err)
+	}
+	if pa.LinkLayer != verbs.LinkLayerEthernet {
+		return pa.LID, verbs.GID{}, nil
+	}
+	g, err := d.ctx.QueryGID(n, roceGIDIndex)
+	if err != nil {
+		return 0, verbs.GID{}, fmt.Errorf("ibv_query_gid %s port %d index %d: %w", d, n, roceGIDIndex, err)
+	}
+	return 0, g, nil
+}
+
+// ahTo is the address vector from the local port to a port addressed as
+// portAddr returns it: LID-routed, or global when there is no LID (RoCE).
+func ahTo(lid uint16, gid verbs.GID, local uint8) verbs.AHAttr {
+	if lid == 0 {
 		return verbs.AHAttr{IsGlobal: true, PortNum: local,
-			GRH: verbs.GlobalRoute{DGID: g, SGIDIndex: roceGIDIndex, HopLimit: 64}}, nil
+			GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: roceGIDIndex, HopLimit: 64}}
 	}
-	return verbs.AHAttr{DLID: pa.LID, PortNum: local}, nil
+	return verbs.AHAttr{DLID: lid, PortNum: local}
 }
 
 // connect takes a's QP from RESET to RTS towards b's QP, on port n of
@@ -118,27 +140,37 @@ func connect(a, b *endpoint, n uint8) error {
 	mod := func(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		return a.dev.host.mgr.ModifyQP(a.dev.ctx, a.qp, attr, mask)
 	}
-	init := verbs.QPAttr{QPState: verbs.QPSInit, PKeyIndex: 0, PortNum: n, QPAccessFlags: rcAccess}
-	if err := mod(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fmt.Errorf("ibv_modify_qp RESET->INIT on %v: %w", a, err)
-	}
 	ah, err := pathTo(b, n, n)
 	if err != nil {
 		return err
 	}
-	rtr := verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: rcMTU, DestQPN: b.qp.QPN(),
+	if err := toRTS(mod, a.String(), ah, b.qp.QPN(), n); err != nil {
+		return err
+	}
+	a.peer, a.port = b, n
+	return nil
+}
+
+// toRTS is the three ibv_modify_qp calls of an RC connect, made with mod,
+// with the demo's RC settings: the QP leaves port n along ah towards the
+// QP numbered dqpn.
+func toRTS(mod func(*verbs.QPAttr, verbs.QPAttrMask) error, who string, ah verbs.AHAttr, dqpn uint32, n uint8) error {
+	init := verbs.QPAttr{QPState: verbs.QPSInit, PKeyIndex: 0, PortNum: n, QPAccessFlags: rcAccess}
+	if err := mod(&init, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return fmt.Errorf("ibv_modify_qp RESET->INIT on %s: %w", who, err)
+	}
+	rtr := verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: rcMTU, DestQPN: dqpn,
 		RQPSN: rcPSN, MaxDestRdAtomic: 1, MinRNRTimer: rcMinRNR}
 	if err := mod(&rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
 		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
-		return fmt.Errorf("ibv_modify_qp INIT->RTR on %v: %w", a, err)
+		return fmt.Errorf("ibv_modify_qp INIT->RTR on %s: %w", who, err)
 	}
 	rts := verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: rcPSN, Timeout: rcTimeout, RetryCnt: rcRetryCnt,
 		RNRRetry: rcRNRRetry, MaxRdAtomic: 1}
 	if err := mod(&rts, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|
 		verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic); err != nil {
-		return fmt.Errorf("ibv_modify_qp RTR->RTS on %v: %w", a, err)
+		return fmt.Errorf("ibv_modify_qp RTR->RTS on %s: %w", who, err)
 	}
-	a.peer, a.port = b, n
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -99,6 +100,8 @@ func (s *scenario) window(t time.Duration) {
 			state = " (QP in error)"
 		case a.t.stalled || b.t.stalled:
 			state = " (stalled)"
+		case a.l2 != nil && a.l2.sq != fsm.SQDefault || b.l2 != nil && b.l2.sq != fsm.SQDefault:
+			state = " (layer 2: on the backups)"
 		}
 		line += fmt.Sprintf("  %s %5d WCs ok, %4d notifications verified%s", a.qpName,
 			a.t.winOK+b.t.winOK, a.t.winVerified+b.t.winVerified, state)
@@ -125,10 +128,14 @@ func (s *scenario) summary() {
 		if r.DeviceDead {
 			port += " (device dead)"
 		}
+		if r.Protected && r.L2SQ != fsm.SQDefault {
+			port += "; traffic on " + r.Backup
+		}
 		p.plain("%-2s %-13s %6d %6d %5d %6d %7d %8d %8d  %-5v %-8s %s", r.QP, r.Host+"/"+r.Device,
 			r.Posted, r.SendOK, r.SendErr, r.RecvOK, r.RecvErr, r.Verified, r.DataErrors, r.State, mig, port)
 	}
 	s.l1Summary()
+	s.l2Summary()
 	st := s.res.Stats
 	p.plain("fabric: %d events, %d requests (%d resent), %d packets dropped, %d completions, %d path migrations, %d ACK timeouts",
 		st.Events, st.Requests, st.Retransmits, st.Dropped, st.Completions, st.Migrations, st.RetryTimeouts)

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/apm"
+	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
@@ -20,6 +22,9 @@ type Result struct {
 	Layer1 []Layer1Change
 	// Handovers lists the QPs layer 1 gave to the next layer.
 	Handovers []HandoverRecord
+	// Layer2 lists every change of a protected QP side's layer-2 state
+	// (and every handshake message it received), in order.
+	Layer2 []Layer2Change
 	// Managers holds each host's layer-1 counters at the end.
 	Managers map[string]apm.Stats
 	// Pauses lists every gap of more than a millisecond between two
@@ -51,6 +56,20 @@ type Layer1Change struct {
 	Cause            string
 	Before, After    apm.QPStatus
 	New              bool // the QP was registered by this change
+}
+
+// Layer2Change is one change of a protected QP side's crossnic.Conn, seen
+// after the demo called it for Cause ("poll", "post", an async event's
+// name, "layer 1 handed over: ..."): its queue states and counters before
+// and after, and the handshake messages it received meanwhile.
+type Layer2Change struct {
+	At               time.Duration
+	Host, Device, QP string
+	Cause            string
+	SQBefore, SQ     fsm.SQState
+	RQBefore, RQ     fsm.RQState
+	Before, After    crossnic.ConnStats
+	Msgs             []ControlMsg
 }
 
 // HandoverRecord is one QP layer 1 gave to the next layer.
@@ -97,6 +116,24 @@ type EndpointResult struct {
 
 	L1      apm.QPStatus // layer-1 status at the end
 	L1Known bool         // false when the manager does not know the QP
+
+	// SendOrderErrors counts send completions that were not of the next
+	// WR posted (one completed twice, out of order, or one skipped).
+	SendOrderErrors int
+	// WrongQPN counts completions that named another QP than this one.
+	WrongQPN int
+
+	// Layer 2, when the QP is protected (QP B).
+	Protected bool
+	Backup    string // the backup HCA
+	L2SQ      fsm.SQState
+	L2RQ      fsm.RQState
+	L2Stats   crossnic.ConnStats
+	L2Reason  string // why it surfaced, if it did
+	Replayed  int    // WRs the handshake's rewind replayed on the backup
+	// Resumed is the first good completion through the backup leg after
+	// the fault; Pause is how long after the fault that came.
+	Resumed, Pause time.Duration
 }
 
 // EventRecord is one async event as the application read it.
@@ -146,6 +183,17 @@ func (r Result) PausesOf(qp string, from, to time.Duration) []Pause {
 	for _, p := range r.Pauses {
 		if p.QP == qp && p.From >= from && p.From < to {
 			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Layer2Of lists the layer-2 changes of QP qp on host, in order.
+func (r Result) Layer2Of(qp, host string) []Layer2Change {
+	var out []Layer2Change
+	for _, c := range r.Layer2 {
+		if c.QP == qp && c.Host == host {
+			out = append(out, c)
 		}
 	}
 	return out

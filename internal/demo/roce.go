@@ -30,8 +30,8 @@ func ParseLinkLayer(name string) (verbs.LinkLayer, error) {
 }
 
 // roce: the run is the RoCE variant of the script. RoCE has no APM, so
-// every QP is unsupported for layer 1, and what it cannot hide reaches the
-// application as plain verbs report it.
+// every QP is unsupported for layer 1: layer 2 is QP B's only protection,
+// and what QP A meets reaches the application as plain verbs report it.
 func (s *scenario) roce() bool { return s.opts.LinkLayer == verbs.LinkLayerEthernet }
 
 // nicWord names the adapters in the timeline.
@@ -57,19 +57,25 @@ func (s *scenario) recordConnected() error {
 }
 
 // unprotected follows a PORT_ERR on RoCE: layer 1 has nothing to migrate
-// the QPs on that port to, and the next layer is not built yet.
+// the QPs on that port to; one that layer 2 does not protect either (QP A
+// in this script) is left to plain verbs.
 func (s *scenario) unprotected(d *device, port uint8) {
 	for _, e := range d.eps {
 		st, ok := d.host.mgr.QPStatus(e.qp)
 		if e.port != port || !ok || st.State != fsm.APMUnsupported {
 			continue
 		}
-		s.p.at(s.f.Now(), "%v layer 1: unsupported, no alternate; layer 2 (cross-NIC) is not built yet: plain verbs from here", e)
+		if e.l2 != nil {
+			s.p.at(s.f.Now(), "%v layer 1: unsupported, no alternate; layer 2 protects it", e)
+			continue
+		}
+		s.p.at(s.f.Now(), "%v layer 1: unsupported, no alternate; layer 2 does not protect QP %s in this script: plain verbs from here", e, e.qpName)
 	}
 }
 
 // afterRepair says, at the plug, where QP A stands: in ERR nothing brings
-// it back without layer 2; in RTS a retry of its HCA may still get through.
+// it back (layer 2 does not protect it); in RTS a retry of its HCA may
+// still get through.
 func (s *scenario) afterRepair(t time.Duration) {
 	var dead []string
 	for _, e := range s.eps {
@@ -78,7 +84,7 @@ func (s *scenario) afterRepair(t time.Duration) {
 		}
 	}
 	if len(dead) > 0 {
-		s.p.at(t, "QP A: in ERR on %s: nothing recovers it without layer 2, the cable back or not", strings.Join(dead, " + "))
+		s.p.at(t, "QP A: in ERR on %s: nothing recovers it (layer 2 does not protect it), the cable back or not", strings.Join(dead, " + "))
 		return
 	}
 	s.p.at(t, "QP A: still in RTS on both sides, stalled with retries left: the HCAs' next retry can cross the repaired cable")

@@ -197,6 +197,10 @@ func (s *scenario) setup() error {
 	if err := s.recordConnected(); err != nil {
 		return err
 	}
+	// Layer 2 protects QP B: backups on the host's other adapter.
+	if err := s.protect(b0, b1, s.devs[0], s.devs[1]); err != nil {
+		return err
+	}
 	for _, e := range s.eps {
 		if err := e.postRecvs(recvDepth); err != nil {
 			return err
@@ -207,6 +211,9 @@ func (s *scenario) setup() error {
 	}
 	// No wait for ARMED here: REARM becomes ARMED on the first packets from
 	// the re-armed peer, so the QPs arm with the first traffic.
+	s.p.plain("layer 2: QP B is a crossnic.Conn on each host: backup QP %v <-> %v (qpn %#x, plain verbs, port 1),",
+		b0.l2.bak, b1.l2.bak, b0.l2.qp.QPN())
+	s.p.plain("  buffers registered on both %ss, backup QPs and rkeys published in a directory; QP A is not protected", s.nicWord())
 	s.p.plain("traffic: every %v each side of each QP posts a signaled %d KiB WRITE + WRITE_WITH_IMM(seq), %d in flight at most, data checked",
 		step, slotSize/1024, window)
 	s.p.plain("script: %v pull cable %v port 1, %v plug it back, %v kill %s %v, %v stop posting",
@@ -243,7 +250,7 @@ func (s *scenario) post(t time.Duration) error {
 			continue
 		}
 		if !e.canPost() {
-			if !e.t.stalled && e.qp.State() == verbs.QPSRTS {
+			if !e.t.stalled && e.healthy() {
 				e.t.stalled, e.t.stallSince = true, t
 				s.p.at(t, "%v: %d notifications unacknowledged, send window full: application waits", e, window)
 			}
@@ -253,7 +260,9 @@ func (s *scenario) post(t time.Duration) error {
 			e.t.stalled = false
 			s.p.at(t, "%v: window open again after %s, traffic resumes", e, ms(t-e.t.stallSince))
 		}
-		if err := e.postPair(); err != nil {
+		err := e.postPair()
+		s.l2Check(e, "ibv_post_send")
+		if err != nil {
 			return err
 		}
 	}
@@ -281,6 +290,11 @@ func (s *scenario) inject(t time.Duration) error {
 		}
 	case killAt:
 		s.p.at(t, "FAULT: %s %v dies (2 WRs of QP B just posted)", s.nicWord(), s.devs[2])
+		for _, e := range s.eps {
+			if e.l2 != nil {
+				e.l2.faultAt = t
+			}
+		}
 		if err := s.f.KillHCA(s.devs[2].hca); err != nil {
 			return fmt.Errorf("sim.Fabric.KillHCA(%v): %w", s.devs[2], err)
 		}
@@ -308,6 +322,14 @@ func (s *scenario) finish() error {
 			return err
 		}
 		r.L1, r.L1Known = e.dev.host.mgr.QPStatus(e.qp)
+		r.SendOrderErrors, r.WrongQPN = e.t.orderErrs, e.t.wrongQPN
+		if p := e.l2; p != nil {
+			r.Protected, r.Backup, r.L2Stats, r.L2Reason, r.Replayed = true, p.bak.name, p.conn.Stats(), p.conn.Reason(), p.replayed
+			r.L2SQ, r.L2RQ = p.conn.State()
+			if p.resumed > 0 {
+				r.Resumed, r.Pause = p.resumed, p.resumed-p.faultAt
+			}
+		}
 		s.res.Endpoints = append(s.res.Endpoints, r)
 	}
 	for _, h := range s.hosts {

@@ -3,9 +3,9 @@ package demo
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/ibpath/ibpath/fsm"
 	"time"
 
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -31,6 +31,9 @@ type traffic struct {
 	stallSince time.Duration
 	lastOK     time.Duration // last successful completion
 	pullGap    time.Duration // the gap in completions across the cable pull
+	nextDone   uint64        // wr_id of the next send completion due
+	orderErrs  int           // send completions other than the one due
+	wrongQPN   int           // completions naming another QP
 
 	posted, sendOK, sendErr, recvOK, recvErr, verified, dataErrs int
 	errSeq                                                       []verbs.WCStatus
@@ -63,7 +66,32 @@ func slot(b []byte, i int) []byte { return b[i*slotSize : (i+1)*slotSize] }
 
 // canPost: the endpoint is healthy and its window has room for a pair.
 func (e *endpoint) canPost() bool {
-	return !e.t.failed && e.qp.State() == verbs.QPSRTS && e.t.inflight+2 <= 2*window
+	return e.healthy() && e.t.inflight+2 <= 2*window
+}
+
+// healthy: the application has seen no error and its QP takes WRs: in RTS,
+// or, protected, through a connection whose error has not surfaced.
+func (e *endpoint) healthy() bool {
+	if e.l2 != nil {
+		sq, _ := e.l2.conn.State()
+		return !e.t.failed && sq != fsm.SQSurfaced
+	}
+	return !e.t.failed && e.qp.State() == verbs.QPSRTS
+}
+
+// postSend and postRecv post through layer 2 when the QP is protected.
+func (e *endpoint) postSend(wrs []verbs.SendWR) (int, error) {
+	if e.l2 != nil {
+		return e.l2.conn.PostSend(wrs)
+	}
+	return e.qp.PostSend(wrs)
+}
+
+func (e *endpoint) postRecv(wrs []verbs.RecvWR) (int, error) {
+	if e.l2 != nil {
+		return e.l2.conn.PostRecv(wrs)
+	}
+	return e.qp.PostRecv(wrs)
 }
 
 // postPair posts the bulk WRITE of the next notification and the
@@ -84,7 +112,7 @@ func (e *endpoint) postPair() error {
 		{WRID: uint64(seq)*2 + 1, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
 			ImmData: seq, RemoteAddr: raddr, RKey: rkey},
 	}
-	n, err := e.qp.PostSend(wrs)
+	n, err := e.postSend(wrs)
 	e.t.posted += n
 	e.t.inflight += n
 	if err != nil {
@@ -101,7 +129,7 @@ func (e *endpoint) postRecvs(n int) error {
 		wrs[i] = verbs.RecvWR{WRID: recvBase + e.t.nextRecv}
 		e.t.nextRecv++
 	}
-	if _, err := e.qp.PostRecv(wrs); err != nil {
+	if _, err := e.postRecv(wrs); err != nil {
 		return fmt.Errorf("ibv_post_recv on %v: %w", e, err)
 	}
 	return nil
@@ -123,6 +151,17 @@ func (e *endpoint) onNotify(seq uint32) string {
 	e.t.verified++
 	e.t.winVerified++
 	return ""
+}
+
+// noteSend checks that a send completion is of the next WR posted: on RC
+// every signaled WR completes once, in posting order.
+func (e *endpoint) noteSend(wrid uint64) bool {
+	ok := wrid == e.t.nextDone
+	if !ok {
+		e.t.orderErrs++
+	}
+	e.t.nextDone = wrid + 1
+	return ok
 }
 
 // noteError records an error completion in the endpoint's status sequence
