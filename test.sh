@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, vet, then every test with the race
-# detector. Extra arguments go to `go test` (e.g. ./test.sh -run APM).
+# The whole test suite: formatting, vet, every test with the race detector,
+# then the seeded fault campaigns at full size without it (they start no
+# goroutines; the race pass runs them shortened). Extra arguments go to both
+# `go test` runs (e.g. ./test.sh -run APM).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -11,4 +13,5 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 go vet ./...
-go test -race -count=1 "$@" ./...
+go test -race -short -count=1 "$@" ./...
+go test -count=1 -run 'Campaign|RandomFaultSchedule' "$@" ./crossnic ./verbs/sim
