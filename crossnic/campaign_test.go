@@ -148,11 +148,8 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 			}
 			continue
 		}
-		if len(w.done[i]) != w.sent[i] {
-			return desc, fmt.Errorf("%s: %d rounds sent, %d completed", w.n[i].name, w.sent[i], len(w.done[i]))
-		}
-		if len(w.notifs[1-i]) != w.sent[i] {
-			return desc, fmt.Errorf("%s: %d rounds sent, %d notifications received", w.n[i].name, w.sent[i], len(w.notifs[1-i]))
+		if err := w.delivered(i); err != nil {
+			return desc, err
 		}
 	}
 	return desc, nil

@@ -222,6 +222,20 @@ func (w *world) check(dirs ...int) error {
 	return nil
 }
 
+// delivered checks the invariants and that every round the senders in
+// dirs posted completed and reached the peer.
+func (w *world) delivered(dirs ...int) error {
+	if err := w.check(dirs...); err != nil {
+		return err
+	}
+	for _, i := range dirs {
+		if len(w.done[i]) != w.sent[i] || len(w.notifs[1-i]) != w.sent[i] {
+			return fmt.Errorf("%s: %d sent, %d completed, %d received by the peer", w.n[i].name, w.sent[i], len(w.done[i]), len(w.notifs[1-i]))
+		}
+	}
+	return nil
+}
+
 func TestSenderHCADeathFailsOver(t *testing.T) {
 	w := newWorld(t, 1)
 	w.run(300*time.Microsecond, 0)
@@ -289,13 +303,8 @@ func TestBothDirectionsSendRecv(t *testing.T) {
 	must(t, w.f.KillHCA(w.n[1].hca))
 	w.run(2*time.Millisecond, 0, 1)
 	w.run(20 * time.Millisecond)
-	if err := w.check(0, 1); err != nil {
+	if err := w.delivered(0, 1); err != nil {
 		t.Fatal(err)
-	}
-	for i := range w.n {
-		if len(w.done[i]) != w.sent[i] || len(w.notifs[1-i]) != w.sent[i] {
-			t.Fatalf("%s: %d sent, %d completed, %d received by the peer", w.n[i].name, w.sent[i], len(w.done[i]), len(w.notifs[1-i]))
-		}
 	}
 }
 
@@ -307,13 +316,8 @@ func TestBothSidesDetectIndependently(t *testing.T) {
 	must(t, w.f.KillHCA(w.n[1].hca))
 	w.run(2*time.Millisecond, 0, 1)
 	w.run(20 * time.Millisecond)
-	if err := w.check(0, 1); err != nil {
+	if err := w.delivered(0, 1); err != nil {
 		t.Fatal(err)
-	}
-	for i := range w.n {
-		if len(w.done[i]) != w.sent[i] {
-			t.Fatalf("%s: %d sent, %d completed", w.n[i].name, w.sent[i], len(w.done[i]))
-		}
 	}
 }
 

@@ -1,9 +1,7 @@
 package fsm
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,51 +10,28 @@ import (
 // TestAPMScenarios replays testdata/apm.txt: every line is an event, the
 // actions the machine must return, and the state after it.
 func TestAPMScenarios(t *testing.T) {
-	f, err := os.Open("testdata/apm.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var (
-		m        *APM
-		name     string
-		lineNo   int
-		nScen    int
-		nChecked int
-	)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		lineNo++
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-			continue
-		case strings.HasPrefix(line, "scenario "):
-			name = strings.TrimPrefix(line, "scenario ")
-			nScen++
-			continue
-		case strings.HasPrefix(line, "new "):
+	var m *APM
+	name := ""
+	nScen, nChecked := scenarioFile(t, "testdata/apm.txt",
+		func(n string) { name = n },
+		func(lineNo int, line string) {
+			if !strings.HasPrefix(line, "new ") {
+				t.Fatalf("line %d: unknown directive %q", lineNo, line)
+			}
 			m = newFromLine(t, lineNo, line)
-			continue
-		}
-		if m == nil {
-			t.Fatalf("line %d: event before 'new'", lineNo)
-		}
-		lhs, rhs, ok := strings.Cut(line, "->")
-		acts, state, ok2 := strings.Cut(rhs, "|")
-		if !ok || !ok2 {
-			t.Fatalf("line %d: want 'event -> actions | state'", lineNo)
-		}
-		ev := parseEvent(t, lineNo, strings.Fields(lhs))
-		got := renderActions(m.Step(ev))
-		if want := strings.Join(strings.Fields(acts), " "); got != want {
-			t.Errorf("%s\nline %d: %s: actions %q, want %q", name, lineNo, strings.TrimSpace(lhs), got, want)
-		}
-		if got, want := renderState(m), strings.Join(strings.Fields(state), " "); got != want {
-			t.Errorf("%s\nline %d: %s: state %q, want %q", name, lineNo, strings.TrimSpace(lhs), got, want)
-		}
-		nChecked++
-	}
+		},
+		func(lineNo int, event []string, acts, state string) {
+			if m == nil {
+				t.Fatalf("line %d: event before 'new'", lineNo)
+			}
+			got := renderActions(m.Step(parseEvent(t, lineNo, event)))
+			if got != acts {
+				t.Errorf("%s\nline %d: %v: actions %q, want %q", name, lineNo, event, got, acts)
+			}
+			if got := renderState(m); got != state {
+				t.Errorf("%s\nline %d: %v: state %q, want %q", name, lineNo, event, got, state)
+			}
+		})
 	if nScen < 10 || nChecked < 60 {
 		t.Fatalf("only %d scenarios / %d steps read: the file did not parse as intended", nScen, nChecked)
 	}

@@ -1,9 +1,7 @@
 package fsm
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,42 +10,22 @@ import (
 // TestCrossNICScenarios replays testdata/crossnic.txt; every scenario
 // starts from a fresh machine.
 func TestCrossNICScenarios(t *testing.T) {
-	f, err := os.Open("testdata/crossnic.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var m *CrossNIC
-	name, lineNo, nScen, nSteps := "", 0, 0, 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		lineNo++
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-			continue
-		case strings.HasPrefix(line, "scenario "):
-			name, m = strings.TrimPrefix(line, "scenario "), &CrossNIC{}
-			nScen++
-			continue
-		}
-		if m == nil {
-			t.Fatalf("line %d: event before a scenario", lineNo)
-		}
-		lhs, rhs, ok := strings.Cut(line, "->")
-		acts, state, ok2 := strings.Cut(rhs, "|")
-		if !ok || !ok2 {
-			t.Fatalf("line %d: want 'event -> actions | sq rq'", lineNo)
-		}
-		got := renderCN(m.Step(parseCN(t, lineNo, strings.Fields(lhs))))
-		if want := strings.Join(strings.Fields(acts), " "); got != want {
-			t.Errorf("%s\nline %d: %s: actions %q, want %q", name, lineNo, strings.TrimSpace(lhs), got, want)
-		}
-		if got, want := fmt.Sprintf("%v %v", m.SQ, m.RQ), strings.Join(strings.Fields(state), " "); got != want {
-			t.Errorf("%s\nline %d: %s: state %q, want %q", name, lineNo, strings.TrimSpace(lhs), got, want)
-		}
-		nSteps++
-	}
+	name := ""
+	nScen, nSteps := scenarioFile(t, "testdata/crossnic.txt",
+		func(n string) { name, m = n, &CrossNIC{} },
+		func(lineNo int, line string) { t.Fatalf("line %d: unknown directive %q", lineNo, line) },
+		func(lineNo int, event []string, acts, state string) {
+			if m == nil {
+				t.Fatalf("line %d: event before a scenario", lineNo)
+			}
+			if got := renderCN(m.Step(parseCN(t, lineNo, event))); got != acts {
+				t.Errorf("%s\nline %d: %v: actions %q, want %q", name, lineNo, event, got, acts)
+			}
+			if got := fmt.Sprintf("%v %v", m.SQ, m.RQ); got != state {
+				t.Errorf("%s\nline %d: %v: state %q, want %q", name, lineNo, event, got, state)
+			}
+		})
 	if nScen < 9 || nSteps < 40 {
 		t.Fatalf("only %d scenarios / %d steps read", nScen, nSteps)
 	}
