@@ -21,7 +21,17 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 	switch ev.Type {
 	case verbs.EventPortErr:
 		d.refresh()
-		m.each(d, fsm.APMEvent{Kind: fsm.EvPortDown, Port: ev.Port})
+		// Every port the device now reports down, the alternates' before
+		// the one of this event: a QP must not migrate onto a port whose
+		// own PORT_ERR is still queued.
+		for _, e := range append([]*entry(nil), d.entries...) {
+			for _, p := range d.desc.Ports {
+				if !p.Active() && p.Num != ev.Port && !e.m.PortDown(p.Num) {
+					m.step(e, fsm.APMEvent{Kind: fsm.EvPortDown, Port: p.Num})
+				}
+			}
+			m.step(e, fsm.APMEvent{Kind: fsm.EvPortDown, Port: ev.Port})
+		}
 	case verbs.EventPortActive:
 		d.refresh()
 		m.each(d, fsm.APMEvent{Kind: fsm.EvPortUp, Port: ev.Port})

@@ -403,3 +403,22 @@ func TestAlternateLoadedAtRTRHasATimeout(t *testing.T) {
 		t.Fatalf("%+v, want armed after the probe", s)
 	}
 }
+
+func TestNoMigrationOntoAPortWhosePortErrIsQueued(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	a, _ := w.pair("mlx5_0", rcOpts{})
+	w.run(11 * time.Millisecond)
+	hca := w.nodes[0].host.HCA("mlx5_0")
+	// Both cables at once: two PORT_ERRs are queued before the manager
+	// reads the first.
+	must(t, w.f.SetLink(hca.Port(1), false))
+	must(t, w.f.SetLink(hca.Port(2), false))
+	w.run(time.Millisecond)
+	s := a.state(t)
+	if s.State != fsm.APMHandedOver || s.Migrations != 0 {
+		t.Fatalf("%+v: want handed over without migrating onto port 2, which is down too", s)
+	}
+	if a.port(t) != 1 {
+		t.Fatalf("the QP moved to port %d", a.port(t))
+	}
+}

@@ -30,13 +30,14 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{{
 			Name:    "sim",
 			Aliases: []string{"demo"},
-			Usage:   "play a scripted fault scenario (cable pull and plug, HCA death) on the simulated fabric, with layer 1 (APM) and layer 2 (cross-NIC) at work",
+			Usage: "play a scripted fault scenario (cable pull and plug; every cable of an HCA pulled and plugged, with layer 2 " +
+				"switching back; HCA death) on the simulated fabric, with layer 1 (APM) and layer 2 (cross-NIC) at work",
 			Flags: []cli.Flag{
 				&cli.UintFlag{Name: "seed", Value: 1, Usage: "seed of the simulated fabric"},
 				&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also print every fabric trace record"},
 				&cli.StringFlag{Name: "link-layer", Value: demo.LinkLayerNames[0],
 					Usage: "link layer of the simulated fabric: " + strings.Join(demo.LinkLayerNames, " or ") +
-						" (roce: no APM, so layer 1 cannot hide the cable pull; layer 2 still hides the NIC death)"},
+						" (roce: no APM, so layer 1 cannot hide the cable pull; layer 2 still hides the pulled cable of QP B's NIC, switches back, and hides the NIC death)"},
 			},
 			Action: func(c *cli.Context) error {
 				ll, err := demo.ParseLinkLayer(c.String("link-layer"))

@@ -24,7 +24,9 @@ func TestSimCommand(t *testing.T) {
 		}
 		for _, want := range []string{"PATH_MIG", "layer 1: armed", "handed to layer 2 (cross-NIC): DEVICE_FATAL",
 			"QP B layer 2: fault (layer 1 handed over: DEVICE_FATAL)", "completing again on both sides, through node0/mlx5_0 <-> node1/mlx5_0",
-			"layer 2: no switching back to the default HCA"} {
+			"both cables of node0/mlx5_1 pulled", "QP B layer 1: handed to layer 2 (cross-NIC): primary port down and no alternate",
+			"QP B: back home on both sides, completing through node0/mlx5_1 <-> node1/mlx5_1", "QP B layer 1: registered again",
+			"layer 2: switching back enabled"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%v: output lacks %q:\n%s", args, want, out)
 			}
@@ -60,7 +62,8 @@ func TestLinkLayerRoCE(t *testing.T) {
 		"is Ethernet; alternate paths exist only on InfiniBand", "async event PORT_ERR",
 		"layer 2 does not protect QP A in this script: plain verbs from here", "async event DEVICE_FATAL",
 		"node0/rxe1 QP B layer 2: fault (DEVICE_FATAL) -> await-ack", "node1/rxe1 QP B layer 2: node0's notification on node1/rxe0",
-		"completing again on both sides, through node0/rxe0 <-> node1/rxe0", "layer 2: no switching back to the default NIC"} {
+		"completing again on both sides, through node0/rxe0 <-> node1/rxe0", "node0/rxe1 QP B layer 2: fault (PORT_ERR) -> await-ack",
+		"QP B: back home on both sides, completing through node0/rxe1 <-> node1/rxe1", "layer 2: switching back enabled"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -37,11 +37,12 @@ func TestScenario(t *testing.T) {
 	to := verbs.TimeoutDuration(rcTimeout)
 
 	// Setup: every QP armed by the managers, through the application's
-	// own modifies, on the other port.
+	// own modifies, on the other port. QP B is registered a second time
+	// after layer 2 switched it back (see below).
 	for _, h := range []string{"node0", "node1"} {
 		st := res.Managers[h]
-		if st.Registered != 2 || st.ModifyFallbacks != 0 {
-			t.Errorf("%s manager stats %+v: want 2 QPs armed through ModifyQP", h, st)
+		if st.Registered != 3 || st.ModifyFallbacks != 0 {
+			t.Errorf("%s manager stats %+v: want 2 QPs armed through ModifyQP, and QP B registered again", h, st)
 		}
 		for _, qp := range []string{"A", "B"} {
 			cs := res.Layer1Of(qp, h)
@@ -119,20 +120,58 @@ func TestScenario(t *testing.T) {
 		}
 	}
 
-	// QP B, HCA death: node0 hands it over to layer 2 at DEVICE_FATAL,
-	// which moves it to the backup QPs on mlx5_0 with node1; the
-	// application sees nothing of it.
+	// QP B, both cables of its default HCA pulled: layer 1 migrates at the
+	// first PORT_ERR, then has no path left at the second and hands the
+	// QP over; layer 2 acts on that hand-over, never on PORT_ERR itself
+	// (docs/CROSSNIC.md, "With layer 1").
 	b0, b1 := mustEndpoint(t, res, "B", "node0"), mustEndpoint(t, res, "B", "node1")
+	ho := handover(res, "node0", "B", cutAt)
+	if ho == nil || !strings.Contains(ho.Reason, "primary port down and no alternate") {
+		t.Errorf("QP B on node0: handover %+v; want one at %v, primary port down and no alternate (handovers %+v)\n%s",
+			ho, cutAt, res.Handovers, formatL1(res.Layer1Of("B", "node0")))
+	}
+	for _, c := range res.Layer2 {
+		if c.Cause == verbs.EventPortErr.String() {
+			t.Errorf("%s QP %s: layer 2 acted on PORT_ERR at %v although layer 1 protects the QP", c.Host, c.QP, c.At)
+		}
+	}
+	// After the switch back layer 2 has reset the QP on both sides (the
+	// alternate path is gone): layer 1 protects it anew, armed on port 2
+	// before the HCA death.
+	for _, host := range []string{"node0", "node1"} {
+		b := mustEndpoint(t, res, "B", host)
+		cs := res.Layer1Of("B", host)
+		var re *Layer1Change
+		for i, c := range cs {
+			if c.Cause == "re-register" {
+				re = &cs[i]
+			}
+		}
+		if re == nil || re.At != b.HomeAt || re.After.State != fsm.APMRearming {
+			t.Errorf("QP B on %s: want layer 1 to register it again when layer 2 came home (%v), rearming:\n%s",
+				host, b.HomeAt, formatL1(cs))
+			continue
+		}
+		if !hasL1(cs, re.At, killAt, func(st QPStatus) bool {
+			return st.State == fsm.APMArmed && st.Primary == fsm.PathRef{Port: 1} && st.Alternate == fsm.PathRef{Port: 2}
+		}) {
+			t.Errorf("QP B on %s: not armed again (port 1, alternate port 2) after the switch back:\n%s", host, formatL1(cs))
+		}
+	}
+
+	// QP B, HCA death: node0 hands it over to layer 2 at DEVICE_FATAL,
+	// which moves it to the backup QPs on mlx5_0 with node1 once more; the
+	// application sees nothing of it.
 	if !res.HasEvent("node0", verbs.EventDeviceFatal, "") || res.HasEvent("node1", verbs.EventDeviceFatal, "") {
 		t.Errorf("want DEVICE_FATAL on node0 only; events: %v / %v", res.Events["node0"], res.Events["node1"])
 	}
-	ho0 := handover(res, "node0", "B")
-	if ho0 == nil || ho0.At != killAt || !strings.Contains(ho0.Reason, "DEVICE_FATAL") ||
+	ho0 := handover(res, "node0", "B", killAt)
+	if ho0 == nil || !strings.Contains(ho0.Reason, "DEVICE_FATAL") ||
 		b0.L1.State != fsm.APMHandedOver || !strings.Contains(b0.L1.Reason, "DEVICE_FATAL") {
 		t.Errorf("QP B on node0: handover %+v, layer 1 %+v; want handed over at %v for DEVICE_FATAL", ho0, b0.L1, killAt)
 	}
-	if len(res.Handovers) != 1 {
-		t.Errorf("handovers %+v, want only QP B on node0 (node1's side falls back on node0's notification)", res.Handovers)
+	if len(res.Handovers) != 2 {
+		t.Errorf("handovers %+v, want QP B on node0 twice (node1's side falls back on node0's notification)", res.Handovers)
 	}
 	// node1's side never reaches the HCA's retries: no PATH_MIG, no
 	// PATH_MIG_ERR, no event at all on its QP B.
@@ -141,18 +180,21 @@ func TestScenario(t *testing.T) {
 			t.Errorf("node1: unexpected %v on QP B at %v", ev.Type, ev.At)
 		}
 	}
-	if b0.State != verbs.QPSErr || !b0.DeviceDead || b1.State != verbs.QPSErr {
-		t.Errorf("QP B default QPs ended %v (device dead %v) / %v, want ERR on both (dead, and flushed by layer 2)", b0.State, b0.DeviceDead, b1.State)
+	// node0's default QP died with its HCA; node1's was reset by layer 2,
+	// which probes it (in vain: its peer is dead).
+	if b0.State != verbs.QPSErr || !b0.DeviceDead || b1.State != verbs.QPSRTS || b1.L2Stats.Probes < 2 {
+		t.Errorf("QP B default QPs ended %v (device dead %v) / %v after %d probes; want ERR (dead), and RTS reset and probed by layer 2",
+			b0.State, b0.DeviceDead, b1.State, b1.L2Stats.Probes)
 	}
-	checkLayer2(t, res, out, "mlx5_0", "layer 1 handed over: DEVICE_FATAL")
+	checkLayer2(t, res, out, "mlx5_0", "layer 1 handed over: primary port down and no alternate", "layer 1 handed over: DEVICE_FATAL")
 
 	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "PATH_MIG", "DEVICE_FATAL", "layer 1: armed", "proactive",
-		"failback", "handed to layer 2 (cross-NIC)"} {
+		"failback", "handed to layer 2 (cross-NIC)", "QP B layer 1: registered again"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output does not mention %s", s)
 		}
 	}
-	if n := strings.Count(out, "\n"); n > 70 {
+	if n := strings.Count(out, "\n"); n > maxLines {
 		t.Errorf("timeline has %d lines, want it short:\n%s", n, out)
 	}
 }
@@ -208,14 +250,18 @@ func hasL1(cs []Layer1Change, from, to time.Duration, ok func(QPStatus) bool) bo
 	return false
 }
 
-func handover(r Result, host, qp string) *HandoverRecord {
+// handover returns the hand-over of qp on host at instant at, if any.
+func handover(r Result, host, qp string, at time.Duration) *HandoverRecord {
 	for i, h := range r.Handovers {
-		if h.Host == host && h.QP == qp {
+		if h.Host == host && h.QP == qp && h.At == at {
 			return &r.Handovers[i]
 		}
 	}
 	return nil
 }
+
+// maxLines bounds the length of the whole output.
+const maxLines = 85
 
 func TestDeterministic(t *testing.T) {
 	_, a := runDemo(t, 42)
@@ -362,11 +408,13 @@ func TestRoCE(t *testing.T) {
 	if !res.HasEvent("node0", verbs.EventDeviceFatal, "") {
 		t.Errorf("node0: no DEVICE_FATAL; events %v", res.Events["node0"])
 	}
-	if !b0.DeviceDead || b0.State != verbs.QPSErr || b1.State != verbs.QPSErr {
-		t.Errorf("QP B default QPs: dead %v, states %v / %v; want a dead device and ERR on both (flushed by layer 2)",
-			b0.DeviceDead, b0.State, b1.State)
+	if !b0.DeviceDead || b0.State != verbs.QPSErr || b1.State != verbs.QPSRTS || b1.L2Stats.Probes < 2 {
+		t.Errorf("QP B default QPs: dead %v, states %v / %v after %d probes; want a dead device and ERR, and RTS reset and probed by layer 2",
+			b0.DeviceDead, b0.State, b1.State, b1.L2Stats.Probes)
 	}
-	checkLayer2(t, res, out, "rxe0", "DEVICE_FATAL")
+	// The cable of QP B's default NIC: layer 1 is unsupported, so PORT_ERR
+	// goes straight to layer 2.
+	checkLayer2(t, res, out, "rxe0", "PORT_ERR", "DEVICE_FATAL")
 
 	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "DEVICE_FATAL", "unsupported"} {
 		if !strings.Contains(out, s) {
@@ -378,7 +426,7 @@ func TestRoCE(t *testing.T) {
 			t.Errorf("RoCE output mentions %q:\n%s", s, out)
 		}
 	}
-	if n := strings.Count(out, "\n"); n > 70 {
+	if n := strings.Count(out, "\n"); n > maxLines {
 		t.Errorf("timeline has %d lines, want it short:\n%s", n, out)
 	}
 }
@@ -420,13 +468,18 @@ func TestParseLinkLayer(t *testing.T) {
 	}
 }
 
-// checkLayer2 asserts what layer 2 must do with QP B's HCA (NIC) death on
-// node0: node0 detects it (why: fault), falls back after one handshake;
-// node1 falls back on node0's notification; the application on both
-// sides sees no error, no bad data, every WR completed exactly once in
-// order, every notification verified, and traffic on the backups (bak)
-// to the end after a pause under a millisecond.
-func checkLayer2(t *testing.T, res Result, out, bak, fault string) {
+// checkLayer2 asserts what layer 2 must do with QP B across the script,
+// on both hosts. The cables of its default HCA (NIC) on node0 are pulled
+// at cutAt: node0 detects it (why: cutCause), both sides fall back after
+// one handshake. They are plugged back at recableAt: each side's probe is
+// answered, it fences, switches its sends back, moves its receives home
+// on the peer's switch-back notification and purges its backup; traffic
+// then runs on the default HCAs again until the HCA death at killAt,
+// which node0 detects (why: killCause) and both sides fall back again.
+// Throughout, the application on both sides sees no error, no bad data,
+// every WR completed exactly once in order, every notification verified,
+// and no pause over a millisecond.
+func checkLayer2(t *testing.T, res Result, out, bak, cutCause, killCause string) {
 	t.Helper()
 	rounds := int(quiesceAt/step) - 1 // one round per step while posting
 	for _, host := range []string{"node0", "node1"} {
@@ -460,40 +513,100 @@ func checkLayer2(t *testing.T, res Result, out, bak, fault string) {
 		if st := b.L2Stats; st.RecvsMoved == 0 || st.HiddenFlushs == 0 || b.Replayed == 0 {
 			t.Errorf("QP B on %s: layer-2 stats %+v, replayed %d; want receives moved, flushes hidden, WRs replayed", host, st, b.Replayed)
 		}
-		t.Logf("QP B on %s: pause %v after the fault (first good completion through %s at %v)", host, b.Pause, bak, b.Resumed)
-		if b.Resumed <= killAt || b.Pause <= 0 || b.Pause >= time.Millisecond {
-			t.Errorf("QP B on %s: resumed at %v, a %v pause after the fault; want under 1 ms", host, b.Resumed, b.Pause)
+		// Every completion the application got came from one leg's CQ, or
+		// was synthesized for a WR the peer's counter proved delivered.
+		if b.DefaultWCs+b.BackupWCs+b.L2Stats.Synthesized != b.SendOK+b.RecvOK {
+			t.Errorf("QP B on %s: %d completions through the default leg, %d through the backup, %d synthesized; the application got %d",
+				host, b.DefaultWCs, b.BackupWCs, b.L2Stats.Synthesized, b.SendOK+b.RecvOK)
+		}
+		// Switched back once, after the cables came back, and purged the
+		// backup so that the second failover's handshake finds it clean.
+		if st := b.L2Stats; st.Probes < 1 || st.SwitchBacks != 1 || st.BackupResets != 1 || st.SwitchPause <= 0 ||
+			st.SwitchPause >= time.Millisecond {
+			t.Errorf("QP B on %s: layer-2 stats %+v; want a probe, one switch back holding WRs under 1 ms, one backup purge", host, st)
+		}
+		// Between the switch back and the HCA death the traffic ran on the
+		// default HCA, none through the backup.
+		if b.HomeAt <= recableAt || b.HomeAt >= killAt || b.HomeDefaultWCs < 1000 || b.HomeBackupWCs != 0 {
+			t.Errorf("QP B on %s: home at %v, then %d completions through the default leg and %d through the backup before the death; "+
+				"want home in (%v, %v), traffic on the default leg only", host, b.HomeAt, b.HomeDefaultWCs, b.HomeBackupWCs, recableAt, killAt)
+		}
+		if len(b.Failovers) != 2 || b.Failovers[0].Fault != cutAt || b.Failovers[1].Fault != killAt {
+			t.Fatalf("QP B on %s: failovers %+v, want one at %v and one at %v", host, b.Failovers, cutAt, killAt)
+		}
+		for _, f := range b.Failovers {
+			t.Logf("QP B on %s: pause %v after the fault at %v (first good completion through %s at %v), %d replayed",
+				host, f.Resumed-f.Fault, f.Fault, bak, f.Resumed, f.Replayed)
+			if f.Resumed <= f.Fault || f.Resumed-f.Fault >= time.Millisecond || f.Replayed == 0 {
+				t.Errorf("QP B on %s: resumed at %v after the fault at %v, %d replayed; want under 1 ms, WRs replayed", host, f.Resumed, f.Fault, f.Replayed)
+			}
+		}
+		if b.Resumed != b.Failovers[1].Resumed || b.Pause != b.Resumed-killAt {
+			t.Errorf("QP B on %s: resumed %v, pause %v; want the HCA death's", host, b.Resumed, b.Pause)
 		}
 	}
 	if ps := res.PausesOf("B", 0, endAt); len(ps) != 0 {
 		t.Errorf("QP B: pauses %+v, want none", ps)
 	}
-
-	// The handshake: node0 faults (Default -> AwaitAck) at the death, then
-	// gets node1's ack; node1 gets node0's notification and falls back at
-	// once. One control message each way, no more.
 	c0, c1 := res.Layer2Of("B", "node0"), res.Layer2Of("B", "node1")
-	if len(c0) != 2 || c0[0].At != killAt || c0[0].SQBefore != fsm.SQDefault || c0[0].SQ != fsm.SQAwaitAck ||
-		c0[0].RQ != fsm.RQFallback || c0[0].Cause != fault || len(c0[0].Msgs) != 0 || c0[0].After.Faults != 1 ||
-		c0[1].SQBefore != fsm.SQAwaitAck || c0[1].SQ != fsm.SQFallback || len(c0[1].Msgs) != 1 || !c0[1].Msgs[0].Ack {
-		t.Fatalf("node0 QP B layer 2: want a fault for %q at %v, then an ack and fallback:\n%s", fault, killAt, formatL2(c0))
-	}
-	if len(c1) != 1 || c1[0].SQBefore != fsm.SQDefault || c1[0].SQ != fsm.SQFallback || c1[0].RQ != fsm.RQFallback ||
-		len(c1[0].Msgs) != 1 || c1[0].Msgs[0].Ack || c1[0].After.Faults != 0 {
-		t.Fatalf("node1 QP B layer 2: want one change, to fallback on node0's notification:\n%s", formatL2(c1))
-	}
-	if c1[0].At < killAt || c1[0].At-killAt > 2*step || c0[1].At < c1[0].At || c0[1].At-c1[0].At > 2*step {
-		t.Errorf("handshake: notification handled at %v, ack at %v; want each within two steps", c1[0].At, c0[1].At)
-	}
-	// The receive counters: each side had received every notification
-	// the other posted before the death, at most.
-	for _, c := range []Layer2Change{c0[1], c1[0]} {
-		if m := c.Msgs[0]; m.Counter == 0 || m.Counter > uint64(killAt/step) {
-			t.Errorf("%s: %s with receive counter %d, want 1..%d", c.Host, m.kind(), m.Counter, killAt/step)
+	for _, c := range append(append([]Layer2Change(nil), c0...), c1...) {
+		if c.SQ == fsm.SQSurfaced {
+			t.Fatalf("%s QP B layer 2 surfaced at %v:\n%s", c.Host, c.At, formatL2([]Layer2Change{c}))
 		}
 	}
-	for _, s := range []string{"layer 2: fault (" + fault + ") -> await-ack", "'s notification on", "'s ack (its receive counter",
-		"completing again on both sides, through", "layer 2: no switching back to the default", "does not enable it"} {
+
+	// Each fault: node0 faults (Default -> AwaitAck), then gets node1's
+	// ack; node1 gets node0's notification and falls back at once. One
+	// control message each way, no more.
+	for _, f := range []struct {
+		at    time.Duration
+		cause string
+	}{{cutAt, cutCause}, {killAt, killCause}} {
+		f0, f1 := changesFrom(c0, f.at), changesFrom(c1, f.at)
+		if len(f0) < 2 || f0[0].At != f.at || f0[0].SQBefore != fsm.SQDefault || f0[0].SQ != fsm.SQAwaitAck ||
+			f0[0].RQ != fsm.RQFallback || !strings.HasPrefix(f0[0].Cause, f.cause) || len(f0[0].Msgs) != 0 ||
+			f0[0].After.Faults != f0[0].Before.Faults+1 ||
+			f0[1].SQBefore != fsm.SQAwaitAck || f0[1].SQ != fsm.SQFallback || len(f0[1].Msgs) != 1 || !f0[1].Msgs[0].Ack {
+			t.Fatalf("node0 QP B layer 2: want a fault for %q at %v, then an ack and fallback:\n%s", f.cause, f.at, formatL2(c0))
+		}
+		if len(f1) < 1 || f1[0].SQBefore != fsm.SQDefault || f1[0].SQ != fsm.SQFallback || f1[0].RQ != fsm.RQFallback ||
+			len(f1[0].Msgs) != 1 || f1[0].Msgs[0].Ack || f1[0].Msgs[0].Switch || f1[0].After.Faults != 0 {
+			t.Fatalf("node1 QP B layer 2: want a fallback on node0's notification after %v:\n%s", f.at, formatL2(c1))
+		}
+		if f1[0].At < f.at || f1[0].At-f.at > 2*step || f0[1].At < f1[0].At || f0[1].At-f1[0].At > 2*step {
+			t.Errorf("handshake after %v: notification handled at %v, ack at %v; want each within two steps", f.at, f1[0].At, f0[1].At)
+		}
+		// The receive counters: each side had received every notification
+		// the other posted before the fault, at most.
+		for _, c := range []Layer2Change{f0[1], f1[0]} {
+			if m := c.Msgs[0]; m.Counter == 0 || m.Counter > uint64(f.at/step) {
+				t.Errorf("%s: %s with receive counter %d, want 1..%d", c.Host, m.kind(), m.Counter, f.at/step)
+			}
+		}
+	}
+	// The switch back, on each side: the probe answered (fallback ->
+	// wait-signaled), then home with the peer's switch-back notification
+	// on the default QP, all between the plug and the HCA death.
+	for _, cs := range [][]Layer2Change{c0, c1} {
+		probe, home, notified := false, false, false
+		for _, c := range changesFrom(cs, recableAt) {
+			if c.At >= killAt {
+				break
+			}
+			probe = probe || c.SQBefore == fsm.SQFallback && c.SQ == fsm.SQWaitSignaled
+			home = home || c.SQ == fsm.SQDefault && c.RQ == fsm.RQDefault
+			for _, m := range c.Msgs {
+				notified = notified || m.Switch
+			}
+		}
+		if !probe || !home || !notified {
+			t.Errorf("QP B layer 2: probe ok %v, home %v, peer's switch-back notification %v; want all between %v and %v:\n%s",
+				probe, home, notified, recableAt, killAt, formatL2(cs))
+		}
+	}
+	for _, s := range []string{"layer 2: fault (" + cutCause, "layer 2: fault (" + killCause, "'s notification on", "'s ack (its receive counter",
+		"completing again on both sides, through", "probe 1 (posted at", "fence: next signaled WR to", "receives moved home",
+		"backup QP purged -> default/default", "QP B: back home on both sides", "layer 2: switching back enabled"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output does not mention %q:\n%s", s, out)
 		}
@@ -501,6 +614,16 @@ func checkLayer2(t *testing.T, res Result, out, bak, fault string) {
 	if strings.Contains(out, " completed with ") || strings.Contains(out, "WR_FLUSH_ERR") {
 		t.Errorf("an error completion is in the timeline:\n%s", out)
 	}
+}
+
+// changesFrom returns the changes at or after at.
+func changesFrom(cs []Layer2Change, at time.Duration) []Layer2Change {
+	for i, c := range cs {
+		if c.At >= at {
+			return cs[i:]
+		}
+	}
+	return nil
 }
 
 // formatL2 renders layer-2 changes for error messages.

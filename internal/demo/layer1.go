@@ -186,6 +186,8 @@ func describeL1(c Layer1Change) string {
 		return now
 	case c.Cause == "tick" && st.State == fsm.APMArmed && c.Before.State == fsm.APMRearming:
 		return now // the ARMED poll
+	case c.Cause == "re-register":
+		why = "registered again: layer 2 switched back and reset the QP, dropping its alternate"
 	case c.Cause == "tick" && st.HasAlt && st.Alternate == st.Home && st.Primary != st.Home:
 		why = "probe: home path usable again"
 	case c.Cause == "PORT_ACTIVE" && st.HasAlt && st.Alternate == st.Home:
@@ -256,6 +258,14 @@ func (s *scenario) pump() error {
 			batch = append(batch, s.diffL1(h, before, "tick")...)
 		}
 		s.printL1(batch)
+		// Layer 2's timed work: probing a reset default QP, the
+		// handshake timeout, purging the backup.
+		for _, e := range s.eps {
+			if e.l2 != nil {
+				e.l2.conn.Tick()
+				s.l2Check(e, "tick")
+			}
+		}
 		if n == 0 && len(batch) == 0 {
 			break
 		}
@@ -292,13 +302,25 @@ func (s *scenario) l1Summary() {
 				alt += " (home)"
 			}
 		}
+		reason := st.Reason
+		if st.State == fsm.APMArmed && r.MigKnown && r.Mig != verbs.MigArmed {
+			// Layer 2 reset the QP on the peer's notification, behind
+			// layer 1's back: the status is the one it last saw.
+			reason = fmt.Sprintf("stale: the QP is %v (layer 2 reset it)", r.Mig)
+		}
 		p.plain("%s", strings.TrimRight(fmt.Sprintf("%-2s %-13s %-12v %-8v %-13s %4d  %s", r.QP, r.Host+"/"+r.Device,
-			st.State, st.Primary, alt, st.Migrations, st.Reason), " "))
+			st.State, st.Primary, alt, st.Migrations, reason), " "))
 	}
 	for _, h := range s.hosts {
 		st := s.res.Managers[h.name]
-		p.plain("layer 1 on %s: %d QPs, %d loads, %d ARMED seen, migrations: %d by ibpath (%d failbacks) + %d by the HCA, %d handovers",
-			h.name, st.Registered, st.Loads, st.Armed, st.Migrations, st.Failbacks, st.HWMigrations, st.Handovers)
+		qps := 0
+		for _, r := range s.res.Endpoints {
+			if r.Host == h.name && r.L1Known {
+				qps++
+			}
+		}
+		p.plain("layer 1 on %s: %d QPs (%d registrations), %d loads, %d ARMED seen, migrations: %d by ibpath (%d failbacks) + %d by the HCA, %d handovers",
+			h.name, qps, st.Registered, st.Loads, st.Armed, st.Migrations, st.Failbacks, st.HWMigrations, st.Handovers)
 	}
 }
 

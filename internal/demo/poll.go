@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
@@ -30,9 +31,12 @@ func (s *scenario) pollEvents(d *device) (int, error) {
 			d.host.mgr.HandleEvent(d.ctx, ev)
 			s.printL1(s.diffL1(d.host, before, ev.Type.String()))
 			// Layer 2 sees the default device's events after layer 1,
-			// which may have handed the QP over already.
+			// which may have handed the QP over already. PORT_ERR goes to
+			// it only for a QP layer 1 does not protect (docs/CROSSNIC.md,
+			// "With layer 1"): for an armed one layer 1 migrates, and hands
+			// the QP over when it has no path left.
 			for _, e := range d.eps {
-				if e.l2 != nil {
+				if e.l2 != nil && (ev.Type != verbs.EventPortErr || !s.layer1Protects(e)) {
 					e.l2.conn.HandleEvent(d.ctx, ev, e.port)
 					s.l2Check(e, ev.Type.String())
 				}
@@ -46,6 +50,13 @@ func (s *scenario) pollEvents(d *device) (int, error) {
 			return n, herr
 		}
 	}
+}
+
+// layer1Protects: layer 1 still answers for e's QP (it is registered,
+// neither unsupported nor handed over).
+func (s *scenario) layer1Protects(e *endpoint) bool {
+	st, ok := e.dev.host.mgr.QPStatus(e.qp)
+	return ok && st.State != fsm.APMUnsupported && st.State != fsm.APMHandedOver
 }
 
 func (s *scenario) onEvent(d *device, ev verbs.AsyncEvent) error {
@@ -234,6 +245,9 @@ func (s *scenario) flushTrace() {
 		case s.opts.Verbose:
 			s.p.at(r.At, "  trace %s/%s %-5s %s", r.Host, r.Device, r.Kind, r.Detail)
 		case s.mutedTrace(r):
+		case r.Kind == "retry" && s.traceEndpoint(r) != nil && s.traceEndpoint(r).l2 != nil:
+			// Layer 2's probes of a reset default QP: their retries are
+			// told with the probe's answer.
 		case r.Kind == "retry" && (s.roce() || strings.Contains(r.Detail, "retry 1/")),
 			r.Kind == "apm" && strings.Contains(r.Detail, "retries exhausted"):
 			s.p.at(r.At, "%s/%s (sim %s) %s", r.Host, r.Device, r.Kind, r.Detail)
@@ -244,16 +258,20 @@ func (s *scenario) flushTrace() {
 
 // mutedTrace: the record is about a QP whose bouncing is muted.
 func (s *scenario) mutedTrace(r sim.TraceRecord) bool {
+	e := s.traceEndpoint(r)
+	return e != nil && s.muted[e.qpName]
+}
+
+// traceEndpoint is the endpoint a trace record is about (nil: none).
+func (s *scenario) traceEndpoint(r sim.TraceRecord) *endpoint {
 	var qpn uint32
 	if _, err := fmt.Sscanf(r.Detail, "qp %v", &qpn); err != nil {
-		return false
+		return nil
 	}
 	for _, d := range s.devs {
 		if d.host.name == r.Host && d.name == r.Device {
-			if e := d.byQPN(qpn); e != nil {
-				return s.muted[e.qpName]
-			}
+			return d.byQPN(qpn)
 		}
 	}
-	return false
+	return nil
 }

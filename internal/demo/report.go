@@ -102,6 +102,8 @@ func (s *scenario) window(t time.Duration) {
 			state = " (stalled)"
 		case a.l2 != nil && a.l2.sq != fsm.SQDefault || b.l2 != nil && b.l2.sq != fsm.SQDefault:
 			state = " (layer 2: on the backups)"
+		case a.l2 != nil && b.l2 != nil && max(a.l2.homeAt, b.l2.homeAt) > s.win:
+			state = fmt.Sprintf(" (layer 2: on the backups until %s, then home)", ms(max(a.l2.homeAt, b.l2.homeAt)))
 		}
 		line += fmt.Sprintf("  %s %5d WCs ok, %4d notifications verified%s", a.qpName,
 			a.t.winOK+b.t.winOK, a.t.winVerified+b.t.winVerified, state)

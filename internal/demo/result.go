@@ -132,8 +132,20 @@ type EndpointResult struct {
 	L2Reason  string // why it surfaced, if it did
 	Replayed  int    // WRs the handshake's rewind replayed on the backup
 	// Resumed is the first good completion through the backup leg after
-	// the fault; Pause is how long after the fault that came.
+	// the last fault; Pause is how long after the fault that came.
 	Resumed, Pause time.Duration
+	// Failovers lists the faults the script injected under the QP, each
+	// with the first good completion through the backup after it.
+	Failovers []Failover
+	// HomeAt is when both queues first came back to the default QP after
+	// a failover (0: never); HomeDefaultWCs and HomeBackupWCs count the
+	// application's completions that came through the default and the
+	// backup leg from then to the next fault.
+	HomeAt                        time.Duration
+	HomeDefaultWCs, HomeBackupWCs int
+	// DefaultWCs and BackupWCs count all the application's completions
+	// per leg.
+	DefaultWCs, BackupWCs int
 }
 
 // EventRecord is one async event as the application read it.

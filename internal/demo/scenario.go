@@ -26,6 +26,8 @@ const (
 	step         = 100 * time.Microsecond // the application loop period
 	pullAt       = 5 * time.Millisecond   // pull the cable of node0/mlx5_0 port 1
 	plugAt       = 200 * time.Millisecond // plug it back in
+	cutAt        = 300 * time.Millisecond // pull every cable of node0/mlx5_1, QP B's default HCA
+	recableAt    = 340 * time.Millisecond // plug them back in: layer 2 switches QP B back
 	killAt       = 450 * time.Millisecond // kill HCA node0/mlx5_1
 	quiesceAt    = 990 * time.Millisecond // stop posting, let the queues drain
 	endAt        = 1000 * time.Millisecond
@@ -51,6 +53,7 @@ type scenario struct {
 	res   Result
 	win   time.Duration   // start of the current traffic window
 	muted map[string]bool // QP names whose bouncing is no longer printed
+	rearm []*endpoint     // protected QP sides layer 2 brought home, for layer 1 to protect again
 }
 
 func run(w io.Writer, opts Options) (Result, error) {
@@ -81,7 +84,7 @@ func (s *scenario) play() error {
 		if err := s.runTo(t); err != nil {
 			return err
 		}
-		if t == pullAt || t == plugAt || t == killAt || t == endAt {
+		if t == pullAt || t == plugAt || t == cutAt || t == killAt || t == endAt {
 			s.window(t)
 		}
 		if t < quiesceAt {
@@ -216,12 +219,31 @@ func (s *scenario) setup() error {
 	s.p.plain("  buffers registered on both %ss, backup QPs and rkeys published in a directory; QP A is not protected", s.nicWord())
 	s.p.plain("traffic: every %v each side of each QP posts a signaled %d KiB WRITE + WRITE_WITH_IMM(seq), %d in flight at most, data checked",
 		step, slotSize/1024, window)
-	s.p.plain("script: %v pull cable %v port 1, %v plug it back, %v kill %s %v, %v stop posting",
-		pullAt, s.devs[0], plugAt, killAt, s.nicWord(), s.devs[2], quiesceAt)
+	s.p.plain("script: %v pull cable %v port 1, %v plug it back; %v pull %s of %v, %v plug back;",
+		pullAt, s.devs[0], plugAt, cutAt, s.cablesWord(), s.devs[2], recableAt)
+	s.p.plain("  %v kill %s %v, %v stop posting", killAt, s.nicWord(), s.devs[2], quiesceAt)
 	if s.roce() {
 		s.printL1(connected)
 	}
 	return nil
+}
+
+// cables lists the cabled ports of d.
+func cables(d *device) []*sim.Port {
+	var out []*sim.Port
+	for n := uint8(1); d.hca.Port(n) != nil; n++ {
+		out = append(out, d.hca.Port(n))
+	}
+	return out
+}
+
+// cablesWord names the cables of an adapter: two ports on InfiniBand, one
+// on RoCE.
+func (s *scenario) cablesWord() string {
+	if s.roce() {
+		return "the cable"
+	}
+	return "both cables"
 }
 
 // hwGiveUp is how long an HCA waits on a silent path before it migrates
@@ -240,7 +262,7 @@ func (s *scenario) settle() error {
 			return err
 		}
 	}
-	return nil
+	return s.reregister()
 }
 
 // post runs the application's send step on every endpoint.
@@ -288,13 +310,24 @@ func (s *scenario) inject(t time.Duration) error {
 		if s.roce() {
 			s.afterRepair(t)
 		}
-	case killAt:
-		s.p.at(t, "FAULT: %s %v dies (2 WRs of QP B just posted)", s.nicWord(), s.devs[2])
-		for _, e := range s.eps {
-			if e.l2 != nil {
-				e.l2.faultAt = t
+	case cutAt:
+		s.p.at(t, "FAULT: %s of %v pulled: QP B's default %s has no path left", s.cablesWord(), s.devs[2], s.nicWord())
+		s.l2Fault(t)
+		for _, port := range cables(s.devs[2]) {
+			if err := s.f.SetLink(port, false); err != nil {
+				return fmt.Errorf("sim.Fabric.SetLink(%v, down): %w", port, err)
 			}
 		}
+	case recableAt:
+		s.p.at(t, "REPAIR: %s of %v plugged back in; layer 2 probes QP B's default QP every %v", s.cablesWord(), s.devs[2], probeInterval)
+		for _, port := range cables(s.devs[2]) {
+			if err := s.f.SetLink(port, true); err != nil {
+				return fmt.Errorf("sim.Fabric.SetLink(%v, up): %w", port, err)
+			}
+		}
+	case killAt:
+		s.p.at(t, "FAULT: %s %v dies (2 WRs of QP B just posted)", s.nicWord(), s.devs[2])
+		s.l2Fault(t)
 		if err := s.f.KillHCA(s.devs[2].hca); err != nil {
 			return fmt.Errorf("sim.Fabric.KillHCA(%v): %w", s.devs[2], err)
 		}
@@ -326,9 +359,12 @@ func (s *scenario) finish() error {
 		if p := e.l2; p != nil {
 			r.Protected, r.Backup, r.L2Stats, r.L2Reason, r.Replayed = true, p.bak.name, p.conn.Stats(), p.conn.Reason(), p.replayed
 			r.L2SQ, r.L2RQ = p.conn.State()
-			if p.resumed > 0 {
-				r.Resumed, r.Pause = p.resumed, p.resumed-p.faultAt
+			r.Failovers = append([]Failover(nil), p.fails...)
+			if n := len(p.fails); n > 0 && p.fails[n-1].Resumed > 0 {
+				r.Resumed, r.Pause = p.fails[n-1].Resumed, p.fails[n-1].Resumed-p.fails[n-1].Fault
 			}
+			r.HomeAt, r.HomeDefaultWCs, r.HomeBackupWCs = p.homeAt, p.homeWCs[0], p.homeWCs[1]
+			r.DefaultWCs, r.BackupWCs = p.wcs[0], p.wcs[1]
 		}
 		s.res.Endpoints = append(s.res.Endpoints, r)
 	}
