@@ -62,15 +62,15 @@ type Conn struct {
 
 // ConnStats counts what a Conn did.
 type ConnStats struct {
-	Faults       int
-	Replayed     int // WRs posted on the backup: replayed at the handshake, or posted there since
-	Delivered    int // outstanding WRs the peer's counter proved executed
-	RecvsMoved   int // receive WRs reposted on the backup
-	Synthesized  int // completions given for delivered signaled WRs
-	HiddenFlushs int // default-QP flush completions kept from the application
-	Probes       int
-	SwitchBacks  int
-	BackupResets int
+	Faults        int
+	Replayed      int // WRs posted on the backup: replayed at the handshake, or posted there since
+	Delivered     int // outstanding WRs the peer's counter proved executed
+	RecvsMoved    int // receive WRs reposted on the backup
+	Synthesized   int // completions given for delivered signaled WRs
+	HiddenFlushes int // default-QP flush completions kept from the application
+	Probes        int
+	SwitchBacks   int
+	BackupResets  int
 	// SwitchPause is the virtual time application WRs were last held
 	// during a switch back (from the fence to their release).
 	SwitchPause time.Duration

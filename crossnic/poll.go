@@ -70,7 +70,7 @@ func (c *Conn) onDefault(wc verbs.WC) {
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
 				Reason: fmt.Sprintf("completion error %v on the default QP during the switch back", wc.Status)}))
 		}
-		c.stats.HiddenFlushs++
+		c.stats.HiddenFlushes++
 		return
 	}
 	switch {

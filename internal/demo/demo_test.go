@@ -510,7 +510,7 @@ func checkLayer2(t *testing.T, res Result, out, bak, cutCause, killCause string)
 		if b.L2SQ != fsm.SQFallback || b.L2RQ != fsm.RQFallback || b.L2Reason != "" {
 			t.Errorf("QP B on %s: layer 2 ended %v/%v (%q), want fallback/fallback", host, b.L2SQ, b.L2RQ, b.L2Reason)
 		}
-		if st := b.L2Stats; st.RecvsMoved == 0 || st.HiddenFlushs == 0 || b.Replayed == 0 {
+		if st := b.L2Stats; st.RecvsMoved == 0 || st.HiddenFlushes == 0 || b.Replayed == 0 {
 			t.Errorf("QP B on %s: layer-2 stats %+v, replayed %d; want receives moved, flushes hidden, WRs replayed", host, st, b.Replayed)
 		}
 		// Every completion the application got came from one leg's CQ, or

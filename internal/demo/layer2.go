@@ -297,7 +297,7 @@ func (s *scenario) reregister() error {
 // describeL2 says what a Conn did, from its state and counters.
 func (s *scenario) describeL2(e *endpoint, c Layer2Change) string {
 	d := func(f func(crossnic.ConnStats) int) int { return f(c.After) - f(c.Before) }
-	hidden := d(func(x crossnic.ConnStats) int { return x.HiddenFlushs })
+	hidden := d(func(x crossnic.ConnStats) int { return x.HiddenFlushes })
 	moved := d(func(x crossnic.ConnStats) int { return x.RecvsMoved })
 	delivered := d(func(x crossnic.ConnStats) int { return x.Delivered })
 	synth := d(func(x crossnic.ConnStats) int { return x.Synthesized })
@@ -467,7 +467,7 @@ func (s *scenario) l2Summary() {
 		}
 		st := r.L2Stats
 		p.plain("%-2s %-13s %-9v %-9v %-13s %6d %9d %11d %8d %11d %14d %6d %6d %6d  %s", r.QP, r.Host+"/"+r.Device, r.L2SQ, r.L2RQ,
-			r.Host+"/"+r.Backup, st.Faults, st.Delivered, st.Synthesized, replayed, st.RecvsMoved, st.HiddenFlushs,
+			r.Host+"/"+r.Backup, st.Faults, st.Delivered, st.Synthesized, replayed, st.RecvsMoved, st.HiddenFlushes,
 			st.Probes, st.SwitchBacks, st.BackupResets, strings.Join(pauses, ", "))
 		bak = append(bak, r.Backup)
 	}
