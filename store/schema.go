@@ -1,0 +1,119 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// SchemaVersion is the layout this code writes.
+//
+//	0: buckets "qp" and "mr" only (no "meta"); values are the fields alone,
+//	   without a version byte or an owner.
+//	1: bucket "meta" with key "version" (u32, big endian) = 1; values carry
+//	   a version byte and their owner (see codec.go).
+//
+// Open migrates a version-0 file (including a new, empty one) to version
+// 1 in one transaction; migrated entries get the zero Owner. A file of a
+// newer version is refused with ErrSchema and left untouched.
+const SchemaVersion = 1
+
+var (
+	bucketMeta = []byte("meta")
+	bucketQP   = []byte("qp")
+	bucketMR   = []byte("mr")
+	keyVersion = []byte("version")
+)
+
+// fileVersion reads the schema version of an open file.
+func fileVersion(tx *bolt.Tx) (uint32, error) {
+	m := tx.Bucket(bucketMeta)
+	if m == nil {
+		return 0, nil
+	}
+	v := m.Get(keyVersion)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 4 {
+		return 0, fmt.Errorf("%w: version value of %d bytes", ErrSchema, len(v))
+	}
+	return binary.BigEndian.Uint32(v), nil
+}
+
+// migrate brings the file to SchemaVersion, or refuses a newer one.
+func migrate(db *bolt.DB) error {
+	var ver uint32
+	if err := db.View(func(tx *bolt.Tx) (err error) {
+		ver, err = fileVersion(tx)
+		return err
+	}); err != nil {
+		return err
+	}
+	switch {
+	case ver == SchemaVersion:
+		return nil
+	case ver > SchemaVersion:
+		return fmt.Errorf("%w: file has version %d, this code knows up to %d", ErrSchema, ver, SchemaVersion)
+	}
+	return db.Update(migrateV0)
+}
+
+// migrateV0 rewrites every schema-0 value with a version byte and the zero
+// owner, then records the version.
+func migrateV0(tx *bolt.Tx) error {
+	qp, err := tx.CreateBucketIfNotExists(bucketQP)
+	if err != nil {
+		return err
+	}
+	mr, err := tx.CreateBucketIfNotExists(bucketMR)
+	if err != nil {
+		return err
+	}
+	type kv struct{ k, v []byte }
+	var qps, mrs []kv
+	if err := qp.ForEach(func(k, v []byte) error {
+		if _, err := decodeQPKey(k); err != nil {
+			return fmt.Errorf("migrate QP %x: %w", k, err)
+		}
+		b, err := decodeQPBackupV0(v)
+		if err != nil {
+			return fmt.Errorf("migrate QP %x: %w", k, err)
+		}
+		nv, err := encodeQPBackup(b, Owner{})
+		qps = append(qps, kv{append([]byte(nil), k...), nv})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := mr.ForEach(func(k, v []byte) error {
+		if _, err := decodeMRKey(k); err != nil {
+			return fmt.Errorf("migrate MR %x: %w", k, err)
+		}
+		b, err := decodeMRBackupV0(v)
+		if err != nil {
+			return fmt.Errorf("migrate MR %x: %w", k, err)
+		}
+		nv, err := encodeMRBackup(b, Owner{})
+		mrs = append(mrs, kv{append([]byte(nil), k...), nv})
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, e := range qps {
+		if err := qp.Put(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	for _, e := range mrs {
+		if err := mr.Put(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	m, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	return m.Put(keyVersion, binary.BigEndian.AppendUint32(nil, SchemaVersion))
+}
