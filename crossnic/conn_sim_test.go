@@ -43,6 +43,14 @@ type world struct {
 }
 
 func newWorld(t testing.TB, seed uint64) *world {
+	dir := crossnic.NewMemDirectory()
+	return newWorldDir(t, seed, [2]crossnic.Directory{dir, dir})
+}
+
+// newWorldDir is newWorld with each node publishing and looking up backup
+// attributes through its own Directory; the two must share what they hold
+// (one directory, or two views of one replicated store).
+func newWorldDir(t testing.TB, seed uint64, dirs [2]crossnic.Directory) *world {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
 	w := &world{t: t, f: f}
@@ -58,15 +66,13 @@ func newWorld(t testing.TB, seed uint64) *world {
 	}
 	// Shadow attributes published in advance; each side translates its
 	// own lkeys and the peer's rkeys.
-	dir := crossnic.NewMemDirectory()
 	for i, me := range w.n {
 		pa, err := me.def.ctx.QueryPort(1)
 		must(t, err)
-		must(t, dir.PublishMR(crossnic.MRRef{LID: pa.LID, RKey: me.def.mr.RKey()}, me.bak.mr.RKey()))
-		_ = i
+		must(t, dirs[i].PublishMR(crossnic.MRRef{LID: pa.LID, RKey: me.def.mr.RKey()}, me.bak.mr.RKey()))
 	}
 	for i, me := range w.n {
-		peer := w.n[1-i]
+		peer, dir := w.n[1-i], dirs[i]
 		pp, _ := peer.def.ctx.QueryPort(1)
 		keys := &crossnic.KeyMap{LKeys: map[uint32]uint32{me.def.mr.LKey(): me.bak.mr.LKey()},
 			RKey: func(rk uint32) (uint32, bool) { return dir.LookupMR(crossnic.MRRef{LID: pp.LID, RKey: rk}) }}

@@ -54,3 +54,10 @@ func TestReopenResolves(t *testing.T) {
 		t.Fatal("removed mapping still resolves")
 	}
 }
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
