@@ -40,8 +40,8 @@ type Conn struct {
 	ready    []verbs.WC // completions due to the application, in order
 	buf      []verbs.WC
 	sges     []verbs.SGE
-	tx       verbs.SendWR
-	bakFrom  uint64 // ring WRs posted on the backup start here
+	one      [1]verbs.SendWR // a single WR to post, without allocating
+	bakFrom  uint64          // ring WRs posted on the backup start here
 	bakReady bool
 	defHolds bool // the default QP holds the outstanding WRs (not flushed by us)
 	stats    ConnStats
@@ -129,13 +129,13 @@ func (c *Conn) PostSend(wrs []verbs.SendWR) (int, error) {
 func (c *Conn) postOne(wr *verbs.SendWR) error {
 	switch c.m.SQ {
 	case fsm.SQSurfaced:
-		_, err := c.def.QP.PostSend([]verbs.SendWR{*wr})
+		_, err := c.post1(c.def.QP, wr)
 		return err
 	case fsm.SQDefault:
 		if c.sring.Len() >= len(c.sring.recs) {
 			return verbs.Errorf("ibv_post_send", verbs.ENOMEM, "send queue full")
 		}
-		_, err := c.def.QP.PostSend([]verbs.SendWR{*wr})
+		_, err := c.post1(c.def.QP, wr)
 		if err == nil {
 			return c.sring.Record(wr, nil)
 		}
@@ -165,6 +165,12 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 		c.fencePosted()
 	}
 	return nil
+}
+
+// post1 posts one WR through the Conn's own one-element array.
+func (c *Conn) post1(qp verbs.QP, wr *verbs.SendWR) (int, error) {
+	c.one[0] = *wr
+	return qp.PostSend(c.one[:])
 }
 
 // PostRecv posts receive WRs on the queue's current QP, recorded so they

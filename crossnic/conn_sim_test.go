@@ -407,3 +407,29 @@ func (w *world) home() bool {
 	}
 	return true
 }
+
+// TestDefaultPathAllocatesNothing: a protected QP in its Default state
+// posts and polls without allocating (the shadow ring records in place).
+func TestDefaultPathAllocatesNothing(t *testing.T) {
+	w := newWorld(t, 12)
+	me, peer := w.n[0], w.n[1]
+	wr := []verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList:     []verbs.SGE{{Addr: me.outAddr(0), Length: slot, LKey: me.def.mr.LKey()}},
+		RemoteAddr: peer.inAddr(0), RKey: peer.def.mr.RKey()}}
+	wc := make([]verbs.WC, 4)
+	step := func() {
+		if _, err := me.conn.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		w.f.RunFor(5 * time.Microsecond)
+		if n, err := me.conn.Poll(wc); err != nil || n != 1 || wc[0].Status != verbs.WCSuccess {
+			t.Fatalf("poll: %d %v %+v", n, err, wc[0])
+		}
+	}
+	for i := 0; i < 100; i++ { // warm the queues up
+		step()
+	}
+	if a := testing.AllocsPerRun(200, step); a != 0 {
+		t.Fatalf("%.1f allocations per posted WR on the default path", a)
+	}
+}

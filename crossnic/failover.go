@@ -113,10 +113,10 @@ func (c *Conn) replayTail() error {
 	start := max(c.bakFrom, c.sring.head)
 	for i := start; i < c.sring.tail; i++ {
 		w, _ := c.sring.wr(i)
-		if err := c.keys.Translate(&c.tx, c.sges, w); err != nil {
+		if err := c.keys.Translate(&c.one[0], c.sges, w); err != nil {
 			return err
 		}
-		if _, err := c.bak.QP.PostSend([]verbs.SendWR{c.tx}); err != nil {
+		if _, err := c.bak.QP.PostSend(c.one[:]); err != nil {
 			return fmt.Errorf("crossnic: replay WR %d on the backup QP: %w", w.WRID, err)
 		}
 		c.stats.Replayed++

@@ -165,7 +165,7 @@ func (c *Conn) releaseNotify() error {
 func (c *Conn) releaseHeld() error {
 	for i := max(c.holdFrom, c.sring.head); i < c.sring.tail; i++ {
 		w, _ := c.sring.wr(i)
-		if _, err := c.def.QP.PostSend([]verbs.SendWR{*w}); err != nil {
+		if _, err := c.post1(c.def.QP, w); err != nil {
 			return fmt.Errorf("crossnic: release WR %d on the default QP: %w", w.WRID, err)
 		}
 	}
