@@ -1,0 +1,146 @@
+package status
+
+import "time"
+
+// SchemaVersion is the version of the JSON document Node marshals to. It
+// changes only when a field is removed or changes meaning; new fields may
+// appear at any time, so readers must ignore fields they do not know.
+const SchemaVersion = 1
+
+// Fabric kinds.
+const (
+	FabricHardware = "hardware" // real HCAs, found in sysfs
+	FabricSim      = "sim"      // the embedded simulated fabric
+)
+
+// Node is everything ibpathd knows about its node.
+type Node struct {
+	Schema  int       `json:"schema"`
+	Node    string    `json:"node"`    // node name (the replication member name)
+	Version string    `json:"version"` // ibpathd version
+	Started time.Time `json:"started"`
+	Fabric  Fabric    `json:"fabric"`
+	HCAs    []HCA     `json:"hcas"`
+	QPs     []QP      `json:"qps"`
+	Owners  []Owner   `json:"owners"` // processes attached over the owner protocol
+	Peers   []Peer    `json:"peers"`
+	Store   Store     `json:"store"`
+	Totals  Totals    `json:"totals"`
+}
+
+// Fabric says which devices ibpathd runs on, and why.
+type Fabric struct {
+	Kind   string `json:"kind"`   // FabricHardware or FabricSim
+	Reason string `json:"reason"` // e.g. "no RDMA device under /sys/class/infiniband"
+	Sysfs  string `json:"sysfs,omitempty"`
+}
+
+// HCA is one RDMA device.
+type HCA struct {
+	Name     string `json:"name"`
+	NodeGUID string `json:"node_guid,omitempty"`
+	NodeType string `json:"node_type,omitempty"` // "CA", ...
+	FW       string `json:"fw,omitempty"`
+	APM      bool   `json:"apm"`              // the device supports automatic path migration
+	Uverbs   string `json:"uverbs,omitempty"` // /dev/infiniband/uverbsN
+	Ports    []Port `json:"ports"`
+}
+
+// Port is one port of an HCA.
+type Port struct {
+	Num       uint8    `json:"num"`
+	State     string   `json:"state"`      // DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER
+	PhysState string   `json:"phys_state"` // LinkUp, Disabled, Polling, ...
+	LinkLayer string   `json:"link_layer"` // InfiniBand or Ethernet
+	LID       uint16   `json:"lid"`
+	LMC       uint8    `json:"lmc"`
+	SMLID     uint16   `json:"sm_lid"`
+	Rate      string   `json:"rate"` // "100 Gb/sec (4X EDR)"
+	GIDs      []string `json:"gids,omitempty"`
+	Netdev    string   `json:"netdev,omitempty"`
+}
+
+// Layers a QP can be protected by.
+const (
+	LayerAPM      = "apm"      // layer 1
+	LayerCrossNIC = "crossnic" // layer 2
+	LayerNone     = "none"     // layer 3: errors surface
+)
+
+// QP is one RC QP ibpath protects (or tried to).
+type QP struct {
+	Device string `json:"device"`
+	QPN    uint32 `json:"qpn"`
+	Port   uint8  `json:"port"`
+	// OwnerPID is the process that owns the QP; 0 for the QPs of the
+	// embedded simulated fabric's workload, which ibpathd owns itself.
+	OwnerPID int    `json:"owner_pid"`
+	OwnerUID uint32 `json:"owner_uid"`
+	// Layer is the layer protecting the QP now.
+	Layer string `json:"layer"`
+	// APM is the layer-1 state (fsm.APMState's name: armed, rearm,
+	// migrated, awaiting-peer, unprotected, handed-over, unsupported, ...).
+	APM        string `json:"apm"`
+	Primary    string `json:"primary"`   // "port 1", "port 1+2"
+	Alternate  string `json:"alternate"` // "-" when none
+	Home       string `json:"home"`
+	Migrations int    `json:"migrations"`
+	// CrossNIC is the layer-2 send-queue state (default, fallback,
+	// wait-signaled, wait-drained) or "" when layer 2 does not protect it.
+	CrossNIC    string `json:"crossnic,omitempty"`
+	Backup      string `json:"backup,omitempty"` // backup device and QPN, "mlx5_1 0x1c3"
+	Failovers   int    `json:"failovers"`
+	Switchbacks int    `json:"switchbacks"`
+	Remote      string `json:"remote,omitempty"` // the peer's LID or GID and QPN
+	Reason      string `json:"reason,omitempty"`
+}
+
+// Owner is a process attached to ibpathd over the owner protocol.
+type Owner struct {
+	PID         int       `json:"pid"`
+	UID         uint32    `json:"uid"`
+	Comm        string    `json:"comm,omitempty"`
+	Incarnation uint64    `json:"incarnation"`
+	Attached    time.Time `json:"attached"`
+	QPs         int       `json:"qps"`
+}
+
+// Peer states.
+const (
+	PeerAlive   = "alive"
+	PeerSuspect = "suspect"
+	PeerDead    = "dead"
+	PeerLeft    = "left"
+)
+
+// Peer is another ibpathd of the cluster.
+type Peer struct {
+	Name  string   `json:"name"`
+	Addr  string   `json:"addr"` // management (gossip) address
+	State string   `json:"state"`
+	GIDs  []string `json:"gids,omitempty"`
+	LIDs  []uint16 `json:"lids,omitempty"`
+	// Entries is how many of the peer's entries this node holds.
+	Entries int `json:"entries"`
+}
+
+// Store counts the local store's entries.
+type Store struct {
+	Path       string `json:"path"`
+	QPs        int    `json:"qps"`
+	MRs        int    `json:"mrs"`
+	Tombstones int    `json:"tombstones"`
+}
+
+// Totals are counters since ibpathd started.
+type Totals struct {
+	Migrations  uint64 `json:"migrations"`
+	Failovers   uint64 `json:"failovers"`
+	Switchbacks uint64 `json:"switchbacks"`
+	ArmedQPs    int    `json:"armed_qps"`
+	// Replication lag of the pushes this node received, in seconds
+	// (0 when none was received yet).
+	ReplicationLagP50 float64 `json:"replication_lag_p50"`
+	ReplicationLagP99 float64 `json:"replication_lag_p99"`
+	PeersRefused      uint64  `json:"peers_refused"`
+}
