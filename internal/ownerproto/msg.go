@@ -1,0 +1,166 @@
+package ownerproto
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/store"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Proto is the protocol version of this package; Upgrade is the token of
+// the HTTP upgrade.
+const (
+	Proto   = 1
+	Upgrade = "ibpath-owner/1"
+	// MaxLine bounds one message, newline included.
+	MaxLine = 64 << 10
+)
+
+// Message types.
+const (
+	TypeHello     = "hello"      // owner -> daemon, first
+	TypeWelcome   = "welcome"    // daemon -> owner
+	TypeError     = "error"      // daemon -> owner, then close
+	TypeQP        = "qp"         // owner -> daemon: a QP appeared or changed
+	TypeQPGone    = "qp_gone"    // owner -> daemon: a QP was destroyed
+	TypeEvent     = "event"      // owner -> daemon: migration, failover, switch-back
+	TypePublishQP = "publish_qp" // owner -> daemon, acked: a backup QP entry
+	TypePublishMR = "publish_mr" // owner -> daemon, acked: a backup MR entry
+	TypeAck       = "ack"        // daemon -> owner: reply to a publish
+	TypeCommand   = "command"    // daemon -> owner: arm or migrate
+	TypeResult    = "result"     // owner -> daemon: reply to a command
+)
+
+// Hello opens a session. PID must be the connecting process (the daemon
+// compares it with SO_PEERCRED); Incarnation tells two lives of one pid
+// apart (the shim uses the process start time from /proc/self/stat).
+type Hello struct {
+	Proto       int    `json:"proto"`
+	PID         int    `json:"pid"`
+	Incarnation uint64 `json:"incarnation"`
+	Comm        string `json:"comm,omitempty"`
+}
+
+// Welcome accepts a session.
+type Welcome struct {
+	Proto int    `json:"proto"`
+	Node  string `json:"node"`
+}
+
+// QPRef names one QP of the owner.
+type QPRef struct {
+	Device string `json:"device"`
+	QPN    uint32 `json:"qpn"`
+}
+
+// Route is how a peer reaches a port: its GID, or its LID.
+type Route struct {
+	GID verbs.GID `json:"gid"`
+	LID uint16    `json:"lid,omitempty"`
+}
+
+// PublishQP asks the daemon to store (and replicate towards Remote, the
+// other end of the QP) a backup QP entry.
+type PublishQP struct {
+	Key    store.QPKey    `json:"key"`
+	Backup store.QPBackup `json:"backup"`
+	Remote Route          `json:"remote"`
+}
+
+// PublishMR asks the daemon to store a backup MR entry and replicate it
+// towards Remotes (the ends of the owner's QPs).
+type PublishMR struct {
+	Key     store.MRKey    `json:"key"`
+	Backup  store.MRBackup `json:"backup"`
+	Remotes []Route        `json:"remotes,omitempty"`
+}
+
+// Ack replies to a publish: Error is empty when the entry is durable.
+type Ack struct {
+	Error string `json:"error,omitempty"`
+}
+
+// Command ops.
+const (
+	OpArm     = "arm"
+	OpMigrate = "migrate"
+)
+
+// Command asks the owner to act on one of its QPs.
+type Command struct {
+	Op     string `json:"op"`
+	Device string `json:"device"`
+	QPN    uint32 `json:"qpn"`
+	DryRun bool   `json:"dry_run,omitempty"`
+}
+
+// Result replies to a command. Before and After are the QP's layer-1 state
+// and primary path ("armed port 1").
+type Result struct {
+	OK     bool   `json:"ok"`
+	Before string `json:"before,omitempty"`
+	After  string `json:"after,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Msg is one line of the protocol. Type says which one payload field is
+// set.
+type Msg struct {
+	Type      string        `json:"type"`
+	ID        uint64        `json:"id,omitempty"`
+	Hello     *Hello        `json:"hello,omitempty"`
+	Welcome   *Welcome      `json:"welcome,omitempty"`
+	Error     string        `json:"error,omitempty"`
+	QP        *status.QP    `json:"qp,omitempty"`
+	QPGone    *QPRef        `json:"qp_gone,omitempty"`
+	Event     *status.Event `json:"event,omitempty"`
+	PublishQP *PublishQP    `json:"publish_qp,omitempty"`
+	PublishMR *PublishMR    `json:"publish_mr,omitempty"`
+	Ack       *Ack          `json:"ack,omitempty"`
+	Command   *Command      `json:"command,omitempty"`
+	Result    *Result       `json:"result,omitempty"`
+}
+
+// ErrBadMessage wraps every decoding and validation failure.
+var ErrBadMessage = errors.New("ownerproto: bad message")
+
+// Encode renders m as one line (with its newline), after validating it.
+func Encode(m Msg) ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("ownerproto: encode %s: %w", m.Type, err)
+	}
+	if len(b)+1 > MaxLine {
+		return nil, fmt.Errorf("%w: %s of %d bytes exceeds %d", ErrBadMessage, m.Type, len(b)+1, MaxLine)
+	}
+	return append(b, '\n'), nil
+}
+
+// Decode parses one line (with or without its newline) and validates it.
+// Unknown fields are refused, so a typo is an error rather than a silent
+// default.
+func Decode(line []byte) (Msg, error) {
+	var m Msg
+	if len(line) > MaxLine {
+		return m, fmt.Errorf("%w: line of %d bytes exceeds %d", ErrBadMessage, len(line), MaxLine)
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return Msg{}, fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	if dec.More() {
+		return Msg{}, fmt.Errorf("%w: trailing data after the message", ErrBadMessage)
+	}
+	if err := m.Validate(); err != nil {
+		return Msg{}, err
+	}
+	return m, nil
+}

@@ -1,0 +1,89 @@
+package ownerproto
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/store"
+)
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	msgs := []Msg{
+		{Type: TypeHello, Hello: &Hello{Proto: 1, PID: 42, Incarnation: 7, Comm: "osu_bw"}},
+		{Type: TypeWelcome, Welcome: &Welcome{Proto: 1, Node: "node0"}},
+		{Type: TypeError, Error: "pid mismatch"},
+		{Type: TypeQP, QP: &status.QP{Device: "mlx5_0", QPN: 0x1c3, Layer: status.LayerAPM, APM: "armed"}},
+		{Type: TypeQPGone, QPGone: &QPRef{Device: "mlx5_0", QPN: 0x1c3}},
+		{Type: TypeEvent, Event: &status.Event{Kind: status.EvPathMigrated, Device: "mlx5_0", QPN: 0x1c3, From: "port 1", To: "port 2"}},
+		{Type: TypePublishQP, ID: 3, PublishQP: &PublishQP{Key: store.QPKey{LID: 5, QPN: 9}, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 7, QPN: 11}, Remote: Route{LID: 8}}},
+		{Type: TypePublishMR, ID: 4, PublishMR: &PublishMR{Key: store.MRKey{LID: 5, RKey: 0x100}, Backup: store.MRBackup{RKey: 0x200}}},
+		{Type: TypeAck, ID: 4, Ack: &Ack{}},
+		{Type: TypeCommand, ID: 5, Command: &Command{Op: OpMigrate, Device: "mlx5_0", QPN: 0x1c3, DryRun: true}},
+		{Type: TypeResult, ID: 5, Result: &Result{OK: true, Before: "armed port 1", After: "rearm port 2"}},
+	}
+	for _, m := range msgs {
+		b, err := Encode(m)
+		if err != nil {
+			t.Fatalf("Encode(%s): %v", m.Type, err)
+		}
+		if b[len(b)-1] != '\n' || strings.Count(string(b), "\n") != 1 {
+			t.Fatalf("Encode(%s) = %q: want one line", m.Type, b)
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("Decode(%q): %v", b, err)
+		}
+		again, _ := Encode(got)
+		if string(again) != string(b) {
+			t.Fatalf("round trip of %s: %q then %q", m.Type, b, again)
+		}
+	}
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	for _, line := range []string{
+		``,
+		`{}`,
+		`{"type":"nope"}`,
+		`{"type":"hello"}`,
+		`{"type":"hello","hello":{"pid":0}}`,
+		`{"type":"hello","hello":{"pid":1},"error":"x"}`,
+		`{"type":"hello","hello":{"pid":1,"colour":"red"}}`,
+		`{"type":"command","id":1,"command":{"op":"reboot","device":"d","qpn":1}}`,
+		`{"type":"command","command":{"op":"arm","device":"d","qpn":1}}`,
+		`{"type":"command","id":1,"command":{"op":"arm","device":"","qpn":1}}`,
+		`{"type":"publish_qp","id":1,"publish_qp":{"key":{"qpn":1},"backup":{"device":"d","qpn":0}}}`,
+		`{"type":"qp","qp":{"device":"d","qpn":1}} {"type":"qp"}`,
+		`{"type":"publish_qp","id":1,"publish_qp":{"key":{"gid":"zz","qpn":1},"backup":{"device":"d","qpn":2}}}`,
+		`{"type":"ack","id":1,"ack":{}}` + strings.Repeat(" ", MaxLine),
+	} {
+		if _, err := Decode([]byte(line)); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("Decode(%.80q) = %v, want ErrBadMessage", line, err)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"type":"hello","hello":{"proto":1,"pid":42,"incarnation":7}}`))
+	f.Add([]byte(`{"type":"command","id":5,"command":{"op":"migrate","device":"mlx5_0","qpn":451}}`))
+	f.Add([]byte(`{"type":"publish_qp","id":1,"publish_qp":{"key":{"gid":"fe80::1","qpn":1},"backup":{"device":"d","qpn":2},"remote":{"gid":"::","lid":3}}}`))
+	f.Add([]byte(`{"type":"qp","qp":{"device":"d","qpn":1,"layer":"apm"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("Decode error %v does not wrap ErrBadMessage", err)
+			}
+			return
+		}
+		enc, err := Encode(m)
+		if err != nil {
+			t.Fatalf("a decoded message does not encode: %v", err)
+		}
+		if _, err := Decode(enc); err != nil {
+			t.Fatalf("re-decoding %q: %v", enc, err)
+		}
+	})
+}

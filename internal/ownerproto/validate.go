@@ -1,0 +1,83 @@
+package ownerproto
+
+import "fmt"
+
+// payloads counts the payload fields that are set.
+func (m Msg) payloads() int {
+	n := 0
+	for _, set := range []bool{m.Hello != nil, m.Welcome != nil, m.Error != "", m.QP != nil, m.QPGone != nil,
+		m.Event != nil, m.PublishQP != nil, m.PublishMR != nil, m.Ack != nil, m.Command != nil, m.Result != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+// Validate checks that the message has exactly the payload its type needs
+// and that the payload makes sense.
+func (m Msg) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrBadMessage, m.Type, fmt.Sprintf(format, a...))
+	}
+	var ok bool
+	switch m.Type {
+	case TypeHello:
+		ok = m.Hello != nil
+		if ok && m.Hello.PID <= 0 {
+			return bad("pid %d", m.Hello.PID)
+		}
+	case TypeWelcome:
+		ok = m.Welcome != nil
+	case TypeError:
+		ok = m.Error != ""
+	case TypeQP:
+		ok = m.QP != nil
+		if ok && (m.QP.Device == "" || m.QP.QPN == 0) {
+			return bad("a device and a QPN are required")
+		}
+	case TypeQPGone:
+		ok = m.QPGone != nil
+		if ok && (m.QPGone.Device == "" || m.QPGone.QPN == 0) {
+			return bad("a device and a QPN are required")
+		}
+	case TypeEvent:
+		ok = m.Event != nil
+		if ok && m.Event.Kind == "" {
+			return bad("an event kind is required")
+		}
+	case TypePublishQP:
+		ok = m.PublishQP != nil
+		if ok && (m.PublishQP.Key.QPN == 0 || m.PublishQP.Backup.QPN == 0 || m.PublishQP.Backup.Device == "") {
+			return bad("the default QPN, backup device and backup QPN are required")
+		}
+	case TypePublishMR:
+		ok = m.PublishMR != nil
+	case TypeAck:
+		ok = m.Ack != nil
+	case TypeCommand:
+		ok = m.Command != nil
+		if ok && m.Command.Op != OpArm && m.Command.Op != OpMigrate {
+			return bad("unknown op %q", m.Command.Op)
+		}
+		if ok && (m.Command.Device == "" || m.Command.QPN == 0) {
+			return bad("a device and a QPN are required")
+		}
+	case TypeResult:
+		ok = m.Result != nil
+	default:
+		return fmt.Errorf("%w: unknown type %q", ErrBadMessage, m.Type)
+	}
+	if !ok {
+		return bad("its payload is missing")
+	}
+	if n := m.payloads(); n != 1 {
+		return bad("%d payloads, want 1", n)
+	}
+	needID := m.Type == TypePublishQP || m.Type == TypePublishMR || m.Type == TypeAck ||
+		m.Type == TypeCommand || m.Type == TypeResult
+	if needID && m.ID == 0 {
+		return bad("an id is required")
+	}
+	return nil
+}
