@@ -7,87 +7,145 @@ import (
 )
 
 type qpEntry struct {
-	v QPBackup
-	o Owner
+	v   QPBackup
+	o   Owner
+	ver uint64
 }
 
 type mrEntry struct {
-	v MRBackup
-	o Owner
+	v   MRBackup
+	o   Owner
+	ver uint64
+}
+
+type tombEntry struct {
+	o   Owner
+	ver uint64
 }
 
 // cache is the in-memory copy every Get is served from. It holds values,
 // never slices into bbolt's memory map.
 type cache struct {
-	mu  sync.RWMutex
-	qps map[QPKey]qpEntry
-	mrs map[MRKey]mrEntry
+	mu    sync.RWMutex
+	qps   map[QPKey]qpEntry
+	mrs   map[MRKey]mrEntry
+	tombs map[Ref]tombEntry
 }
 
-// load fills the cache from a read transaction.
-func (c *cache) load(tx *bolt.Tx) error {
-	c.qps, c.mrs = map[QPKey]qpEntry{}, map[MRKey]mrEntry{}
+// load fills the cache from a read transaction and reports the largest
+// version it saw.
+func (c *cache) load(tx *bolt.Tx) (maxVer uint64, err error) {
+	c.qps, c.mrs, c.tombs = map[QPKey]qpEntry{}, map[MRKey]mrEntry{}, map[Ref]tombEntry{}
 	if err := tx.Bucket(bucketQP).ForEach(func(k, v []byte) error {
 		key, err := decodeQPKey(k)
 		if err != nil {
 			return err
 		}
-		b, o, err := decodeQPBackup(v)
+		b, o, ver, err := decodeQPBackup(v)
 		if err != nil {
 			return err
 		}
-		c.qps[key] = qpEntry{b, o}
+		c.qps[key] = qpEntry{b, o, ver}
+		maxVer = max(maxVer, ver)
 		return nil
 	}); err != nil {
-		return err
+		return 0, err
 	}
-	return tx.Bucket(bucketMR).ForEach(func(k, v []byte) error {
+	if err := tx.Bucket(bucketMR).ForEach(func(k, v []byte) error {
 		key, err := decodeMRKey(k)
 		if err != nil {
 			return err
 		}
-		b, o, err := decodeMRBackup(v)
+		b, o, ver, err := decodeMRBackup(v)
 		if err != nil {
 			return err
 		}
-		c.mrs[key] = mrEntry{b, o}
+		c.mrs[key] = mrEntry{b, o, ver}
+		maxVer = max(maxVer, ver)
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	err = tx.Bucket(bucketTomb).ForEach(func(k, v []byte) error {
+		r, err := decodeRef(k)
+		if err != nil {
+			return err
+		}
+		o, ver, err := decodeTomb(v)
+		if err != nil {
+			return err
+		}
+		c.tombs[r] = tombEntry{o, ver}
+		maxVer = max(maxVer, ver)
+		return nil
+	})
+	return maxVer, err
+}
+
+// refresh re-reads the given keys (entries and tombstones) from the file
+// after a commit. It reads under the cache's write lock, so whichever
+// refresh runs last reads the state after every commit that preceded it:
+// concurrent commits to one key cannot leave an older value in the cache.
+func (c *cache) refresh(db *bolt.DB, refs []Ref) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return db.View(func(tx *bolt.Tx) error {
+		qb, mb, tb := tx.Bucket(bucketQP), tx.Bucket(bucketMR), tx.Bucket(bucketTomb)
+		for _, r := range refs {
+			switch r.Kind {
+			case KindQP:
+				k := r.QPKey()
+				if v := qb.Get(encodeQPKey(k)); v == nil {
+					delete(c.qps, k)
+				} else {
+					b, o, ver, err := decodeQPBackup(v)
+					if err != nil {
+						return err
+					}
+					c.qps[k] = qpEntry{b, o, ver}
+				}
+			case KindMR:
+				k := r.MRKey()
+				if v := mb.Get(encodeMRKey(k)); v == nil {
+					delete(c.mrs, k)
+				} else {
+					b, o, ver, err := decodeMRBackup(v)
+					if err != nil {
+						return err
+					}
+					c.mrs[k] = mrEntry{b, o, ver}
+				}
+			}
+			if v := tb.Get(encodeRef(r)); v == nil {
+				delete(c.tombs, r)
+			} else {
+				o, ver, err := decodeTomb(v)
+				if err != nil {
+					return err
+				}
+				c.tombs[r] = tombEntry{o, ver}
+			}
+		}
 		return nil
 	})
 }
 
-// refresh re-reads the given keys from the file after a commit. It reads
-// under the cache's write lock, so whichever refresh runs last reads the
-// state after every commit that preceded it: concurrent commits to one key
-// cannot leave an older value in the cache.
-func (c *cache) refresh(db *bolt.DB, qps []QPKey, mrs []MRKey) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return db.View(func(tx *bolt.Tx) error {
-		qb, mb := tx.Bucket(bucketQP), tx.Bucket(bucketMR)
-		for _, k := range qps {
-			v := qb.Get(encodeQPKey(k))
-			if v == nil {
-				delete(c.qps, k)
-				continue
-			}
-			b, o, err := decodeQPBackup(v)
-			if err != nil {
-				return err
-			}
-			c.qps[k] = qpEntry{b, o}
+// stamp is the current state of r in memory: the entry, else the
+// tombstone; ok is false when the store knows nothing of r. The caller
+// holds c.mu.
+func (c *cache) stamp(r Ref) (Record, bool) {
+	switch r.Kind {
+	case KindQP:
+		if e, ok := c.qps[r.QPKey()]; ok {
+			return Record{Stamp: Stamp{Ref: r, Owner: e.o, Version: e.ver}, QP: e.v}, true
 		}
-		for _, k := range mrs {
-			v := mb.Get(encodeMRKey(k))
-			if v == nil {
-				delete(c.mrs, k)
-				continue
-			}
-			b, o, err := decodeMRBackup(v)
-			if err != nil {
-				return err
-			}
-			c.mrs[k] = mrEntry{b, o}
+	case KindMR:
+		if e, ok := c.mrs[r.MRKey()]; ok {
+			return Record{Stamp: Stamp{Ref: r, Owner: e.o, Version: e.ver}, MR: e.v}, true
 		}
-		return nil
-	})
+	}
+	if t, ok := c.tombs[r]; ok {
+		return Record{Stamp: Stamp{Ref: r, Owner: t.o, Version: t.ver, Deleted: true}}, true
+	}
+	return Record{}, false
 }

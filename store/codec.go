@@ -7,21 +7,49 @@ import (
 
 // Encoding (big endian, no padding):
 //
-//	key QP:    GID[16] LID u16 QPN u32                         (22 bytes)
-//	key MR:    GID[16] LID u16 RKey u32                        (22 bytes)
-//	value QP:  ver=1 u8, devLen u8, dev, port u8, GID[16], LID u16, QPN u32, owner
-//	value MR:  ver=1 u8, RKey u32, Addr u64, Length u64, owner
-//	owner:     nodeLen u8, node, PID i64, Incarnation u64
+//	key QP:     GID[16] LID u16 QPN u32                         (22 bytes)
+//	key MR:     GID[16] LID u16 RKey u32                        (22 bytes)
+//	key tomb:   kind u8 (1 QP, 2 MR), the entry's key           (23 bytes)
+//	value QP:   ver=2 u8, devLen u8, dev, port u8, GID[16], LID u16, QPN u32, owner, version u64
+//	value MR:   ver=2 u8, RKey u32, Addr u64, Length u64, owner, version u64
+//	value tomb: ver=1 u8, owner, version u64
+//	owner:      nodeLen u8, node, PID i64, Incarnation u64
 //
-// Schema 0 values (migrated at Open) are the value fields alone: no
-// version byte and no owner. Decoders accept exactly these layouts, reject
-// trailing bytes and never panic, so a decoded value re-encodes to the
-// same bytes.
+// Schema 1 values (migrated at Open) have ver=1 and no entry version;
+// schema 0 values are the value fields alone: no version byte and no
+// owner. Decoders accept exactly these layouts, reject trailing bytes and
+// never panic, so a decoded value re-encodes to the same bytes.
 
 const (
-	valueVersion = 1
-	keyLen       = 16 + 2 + 4
+	valueVersion   = 2
+	valueVersionV1 = 1
+	tombVersion    = 1
+	keyLen         = 16 + 2 + 4
+	refLen         = 1 + keyLen
 )
+
+func encodeRef(r Ref) []byte {
+	b := make([]byte, 0, refLen)
+	b = append(b, byte(r.Kind))
+	b = append(b, r.GID[:]...)
+	b = binary.BigEndian.AppendUint16(b, r.LID)
+	return binary.BigEndian.AppendUint32(b, r.N)
+}
+
+func decodeRef(b []byte) (Ref, error) {
+	var r Ref
+	if len(b) != refLen {
+		return r, fmt.Errorf("%w: tombstone key of %d bytes", ErrInvalid, len(b))
+	}
+	r.Kind = Kind(b[0])
+	if r.Kind != KindQP && r.Kind != KindMR {
+		return r, fmt.Errorf("%w: tombstone kind %d", ErrInvalid, b[0])
+	}
+	copy(r.GID[:], b[1:])
+	r.LID = binary.BigEndian.Uint16(b[17:])
+	r.N = binary.BigEndian.Uint32(b[19:])
+	return r, nil
+}
 
 func encodeQPKey(k QPKey) []byte {
 	b := make([]byte, 0, keyLen)
@@ -91,8 +119,8 @@ func (r *reader) end() error {
 	return r.err
 }
 
-func (r *reader) version() {
-	if v := r.u8(); r.err == nil && v != valueVersion {
+func (r *reader) version(want uint8) {
+	if v := r.u8(); r.err == nil && v != want {
 		r.err = fmt.Errorf("%w: value version %d", ErrInvalid, v)
 	}
 }
@@ -142,20 +170,83 @@ func (r *reader) mrFields() MRBackup {
 	return MRBackup{RKey: r.u32(), Addr: r.u64(), Length: r.u64()}
 }
 
-func encodeQPBackup(v QPBackup, o Owner) ([]byte, error) {
+func encodeQPBackup(v QPBackup, o Owner, ver uint64) ([]byte, error) {
+	b, err := encodeQPBackupV1(v, o)
+	if err != nil {
+		return nil, err
+	}
+	b[0] = valueVersion
+	return binary.BigEndian.AppendUint64(b, ver), nil
+}
+
+func decodeQPBackup(b []byte) (QPBackup, Owner, uint64, error) {
+	r := &reader{b: b}
+	r.version(valueVersion)
+	v := r.qpFields()
+	o := r.owner()
+	ver := r.u64()
+	if err := r.end(); err != nil {
+		return QPBackup{}, Owner{}, 0, err
+	}
+	return v, o, ver, nil
+}
+
+func encodeMRBackup(v MRBackup, o Owner, ver uint64) ([]byte, error) {
+	b, err := encodeMRBackupV1(v, o)
+	if err != nil {
+		return nil, err
+	}
+	b[0] = valueVersion
+	return binary.BigEndian.AppendUint64(b, ver), nil
+}
+
+func decodeMRBackup(b []byte) (MRBackup, Owner, uint64, error) {
+	r := &reader{b: b}
+	r.version(valueVersion)
+	v := r.mrFields()
+	o := r.owner()
+	ver := r.u64()
+	if err := r.end(); err != nil {
+		return MRBackup{}, Owner{}, 0, err
+	}
+	return v, o, ver, nil
+}
+
+func encodeTomb(o Owner, ver uint64) ([]byte, error) {
+	if err := checkName("node name", o.Node); err != nil {
+		return nil, err
+	}
+	b := appendOwner([]byte{tombVersion}, o)
+	return binary.BigEndian.AppendUint64(b, ver), nil
+}
+
+func decodeTomb(b []byte) (Owner, uint64, error) {
+	r := &reader{b: b}
+	r.version(tombVersion)
+	o := r.owner()
+	ver := r.u64()
+	if err := r.end(); err != nil {
+		return Owner{}, 0, err
+	}
+	return o, ver, nil
+}
+
+// Schema 1 values: version byte 1, fields, owner; no entry version.
+
+func encodeQPBackupV1(v QPBackup, o Owner) ([]byte, error) {
 	if err := checkName("device name", v.Device); err != nil {
 		return nil, err
 	}
 	if err := checkName("node name", o.Node); err != nil {
 		return nil, err
 	}
-	b := appendQPFields([]byte{valueVersion}, v)
+	b := appendQPFields([]byte{valueVersionV1}, v)
 	return appendOwner(b, o), nil
 }
 
-func decodeQPBackup(b []byte) (QPBackup, Owner, error) {
+func decodeQPBackupV1(b []byte) (QPBackup, Owner, error) {
 	r := &reader{b: b}
-	r.version()
+	r.version(valueVersionV1)
 	v := r.qpFields()
 	o := r.owner()
 	if err := r.end(); err != nil {
@@ -164,17 +255,17 @@ func decodeQPBackup(b []byte) (QPBackup, Owner, error) {
 	return v, o, nil
 }
 
-func encodeMRBackup(v MRBackup, o Owner) ([]byte, error) {
+func encodeMRBackupV1(v MRBackup, o Owner) ([]byte, error) {
 	if err := checkName("node name", o.Node); err != nil {
 		return nil, err
 	}
-	b := appendMRFields([]byte{valueVersion}, v)
+	b := appendMRFields([]byte{valueVersionV1}, v)
 	return appendOwner(b, o), nil
 }
 
-func decodeMRBackup(b []byte) (MRBackup, Owner, error) {
+func decodeMRBackupV1(b []byte) (MRBackup, Owner, error) {
 	r := &reader{b: b}
-	r.version()
+	r.version(valueVersionV1)
 	v := r.mrFields()
 	o := r.owner()
 	if err := r.end(); err != nil {

@@ -13,16 +13,22 @@ import (
 //	   without a version byte or an owner.
 //	1: bucket "meta" with key "version" (u32, big endian) = 1; values carry
 //	   a version byte and their owner (see codec.go).
+//	2: values also carry the entry's version (a hybrid logical clock value,
+//	   see hlc.go); bucket "tomb" holds tombstones of removed entries.
 //
-// Open migrates a version-0 file (including a new, empty one) to version
-// 1 in one transaction; migrated entries get the zero Owner. A file of a
+// Open migrates an older file (including a new, empty one) to version 2
+// in one transaction, through each version in turn: version-0 entries get
+// the zero Owner, and version-1 entries get entry version 0 (any
+// replicated write of the same key wins over them). A value that does not
+// decode aborts the migration and leaves the file as it was. A file of a
 // newer version is refused with ErrSchema and left untouched.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 var (
 	bucketMeta = []byte("meta")
 	bucketQP   = []byte("qp")
 	bucketMR   = []byte("mr")
+	bucketTomb = []byte("tomb")
 	keyVersion = []byte("version")
 )
 
@@ -57,11 +63,73 @@ func migrate(db *bolt.DB) error {
 	case ver > SchemaVersion:
 		return fmt.Errorf("%w: file has version %d, this code knows up to %d", ErrSchema, ver, SchemaVersion)
 	}
-	return db.Update(migrateV0)
+	return db.Update(func(tx *bolt.Tx) error {
+		if ver == 0 {
+			if err := migrateV0(tx); err != nil {
+				return err
+			}
+		}
+		return migrateV1(tx)
+	})
+}
+
+func setVersion(tx *bolt.Tx, v uint32) error {
+	m, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	return m.Put(keyVersion, binary.BigEndian.AppendUint32(nil, v))
+}
+
+// migrateV1 rewrites every schema-1 value with entry version 0, creates
+// the tombstone bucket and records version 2.
+func migrateV1(tx *bolt.Tx) error {
+	type kv struct{ k, v []byte }
+	var qps, mrs []kv
+	qp, mr := tx.Bucket(bucketQP), tx.Bucket(bucketMR)
+	if qp == nil || mr == nil {
+		return fmt.Errorf("%w: version-1 file without its qp and mr buckets", ErrSchema)
+	}
+	if err := qp.ForEach(func(k, v []byte) error {
+		b, o, err := decodeQPBackupV1(v)
+		if err != nil {
+			return fmt.Errorf("migrate QP %x: %w", k, err)
+		}
+		nv, err := encodeQPBackup(b, o, 0)
+		qps = append(qps, kv{append([]byte(nil), k...), nv})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := mr.ForEach(func(k, v []byte) error {
+		b, o, err := decodeMRBackupV1(v)
+		if err != nil {
+			return fmt.Errorf("migrate MR %x: %w", k, err)
+		}
+		nv, err := encodeMRBackup(b, o, 0)
+		mrs = append(mrs, kv{append([]byte(nil), k...), nv})
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, e := range qps {
+		if err := qp.Put(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	for _, e := range mrs {
+		if err := mr.Put(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.CreateBucketIfNotExists(bucketTomb); err != nil {
+		return err
+	}
+	return setVersion(tx, 2)
 }
 
 // migrateV0 rewrites every schema-0 value with a version byte and the zero
-// owner, then records the version.
+// owner, then records version 1.
 func migrateV0(tx *bolt.Tx) error {
 	qp, err := tx.CreateBucketIfNotExists(bucketQP)
 	if err != nil {
@@ -81,7 +149,7 @@ func migrateV0(tx *bolt.Tx) error {
 		if err != nil {
 			return fmt.Errorf("migrate QP %x: %w", k, err)
 		}
-		nv, err := encodeQPBackup(b, Owner{})
+		nv, err := encodeQPBackupV1(b, Owner{})
 		qps = append(qps, kv{append([]byte(nil), k...), nv})
 		return err
 	}); err != nil {
@@ -95,7 +163,7 @@ func migrateV0(tx *bolt.Tx) error {
 		if err != nil {
 			return fmt.Errorf("migrate MR %x: %w", k, err)
 		}
-		nv, err := encodeMRBackup(b, Owner{})
+		nv, err := encodeMRBackupV1(b, Owner{})
 		mrs = append(mrs, kv{append([]byte(nil), k...), nv})
 		return err
 	}); err != nil {
@@ -111,9 +179,5 @@ func migrateV0(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	m, err := tx.CreateBucketIfNotExists(bucketMeta)
-	if err != nil {
-		return err
-	}
-	return m.Put(keyVersion, binary.BigEndian.AppendUint32(nil, SchemaVersion))
+	return setVersion(tx, 1)
 }

@@ -35,14 +35,16 @@ const DefaultMaxBatchDelay = time.Millisecond
 // Store is the bbolt-backed store of backup attributes. It is safe for
 // concurrent use.
 //
-// Writes (PutQP, PutMR, RemoveOwner) go through bbolt's DB.Batch:
-// concurrent writers are coalesced into one fsync'd transaction (up to
-// Options.MaxBatchSize calls or Options.MaxBatchDelay of waiting), and
-// each call returns only after its transaction is durable. Reads (GetQP, GetMR,
-// Entries) are served from memory and never touch the file.
+// Writes (PutQP, PutMR, RemoveOwner, Apply, CollectTombstones) go through
+// bbolt's DB.Batch: concurrent writers are coalesced into one fsync'd
+// transaction (up to Options.MaxBatchSize calls or Options.MaxBatchDelay
+// of waiting), and each call returns only after its transaction is
+// durable. Reads (GetQP, GetMR, Entries, the listings and digests) are
+// served from memory and never touch the file.
 type Store struct {
 	db     *bolt.DB
 	c      cache
+	clock  hlc
 	life   sync.RWMutex // held shared by writers, exclusively by Close
 	closed atomic.Bool
 }
@@ -67,10 +69,15 @@ func Open(path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	if err := db.View(s.c.load); err != nil {
+	var maxVer uint64
+	if err := db.View(func(tx *bolt.Tx) (err error) {
+		maxVer, err = s.c.load(tx)
+		return err
+	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: load %s: %w", path, err)
 	}
+	s.clock.observe(maxVer)
 	return s, nil
 }
 
@@ -86,7 +93,7 @@ func (s *Store) Close() error {
 
 // write runs fn in a batched transaction, then refreshes the cache for the
 // keys fn reports.
-func (s *Store) write(fn func(*bolt.Tx) error, keys func() ([]QPKey, []MRKey)) error {
+func (s *Store) write(fn func(*bolt.Tx) error, keys func() []Ref) error {
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed.Load() {
@@ -95,14 +102,14 @@ func (s *Store) write(fn func(*bolt.Tx) error, keys func() ([]QPKey, []MRKey)) e
 	if err := s.db.Batch(fn); err != nil {
 		return err
 	}
-	qps, mrs := keys()
-	return s.c.refresh(s.db, qps, mrs)
+	return s.c.refresh(s.db, keys())
 }
 
-// PutQP records that the default QP k is backed by v, owned by o.
-// Publishing an existing value again is a no-op (the entry keeps its
-// owner); an owner may replace its own value; a different value for a key
-// of another owner is ErrConflict.
+// PutQP records that the default QP k is backed by v, owned by o, under a
+// new version from this node's clock. Publishing an existing value again
+// is a no-op (the entry keeps its owner and version); an owner may
+// replace its own value; a different value for a key of another owner is
+// ErrConflict. A tombstone of k is replaced by the new entry.
 func (s *Store) PutQP(o Owner, k QPKey, v QPBackup) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -116,17 +123,16 @@ func (s *Store) PutQP(o Owner, k QPKey, v QPBackup) error {
 	if ok && old.o != o {
 		return fmt.Errorf("put QP %+v: %w (owner %v has %+v)", k, ErrConflict, old.o, old.v)
 	}
-	enc, err := encodeQPBackup(v, o)
-	if err != nil {
+	if _, err := encodeQPBackup(v, o, 0); err != nil {
 		return err
 	}
-	key := encodeQPKey(k)
+	key, ref := encodeQPKey(k), QPRef(k)
 	var conflict error
-	err = s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx) error {
 		conflict = nil
 		b := tx.Bucket(bucketQP)
 		if cur := b.Get(key); cur != nil {
-			cv, co, err := decodeQPBackup(cur)
+			cv, co, _, err := decodeQPBackup(cur)
 			if err != nil {
 				return err
 			}
@@ -138,8 +144,15 @@ func (s *Store) PutQP(o Owner, k QPKey, v QPBackup) error {
 				return nil
 			}
 		}
+		enc, err := encodeQPBackup(v, o, s.clock.next())
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketTomb).Delete(encodeRef(ref)); err != nil {
+			return err
+		}
 		return b.Put(key, enc)
-	}, func() ([]QPKey, []MRKey) { return []QPKey{k}, nil })
+	}, func() []Ref { return []Ref{ref} })
 	if err != nil {
 		return err
 	}
@@ -175,17 +188,16 @@ func (s *Store) PutMR(o Owner, k MRKey, v MRBackup) error {
 	if ok && old.o != o {
 		return fmt.Errorf("put MR %+v: %w (owner %v has %+v)", k, ErrConflict, old.o, old.v)
 	}
-	enc, err := encodeMRBackup(v, o)
-	if err != nil {
+	if _, err := encodeMRBackup(v, o, 0); err != nil {
 		return err
 	}
-	key := encodeMRKey(k)
+	key, ref := encodeMRKey(k), MRRef(k)
 	var conflict error
-	err = s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx) error {
 		conflict = nil
 		b := tx.Bucket(bucketMR)
 		if cur := b.Get(key); cur != nil {
-			cv, co, err := decodeMRBackup(cur)
+			cv, co, _, err := decodeMRBackup(cur)
 			if err != nil {
 				return err
 			}
@@ -197,8 +209,15 @@ func (s *Store) PutMR(o Owner, k MRKey, v MRBackup) error {
 				return nil
 			}
 		}
+		enc, err := encodeMRBackup(v, o, s.clock.next())
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketTomb).Delete(encodeRef(ref)); err != nil {
+			return err
+		}
 		return b.Put(key, enc)
-	}, func() ([]QPKey, []MRKey) { return nil, []MRKey{k} })
+	}, func() []Ref { return []Ref{ref} })
 	if err != nil {
 		return err
 	}
@@ -222,61 +241,80 @@ func (s *Store) GetMR(k MRKey) (MRBackup, Owner, error) {
 
 // RemoveOwner deletes every entry owned by o (a dead process
 // incarnation) and returns how many it removed. Entries of other
-// incarnations of the same node and pid are kept.
+// incarnations of the same node and pid are kept. Each removed key gets
+// a tombstone (see RemoveOwnerTombstones).
 func (s *Store) RemoveOwner(o Owner) (int, error) {
-	var qps []QPKey
-	var mrs []MRKey
+	ts, err := s.RemoveOwnerTombstones(o)
+	return len(ts), err
+}
+
+// RemoveOwnerTombstones is RemoveOwner returning the tombstones it wrote,
+// one per removed entry, all with one new version, for replication.
+func (s *Store) RemoveOwnerTombstones(o Owner) ([]Tombstone, error) {
+	var ts []Tombstone
 	err := s.write(func(tx *bolt.Tx) error {
-		qps, mrs = qps[:0], mrs[:0]
-		qb, mb := tx.Bucket(bucketQP), tx.Bucket(bucketMR)
+		ts = ts[:0]
+		qb, mb, tb := tx.Bucket(bucketQP), tx.Bucket(bucketMR), tx.Bucket(bucketTomb)
+		var refs []Ref
 		if err := qb.ForEach(func(k, v []byte) error {
-			_, vo, err := decodeQPBackup(v)
-			if err != nil {
+			_, vo, _, err := decodeQPBackup(v)
+			if err != nil || vo != o {
 				return err
 			}
-			if vo == o {
-				key, err := decodeQPKey(k)
-				if err != nil {
-					return err
-				}
-				qps = append(qps, key)
-			}
-			return nil
+			key, err := decodeQPKey(k)
+			refs = append(refs, QPRef(key))
+			return err
 		}); err != nil {
 			return err
 		}
 		if err := mb.ForEach(func(k, v []byte) error {
-			_, vo, err := decodeMRBackup(v)
-			if err != nil {
+			_, vo, _, err := decodeMRBackup(v)
+			if err != nil || vo != o {
 				return err
 			}
-			if vo == o {
-				key, err := decodeMRKey(k)
-				if err != nil {
-					return err
-				}
-				mrs = append(mrs, key)
-			}
-			return nil
+			key, err := decodeMRKey(k)
+			refs = append(refs, MRRef(key))
+			return err
 		}); err != nil {
 			return err
 		}
-		for _, k := range qps {
-			if err := qb.Delete(encodeQPKey(k)); err != nil {
-				return err
-			}
+		if len(refs) == 0 {
+			return nil
 		}
-		for _, k := range mrs {
-			if err := mb.Delete(encodeMRKey(k)); err != nil {
+		ver := s.clock.next()
+		enc, err := encodeTomb(o, ver)
+		if err != nil {
+			return err
+		}
+		for _, r := range refs {
+			if err := deleteEntry(tx, r); err != nil {
 				return err
 			}
+			if err := tb.Put(encodeRef(r), enc); err != nil {
+				return err
+			}
+			ts = append(ts, Tombstone{Ref: r, Owner: o, Version: ver})
 		}
 		return nil
-	}, func() ([]QPKey, []MRKey) { return qps, mrs })
+	}, func() []Ref {
+		refs := make([]Ref, len(ts))
+		for i, t := range ts {
+			refs[i] = t.Ref
+		}
+		return refs
+	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return len(qps) + len(mrs), nil
+	return ts, nil
+}
+
+// deleteEntry deletes the entry r names, if any.
+func deleteEntry(tx *bolt.Tx, r Ref) error {
+	if r.Kind == KindQP {
+		return tx.Bucket(bucketQP).Delete(encodeQPKey(r.QPKey()))
+	}
+	return tx.Bucket(bucketMR).Delete(encodeMRKey(r.MRKey()))
 }
 
 // Entries returns how many QP and MR entries the store holds.
