@@ -32,8 +32,10 @@ func TestNameIsRequestedOnlyAfterExport(t *testing.T) {
 		if err := obj.Call(ifaceIntrospection+".Introspect", 0).Store(&data); err != nil || !strings.Contains(data, `name="PortStateChanged"`) {
 			t.Errorf("Introspect before RequestName: %v\n%s", err, data)
 		}
-		if v, err := obj.GetProperty(Interface + "." + PropNode); err != nil || v.Value() != "node1" {
-			t.Errorf("Get Node before RequestName = %v, %v", v, err)
+		if v, err := obj.GetProperty(Interface + "." + PropNode); err != nil {
+			t.Errorf("Get Node before RequestName: %v", err)
+		} else if v.Value() != "node1" {
+			t.Errorf("Get Node before RequestName = %v, want node1", v.Value())
 		}
 		var js string
 		if err := obj.Call(Interface+".Status", 0).Store(&js); err != nil {
