@@ -1,0 +1,181 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ibpath/ibpath/apm"
+	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/status"
+)
+
+var _ api.Backend = (*Daemon)(nil)
+
+// Arm re-arms the alternate path of the target's QPs.
+func (d *Daemon) Arm(ctx context.Context, c api.Caller, req api.ActionRequest) (api.ActionResult, error) {
+	if req.DryRun {
+		return api.ActionResult{}, badRequest("arm: --dry-run is only for migrate")
+	}
+	return d.act(ctx, c, ownerproto.OpArm, req)
+}
+
+// Migrate moves the target's QPs to their armed alternate path.
+func (d *Daemon) Migrate(ctx context.Context, c api.Caller, req api.ActionRequest) (api.ActionResult, error) {
+	return d.act(ctx, c, ownerproto.OpMigrate, req)
+}
+
+// Subscribe returns the status events.
+func (d *Daemon) Subscribe(buf int) (<-chan status.Event, func()) { return d.events.subscribe(buf) }
+
+func badRequest(format string, a ...any) *api.Error {
+	return &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf(format, a...)}
+}
+
+func notFound(format string, a ...any) *api.Error {
+	return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf(format, a...)}
+}
+
+// target is one QP an action applies to, with who owns it.
+type target struct {
+	qp    status.QP
+	owner *owner // nil: a QP of the simulated workload, which ibpathd owns
+}
+
+// resolve lists the QPs a target names, checking that a named device,
+// port or QP exists.
+func (d *Daemon) resolve(t api.Target) ([]target, error) {
+	var all []target
+	for _, q := range d.simQPs() {
+		all = append(all, target{qp: q})
+	}
+	for _, o := range d.owners.list() {
+		o.mu.Lock()
+		for _, q := range o.qps {
+			all = append(all, target{qp: q, owner: o})
+		}
+		o.mu.Unlock()
+	}
+	if t.All {
+		return all, nil
+	}
+	var out []target
+	for _, x := range all {
+		if x.qp.Device != t.Device {
+			continue
+		}
+		if (t.QPN != 0 && x.qp.QPN == t.QPN) || (t.Port != 0 && x.qp.Port == t.Port) {
+			out = append(out, x)
+		}
+	}
+	if t.QPN != 0 {
+		if len(out) == 0 {
+			return nil, notFound("%s: no such QP on this node", t)
+		}
+		return out, nil
+	}
+	if !d.hasPort(t.Device, t.Port) {
+		return nil, notFound("%s: no such port on this node", t)
+	}
+	return out, nil
+}
+
+func (d *Daemon) hasPort(dev string, port uint8) bool {
+	d.invMu.Lock()
+	defer d.invMu.Unlock()
+	for _, h := range d.inv {
+		if h.Name != dev {
+			continue
+		}
+		for _, p := range h.Ports {
+			if p.Num == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (d *Daemon) act(ctx context.Context, c api.Caller, op string, req api.ActionRequest) (api.ActionResult, error) {
+	if err := req.Target.Validate(); err != nil {
+		return api.ActionResult{}, badRequest("%s: %v", op, err)
+	}
+	ts, err := d.resolve(req.Target)
+	if err != nil {
+		return api.ActionResult{}, err
+	}
+	var ownerUID uint32
+	if len(ts) == 1 {
+		ownerUID = ts[0].qp.OwnerUID
+	}
+	if err := d.policy.checkAction(c, op, req.Target, ownerUID); err != nil {
+		d.log.Warn("action refused", "op", op, "target", req.Target.String(), "uid", c.UID, "pid", c.PID)
+		return api.ActionResult{}, err
+	}
+	res := api.ActionResult{Action: op, Target: req.Target, DryRun: req.DryRun, Results: []api.QPResult{}}
+	for _, x := range ts {
+		res.Results = append(res.Results, d.actOne(ctx, op, req.DryRun, x))
+	}
+	d.log.Info("action", "op", op, "target", req.Target.String(), "dry_run", req.DryRun, "qps", len(res.Results),
+		"failed", res.Failed(), "uid", c.UID, "pid", c.PID)
+	return res, nil
+}
+
+func (d *Daemon) actOne(ctx context.Context, op string, dryRun bool, x target) api.QPResult {
+	r := api.QPResult{Device: x.qp.Device, QPN: x.qp.QPN, OwnerPID: x.qp.OwnerPID, Before: describe(x.qp)}
+	if x.owner != nil {
+		cctx, cancel := context.WithTimeout(ctx, d.cfg.CommandTimeout)
+		defer cancel()
+		out, err := x.owner.command(cctx, ownerproto.Command{Op: op, Device: x.qp.Device, QPN: x.qp.QPN, DryRun: dryRun})
+		if err != nil {
+			r.Error = err.Error()
+			return r
+		}
+		r.OK, r.Error = out.OK, out.Error
+		if out.Before != "" {
+			r.Before = out.Before
+		}
+		r.After = out.After
+		return r
+	}
+	return d.simAct(op, dryRun, x.qp, r)
+}
+
+// simAct acts on a QP of the simulated workload through its layer-1
+// manager.
+func (d *Daemon) simAct(op string, dryRun bool, q status.QP, r api.QPResult) api.QPResult {
+	qp, ok := d.sim.qp(q.Device, q.QPN)
+	if !ok {
+		r.Error = "the QP is gone"
+		return r
+	}
+	var err error
+	var after apm.QPStatus
+	d.sim.local.Do(func(m *apm.Manager) {
+		switch {
+		case op == ownerproto.OpArm:
+			err = m.Arm(qp)
+		case dryRun:
+			st, _ := m.QPStatus(qp)
+			if !st.HasAlt || st.State.String() != "armed" {
+				err = fmt.Errorf("migrate QP %#x: not armed (%v)", q.QPN, st.State)
+			}
+			st.Primary, st.Alternate = st.Alternate, st.Primary
+			after = st
+			return
+		default:
+			err = m.Migrate(qp)
+		}
+		after, _ = m.QPStatus(qp)
+	})
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.OK = true
+	r.After = describe(qpStatus(after, q.OwnerUID))
+	if dryRun {
+		r.After = "would move to " + after.Primary.String()
+	}
+	return r
+}

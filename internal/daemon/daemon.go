@@ -1,0 +1,269 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
+)
+
+// Config configures a daemon. Zero fields take the defaults of
+// DefaultConfig (see Config.withDefaults).
+type Config struct {
+	Node     string // node name; default: the host name
+	Version  string
+	Socket   string // local API socket
+	StateDir string // holds store.db
+	// Fabric: "auto" (real HCAs when sysfs has any, else sim), "hardware"
+	// or "sim".
+	Fabric string
+	Sysfs  string // sysfs root for discovery ("/sys" by default; fixture trees in tests)
+	Sim    SimConfig
+	// Operators: users ("alice", "1001") and groups ("@ibpath") with
+	// root's rights over every QP.
+	Operators []string
+	// CommandTimeout bounds the wait for an owner's answer to a relayed
+	// command.
+	CommandTimeout time.Duration
+	// PortPoll is how often ports are re-read for state changes.
+	PortPoll time.Duration
+	// MetricsListen, when set, also serves /metrics on this TCP address.
+	MetricsListen string
+	Repl          ReplConfig
+}
+
+// DefaultConfig holds the defaults.
+var DefaultConfig = Config{
+	Socket:         api.DefaultSocket,
+	StateDir:       "/var/lib/ibpath",
+	Fabric:         "auto",
+	Sysfs:          "/sys",
+	Sim:            SimConfig{Seed: 1, Hosts: 2, QPs: 4, Tick: time.Millisecond},
+	CommandTimeout: 5 * time.Second,
+	PortPoll:       time.Second,
+}
+
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig
+	if c.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return c, fmt.Errorf("config: node name: os.Hostname: %w", err)
+		}
+		c.Node = h
+	}
+	if c.Socket == "" {
+		c.Socket = d.Socket
+	}
+	if c.StateDir == "" {
+		c.StateDir = d.StateDir
+	}
+	if c.Fabric == "" {
+		c.Fabric = d.Fabric
+	}
+	switch c.Fabric {
+	case "auto", "hardware", "sim":
+	default:
+		return c, fmt.Errorf("config: fabric %q: want auto, hardware or sim", c.Fabric)
+	}
+	if c.Sysfs == "" {
+		c.Sysfs = d.Sysfs
+	}
+	if c.Sim.Hosts == 0 {
+		c.Sim.Hosts = d.Sim.Hosts
+	}
+	if c.Sim.Tick == 0 {
+		c.Sim.Tick = d.Sim.Tick
+	}
+	if c.Sim.QPs < 0 {
+		return c, fmt.Errorf("config: sim QPs %d: must not be negative", c.Sim.QPs)
+	}
+	if c.CommandTimeout <= 0 {
+		c.CommandTimeout = d.CommandTimeout
+	}
+	if c.PortPoll <= 0 {
+		c.PortPoll = d.PortPoll
+	}
+	return c, nil
+}
+
+// Daemon is one ibpathd.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	policy  Policy
+	started time.Time
+	fabric  status.Fabric
+
+	sim    *simNode // nil on hardware
+	invMu  sync.Mutex
+	inv    []pathsel.HCAInfo // last discovery, for status and PortStateChanged
+	invErr error             // why the last discovery failed, if it did
+
+	owners owners
+	repl   replicator
+	events broadcaster
+
+	migrations, failovers, switchbacks atomic.Uint64
+
+	ln      net.Listener
+	srv     *http.Server
+	metrics *http.Server
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// New builds a daemon: picks the fabric, opens the store and starts
+// replication. Serve then serves it.
+func New(cfg Config, log *slog.Logger) (*Daemon, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pol, err := ParseOperators(cfg.Operators)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	d := &Daemon{cfg: cfg, log: log, policy: pol, started: time.Now(), stop: make(chan struct{}),
+		owners: owners{byID: map[int]*owner{}}}
+	if err := d.pickFabric(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		d.closeFabric()
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	d.refreshPorts()
+	d.repl, err = startRepl(filepath.Join(cfg.StateDir, "store.db"), cfg, d.localRoutes(), log.With("part", "replication"))
+	if err != nil {
+		d.closeFabric()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Fabric says which fabric the daemon runs on.
+func (d *Daemon) Fabric() status.Fabric { return d.fabric }
+
+// Serve listens on the configured socket and serves the local API until
+// ctx is done or Close is called. ready, if not nil, runs once everything
+// listens (it starts the D-Bus facade and sends sd_notify READY=1); an
+// error from it stops the daemon and is returned.
+func (d *Daemon) Serve(ctx context.Context, ready func() error) error {
+	ln, err := listenUnix(d.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	d.ln = ln
+	d.srv = &http.Server{Handler: d.handler(), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- d.srv.Serve(ln) }()
+	if d.cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", d.cfg.MetricsListen)
+		if err != nil {
+			d.srv.Close()
+			return fmt.Errorf("metrics: listen %s: %w", d.cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /metrics", d.serveMetrics)
+		d.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- d.metrics.Serve(mln) }()
+		d.log.Info("metrics listening", "addr", mln.Addr().String())
+	}
+	d.wg.Add(1)
+	go d.watchPorts()
+	d.log.Info("ibpathd serving", "socket", d.cfg.Socket, "node", d.cfg.Node, "fabric", d.fabric.Kind, "reason", d.fabric.Reason)
+	if ready != nil {
+		if err := ready(); err != nil {
+			d.Close()
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-d.stop:
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			d.Close()
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	d.Close()
+	return nil
+}
+
+// listenUnix listens on path, replacing a stale socket left by a dead
+// daemon but refusing to steal one a live daemon answers on.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("listen %s: another ibpathd is serving on it", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	// Everyone may connect: the daemon checks each caller's credentials.
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// Close stops serving, detaches every owner, stops the fabric and
+// replication, and closes the store. It is idempotent.
+func (d *Daemon) Close() {
+	d.once.Do(func() {
+		close(d.stop)
+		if d.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			d.srv.Shutdown(ctx)
+			cancel()
+			d.srv.Close()
+		}
+		if d.metrics != nil {
+			d.metrics.Close()
+		}
+		for _, o := range d.owners.list() {
+			o.c.Close()
+		}
+		d.wg.Wait()
+		d.closeFabric()
+		if d.repl != nil {
+			if err := d.repl.Close(); err != nil {
+				d.log.Error("close replication", "err", err)
+			}
+		}
+		d.events.closeAll()
+	})
+}
+
+func (d *Daemon) closeFabric() {
+	if d.sim != nil {
+		d.sim.close()
+	}
+}
+
+func (d *Daemon) storePath() string { return filepath.Join(d.cfg.StateDir, "store.db") }

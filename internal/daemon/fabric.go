@@ -1,0 +1,179 @@
+package daemon
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// pickFabric decides between real HCAs and the embedded simulated fabric.
+func (d *Daemon) pickFabric() error {
+	cls := filepath.Join(d.cfg.Sysfs, "class", "infiniband")
+	var found []pathsel.HCAInfo
+	var derr error
+	if d.cfg.Fabric != "sim" {
+		found, derr = pathsel.Discover(pathsel.DiscoverOptions{SysfsRoot: d.cfg.Sysfs})
+	}
+	switch {
+	case d.cfg.Fabric == "sim":
+		d.fabric = status.Fabric{Kind: status.FabricSim, Reason: "--fabric sim"}
+	case d.cfg.Fabric == "hardware" && derr != nil:
+		return fmt.Errorf("fabric hardware: discovery: %w", derr)
+	case d.cfg.Fabric == "hardware" && len(found) == 0:
+		return fmt.Errorf("fabric hardware: no RDMA device under %s", cls)
+	case derr != nil && len(found) == 0:
+		d.fabric = status.Fabric{Kind: status.FabricSim, Reason: fmt.Sprintf("discovery failed (%v): running on the simulated fabric", derr)}
+	case len(found) == 0:
+		d.fabric = status.Fabric{Kind: status.FabricSim, Reason: fmt.Sprintf("no RDMA device under %s: running on the simulated fabric", cls)}
+	default:
+		d.fabric = status.Fabric{Kind: status.FabricHardware, Reason: fmt.Sprintf("%d RDMA device(s) under %s", len(found), cls), Sysfs: d.cfg.Sysfs}
+		if derr != nil {
+			d.log.Warn("discovery: some devices could not be read", "err", derr)
+		}
+	}
+	if d.fabric.Kind == status.FabricHardware {
+		return nil
+	}
+	d.log.Warn("no RDMA hardware in use: ibpathd runs on the embedded simulated fabric", "reason", d.fabric.Reason,
+		"seed", d.cfg.Sim.Seed, "hosts", d.cfg.Sim.Hosts, "index", d.cfg.Sim.Index, "qps", d.cfg.Sim.QPs)
+	n, err := startSimNode(d.cfg.Sim, d.log.With("fabric", "sim"), d.simEvent)
+	if err != nil {
+		return fmt.Errorf("fabric sim: %w", err)
+	}
+	d.sim = n
+	d.fabric.Reason += fmt.Sprintf(" (seed %d, host node%d of %d)", d.cfg.Sim.Seed, d.cfg.Sim.Index, d.cfg.Sim.Hosts)
+	return nil
+}
+
+// discover reads the node's devices: sysfs on hardware, the device
+// contexts on the simulated fabric.
+func (d *Daemon) discover() ([]pathsel.HCAInfo, error) {
+	if d.sim == nil {
+		return pathsel.Discover(pathsel.DiscoverOptions{SysfsRoot: d.cfg.Sysfs})
+	}
+	var out []pathsel.HCAInfo
+	for i, c := range d.sim.ctxs {
+		h, err := describeContext(d.sim.names[i], c)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// describeContext reads a device through verbs, as discovery reads sysfs.
+func describeContext(name string, c verbs.Context) (pathsel.HCAInfo, error) {
+	da, err := c.QueryDevice()
+	if err != nil {
+		return pathsel.HCAInfo{}, fmt.Errorf("ibv_query_device %s: %w", name, err)
+	}
+	h := pathsel.HCAInfo{Name: name, NodeGUID: da.NodeGUID, NodeType: "CA", FW: da.FWVer, Driver: "sim",
+		APM: da.DeviceCapFlags&verbs.DeviceAutoPathMig != 0}
+	if !h.APM {
+		h.APMReason = "the device does not report IBV_DEVICE_AUTO_PATH_MIG"
+	}
+	for p := uint8(1); p <= da.PhysPortCnt; p++ {
+		pa, err := c.QueryPort(p)
+		if err != nil {
+			return h, fmt.Errorf("ibv_query_port %s/%d: %w", name, p, err)
+		}
+		pi := pathsel.PortInfo{Num: p, State: pa.State, PhysState: pa.PhysState, LinkLayer: pa.LinkLayer,
+			LID: pa.LID, LMC: pa.LMC, SMLID: pa.SMLID, Rate: rate(pa.ActiveWidth, pa.ActiveSpeed)}
+		for i := 0; i < pa.GIDTblLen && i < 4; i++ {
+			g, err := c.QueryGID(p, i)
+			if err != nil || g.IsZero() {
+				continue
+			}
+			pi.GIDs = append(pi.GIDs, pathsel.GIDEntry{Index: i, GID: g})
+		}
+		h.Ports = append(h.Ports, pi)
+	}
+	return h, nil
+}
+
+// refreshPorts re-reads the devices, emits PortStateChanged for every
+// port whose state changed, and keeps the result for status.
+func (d *Daemon) refreshPorts() {
+	inv, err := d.discover()
+	d.invMu.Lock()
+	old := d.inv
+	d.inv, d.invErr = inv, err
+	d.invMu.Unlock()
+	if err != nil {
+		d.log.Warn("port refresh", "err", err)
+	}
+	if old == nil {
+		return
+	}
+	for _, c := range pathsel.DiffPorts(old, inv) {
+		switch {
+		case c.Kind == pathsel.PortChanged && c.Fields&(pathsel.FieldState|pathsel.FieldPhysState) != 0:
+			d.event(status.Event{Kind: status.EvPortStateChanged, Device: c.Device, Port: c.Port,
+				From: c.Old.State.String(), To: c.New.State.String(), Reason: c.Fields.String()})
+		case c.Kind == pathsel.PortChanged:
+			d.log.Info("port attributes changed", "change", c.String())
+		default:
+			d.log.Warn("device change", "change", c.String())
+			if c.Port != 0 {
+				d.event(status.Event{Kind: status.EvPortStateChanged, Device: c.Device, Port: c.Port,
+					From: c.Old.State.String(), To: c.New.State.String(), Reason: c.Kind.String()})
+			}
+		}
+	}
+}
+
+// watchPorts polls the ports. On hardware, a port event also arrives as an
+// async event on the owners' device contexts; polling sysfs is what the
+// daemon can do without opening every device itself.
+func (d *Daemon) watchPorts() {
+	defer d.wg.Done()
+	t := time.NewTicker(d.cfg.PortPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			d.refreshPorts()
+		}
+	}
+}
+
+// localRoutes are this node's GIDs and LIDs, which replication advertises
+// so a peer can find the node that holds a QP's other end.
+func (d *Daemon) localRoutes() []ownerproto.Route {
+	d.invMu.Lock()
+	defer d.invMu.Unlock()
+	var out []ownerproto.Route
+	for _, h := range d.inv {
+		for _, p := range h.Ports {
+			if p.LID != 0 {
+				for b := 0; b < 1<<p.LMC; b++ {
+					out = append(out, ownerproto.Route{LID: p.LID + uint16(b)})
+				}
+			}
+			for _, g := range p.GIDs {
+				out = append(out, ownerproto.Route{GID: g.GID})
+			}
+		}
+	}
+	return out
+}
+
+// rate renders an IB active width and speed as the kernel's sysfs rate
+// file does ("100 Gb/sec (4X EDR)"), with nominal per-lane rates.
+func rate(width, speed uint8) string {
+	lanes := map[uint8]int{1: 1, 2: 4, 4: 8, 8: 12, 16: 2}[width]
+	perLane := map[uint8]float64{1: 2.5, 2: 5, 4: 10, 8: 10, 16: 14, 32: 25, 64: 50, 128: 100}[speed]
+	name := map[uint8]string{1: "SDR", 2: "DDR", 4: "QDR", 8: "FDR10", 16: "FDR", 32: "EDR", 64: "HDR", 128: "NDR"}[speed]
+	if lanes == 0 || name == "" {
+		return ""
+	}
+	return fmt.Sprintf("%g Gb/sec (%dX %s)", perLane*float64(lanes), lanes, name)
+}

@@ -1,0 +1,218 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/store"
+)
+
+// owner is one process attached over the owner protocol.
+type owner struct {
+	c        *ownerproto.Conn
+	caller   api.Caller
+	hello    ownerproto.Hello
+	attached time.Time
+
+	mu      sync.Mutex
+	qps     map[qpRef]status.QP
+	nextID  uint64
+	waiting map[uint64]chan ownerproto.Result
+	gone    bool
+}
+
+type qpRef struct {
+	dev string
+	qpn uint32
+}
+
+func (o *owner) storeOwner(node string) store.Owner {
+	return store.Owner{Node: node, PID: o.hello.PID, Incarnation: o.hello.Incarnation}
+}
+
+// command sends a command to the owner and waits for its result.
+func (o *owner) command(ctx context.Context, cmd ownerproto.Command) (ownerproto.Result, error) {
+	ch := make(chan ownerproto.Result, 1)
+	o.mu.Lock()
+	if o.gone {
+		o.mu.Unlock()
+		return ownerproto.Result{}, &api.Error{Code: api.CodeOwnerGone, Message: fmt.Sprintf("owner pid %d has detached", o.hello.PID)}
+	}
+	o.nextID++
+	id := o.nextID
+	o.waiting[id] = ch
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		delete(o.waiting, id)
+		o.mu.Unlock()
+	}()
+	if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeCommand, ID: id, Command: &cmd}); err != nil {
+		return ownerproto.Result{}, &api.Error{Code: api.CodeOwnerGone, Message: fmt.Sprintf("owner pid %d: %v", o.hello.PID, err)}
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return ownerproto.Result{}, &api.Error{Code: api.CodeOwnerGone, Message: fmt.Sprintf("owner pid %d detached before answering", o.hello.PID)}
+		}
+		return r, nil
+	case <-ctx.Done():
+		return ownerproto.Result{}, &api.Error{Code: api.CodeOwnerTimeout, Message: fmt.Sprintf("owner pid %d did not answer %s of %s QP %#x: %v", o.hello.PID, cmd.Op, cmd.Device, cmd.QPN, ctx.Err())}
+	}
+}
+
+// owners is the registry of attached processes.
+type owners struct {
+	mu   sync.Mutex
+	byID map[int]*owner // by pid
+}
+
+func (r *owners) list() []*owner {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*owner, 0, len(r.byID))
+	for _, o := range r.byID {
+		out = append(out, o)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].hello.PID < out[j].hello.PID })
+	return out
+}
+
+// serveOwner runs one owner session until it ends. caller are the
+// connection's credentials.
+func (d *Daemon) serveOwner(c *ownerproto.Conn, caller api.Caller) {
+	defer c.Close()
+	log := d.log.With("owner_pid", caller.PID, "uid", caller.UID)
+	m, err := c.Recv()
+	if err != nil {
+		log.Warn("owner session: no hello", "err", err)
+		return
+	}
+	refuse := func(format string, a ...any) {
+		msg := fmt.Sprintf(format, a...)
+		log.Warn("owner session refused", "reason", msg)
+		_ = c.Send(ownerproto.Msg{Type: ownerproto.TypeError, Error: msg})
+	}
+	if m.Type != ownerproto.TypeHello {
+		refuse("the first message must be hello, not %s", m.Type)
+		return
+	}
+	h := *m.Hello
+	if h.Proto != ownerproto.Proto {
+		refuse("protocol %d not supported (this ibpathd speaks %d)", h.Proto, ownerproto.Proto)
+		return
+	}
+	if h.PID != caller.PID {
+		refuse("hello names pid %d but the connection belongs to pid %d", h.PID, caller.PID)
+		return
+	}
+	if st, err := ownerproto.StartTime(caller.PID); err != nil || st != h.Incarnation {
+		refuse("incarnation %d is not the start time of pid %d (%d, %v)", h.Incarnation, caller.PID, st, err)
+		return
+	}
+	o := &owner{c: c, caller: caller, hello: h, attached: time.Now(), qps: map[qpRef]status.QP{}, waiting: map[uint64]chan ownerproto.Result{}}
+	d.owners.mu.Lock()
+	if old := d.owners.byID[h.PID]; old != nil {
+		d.owners.mu.Unlock()
+		refuse("pid %d already has a session", h.PID)
+		return
+	}
+	d.owners.byID[h.PID] = o
+	d.owners.mu.Unlock()
+	if err := c.Send(ownerproto.Msg{Type: ownerproto.TypeWelcome, Welcome: &ownerproto.Welcome{Proto: ownerproto.Proto, Node: d.cfg.Node}}); err != nil {
+		log.Warn("owner session: welcome", "err", err)
+	}
+	log.Info("owner attached", "incarnation", h.Incarnation, "comm", h.Comm)
+	err = d.ownerLoop(o, log)
+	d.detach(o, err, log)
+}
+
+func (d *Daemon) ownerLoop(o *owner, log *slog.Logger) error {
+	for {
+		m, err := o.c.Recv()
+		if err != nil {
+			return err
+		}
+		switch m.Type {
+		case ownerproto.TypeQP:
+			q := *m.QP
+			q.OwnerPID, q.OwnerUID = o.hello.PID, o.caller.UID
+			o.mu.Lock()
+			o.qps[qpRef{q.Device, q.QPN}] = q
+			o.mu.Unlock()
+		case ownerproto.TypeQPGone:
+			o.mu.Lock()
+			delete(o.qps, qpRef{m.QPGone.Device, m.QPGone.QPN})
+			o.mu.Unlock()
+		case ownerproto.TypeEvent:
+			d.event(*m.Event)
+		case ownerproto.TypePublishQP, ownerproto.TypePublishMR:
+			ack := ownerproto.Ack{}
+			if err := d.publish(o, m); err != nil {
+				ack.Error = err.Error()
+				log.Warn("publish refused", "err", err)
+			}
+			if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeAck, ID: m.ID, Ack: &ack}); err != nil {
+				return err
+			}
+		case ownerproto.TypeResult:
+			o.mu.Lock()
+			ch := o.waiting[m.ID]
+			o.mu.Unlock()
+			if ch != nil {
+				ch <- *m.Result
+			}
+		default:
+			return fmt.Errorf("unexpected %s from an owner", m.Type)
+		}
+	}
+}
+
+func (d *Daemon) publish(o *owner, m ownerproto.Msg) error {
+	so := o.storeOwner(d.cfg.Node)
+	if p := m.PublishQP; p != nil {
+		return d.repl.PublishQP(so, p.Key, p.Backup, p.Remote)
+	}
+	p := m.PublishMR
+	return d.repl.PublishMR(so, p.Key, p.Backup, p.Remotes)
+}
+
+// detach forgets an owner whose session ended. Its store entries are
+// removed when the process is gone (it died, or it closed cleanly); a live
+// process that merely lost its connection keeps them and reattaches.
+func (d *Daemon) detach(o *owner, err error, log *slog.Logger) {
+	d.owners.mu.Lock()
+	if d.owners.byID[o.hello.PID] == o {
+		delete(d.owners.byID, o.hello.PID)
+	}
+	d.owners.mu.Unlock()
+	o.mu.Lock()
+	o.gone = true
+	for _, ch := range o.waiting {
+		close(ch)
+	}
+	o.waiting = map[uint64]chan ownerproto.Result{}
+	o.mu.Unlock()
+	if err != nil && !errors.Is(err, io.EOF) {
+		log.Warn("owner session ended", "err", err)
+	}
+	if alive, aerr := ownerproto.Alive(o.hello.PID, o.hello.Incarnation); aerr == nil && alive {
+		log.Info("owner detached; the process lives, its entries are kept")
+		return
+	}
+	n, rerr := d.repl.RemoveOwner(o.storeOwner(d.cfg.Node))
+	if rerr != nil {
+		log.Error("remove the entries of a dead owner", "err", rerr)
+		return
+	}
+	log.Info("owner gone; its entries removed", "entries", n)
+}

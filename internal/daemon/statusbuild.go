@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/ibpath/ibpath/apm"
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
+)
+
+// Status returns a snapshot of the node's status.
+func (d *Daemon) Status() status.Node {
+	n := status.Node{Schema: status.SchemaVersion, Node: d.cfg.Node, Version: d.cfg.Version, Started: d.started, Fabric: d.fabric}
+	d.invMu.Lock()
+	for _, h := range d.inv {
+		n.HCAs = append(n.HCAs, hcaStatus(h))
+	}
+	d.invMu.Unlock()
+	n.QPs = append(n.QPs, d.simQPs()...)
+	for _, o := range d.owners.list() {
+		o.mu.Lock()
+		qs := make([]status.QP, 0, len(o.qps))
+		for _, q := range o.qps {
+			qs = append(qs, q)
+		}
+		o.mu.Unlock()
+		sort.Slice(qs, func(i, j int) bool {
+			if qs[i].Device != qs[j].Device {
+				return qs[i].Device < qs[j].Device
+			}
+			return qs[i].QPN < qs[j].QPN
+		})
+		n.QPs = append(n.QPs, qs...)
+		n.Owners = append(n.Owners, status.Owner{PID: o.hello.PID, UID: o.caller.UID, Comm: o.hello.Comm,
+			Incarnation: o.hello.Incarnation, Attached: o.attached, QPs: len(qs)})
+	}
+	if n.HCAs == nil {
+		n.HCAs = []status.HCA{}
+	}
+	if n.QPs == nil {
+		n.QPs = []status.QP{}
+	}
+	if n.Owners == nil {
+		n.Owners = []status.Owner{}
+	}
+	n.Peers = d.repl.Peers()
+	if n.Peers == nil {
+		n.Peers = []status.Peer{}
+	}
+	st := d.repl.Store()
+	n.Store.Path = d.storePath()
+	n.Store.QPs, n.Store.MRs = st.Entries()
+	n.Store.Tombstones = st.Tombstones()
+	n.Totals = status.Totals{Migrations: d.migrations.Load(), Failovers: d.failovers.Load(), Switchbacks: d.switchbacks.Load()}
+	for _, q := range n.QPs {
+		if q.APM == fsm.APMArmed.String() {
+			n.Totals.ArmedQPs++
+		}
+	}
+	d.repl.Totals(&n.Totals)
+	return n
+}
+
+func hcaStatus(h pathsel.HCAInfo) status.HCA {
+	s := status.HCA{Name: h.Name, NodeType: h.NodeType, FW: h.FW, APM: h.APM, Uverbs: h.Uverbs, Ports: []status.Port{}}
+	if h.NodeGUID != 0 {
+		g := h.NodeGUID
+		s.NodeGUID = fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+	}
+	for _, p := range h.Ports {
+		ps := status.Port{Num: p.Num, State: p.State.String(), PhysState: p.PhysState.String(), LinkLayer: p.LinkLayer.String(),
+			LID: p.LID, LMC: p.LMC, SMLID: p.SMLID, Rate: p.Rate, Netdev: p.Netdev}
+		for _, g := range p.GIDs {
+			ps.GIDs = append(ps.GIDs, g.GID.String())
+		}
+		s.Ports = append(s.Ports, ps)
+	}
+	return s
+}
+
+// simQPs lists the embedded workload's QPs, which ibpathd owns.
+func (d *Daemon) simQPs() []status.QP {
+	if d.sim == nil {
+		return nil
+	}
+	var sts []apm.QPStatus
+	d.sim.local.Do(func(m *apm.Manager) { sts = m.Status() })
+	uid := uint32(os.Getuid())
+	out := make([]status.QP, 0, len(sts))
+	for _, s := range sts {
+		out = append(out, qpStatus(s, uid))
+	}
+	return out
+}
+
+// qpStatus renders layer 1's view of a QP.
+func qpStatus(s apm.QPStatus, uid uint32) status.QP {
+	q := status.QP{Device: s.Device, QPN: s.QPN, Port: s.Primary.Port, OwnerUID: uid, APM: s.State.String(),
+		Primary: s.Primary.String(), Alternate: "-", Home: s.Home.String(), Migrations: s.Migrations, Reason: s.Reason}
+	if s.HasAlt {
+		q.Alternate = s.Alternate.String()
+	}
+	switch s.State {
+	case fsm.APMUnprotected, fsm.APMUnsupported, fsm.APMHandedOver:
+		q.Layer = status.LayerNone // the workload has no layer 2
+	default:
+		q.Layer = status.LayerAPM
+	}
+	return q
+}
+
+// describe is a QP's state and primary path, as action results show it.
+func describe(q status.QP) string { return q.APM + " " + q.Primary }
