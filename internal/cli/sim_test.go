@@ -1,19 +1,21 @@
-package main
+package cli
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
 
-// runApp runs the CLI with args and returns its output.
+// runApp runs the CLI with args and returns its output, and its error
+// output as an error when the exit code is not 0.
 func runApp(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	app := newApp()
-	var out bytes.Buffer
-	app.Writer, app.ErrWriter = &out, &out
-	err := app.Run(append([]string{"ibpath"}, args...))
-	return out.String(), err
+	var out, errOut bytes.Buffer
+	if code := Run(append([]string{"ibpath"}, args...), &out, &errOut); code != ExitOK {
+		return out.String(), fmt.Errorf("exit %d: %s", code, errOut.String())
+	}
+	return out.String(), nil
 }
 
 func TestSimCommand(t *testing.T) {
@@ -97,8 +99,17 @@ func TestLinkLayerBogus(t *testing.T) {
 	}
 }
 
-func TestUnknownFlag(t *testing.T) {
-	if _, err := runApp(t, "sim", "--bogus"); err == nil {
-		t.Fatal("unknown flag accepted")
+func TestSimUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"sim", "--bogus"}, {"sim", "--link-layer", "bogus"}, {"sim", "extra"}, {"sim", "--seed", "x"}} {
+		var out, errOut bytes.Buffer
+		if code := Run(append([]string{"ibpath"}, args...), &out, &errOut); code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d (usage)\n%s%s", args, code, ExitUsage, out.String(), errOut.String())
+		}
+		if !strings.HasPrefix(errOut.String(), "ibpath: sim: ") {
+			t.Errorf("%v: error output %q, want it prefixed \"ibpath: sim: \"", args, errOut.String())
+		}
+		if strings.Contains(out.String(), "ibpath simulator demo") {
+			t.Errorf("%v: the demo ran anyway:\n%s", args, out.String())
+		}
 	}
 }

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+
+	"github.com/ibpath/ibpath/internal/api"
+)
+
+// Exit codes of ibpath. They are part of the interface: scripts test them.
+const (
+	ExitOK         = 0 // success
+	ExitError      = 1 // any other error
+	ExitUsage      = 2 // bad command line: unknown command or flag, missing or malformed argument
+	ExitDaemonDown = 3 // ibpathd is not running (nothing listens on the socket)
+	ExitDenied     = 4 // ibpathd, or the socket's permissions, refused the request
+	ExitPartial    = 5 // an action (arm, migrate) failed on some of its QPs
+)
+
+// usageError is a mistake on the command line.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// usagef returns a usage error (exit code 2).
+func usagef(format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...)}
+}
+
+// partialError: an action failed on some of its QPs; the results were
+// printed already.
+type partialError struct {
+	action string
+	failed int
+	total  int
+}
+
+func (e *partialError) Error() string {
+	return fmt.Sprintf("%s failed on %d of %d QPs", e.action, e.failed, e.total)
+}
+
+// socketDeniedError: the socket exists but its permissions keep this user
+// out. api.Client reports it as the daemon being down (the dial failed);
+// it is a denial.
+type socketDeniedError struct {
+	socket string
+	err    error
+}
+
+func (e *socketDeniedError) Error() string {
+	return fmt.Sprintf("cannot connect to ibpathd (socket %s): permission denied", e.socket)
+}
+func (e *socketDeniedError) Unwrap() error { return e.err }
+
+// clientError turns an error of api.Client into the error the CLI
+// reports.
+func clientError(socket string, err error) error {
+	if errors.Is(err, api.ErrDaemonDown) && errors.Is(err, fs.ErrPermission) {
+		return &socketDeniedError{socket: socket, err: err}
+	}
+	return err
+}
+
+// exitCode maps the error a command returned to the process exit code.
+func exitCode(err error) int {
+	var ue *usageError
+	var pe *partialError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ue):
+		return ExitUsage
+	case errors.Is(err, api.ErrDenied):
+		return ExitDenied
+	case errors.As(err, new(*socketDeniedError)):
+		return ExitDenied
+	case errors.Is(err, api.ErrDaemonDown):
+		return ExitDaemonDown
+	case errors.As(err, &pe):
+		return ExitPartial
+	case isHelpExit(err):
+		return ExitUsage
+	}
+	return ExitError
+}
+
+// report prints err to w, prefixed "ibpath: ", with a hint where one
+// helps, and returns the exit code.
+func report(w io.Writer, err error) int {
+	code := exitCode(err)
+	if code == ExitOK {
+		return code
+	}
+	fmt.Fprintf(w, "ibpath: %v\n", err)
+	switch code {
+	case ExitUsage:
+		fmt.Fprintln(w, "ibpath: run 'ibpath help' or 'ibpath COMMAND --help' for usage")
+	case ExitDaemonDown:
+		fmt.Fprintln(w, "ibpath: start it with: ibpathd (or give its socket with --socket or IBPATH_SOCKET)")
+	case ExitDenied:
+		if errors.As(err, new(*socketDeniedError)) {
+			fmt.Fprintln(w, "ibpath: run as root or as a member of the socket's group")
+		}
+	}
+	return code
+}

@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ibpath/ibpath/internal/status"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show the node: fabric, HCAs and ports, protected QPs with their layer and state, owners, peers, store, totals",
+		Description: "status prints what ibpathd knows about its node. With --json it prints the status document " +
+			"(status.Node, whose \"schema\" field is its version).",
+		Flags: []cli.Flag{jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if _, err := positional(c, 0, 0, "[--json]"); err != nil {
+				return err
+			}
+			n, err := client(c).Status(c.Context)
+			if err != nil {
+				return callErr(c, err)
+			}
+			if wantJSON(c) {
+				return printJSON(c.App.Writer, n)
+			}
+			return renderStatus(c.App.Writer, n)
+		},
+	}
+}
+
+// renderStatus prints a node's status as sections of tables. Rows are
+// sorted (HCAs by name, ports by number, QPs by device and QPN, owners by
+// PID, peers by name) so that the output does not depend on the daemon's
+// order.
+func renderStatus(w io.Writer, n status.Node) error {
+	fmt.Fprintf(w, "node: %s (ibpathd %s, schema %d, started %s)\n", n.Node, orDash(n.Version), n.Schema, when(n.Started))
+	fabric := n.Fabric.Kind
+	if n.Fabric.Reason != "" {
+		fabric += " (" + n.Fabric.Reason + ")"
+	}
+	fmt.Fprintf(w, "fabric: %s\n", fabric)
+
+	fmt.Fprintf(w, "\nHCAs and ports:\n")
+	if len(n.HCAs) == 0 {
+		fmt.Fprintln(w, "  none")
+	} else {
+		t := newTable(w, "DEVICE", "PORT", "STATE", "PHYS", "LINK LAYER", "LID", "LMC", "RATE", "APM")
+		for _, h := range sorted(n.HCAs, func(a, b status.HCA) int { return cmp.Compare(a.Name, b.Name) }) {
+			if len(h.Ports) == 0 {
+				t.row(h.Name, "", "", "", "", "", "", "", yesNo(h.APM))
+			}
+			for _, p := range sorted(h.Ports, func(a, b status.Port) int { return cmp.Compare(a.Num, b.Num) }) {
+				t.row(h.Name, num(p.Num), p.State, p.PhysState, p.LinkLayer, lid(p.LID), num(p.LMC), p.Rate, yesNo(h.APM))
+			}
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(w, "\nQPs:\n")
+	if len(n.QPs) == 0 {
+		fmt.Fprintln(w, "  none")
+	} else {
+		t := newTable(w, "DEVICE", "QPN", "OWNER", "LAYER", "APM", "PRIMARY", "ALTERNATE", "MIGRATIONS", "CROSS-NIC",
+			"FAILOVERS", "BACKUP", "REASON")
+		qps := sorted(n.QPs, func(a, b status.QP) int {
+			return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.QPN, b.QPN))
+		})
+		for _, q := range qps {
+			t.row(q.Device, hex(q.QPN), owner(q.OwnerPID), q.Layer, q.APM, q.Primary, q.Alternate, num(q.Migrations),
+				q.CrossNIC, num(q.Failovers), q.Backup, q.Reason)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(w, "\nowners:\n")
+	if len(n.Owners) == 0 {
+		fmt.Fprintln(w, "  none")
+	} else {
+		t := newTable(w, "PID", "UID", "COMM", "INCARNATION", "ATTACHED", "QPS")
+		for _, o := range sorted(n.Owners, func(a, b status.Owner) int { return cmp.Compare(a.PID, b.PID) }) {
+			t.row(num(o.PID), num(o.UID), o.Comm, num(o.Incarnation), when(o.Attached), num(o.QPs))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(w, "\npeers: %s\n", peersSummary(n.Peers))
+
+	s := n.Store
+	fmt.Fprintf(w, "store: %s: %s, %s, %s\n", orDash(s.Path), plural(s.QPs, "QP", "QPs"), plural(s.MRs, "MR", "MRs"),
+		plural(s.Tombstones, "tombstone", "tombstones"))
+
+	tot := n.Totals
+	fmt.Fprintf(w, "totals: %s armed; %d migrations, %d failovers, %d switchbacks; replication lag p50 %s p99 %s; %d peers refused\n",
+		plural(tot.ArmedQPs, "QP", "QPs"), tot.Migrations, tot.Failovers, tot.Switchbacks,
+		seconds(tot.ReplicationLagP50), seconds(tot.ReplicationLagP99), tot.PeersRefused)
+	return nil
+}
+
+// peersSummary counts the peers by state: "3 (2 alive, 1 suspect)".
+func peersSummary(peers []status.Peer) string {
+	if len(peers) == 0 {
+		return "none"
+	}
+	count := map[string]int{}
+	for _, p := range peers {
+		count[p.State]++
+	}
+	var parts []string
+	for _, st := range []string{status.PeerAlive, status.PeerSuspect, status.PeerDead, status.PeerLeft} {
+		if count[st] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", count[st], st))
+			delete(count, st)
+		}
+	}
+	for _, st := range slices.Sorted(maps.Keys(count)) {
+		parts = append(parts, fmt.Sprintf("%d %s", count[st], orDash(st)))
+	}
+	return fmt.Sprintf("%d (%s)", len(peers), strings.Join(parts, ", "))
+}
+
+// owner names a QP's owner: its PID, or ibpathd for the QPs of the
+// embedded simulated fabric's workload.
+func owner(pid int) string {
+	if pid == 0 {
+		return "ibpathd"
+	}
+	return num(pid)
+}
+
+// when prints a time in UTC, RFC 3339, or "-" for the zero time.
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// seconds prints a duration given in seconds.
+func seconds(s float64) string {
+	if s == 0 {
+		return "-"
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// sorted returns a sorted copy of s.
+func sorted[T any](s []T, cmp func(a, b T) int) []T {
+	out := slices.Clone(s)
+	slices.SortStableFunc(out, cmp)
+	return out
+}
