@@ -1,0 +1,182 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/status"
+)
+
+// serve runs handler on a UNIX socket until the test ends and returns a
+// client of it.
+func serve(t *testing.T, handler http.Handler) *api.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ibpapi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "d.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return api.NewClient(socket, 5*time.Second)
+}
+
+func TestClientDaemonDown(t *testing.T) {
+	c := api.NewClient(filepath.Join(t.TempDir(), "none.sock"), time.Second)
+	_, err := c.Status(context.Background())
+	if !errors.Is(err, api.ErrDaemonDown) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("err %v, want ErrDaemonDown wrapping ENOENT", err)
+	}
+	if !strings.Contains(err.Error(), "none.sock") {
+		t.Errorf("err %q does not name the socket", err)
+	}
+}
+
+func TestClientDenied(t *testing.T) {
+	c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"code":"forbidden","error":"uid 1001 may not arm"}`)
+	}))
+	_, err := c.Arm(context.Background(), api.Target{All: true})
+	var e *api.Error
+	if !errors.Is(err, api.ErrDenied) || !errors.As(err, &e) || e.Code != api.CodeForbidden {
+		t.Fatalf("err %v, want ErrDenied wrapping a forbidden *Error", err)
+	}
+	if !strings.Contains(err.Error(), "uid 1001 may not arm") {
+		t.Errorf("err %q lacks the daemon's message", err)
+	}
+}
+
+func TestClientErrorBodies(t *testing.T) {
+	for _, tc := range []struct {
+		code     int
+		body     string
+		wantCode string
+		wantMsg  string
+	}{
+		{http.StatusConflict, `{"code":"conflict","error":"QP busy"}`, api.CodeConflict, "QP busy"},
+		{http.StatusInternalServerError, "boom\n", api.CodeInternal, "HTTP 500: boom"},
+		{http.StatusNotFound, `{"code":"not-found"}`, api.CodeInternal, "HTTP 404"},
+	} {
+		c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.code)
+			io.WriteString(w, tc.body)
+		}))
+		_, err := c.Peers(context.Background())
+		var e *api.Error
+		if !errors.As(err, &e) || e.Code != tc.wantCode || !strings.Contains(e.Message, tc.wantMsg) {
+			t.Errorf("HTTP %d %q: err %v, want code %s and %q", tc.code, tc.body, err, tc.wantCode, tc.wantMsg)
+		}
+		if errors.Is(err, api.ErrDenied) || errors.Is(err, api.ErrDaemonDown) {
+			t.Errorf("HTTP %d: err %v is a denial or a daemon down", tc.code, err)
+		}
+	}
+}
+
+// TestClientCalls: every call uses its path and method, sends its body and
+// decodes the answer; a 207 is a result, not an error.
+func TestClientCalls(t *testing.T) {
+	type seen struct{ method, path, query, body string }
+	var got []seen
+	c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, seen{r.Method, r.URL.Path, r.URL.RawQuery, string(b)})
+		switch r.URL.Path {
+		case api.PathStatus:
+			io.WriteString(w, `{"schema":1,"node":"n0","future_field":true}`)
+		case api.PathPeers:
+			io.WriteString(w, `[{"name":"n1","state":"alive","entries":3}]`)
+		case api.PathArm, api.PathMigrate:
+			var req api.ActionRequest
+			json.Unmarshal(b, &req)
+			w.WriteHeader(http.StatusMultiStatus)
+			json.NewEncoder(w).Encode(api.ActionResult{Action: "x", Target: req.Target, DryRun: req.DryRun,
+				Results: []api.QPResult{{Device: "d", QPN: 1, OK: true}, {Device: "d", QPN: 2, Error: "no"}}})
+		case api.PathStoreQPs:
+			io.WriteString(w, `[{"qpn":7,"backup_device":"mlx5_1","backup_qpn":8,"owner":"n0/1/1","version":2}]`)
+		case api.PathStoreMRs:
+			io.WriteString(w, `[{"rkey":7,"backup_rkey":8,"owner":"n0/1/1","version":2}]`)
+		case api.PathMetrics:
+			io.WriteString(w, "m 1\n")
+		}
+	}))
+	ctx := context.Background()
+	n, err := c.Status(ctx)
+	if err != nil || n.Schema != 1 || n.Node != "n0" {
+		t.Errorf("Status: %+v, %v", n, err)
+	}
+	p, err := c.Peers(ctx)
+	if err != nil || !reflect.DeepEqual(p, []status.Peer{{Name: "n1", State: "alive", Entries: 3}}) {
+		t.Errorf("Peers: %+v, %v", p, err)
+	}
+	r, err := c.Arm(ctx, api.Target{Device: "d", Port: 1})
+	if err != nil || r.Failed() != 1 || r.Target.Port != 1 {
+		t.Errorf("Arm: %+v, %v", r, err)
+	}
+	r, err = c.Migrate(ctx, api.Target{Device: "d", QPN: 0x1c3}, true)
+	if err != nil || !r.DryRun || r.Failed() != 1 {
+		t.Errorf("Migrate: %+v, %v", r, err)
+	}
+	qps, err := c.StoreQPs(ctx, "node 1")
+	if err != nil || len(qps) != 1 || qps[0].BQPN != 8 || qps[0].Device != "mlx5_1" {
+		t.Errorf("StoreQPs: %+v, %v", qps, err)
+	}
+	mrs, err := c.StoreMRs(ctx, "")
+	if err != nil || len(mrs) != 1 || mrs[0].BRKey != 8 {
+		t.Errorf("StoreMRs: %+v, %v", mrs, err)
+	}
+	m, err := c.Metrics(ctx)
+	if err != nil || m != "m 1\n" {
+		t.Errorf("Metrics: %q, %v", m, err)
+	}
+	want := []seen{
+		{"GET", api.PathStatus, "", ""},
+		{"GET", api.PathPeers, "", ""},
+		{"POST", api.PathArm, "", `{"target":{"device":"d","port":1}}`},
+		{"POST", api.PathMigrate, "", `{"target":{"device":"d","qpn":451},"dry_run":true}`},
+		{"GET", api.PathStoreQPs, "node=node+1", ""},
+		{"GET", api.PathStoreMRs, "", ""},
+		{"GET", api.PathMetrics, "", ""},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("requests:\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestTargetValidate(t *testing.T) {
+	for _, tc := range []struct {
+		t  api.Target
+		ok bool
+	}{
+		{api.Target{All: true}, true},
+		{api.Target{Device: "d", QPN: 1}, true},
+		{api.Target{Device: "d", Port: 1}, true},
+		{api.Target{}, false},
+		{api.Target{Device: "d"}, false},
+		{api.Target{QPN: 1}, false},
+		{api.Target{Device: "d", QPN: 1, Port: 1}, false},
+		{api.Target{All: true, Device: "d"}, false},
+	} {
+		if err := tc.t.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%+v.Validate() = %v, want ok %v", tc.t, err, tc.ok)
+		}
+	}
+}
