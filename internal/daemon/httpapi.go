@@ -29,9 +29,21 @@ func (d *Daemon) handler() http.Handler {
 	mux.HandleFunc("GET "+api.PathMetrics, d.serveMetrics)
 	mux.HandleFunc("GET "+api.PathOwner, d.ownerUpgrade)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allowed, ok := knownPaths[r.URL.Path]; ok {
+			w.Header().Set("Allow", allowed)
+			writeJSON(w, http.StatusMethodNotAllowed, &api.Error{Code: api.CodeBadRequest,
+				Message: fmt.Sprintf("%s %s: method not allowed (use %s)", r.Method, r.URL.Path, allowed)})
+			return
+		}
 		writeError(w, notFound("%s %s: no such path (this ibpathd serves API %s)", r.Method, r.URL.Path, api.Version))
 	})
 	return withCaller(mux)
+}
+
+// knownPaths maps each path to its method, for 405 answers.
+var knownPaths = map[string]string{
+	api.PathStatus: "GET", api.PathPeers: "GET", api.PathArm: "POST", api.PathMigrate: "POST",
+	api.PathStoreQPs: "GET", api.PathStoreMRs: "GET", api.PathMetrics: "GET", api.PathOwner: "GET",
 }
 
 // withCaller refuses requests on a connection without credentials.

@@ -1,0 +1,8 @@
+package daemon
+
+import "net"
+
+type (
+	netConn   = net.Conn
+	netDialer = net.Dialer
+)
