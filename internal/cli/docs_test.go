@@ -77,3 +77,43 @@ func TestCompletionScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIDocSamples: every sample of docs/CLI.md that shows an ibpath
+// command line is its golden file (less the exit line), so the document
+// cannot drift from the output.
+func TestCLIDocSamples(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/CLI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := map[string]string{}
+	files, err := filepath.Glob("testdata/*.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		if i := strings.LastIndex(text, "-- exit "); i >= 0 {
+			text = text[:i]
+		}
+		golden[text] = f
+	}
+	blocks := strings.Split(string(doc), "```\n")
+	n := 0
+	for i := 1; i < len(blocks); i += 2 {
+		if !strings.HasPrefix(blocks[i], "$ ibpath ") {
+			continue
+		}
+		n++
+		if _, ok := golden[blocks[i]]; !ok {
+			t.Errorf("docs/CLI.md sample is no golden file's output:\n%s", blocks[i])
+		}
+	}
+	if n < 10 {
+		t.Errorf("docs/CLI.md has %d samples, want at least 10", n)
+	}
+}
