@@ -15,6 +15,9 @@ import (
 func (d *Daemon) Status() status.Node {
 	n := status.Node{Schema: status.SchemaVersion, Node: d.cfg.Node, Version: d.cfg.Version, Started: d.started, Fabric: d.fabric}
 	d.invMu.Lock()
+	if d.invErr != nil {
+		n.Fabric.Error = d.invErr.Error()
+	}
 	for _, h := range d.inv {
 		n.HCAs = append(n.HCAs, hcaStatus(h))
 	}

@@ -33,6 +33,9 @@ type Fabric struct {
 	Kind   string `json:"kind"`   // FabricHardware or FabricSim
 	Reason string `json:"reason"` // e.g. "no RDMA device under /sys/class/infiniband"
 	Sysfs  string `json:"sysfs,omitempty"`
+	// Error is why the last read of the devices failed, if it did (the
+	// status then shows what was read before).
+	Error string `json:"error,omitempty"`
 }
 
 // HCA is one RDMA device.
