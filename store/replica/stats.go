@@ -1,0 +1,83 @@
+package replica
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats are the replicator's counters since Start.
+type Stats struct {
+	PushesSent     uint64 // push messages delivered to a peer's socket
+	PushFailures   uint64 // pushes that found no route or could not be sent
+	PushesReceived uint64 // push messages received and applied
+	Pulls          uint64 // lookups that missed locally and asked a peer
+	PullHits       uint64 // pulls that brought the entry back
+	Repairs        uint64 // records changed here by anti-entropy
+	Rounds         uint64 // anti-entropy digest exchanges started here
+	PeersRefused   uint64 // packets or streams refused: not authenticated with the cluster key
+	BadMessages    uint64 // peer messages that did not decode, or were dropped on overload
+	// LagP50 and LagP99 are percentiles of the replication lag of the
+	// last LagSamples received pushes: from the commit at the origin to
+	// the commit here (origin and receiver wall clocks: meaningful when
+	// they are synchronised, exact on one host).
+	LagP50, LagP99 time.Duration
+	LagSamples     int
+}
+
+const lagWindow = 4096
+
+type counters struct {
+	pushesSent, pushFailures, pushesReceived atomic.Uint64
+	pulls, pullHits, repairs, rounds         atomic.Uint64
+	refused, bad                             atomic.Uint64
+
+	mu   sync.Mutex
+	lags []time.Duration // ring of the last lagWindow samples
+	next int
+}
+
+func (c *counters) lag(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	c.mu.Lock()
+	if len(c.lags) < lagWindow {
+		c.lags = append(c.lags, d)
+	} else {
+		c.lags[c.next] = d
+		c.next = (c.next + 1) % lagWindow
+	}
+	c.mu.Unlock()
+}
+
+func (c *counters) snapshot() Stats {
+	s := Stats{
+		PushesSent:     c.pushesSent.Load(),
+		PushFailures:   c.pushFailures.Load(),
+		PushesReceived: c.pushesReceived.Load(),
+		Pulls:          c.pulls.Load(),
+		PullHits:       c.pullHits.Load(),
+		Repairs:        c.repairs.Load(),
+		Rounds:         c.rounds.Load(),
+		PeersRefused:   c.refused.Load(),
+		BadMessages:    c.bad.Load(),
+	}
+	c.mu.Lock()
+	lags := slices.Clone(c.lags)
+	c.mu.Unlock()
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		s.LagP50 = percentile(lags, 50)
+		s.LagP99 = percentile(lags, 99)
+		s.LagSamples = len(lags)
+	}
+	return s
+}
+
+// percentile of sorted, nearest rank.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100
+	return sorted[max(0, min(i, len(sorted))-1)]
+}
