@@ -48,6 +48,9 @@ func renderStatus(w io.Writer, n status.Node) error {
 		fabric += " (" + n.Fabric.Reason + ")"
 	}
 	fmt.Fprintf(w, "fabric: %s\n", fabric)
+	if n.Fabric.Error != "" {
+		fmt.Fprintf(w, "fabric error: %s\n", n.Fabric.Error)
+	}
 
 	fmt.Fprintf(w, "\nHCAs and ports:\n")
 	if len(n.HCAs) == 0 {
