@@ -45,6 +45,7 @@ func flags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "join", Usage: "peer host:port to join at start (repeatable)"},
 		&cli.StringFlag{Name: "cluster-key-file", Usage: "file holding the cluster key (16, 24 or 32 bytes, raw or hex); required unless --insecure or --no-replication"},
 		&cli.BoolFlag{Name: "insecure", Usage: "replicate without a cluster key (test beds only)"},
+		&cli.DurationFlag{Name: "anti-entropy", Value: 10 * time.Second, Usage: "period of the digest exchange with a random peer that repairs missed entries"},
 		&cli.BoolFlag{Name: "no-replication", Usage: "keep backup attributes on this node only"},
 		&cli.StringFlag{Name: "dbus", Value: "system", Usage: "D-Bus facade: system, session, off, or a bus address"},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
@@ -119,7 +120,8 @@ func config(c *cli.Context) daemon.Config {
 		Operators: c.StringSlice("operator"), CommandTimeout: c.Duration("command-timeout"), PortPoll: c.Duration("port-poll"),
 		MetricsListen: c.String("metrics-listen"),
 		Repl: daemon.ReplConfig{Bind: c.String("gossip-bind"), Advertise: c.String("gossip-advertise"), Join: c.StringSlice("join"),
-			KeyFile: c.String("cluster-key-file"), Insecure: c.Bool("insecure"), Off: c.Bool("no-replication")},
+			KeyFile: c.String("cluster-key-file"), Insecure: c.Bool("insecure"), Off: c.Bool("no-replication"),
+			AntiEntropy: c.Duration("anti-entropy")},
 	}
 }
 

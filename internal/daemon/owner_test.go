@@ -103,6 +103,15 @@ func TestOwnerSessionRelayAndPublish(t *testing.T) {
 	if err := s.PublishMR(ctx, ownerproto.PublishMR{Key: store.MRKey{LID: 2, RKey: 0x100}, Backup: store.MRBackup{RKey: 0x200, Addr: 0x1000, Length: 4096}}); err != nil {
 		t.Fatalf("PublishMR: %v", err)
 	}
+	if v, err := s.LookupQP(ctx, k); err != nil || v.QPN != 0x2c3 {
+		t.Fatalf("LookupQP of a published entry: %+v %v", v, err)
+	}
+	if v, err := s.LookupMR(ctx, store.MRKey{LID: 2, RKey: 0x100}); err != nil || v.RKey != 0x200 {
+		t.Fatalf("LookupMR: %+v %v", v, err)
+	}
+	if _, err := s.LookupQP(ctx, store.QPKey{LID: 99, QPN: 1}); !errors.Is(err, ownerproto.ErrNotFound) {
+		t.Fatalf("LookupQP of nothing: %v", err)
+	}
 	qps, err := c.StoreQPs(ctx, "node0")
 	if err != nil {
 		t.Fatal(err)

@@ -164,6 +164,8 @@ func (d *Daemon) ownerLoop(o *owner, log *slog.Logger) error {
 			if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeAck, ID: m.ID, Ack: &ack}); err != nil {
 				return err
 			}
+		case ownerproto.TypeLookupQP, ownerproto.TypeLookupMR:
+			go d.lookup(o, m)
 		case ownerproto.TypeResult:
 			o.mu.Lock()
 			ch := o.waiting[m.ID]
@@ -174,6 +176,35 @@ func (d *Daemon) ownerLoop(o *owner, log *slog.Logger) error {
 		default:
 			return fmt.Errorf("unexpected %s from an owner", m.Type)
 		}
+	}
+}
+
+// lookupTimeout bounds a lookup that has to pull from a peer.
+const lookupTimeout = 5 * time.Second
+
+// lookup answers a lookup, off the session's read loop: a miss may wait
+// for a peer.
+func (d *Daemon) lookup(o *owner, m ownerproto.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	var f ownerproto.Found
+	if k := m.Lookup.QP; k != nil {
+		v, err := d.repl.LookupQP(ctx, *k)
+		if err != nil {
+			f.Error = err.Error()
+		} else {
+			f.QP = &v
+		}
+	} else {
+		v, err := d.repl.LookupMR(ctx, *m.Lookup.MR)
+		if err != nil {
+			f.Error = err.Error()
+		} else {
+			f.MR = &v
+		}
+	}
+	if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeFound, ID: m.ID, Found: &f}); err != nil {
+		d.log.Warn("lookup reply", "owner_pid", o.hello.PID, "err", err)
 	}
 }
 

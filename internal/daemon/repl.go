@@ -1,12 +1,20 @@
 package daemon
 
 import (
+	"context"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/store"
+	"github.com/ibpath/ibpath/store/replica"
 )
 
 // ReplConfig configures replication to the other ibpathd of the cluster.
@@ -20,6 +28,9 @@ type ReplConfig struct {
 	Insecure bool
 	// Off runs without replication (a single node).
 	Off bool
+	// AntiEntropy is the period of digest exchanges (replica's default
+	// when 0).
+	AntiEntropy time.Duration
 }
 
 // replicator is what the daemon needs from replication.
@@ -27,6 +38,10 @@ type replicator interface {
 	PublishQP(o store.Owner, k store.QPKey, v store.QPBackup, remote ownerproto.Route) error
 	PublishMR(o store.Owner, k store.MRKey, v store.MRBackup, remotes []ownerproto.Route) error
 	RemoveOwner(o store.Owner) (int, error)
+	// LookupQP and LookupMR read memory, and on a miss (replicated) pull
+	// from the node that holds the key's route.
+	LookupQP(ctx context.Context, k store.QPKey) (store.QPBackup, error)
+	LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, error)
 	Store() *store.Store
 	Peers() []status.Peer
 	Totals(t *status.Totals)
@@ -45,14 +60,124 @@ func (l localOnly) PublishMR(o store.Owner, k store.MRKey, v store.MRBackup, _ [
 }
 
 func (l localOnly) RemoveOwner(o store.Owner) (int, error) { return l.st.RemoveOwner(o) }
+
+func (l localOnly) LookupQP(_ context.Context, k store.QPKey) (store.QPBackup, error) {
+	v, _, err := l.st.GetQP(k)
+	return v, err
+}
+
+func (l localOnly) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, error) {
+	v, _, err := l.st.GetMR(k)
+	return v, err
+}
 func (l localOnly) Store() *store.Store                    { return l.st }
 func (l localOnly) Peers() []status.Peer                   { return nil }
 func (l localOnly) Totals(*status.Totals)                  {}
 func (l localOnly) Close() error                           { return l.st.Close() }
 
+// replicated is the store with peer-to-peer replication.
+type replicated struct {
+	st  *store.Store
+	r   *replica.Replicator
+	log *slog.Logger
+}
+
+func route(r ownerproto.Route) replica.Route { return replica.Route{GID: r.GID, LID: r.LID} }
+
+// pushed reports a push failure of an entry that is durable here: the
+// owner's publication succeeded (anti-entropy delivers the entry later),
+// so it is logged rather than returned.
+func (p replicated) pushed(err error, stored bool) error {
+	if err == nil || !stored {
+		return err
+	}
+	p.log.Warn("entry stored; its push to the peer failed (anti-entropy will deliver it)", "err", err)
+	return nil
+}
+
+func (p replicated) PublishQP(o store.Owner, k store.QPKey, v store.QPBackup, remote ownerproto.Route) error {
+	err := p.r.PublishQP(o, k, v, route(remote))
+	got, owner, gerr := p.st.GetQP(k)
+	return p.pushed(err, gerr == nil && got == v && owner == o)
+}
+
+func (p replicated) PublishMR(o store.Owner, k store.MRKey, v store.MRBackup, remotes []ownerproto.Route) error {
+	rs := make([]replica.Route, len(remotes))
+	for i, r := range remotes {
+		rs[i] = route(r)
+	}
+	err := p.r.PublishMR(o, k, v, rs)
+	got, owner, gerr := p.st.GetMR(k)
+	return p.pushed(err, gerr == nil && got == v && owner == o)
+}
+
+func (p replicated) RemoveOwner(o store.Owner) (int, error) { return p.r.RemoveOwner(o) }
+
+func (p replicated) LookupQP(ctx context.Context, k store.QPKey) (store.QPBackup, error) {
+	v, _, err := p.r.LookupQP(ctx, k)
+	return v, err
+}
+
+func (p replicated) LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, error) {
+	v, _, err := p.r.LookupMR(ctx, k)
+	return v, err
+}
+func (p replicated) Store() *store.Store                    { return p.st }
+
+func (p replicated) Peers() []status.Peer {
+	var out []status.Peer
+	for _, m := range p.r.Members() {
+		if m.Self {
+			continue
+		}
+		sp := status.Peer{Name: m.Name, Addr: m.Addr, State: m.State.String(), LIDs: m.LIDs, Entries: m.Entries}
+		for _, g := range m.GIDs {
+			sp.GIDs = append(sp.GIDs, g.String())
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+func (p replicated) Totals(t *status.Totals) {
+	s := p.r.Stats()
+	t.ReplicationLagP50, t.ReplicationLagP99 = s.LagP50.Seconds(), s.LagP99.Seconds()
+	t.PeersRefused = s.PeersRefused
+}
+
+func (p replicated) Close() error {
+	err := p.r.Close()
+	if cerr := p.st.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ReadClusterKey reads a cluster key file: 16, 24 or 32 raw bytes, or
+// their hex encoding (surrounding white space ignored).
+func ReadClusterKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster key: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("cluster key %s: mode %v lets others read it; chmod 600 it", path, fi.Mode().Perm())
+	}
+	if t := strings.TrimSpace(string(b)); len(t) == 32 || len(t) == 48 || len(t) == 64 {
+		if k, err := hex.DecodeString(t); err == nil {
+			return k, nil
+		}
+	}
+	switch len(b) {
+	case 16, 24, 32:
+		return b, nil
+	}
+	return nil, fmt.Errorf("cluster key %s: %d bytes; want 16, 24 or 32 bytes, or 32, 48 or 64 hex digits", path, len(b))
+}
+
 // startRepl opens the store and starts replication as configured.
 func startRepl(path string, cfg Config, routes []ownerproto.Route, log *slog.Logger) (replicator, error) {
-	st, err := store.Open(path, store.Options{})
+	st, err := store.Open(path, store.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -60,5 +185,43 @@ func startRepl(path string, cfg Config, routes []ownerproto.Route, log *slog.Log
 		log.Info("replication off: backup attributes stay on this node")
 		return localOnly{st}, nil
 	}
-	return localOnly{st}, nil
+	rc := replica.Config{Name: cfg.Node, Seeds: cfg.Repl.Join, Insecure: cfg.Repl.Insecure, Logger: log,
+		AntiEntropyInterval: cfg.Repl.AntiEntropy}
+	host, port, err := net.SplitHostPort(cfg.Repl.Bind)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("gossip bind %q: %w", cfg.Repl.Bind, err)
+	}
+	rc.BindAddr = host
+	if rc.BindPort, err = strconv.Atoi(port); err != nil || rc.BindPort < 0 || rc.BindPort > 65535 {
+		st.Close()
+		return nil, fmt.Errorf("gossip bind %q: bad port", cfg.Repl.Bind)
+	}
+	rc.AdvertiseAddr = cfg.Repl.Advertise
+	if cfg.Repl.KeyFile != "" {
+		if rc.Key, err = ReadClusterKey(cfg.Repl.KeyFile); err != nil {
+			st.Close()
+			return nil, err
+		}
+	} else if !cfg.Repl.Insecure {
+		st.Close()
+		return nil, fmt.Errorf("replication needs a cluster key (--cluster-key-file); or --insecure for a test bed, or --no-replication")
+	}
+	if cfg.Repl.Insecure {
+		log.Warn("replication WITHOUT a cluster key: any host that reaches the gossip port can join and write entries")
+	}
+	for _, r := range routes {
+		if r.GID.IsZero() {
+			rc.Meta.LIDs = append(rc.Meta.LIDs, r.LID)
+		} else {
+			rc.Meta.GIDs = append(rc.Meta.GIDs, r.GID)
+		}
+	}
+	r, err := replica.Start(st, rc)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	log.Info("replication started", "addr", r.Addr(), "join", cfg.Repl.Join, "gids", len(rc.Meta.GIDs), "lids", len(rc.Meta.LIDs))
+	return replicated{st: st, r: r, log: log}, nil
 }

@@ -31,6 +31,9 @@ const (
 	TypePublishQP = "publish_qp" // owner -> daemon, acked: a backup QP entry
 	TypePublishMR = "publish_mr" // owner -> daemon, acked: a backup MR entry
 	TypeAck       = "ack"        // daemon -> owner: reply to a publish
+	TypeLookupQP  = "lookup_qp"  // owner -> daemon: the backup of a peer's QP
+	TypeLookupMR  = "lookup_mr"  // owner -> daemon: the backup rkey of a peer's MR
+	TypeFound     = "found"      // daemon -> owner: reply to a lookup
 	TypeCommand   = "command"    // daemon -> owner: arm or migrate
 	TypeResult    = "result"     // owner -> daemon: reply to a command
 )
@@ -84,6 +87,22 @@ type Ack struct {
 	Error string `json:"error,omitempty"`
 }
 
+// Lookup asks for the backup of a peer's QP (QP set) or region (MR
+// set): from the daemon's memory, else pulled from the node that holds
+// the key's route. The shim looks up when a QP connects, so a failover
+// never waits for it.
+type Lookup struct {
+	QP *store.QPKey `json:"qp,omitempty"`
+	MR *store.MRKey `json:"mr,omitempty"`
+}
+
+// Found replies to a lookup: the entry, or Error ("not found: ...").
+type Found struct {
+	QP    *store.QPBackup `json:"qp,omitempty"`
+	MR    *store.MRBackup `json:"mr,omitempty"`
+	Error string          `json:"error,omitempty"`
+}
+
 // Command ops.
 const (
 	OpArm     = "arm"
@@ -121,6 +140,8 @@ type Msg struct {
 	PublishQP *PublishQP    `json:"publish_qp,omitempty"`
 	PublishMR *PublishMR    `json:"publish_mr,omitempty"`
 	Ack       *Ack          `json:"ack,omitempty"`
+	Lookup    *Lookup       `json:"lookup,omitempty"`
+	Found     *Found        `json:"found,omitempty"`
 	Command   *Command      `json:"command,omitempty"`
 	Result    *Result       `json:"result,omitempty"`
 }

@@ -20,6 +20,10 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{Type: TypePublishQP, ID: 3, PublishQP: &PublishQP{Key: store.QPKey{LID: 5, QPN: 9}, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 7, QPN: 11}, Remote: Route{LID: 8}}},
 		{Type: TypePublishMR, ID: 4, PublishMR: &PublishMR{Key: store.MRKey{LID: 5, RKey: 0x100}, Backup: store.MRBackup{RKey: 0x200}}},
 		{Type: TypeAck, ID: 4, Ack: &Ack{}},
+		{Type: TypeLookupQP, ID: 6, Lookup: &Lookup{QP: &store.QPKey{LID: 9, QPN: 3}}},
+		{Type: TypeLookupMR, ID: 7, Lookup: &Lookup{MR: &store.MRKey{LID: 9, RKey: 3}}},
+		{Type: TypeFound, ID: 6, Found: &Found{QP: &store.QPBackup{Device: "mlx5_1", QPN: 4}}},
+		{Type: TypeFound, ID: 7, Found: &Found{Error: "not found"}},
 		{Type: TypeCommand, ID: 5, Command: &Command{Op: OpMigrate, Device: "mlx5_0", QPN: 0x1c3, DryRun: true}},
 		{Type: TypeResult, ID: 5, Result: &Result{OK: true, Before: "armed port 1", After: "rearm port 2"}},
 	}
@@ -56,6 +60,9 @@ func TestDecodeRefuses(t *testing.T) {
 		`{"type":"command","id":1,"command":{"op":"arm","device":"","qpn":1}}`,
 		`{"type":"publish_qp","id":1,"publish_qp":{"key":{"qpn":1},"backup":{"device":"d","qpn":0}}}`,
 		`{"type":"qp","qp":{"device":"d","qpn":1}} {"type":"qp"}`,
+		`{"type":"lookup_qp","id":1,"lookup":{"mr":{"rkey":1}}}`,
+		`{"type":"lookup_qp","id":1,"lookup":{"qp":{"qpn":1},"mr":{"rkey":1}}}`,
+		`{"type":"found","id":1,"found":{}}`,
 		`{"type":"publish_qp","id":1,"publish_qp":{"key":{"gid":"zz","qpn":1},"backup":{"device":"d","qpn":2}}}`,
 		`{"type":"ack","id":1,"ack":{}}` + strings.Repeat(" ", MaxLine),
 	} {
@@ -70,6 +77,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"command","id":5,"command":{"op":"migrate","device":"mlx5_0","qpn":451}}`))
 	f.Add([]byte(`{"type":"publish_qp","id":1,"publish_qp":{"key":{"gid":"fe80::1","qpn":1},"backup":{"device":"d","qpn":2},"remote":{"gid":"::","lid":3}}}`))
 	f.Add([]byte(`{"type":"qp","qp":{"device":"d","qpn":1,"layer":"apm"}}`))
+	f.Add([]byte(`{"type":"lookup_mr","id":2,"lookup":{"mr":{"gid":"fe80::1","rkey":7}}}`))
+	f.Add([]byte(`{"type":"found","id":2,"found":{"mr":{"rkey":8}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/store"
 )
 
 // Handler carries out a command on one of the owner's QPs. It runs on the
@@ -121,7 +122,7 @@ func (s *Session) readLoop() {
 			return
 		}
 		switch m.Type {
-		case TypeAck:
+		case TypeAck, TypeFound:
 			s.mu.Lock()
 			ch := s.pending[m.ID]
 			delete(s.pending, m.ID)
@@ -221,7 +222,45 @@ func (s *Session) PublishMR(ctx context.Context, p PublishMR) error {
 	return s.request(ctx, Msg{Type: TypePublishMR, PublishMR: &p})
 }
 
-func (s *Session) request(ctx context.Context, m Msg) error {
+func (s *Session) request(ctx context.Context, m Msg) error { return s.call(ctx, m, nil) }
+
+// ErrNotFound: a lookup found no entry, here or at the key's node.
+var ErrNotFound = errors.New("ownerproto: not found")
+
+// LookupQP returns the backup of a peer's QP.
+func (s *Session) LookupQP(ctx context.Context, k store.QPKey) (store.QPBackup, error) {
+	var r Msg
+	if err := s.call(ctx, Msg{Type: TypeLookupQP, Lookup: &Lookup{QP: &k}}, &r); err != nil {
+		return store.QPBackup{}, err
+	}
+	if r.Found == nil || r.Found.QP == nil {
+		return store.QPBackup{}, fmt.Errorf("%w: QP %+v: %s", ErrNotFound, k, foundErr(r))
+	}
+	return *r.Found.QP, nil
+}
+
+// LookupMR returns the backup of a peer's memory region.
+func (s *Session) LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, error) {
+	var r Msg
+	if err := s.call(ctx, Msg{Type: TypeLookupMR, Lookup: &Lookup{MR: &k}}, &r); err != nil {
+		return store.MRBackup{}, err
+	}
+	if r.Found == nil || r.Found.MR == nil {
+		return store.MRBackup{}, fmt.Errorf("%w: MR %+v: %s", ErrNotFound, k, foundErr(r))
+	}
+	return *r.Found.MR, nil
+}
+
+func foundErr(r Msg) string {
+	if r.Found != nil {
+		return r.Found.Error
+	}
+	return "no answer"
+}
+
+// call sends a request and waits for its reply (ack or found), stored in
+// reply when not nil.
+func (s *Session) call(ctx context.Context, m Msg, reply *Msg) error {
 	ch := make(chan Msg, 1)
 	s.mu.Lock()
 	if s.err != nil {
@@ -244,8 +283,11 @@ func (s *Session) request(ctx context.Context, m Msg) error {
 		if !ok {
 			return fmt.Errorf("ownerproto: %s: %w", m.Type, s.Err())
 		}
-		if r.Ack.Error != "" {
+		if r.Ack != nil && r.Ack.Error != "" {
 			return fmt.Errorf("ownerproto: %s refused by ibpathd: %s", m.Type, r.Ack.Error)
+		}
+		if reply != nil {
+			*reply = r
 		}
 		return nil
 	case <-ctx.Done():

@@ -6,7 +6,7 @@ import "fmt"
 func (m Msg) payloads() int {
 	n := 0
 	for _, set := range []bool{m.Hello != nil, m.Welcome != nil, m.Error != "", m.QP != nil, m.QPGone != nil,
-		m.Event != nil, m.PublishQP != nil, m.PublishMR != nil, m.Ack != nil, m.Command != nil, m.Result != nil} {
+		m.Event != nil, m.PublishQP != nil, m.PublishMR != nil, m.Ack != nil, m.Command != nil, m.Result != nil, m.Lookup != nil, m.Found != nil} {
 		if set {
 			n++
 		}
@@ -55,6 +55,15 @@ func (m Msg) Validate() error {
 		ok = m.PublishMR != nil
 	case TypeAck:
 		ok = m.Ack != nil
+	case TypeLookupQP:
+		ok = m.Lookup != nil && m.Lookup.QP != nil && m.Lookup.MR == nil
+	case TypeLookupMR:
+		ok = m.Lookup != nil && m.Lookup.MR != nil && m.Lookup.QP == nil
+	case TypeFound:
+		ok = m.Found != nil
+		if ok && (m.Found.QP != nil) == (m.Found.MR != nil) && m.Found.Error == "" {
+			return bad("exactly one of qp and mr, or an error")
+		}
 	case TypeCommand:
 		ok = m.Command != nil
 		if ok && m.Command.Op != OpArm && m.Command.Op != OpMigrate {
@@ -75,6 +84,7 @@ func (m Msg) Validate() error {
 		return bad("%d payloads, want 1", n)
 	}
 	needID := m.Type == TypePublishQP || m.Type == TypePublishMR || m.Type == TypeAck ||
+		m.Type == TypeLookupQP || m.Type == TypeLookupMR || m.Type == TypeFound ||
 		m.Type == TypeCommand || m.Type == TypeResult
 	if needID && m.ID == 0 {
 		return bad("an id is required")
