@@ -70,10 +70,10 @@ func (l localOnly) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, e
 	v, _, err := l.st.GetMR(k)
 	return v, err
 }
-func (l localOnly) Store() *store.Store                    { return l.st }
-func (l localOnly) Peers() []status.Peer                   { return nil }
-func (l localOnly) Totals(*status.Totals)                  {}
-func (l localOnly) Close() error                           { return l.st.Close() }
+func (l localOnly) Store() *store.Store   { return l.st }
+func (l localOnly) Peers() []status.Peer  { return nil }
+func (l localOnly) Totals(*status.Totals) {}
+func (l localOnly) Close() error          { return l.st.Close() }
 
 // replicated is the store with peer-to-peer replication.
 type replicated struct {
@@ -122,7 +122,7 @@ func (p replicated) LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup
 	v, _, err := p.r.LookupMR(ctx, k)
 	return v, err
 }
-func (p replicated) Store() *store.Store                    { return p.st }
+func (p replicated) Store() *store.Store { return p.st }
 
 func (p replicated) Peers() []status.Peer {
 	var out []status.Peer
