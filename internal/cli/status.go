@@ -102,6 +102,7 @@ func renderStatus(w io.Writer, n status.Node) error {
 	}
 
 	fmt.Fprintf(w, "\npeers: %s\n", peersSummary(n.Peers))
+	fmt.Fprintf(w, "replication: %s\n", replSummary(n.Repl))
 
 	s := n.Store
 	fmt.Fprintf(w, "store: %s: %s, %s, %s\n", orDash(s.Path), plural(s.QPs, "QP", "QPs"), plural(s.MRs, "MR", "MRs"),
@@ -112,6 +113,17 @@ func renderStatus(w io.Writer, n status.Node) error {
 		plural(tot.ArmedQPs, "QP", "QPs"), tot.Migrations, tot.Failovers, tot.Switchbacks,
 		seconds(tot.ReplicationLagP50), seconds(tot.ReplicationLagP99), tot.PeersRefused)
 	return nil
+}
+
+// replSummary says how the node replicates: "keyed, gossip on 10.0.0.1:7946".
+func replSummary(r status.Repl) string {
+	if r.Mode == "" {
+		return "-"
+	}
+	if r.Addr == "" {
+		return r.Mode
+	}
+	return r.Mode + ", gossip on " + r.Addr
 }
 
 // peersSummary counts the peers by state: "3 (2 alive, 1 suspect)".

@@ -44,6 +44,7 @@ type replicator interface {
 	LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, error)
 	Store() *store.Store
 	Peers() []status.Peer
+	Repl() status.Repl
 	Totals(t *status.Totals)
 	Close() error
 }
@@ -72,14 +73,24 @@ func (l localOnly) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, e
 }
 func (l localOnly) Store() *store.Store   { return l.st }
 func (l localOnly) Peers() []status.Peer  { return nil }
+func (l localOnly) Repl() status.Repl     { return status.Repl{Mode: status.ReplOff} }
 func (l localOnly) Totals(*status.Totals) {}
 func (l localOnly) Close() error          { return l.st.Close() }
 
 // replicated is the store with peer-to-peer replication.
 type replicated struct {
-	st  *store.Store
-	r   *replica.Replicator
-	log *slog.Logger
+	st       *store.Store
+	r        *replica.Replicator
+	log      *slog.Logger
+	insecure bool
+}
+
+func (p replicated) Repl() status.Repl {
+	m := status.ReplKeyed
+	if p.insecure {
+		m = status.ReplInsecure
+	}
+	return status.Repl{Mode: m, Addr: p.r.Addr()}
 }
 
 func route(r ownerproto.Route) replica.Route { return replica.Route{GID: r.GID, LID: r.LID} }
@@ -223,5 +234,5 @@ func startRepl(path string, cfg Config, routes []ownerproto.Route, log *slog.Log
 		return nil, fmt.Errorf("replication: %w", err)
 	}
 	log.Info("replication started", "addr", r.Addr(), "join", cfg.Repl.Join, "gids", len(rc.Meta.GIDs), "lids", len(rc.Meta.LIDs))
-	return replicated{st: st, r: r, log: log}, nil
+	return replicated{st: st, r: r, log: log, insecure: len(rc.Key) == 0}, nil
 }

@@ -49,6 +49,7 @@ func (d *Daemon) Status() status.Node {
 	if n.Owners == nil {
 		n.Owners = []status.Owner{}
 	}
+	n.Repl = d.repl.Repl()
 	n.Peers = d.repl.Peers()
 	if n.Peers == nil {
 		n.Peers = []status.Peer{}

@@ -24,6 +24,7 @@ type Node struct {
 	QPs     []QP      `json:"qps"`
 	Owners  []Owner   `json:"owners"` // processes attached over the owner protocol
 	Peers   []Peer    `json:"peers"`
+	Repl    Repl      `json:"replication"`
 	Store   Store     `json:"store"`
 	Totals  Totals    `json:"totals"`
 }
@@ -125,6 +126,19 @@ type Peer struct {
 	LIDs  []uint16 `json:"lids,omitempty"`
 	// Entries is how many of the peer's entries this node holds.
 	Entries int `json:"entries"`
+}
+
+// Replication modes.
+const (
+	ReplOff      = "off"      // --no-replication
+	ReplInsecure = "insecure" // no cluster key
+	ReplKeyed    = "keyed"    // authenticated with the cluster key
+)
+
+// Repl says how this node replicates.
+type Repl struct {
+	Mode string `json:"mode"`
+	Addr string `json:"addr,omitempty"` // gossip address peers join
 }
 
 // Store counts the local store's entries.
