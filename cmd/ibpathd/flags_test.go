@@ -39,7 +39,7 @@ func TestBadInvocationsFailClearly(t *testing.T) {
 		{"config line without =", []string{"--config", conf("socket /x\n")}, "line 1"},
 		{"missing named config", []string{"--config", filepath.Join(dir, "nope.conf")}, "nope.conf"},
 		{"bad config value", []string{"--config", conf("sim-qps = many\n")}, "sim-qps"},
-		{"no cluster key", []string{"--fabric", "sim", "--gossip-bind", "127.0.0.1:0"}, "needs a cluster key"},
+		{"no cluster key", []string{"--fabric", "sim", "--gossip-bind", "127.0.0.1:0", "--join", "127.0.0.1:1"}, "needs a cluster key"},
 		{"key readable by others", []string{"--fabric", "sim", "--gossip-bind", "127.0.0.1:0", "--cluster-key-file", loose}, "chmod 600"},
 		{"short key", []string{"--fabric", "sim", "--gossip-bind", "127.0.0.1:0", "--cluster-key-file", short}, "want 16, 24 or 32 bytes"},
 		{"bad gossip address", []string{"--fabric", "sim", "--gossip-bind", "nowhere", "--insecure"}, `gossip bind "nowhere"`},
@@ -99,4 +99,13 @@ func TestReadinessAndCleanStop(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "store.db")); err != nil {
 		t.Fatalf("store file: %v", err)
 	}
+}
+
+func TestStandaloneByDefault(t *testing.T) {
+	p := startDaemon(t, "solo", t.TempDir(), "--fabric", "sim")
+	r := p.status().Repl
+	if r.Mode != status.ReplOff || !strings.Contains(r.Reason, "standalone") {
+		t.Fatalf("replication %+v: want off, saying the node is standalone", r)
+	}
+	mustContain(t, "the log", p.out.String(), "replication off", "--cluster-key-file")
 }

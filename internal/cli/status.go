@@ -120,10 +120,14 @@ func replSummary(r status.Repl) string {
 	if r.Mode == "" {
 		return "-"
 	}
-	if r.Addr == "" {
-		return r.Mode
+	out := r.Mode
+	if r.Addr != "" {
+		out += ", gossip on " + r.Addr
 	}
-	return r.Mode + ", gossip on " + r.Addr
+	if r.Reason != "" {
+		out += " (" + r.Reason + ")"
+	}
+	return out
 }
 
 // peersSummary counts the peers by state: "3 (2 alive, 1 suspect)".

@@ -50,7 +50,10 @@ type replicator interface {
 }
 
 // localOnly is replication switched off: the local store alone.
-type localOnly struct{ st *store.Store }
+type localOnly struct {
+	st     *store.Store
+	reason string
+}
 
 func (l localOnly) PublishQP(o store.Owner, k store.QPKey, v store.QPBackup, _ ownerproto.Route) error {
 	return l.st.PutQP(o, k, v)
@@ -73,7 +76,7 @@ func (l localOnly) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, e
 }
 func (l localOnly) Store() *store.Store   { return l.st }
 func (l localOnly) Peers() []status.Peer  { return nil }
-func (l localOnly) Repl() status.Repl     { return status.Repl{Mode: status.ReplOff} }
+func (l localOnly) Repl() status.Repl     { return status.Repl{Mode: status.ReplOff, Reason: l.reason} }
 func (l localOnly) Totals(*status.Totals) {}
 func (l localOnly) Close() error          { return l.st.Close() }
 
@@ -90,7 +93,11 @@ func (p replicated) Repl() status.Repl {
 	if p.insecure {
 		m = status.ReplInsecure
 	}
-	return status.Repl{Mode: m, Addr: p.r.Addr()}
+	r := status.Repl{Mode: m, Addr: p.r.Addr()}
+	if p.insecure {
+		r.Reason = "--insecure: peers are not authenticated"
+	}
+	return r
 }
 
 func route(r ownerproto.Route) replica.Route { return replica.Route{GID: r.GID, LID: r.LID} }
@@ -194,7 +201,12 @@ func startRepl(path string, cfg Config, routes []ownerproto.Route, log *slog.Log
 	}
 	if cfg.Repl.Off {
 		log.Info("replication off: backup attributes stay on this node")
-		return localOnly{st}, nil
+		return localOnly{st, "--no-replication"}, nil
+	}
+	if cfg.Repl.KeyFile == "" && !cfg.Repl.Insecure && len(cfg.Repl.Join) == 0 {
+		why := "standalone: no cluster key and no peer to join configured"
+		log.Warn("replication off: backup attributes stay on this node; set --cluster-key-file and --join to replicate", "reason", why)
+		return localOnly{st, why}, nil
 	}
 	rc := replica.Config{Name: cfg.Node, Seeds: cfg.Repl.Join, Insecure: cfg.Repl.Insecure, Logger: log,
 		AntiEntropyInterval: cfg.Repl.AntiEntropy}
@@ -216,7 +228,7 @@ func startRepl(path string, cfg Config, routes []ownerproto.Route, log *slog.Log
 		}
 	} else if !cfg.Repl.Insecure {
 		st.Close()
-		return nil, fmt.Errorf("replication needs a cluster key (--cluster-key-file); or --insecure for a test bed, or --no-replication")
+		return nil, fmt.Errorf("replication to %v needs a cluster key (--cluster-key-file); or --insecure for a test bed, or --no-replication", cfg.Repl.Join)
 	}
 	if cfg.Repl.Insecure {
 		log.Warn("replication WITHOUT a cluster key: any host that reaches the gossip port can join and write entries")

@@ -139,6 +139,8 @@ const (
 type Repl struct {
 	Mode string `json:"mode"`
 	Addr string `json:"addr,omitempty"` // gossip address peers join
+	// Reason says why replication is off or insecure.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Store counts the local store's entries.
