@@ -161,7 +161,9 @@ func waitMembers(t testing.TB, nodes ...*testNode) {
 	})
 }
 
-func owner(n int) store.Owner { return store.Owner{Node: fmt.Sprintf("node%d", n), PID: 1000 + n, Incarnation: 1} }
+func owner(n int) store.Owner {
+	return store.Owner{Node: fmt.Sprintf("node%d", n), PID: 1000 + n, Incarnation: 1}
+}
 
 // qpOn is a default QP on node n's port.
 func qpOn(n, i int) store.QPKey {

@@ -45,7 +45,9 @@ type filterTransport struct {
 }
 
 func (p *partition) wrap(self string) func(memberlist.Transport) memberlist.Transport {
-	return func(t memberlist.Transport) memberlist.Transport { return &filterTransport{Transport: t, self: self, p: p} }
+	return func(t memberlist.Transport) memberlist.Transport {
+		return &filterTransport{Transport: t, self: self, p: p}
+	}
 }
 
 func (f *filterTransport) WriteTo(b []byte, addr string) (time.Time, error) {

@@ -81,3 +81,5 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 	i := (len(sorted)*p + 99) / 100
 	return sorted[max(0, min(i, len(sorted))-1)]
 }
+
+func sortDurations(d []time.Duration) { slices.Sort(d) }
