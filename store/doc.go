@@ -9,6 +9,11 @@
 // bbolt's DB.Batch, which coalesces concurrent writers into one
 // transaction. Reads never touch the file: an in-memory copy is loaded at
 // Open and refreshed after every successful commit, so lookups on the
-// failover path cost a map access. Replication between nodes is not built
-// yet (see docs/STORE.md).
+// failover path cost a map access.
+//
+// Every entry carries a version (a hybrid logical clock value, see
+// VersionTime) assigned by the node that writes it; removals leave
+// tombstones. Apply stores records replicated from peers last-writer-wins,
+// and Digests/Stamps/Record serve anti-entropy. Package store/replica does
+// the replication itself (see docs/STORE.md and docs/REPLICATION.md).
 package store
