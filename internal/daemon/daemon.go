@@ -121,7 +121,9 @@ type Daemon struct {
 	srv     *http.Server
 	metrics *http.Server
 	stop    chan struct{}
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // port watcher and owner sessions
+	life    sync.Mutex     // orders wg.Add of a new session against Close
+	closing bool
 	once    sync.Once
 }
 
@@ -236,6 +238,9 @@ func listenUnix(path string) (net.Listener, error) {
 // replication, and closes the store. It is idempotent.
 func (d *Daemon) Close() {
 	d.once.Do(func() {
+		d.life.Lock()
+		d.closing = true
+		d.life.Unlock()
 		close(d.stop)
 		if d.srv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

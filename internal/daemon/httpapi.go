@@ -204,6 +204,15 @@ func (d *Daemon) ownerUpgrade(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%s needs Connection: Upgrade and Upgrade: %s", api.PathOwner, ownerproto.Upgrade))
 		return
 	}
+	d.life.Lock()
+	if d.closing {
+		d.life.Unlock()
+		writeError(w, &api.Error{Code: api.CodeOwnerGone, Message: "ibpathd is stopping"})
+		return
+	}
+	d.wg.Add(1)
+	d.life.Unlock()
+	defer d.wg.Done()
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		writeError(w, fmt.Errorf("owner upgrade: the connection cannot be taken over"))
