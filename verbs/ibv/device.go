@@ -15,7 +15,9 @@ import "C"
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/ibpath/ibpath/verbs"
@@ -28,11 +30,15 @@ type Provider struct{}
 var _ verbs.Provider = Provider{}
 
 // Devices lists the RDMA devices libibverbs sees. A machine without
-// devices (or without an RDMA kernel stack) yields an empty list.
+// devices yields an empty list; so does one without an RDMA kernel stack
+// (ibv_get_device_list fails there with ENOSYS: no uverbs in sysfs).
 func (Provider) Devices() ([]verbs.DeviceInfo, error) {
 	var n C.int
 	l, err := C.ibv_get_device_list(&n)
 	if l == nil {
+		if errors.Is(err, syscall.ENOSYS) {
+			return []verbs.DeviceInfo{}, nil
+		}
 		return nil, nullErr("ibv_get_device_list", err, "")
 	}
 	defer C.ibv_free_device_list(l)
@@ -66,6 +72,9 @@ func OpenDevice(name string) (*Context, error) {
 	var n C.int
 	l, err := C.ibv_get_device_list(&n)
 	if l == nil {
+		if errors.Is(err, syscall.ENOSYS) {
+			return nil, verbs.Errorf("ibv_open_device", verbs.ENODEV, "no RDMA device named %q: no RDMA kernel support on this host (ibv_get_device_list: ENOSYS)", name)
+		}
 		return nil, nullErr("ibv_get_device_list", err, "opening %q", name)
 	}
 	defer C.ibv_free_device_list(l)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,14 +262,33 @@ int ibp_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq)
 	return 0;
 }
 
+/* snprintf that never reports more than it wrote: dumpers chain calls on
+ * buf + n, len - n. */
+static int put(char *buf, int len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int put(char *buf, int len, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (len <= 1)
+		return 0;
+	va_start(ap, fmt);
+	n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return 0;
+	return n < len ? n : len - 1;
+}
+
 static int dump_ah(char *buf, int len, const char *p, const struct ibv_ah_attr *ah)
 {
 	char g[64];
 	int i, n = 0;
 
 	for (i = 0; i < 16; i++)
-		n += snprintf(g + n, sizeof(g) - n, "%02x", ah->grh.dgid.raw[i]);
-	return snprintf(buf, len,
+		n += put(g + n, sizeof(g) - n, "%02x", ah->grh.dgid.raw[i]);
+	return put(buf, len,
 			"%s.grh.dgid=%s %s.grh.flow_label=%u %s.grh.sgid_index=%u "
 			"%s.grh.hop_limit=%u %s.grh.traffic_class=%u %s.dlid=%u %s.sl=%u "
 			"%s.src_path_bits=%u %s.static_rate=%u %s.is_global=%u %s.port_num=%u ",
@@ -279,7 +299,7 @@ static int dump_ah(char *buf, int len, const char *p, const struct ibv_ah_attr *
 
 int ibp_dump_qp_attr(const struct ibv_qp_attr *a, char *buf, int len)
 {
-	int n = snprintf(buf, len,
+	int n = put(buf, len,
 			 "qp_state=%u cur_qp_state=%u path_mtu=%u path_mig_state=%u qkey=%u "
 			 "rq_psn=%u sq_psn=%u dest_qp_num=%u qp_access_flags=%u "
 			 "cap.max_send_wr=%u cap.max_recv_wr=%u cap.max_send_sge=%u "
@@ -290,7 +310,7 @@ int ibp_dump_qp_attr(const struct ibv_qp_attr *a, char *buf, int len)
 			 a->cap.max_recv_sge, a->cap.max_inline_data);
 	n += dump_ah(buf + n, len - n, "ah_attr", &a->ah_attr);
 	n += dump_ah(buf + n, len - n, "alt_ah_attr", &a->alt_ah_attr);
-	n += snprintf(buf + n, len - n,
+	n += put(buf + n, len - n,
 		      "pkey_index=%u alt_pkey_index=%u en_sqd_async_notify=%u sq_draining=%u "
 		      "max_rd_atomic=%u max_dest_rd_atomic=%u min_rnr_timer=%u port_num=%u "
 		      "timeout=%u retry_cnt=%u rnr_retry=%u alt_port_num=%u alt_timeout=%u "
@@ -367,24 +387,24 @@ int ibp_dump_send_chain(struct ibp_scratch *s, int n, char *buf, int len)
 		int atomic = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
 			     w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 
-		off += snprintf(buf + off, len - off,
+		off += put(buf + off, len - off,
 				"wr_id=%llu opcode=%u send_flags=%u imm_data_be=%08x num_sge=%d",
 				(unsigned long long)w->wr_id, w->opcode, w->send_flags,
 				ntohl(w->imm_data), w->num_sge);
 		if (atomic)
-			off += snprintf(buf + off, len - off,
+			off += put(buf + off, len - off,
 					" atomic.remote_addr=%llx atomic.rkey=%x atomic.compare_add=%llx atomic.swap=%llx",
 					(unsigned long long)w->wr.atomic.remote_addr, w->wr.atomic.rkey,
 					(unsigned long long)w->wr.atomic.compare_add,
 					(unsigned long long)w->wr.atomic.swap);
 		else
-			off += snprintf(buf + off, len - off, " rdma.remote_addr=%llx rdma.rkey=%x",
+			off += put(buf + off, len - off, " rdma.remote_addr=%llx rdma.rkey=%x",
 					(unsigned long long)w->wr.rdma.remote_addr, w->wr.rdma.rkey);
 		for (i = 0; i < w->num_sge; i++)
-			off += snprintf(buf + off, len - off, " sge[%d]=%llx/%u/%x", i,
+			off += put(buf + off, len - off, " sge[%d]=%llx/%u/%x", i,
 					(unsigned long long)w->sg_list[i].addr,
 					w->sg_list[i].length, w->sg_list[i].lkey);
-		off += snprintf(buf + off, len - off, "\n");
+		off += put(buf + off, len - off, "\n");
 	}
 	return off;
 }
@@ -396,13 +416,13 @@ int ibp_dump_recv_chain(struct ibp_scratch *s, int n, char *buf, int len)
 
 	ibp_build_recv(s, n);
 	for (w = n ? s->rrecv : NULL; w && off < len; w = w->next) {
-		off += snprintf(buf + off, len - off, "wr_id=%llu num_sge=%d",
+		off += put(buf + off, len - off, "wr_id=%llu num_sge=%d",
 				(unsigned long long)w->wr_id, w->num_sge);
 		for (i = 0; i < w->num_sge; i++)
-			off += snprintf(buf + off, len - off, " sge[%d]=%llx/%u/%x", i,
+			off += put(buf + off, len - off, " sge[%d]=%llx/%u/%x", i,
 					(unsigned long long)w->sg_list[i].addr,
 					w->sg_list[i].length, w->sg_list[i].lkey);
-		off += snprintf(buf + off, len - off, "\n");
+		off += put(buf + off, len - off, "\n");
 	}
 	return off;
 }
