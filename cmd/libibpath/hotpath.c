@@ -1,0 +1,295 @@
+/* The Default-state hot path: record, then call the provider. No
+ * allocation, no lock on the post path (a QP's ring slots are reserved
+ * with an atomic add), no call into Go. */
+#include <stdlib.h>
+#include <string.h>
+#include "shim.h"
+
+static struct ibp_ctx *ctxs[IBP_MAX_CTX];
+
+struct ibp_ctx *ibp_ctx_of(struct ibv_context *ctx)
+{
+	for (int i = 0; i < IBP_MAX_CTX; i++) {
+		struct ibp_ctx *c = __atomic_load_n(&ctxs[i], __ATOMIC_ACQUIRE);
+		if (c && c->ctx == ctx)
+			return c;
+	}
+	return NULL;
+}
+
+static pthread_mutex_t ctxs_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ibp_ctx_add takes over ctx's post_send, post_recv and poll_cq. */
+struct ibp_ctx *ibp_ctx_add(struct ibv_context *ctx)
+{
+	struct ibp_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->ctx = ctx;
+	pthread_mutex_init(&c->mu, NULL);
+	c->post_send = ctx->ops.post_send;
+	c->post_recv = ctx->ops.post_recv;
+	c->poll_cq = ctx->ops.poll_cq;
+	pthread_mutex_lock(&ctxs_mu);
+	int i;
+	for (i = 0; i < IBP_MAX_CTX && ctxs[i]; i++)
+		;
+	if (i == IBP_MAX_CTX) {
+		pthread_mutex_unlock(&ctxs_mu);
+		free(c);
+		return NULL;
+	}
+	__atomic_store_n(&ctxs[i], c, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ctxs_mu);
+	ctx->ops.post_send = ibp_post_send;
+	ctx->ops.post_recv = ibp_post_recv;
+	ctx->ops.poll_cq = ibp_poll_cq;
+	return c;
+}
+
+void ibp_ctx_remove(struct ibv_context *ctx)
+{
+	pthread_mutex_lock(&ctxs_mu);
+	for (int i = 0; i < IBP_MAX_CTX; i++) {
+		if (ctxs[i] && ctxs[i]->ctx == ctx) {
+			struct ibp_ctx *c = ctxs[i];
+			ctx->ops.post_send = c->post_send;
+			ctx->ops.post_recv = c->post_recv;
+			ctx->ops.poll_cq = c->poll_cq;
+			__atomic_store_n(&ctxs[i], NULL, __ATOMIC_RELEASE);
+			/* c is leaked on purpose: a racing poster may still
+			 * read it; contexts are closed a handful of times. */
+		}
+	}
+	pthread_mutex_unlock(&ctxs_mu);
+}
+
+static uint32_t pow2(uint32_t n)
+{
+	uint32_t p = 1;
+	while (p < n && p < (1u << 20))
+		p <<= 1;
+	return p;
+}
+
+struct ibp_qp *ibp_qp_find(struct ibp_ctx *c, uint32_t qpn)
+{
+	for (uint32_t i = 0; i < IBP_QP_SLOTS; i++) {
+		struct ibp_qp *q = __atomic_load_n(&c->slots[(qpn + i) & (IBP_QP_SLOTS - 1)], __ATOMIC_ACQUIRE);
+		if (!q)
+			return NULL;
+		if (q != IBP_SLOT_DEAD && q->qpn == qpn)
+			return q;
+	}
+	return NULL;
+}
+
+struct ibp_qp *ibp_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_recv_wr, int sig_all)
+{
+	struct ibp_ctx *c = ibp_ctx_of(qp->context);
+	if (!c)
+		return NULL;
+	struct ibp_qp *q = calloc(1, sizeof(*q));
+	if (!q)
+		return NULL;
+	q->qp = qp;
+	q->qpn = qp->qp_num;
+	q->sig_all = sig_all;
+	q->smask = pow2(max_send_wr ? max_send_wr : 1) - 1;
+	q->rmask = pow2(max_recv_wr ? max_recv_wr : 1) - 1;
+	q->sq = calloc(q->smask + 1, sizeof(*q->sq));
+	q->rq = calloc(q->rmask + 1, sizeof(*q->rq));
+	if (!q->sq || !q->rq) {
+		free(q->sq);
+		free(q->rq);
+		free(q);
+		return NULL;
+	}
+	pthread_mutex_lock(&c->mu);
+	for (uint32_t i = 0; i < IBP_QP_SLOTS; i++) {
+		struct ibp_qp **s = &c->slots[(q->qpn + i) & (IBP_QP_SLOTS - 1)];
+		if (*s == NULL || *s == IBP_SLOT_DEAD) {
+			__atomic_store_n(s, q, __ATOMIC_RELEASE);
+			pthread_mutex_unlock(&c->mu);
+			return q;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	free(q->sq);
+	free(q->rq);
+	free(q);
+	return NULL;
+}
+
+void ibp_qp_remove(struct ibv_qp *qp)
+{
+	struct ibp_ctx *c = ibp_ctx_of(qp->context);
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	for (uint32_t i = 0; i < IBP_QP_SLOTS; i++) {
+		struct ibp_qp **s = &c->slots[(qp->qp_num + i) & (IBP_QP_SLOTS - 1)];
+		if (*s == NULL)
+			break;
+		if (*s != IBP_SLOT_DEAD && (*s)->qp == qp) {
+			/* The rings stay allocated: a poller may still hold q. */
+			__atomic_store_n(s, IBP_SLOT_DEAD, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+void ibp_qp_outstanding(struct ibp_qp *q, uint64_t *send, uint64_t *recv)
+{
+	*send = __atomic_load_n(&q->shead, __ATOMIC_ACQUIRE) - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE);
+	*recv = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE) - __atomic_load_n(&q->rtail, __ATOMIC_ACQUIRE);
+}
+
+static inline void copy_sges(struct ibv_sge *dst, const struct ibv_sge *src, int n, uint32_t *flags)
+{
+	if (n > IBP_MAX_SGE) {
+		*flags |= IBP_SQE_PARTIAL;
+		n = IBP_MAX_SGE;
+	}
+	for (int i = 0; i < n; i++)
+		dst[i] = src[i];
+}
+
+int ibp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct ibp_ctx *c = ibp_ctx_of(qp->context);
+	struct ibp_qp *q = (c && ibp_record) ? ibp_qp_find(c, qp->qp_num) : NULL;
+	if (!q)
+		return c ? c->post_send(qp, wr, bad) : EINVAL;
+	uint64_t n = 0;
+	for (struct ibv_send_wr *w = wr; w; w = w->next)
+		n++;
+	uint64_t first = __atomic_fetch_add(&q->shead, n, __ATOMIC_ACQ_REL);
+	if (first + n - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
+		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
+	uint64_t k = first;
+	for (struct ibv_send_wr *w = wr; w; w = w->next, k++) {
+		struct ibp_sqe *e = &q->sq[k & q->smask];
+		e->wr_id = w->wr_id;
+		e->opcode = w->opcode;
+		e->send_flags = w->send_flags;
+		e->imm = w->imm_data;
+		e->num_sge = w->num_sge;
+		e->flags = 0;
+		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			e->remote_addr = w->wr.atomic.remote_addr;
+			e->rkey = w->wr.atomic.rkey;
+			e->compare_add = w->wr.atomic.compare_add;
+			e->swap = w->wr.atomic.swap;
+		} else {
+			e->remote_addr = w->wr.rdma.remote_addr;
+			e->rkey = w->wr.rdma.rkey;
+		}
+		copy_sges(e->sge, w->sg_list, w->num_sge, &e->flags);
+	}
+	int ret = c->post_send(qp, wr, bad);
+	if (ret && bad && *bad) {
+		/* WRs from *bad on were not posted. */
+		k = first;
+		int refused = 0;
+		for (struct ibv_send_wr *w = wr; w; w = w->next, k++) {
+			if (w == *bad)
+				refused = 1;
+			if (refused)
+				q->sq[k & q->smask].flags |= IBP_SQE_VOID;
+		}
+	}
+	return ret;
+}
+
+int ibp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct ibp_ctx *c = ibp_ctx_of(qp->context);
+	struct ibp_qp *q = (c && ibp_record) ? ibp_qp_find(c, qp->qp_num) : NULL;
+	if (!q)
+		return c ? c->post_recv(qp, wr, bad) : EINVAL;
+	uint64_t n = 0;
+	for (struct ibv_recv_wr *w = wr; w; w = w->next)
+		n++;
+	uint64_t first = __atomic_fetch_add(&q->rhead, n, __ATOMIC_ACQ_REL);
+	uint64_t k = first;
+	for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
+		struct ibp_rqe *e = &q->rq[k & q->rmask];
+		e->wr_id = w->wr_id;
+		e->num_sge = w->num_sge;
+		e->flags = 0;
+		copy_sges(e->sge, w->sg_list, w->num_sge, &e->flags);
+	}
+	int ret = c->post_recv(qp, wr, bad);
+	if (ret && bad && *bad) {
+		k = first;
+		int refused = 0;
+		for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
+			if (w == *bad)
+				refused = 1;
+			if (refused)
+				q->rq[k & q->rmask].flags |= IBP_SQE_VOID;
+		}
+	}
+	return ret;
+}
+
+/* retire_send retires the oldest outstanding send entries up to and
+ * including the one a send completion stands for: the next signaled
+ * entry (a signaled completion also retires the unsignaled WRs before
+ * it, which completed in order). Entries the provider refused are
+ * skipped. */
+static void retire_send(struct ibp_qp *q)
+{
+	uint64_t head = __atomic_load_n(&q->shead, __ATOMIC_ACQUIRE);
+	uint64_t t = __atomic_load_n(&q->stail, __ATOMIC_RELAXED);
+	while (t < head) {
+		struct ibp_sqe *e = &q->sq[t & q->smask];
+		t++;
+		if (e->flags & IBP_SQE_VOID)
+			continue;
+		if (q->sig_all || (e->send_flags & IBV_SEND_SIGNALED))
+			break;
+	}
+	__atomic_store_n(&q->stail, t, __ATOMIC_RELEASE);
+}
+
+static void retire_recv(struct ibp_qp *q)
+{
+	uint64_t head = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE);
+	uint64_t t = __atomic_load_n(&q->rtail, __ATOMIC_RELAXED);
+	while (t < head) {
+		struct ibp_rqe *e = &q->rq[t & q->rmask];
+		t++;
+		if (!(e->flags & IBP_SQE_VOID))
+			break;
+	}
+	__atomic_store_n(&q->rtail, t, __ATOMIC_RELEASE);
+}
+
+int ibp_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct ibp_ctx *c = ibp_ctx_of(cq->context);
+	if (!c)
+		return EINVAL;
+	int got = c->poll_cq(cq, n, wc);
+	if (got <= 0 || !ibp_record)
+		return got;
+	struct ibp_qp *last = NULL;
+	for (int i = 0; i < got; i++) {
+		if (!last || last->qpn != wc[i].qp_num)
+			last = ibp_qp_find(c, wc[i].qp_num);
+		if (!last)
+			continue;
+		/* The opcode of an error completion is undefined: its entry
+		 * stays outstanding for layer 2 to account for. */
+		if (wc[i].status != IBV_WC_SUCCESS)
+			continue;
+		if (wc[i].opcode & IBV_WC_RECV)
+			retire_recv(last);
+		else
+			retire_send(last);
+	}
+	return got;
+}

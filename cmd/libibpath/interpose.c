@@ -1,0 +1,148 @@
+/* The interposed control verbs. Each forwards to the libibverbs
+ * definition of the same symbol version (dlvsym on RTLD_NEXT), then
+ * tells the Go side what happened. The application sees exactly what
+ * libibverbs returned. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "shim.h"
+#include "_cgo_export.h"
+
+int ibp_enabled = 1;
+int ibp_record = 1;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void do_init(void)
+{
+	/* The Go side reads the environment, prints what is active and
+	 * sets ibp_enabled and ibp_record. Called at the first interposed
+	 * verb, when every constructor (Go's runtime start among them) has
+	 * run, so the flags are settled before any context is swapped. */
+	ibpathInit();
+}
+
+static inline void ibp_init(void)
+{
+	pthread_once(&init_once, do_init);
+}
+
+static void *real(const char *name)
+{
+	void *f = dlvsym(RTLD_NEXT, name, "IBVERBS_1.1");
+	if (!f) {
+		fprintf(stderr, "libibpath: %s@IBVERBS_1.1 not found in the next library (is libibverbs loaded?): %s\n", name, dlerror());
+		abort();
+	}
+	return f;
+}
+
+#define REAL(name, ret, args) \
+	ibp_init(); \
+	static ret(*real_##name) args; \
+	if (!real_##name) \
+		real_##name = (ret(*) args)real(#name)
+
+struct ibv_context *ibp_open_device(struct ibv_device *dev) __asm__("ibv_open_device");
+struct ibv_context *ibp_open_device(struct ibv_device *dev)
+{
+	REAL(ibv_open_device, struct ibv_context *, (struct ibv_device *));
+	struct ibv_context *ctx = real_ibv_open_device(dev);
+	if (!ctx || !ibp_enabled)
+		return ctx;
+	if (!ibp_ctx_add(ctx)) {
+		fprintf(stderr, "libibpath: %s: too many open contexts; this one is not protected\n", ibv_get_device_name(dev));
+		return ctx;
+	}
+	ibpathOpened(ctx, (char *)ibv_get_device_name(dev));
+	return ctx;
+}
+
+int ibp_close_device(struct ibv_context *ctx) __asm__("ibv_close_device");
+int ibp_close_device(struct ibv_context *ctx)
+{
+	REAL(ibv_close_device, int, (struct ibv_context *));
+	if (ibp_enabled && ibp_ctx_of(ctx)) {
+		ibpathClosed(ctx);
+		ibp_ctx_remove(ctx);
+	}
+	return real_ibv_close_device(ctx);
+}
+
+struct ibv_qp *ibp_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) __asm__("ibv_create_qp");
+struct ibv_qp *ibp_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	REAL(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *, struct ibv_qp_init_attr *));
+	struct ibv_qp *qp = real_ibv_create_qp(pd, attr);
+	if (!qp || !ibp_enabled || !ibp_ctx_of(qp->context))
+		return qp;
+	int protect = ibpathCreated(qp, attr->qp_type, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all, attr->srq != NULL);
+	if (protect && !ibp_qp_add(qp, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all))
+		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
+	return qp;
+}
+
+int ibp_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) __asm__("ibv_modify_qp");
+int ibp_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	REAL(ibv_modify_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int));
+	if (!ibp_enabled)
+		return real_ibv_modify_qp(qp, attr, mask);
+	/* Layer 1 may add its alternate path to the application's own
+	 * INIT->RTR or RTR->RTS: the Go side edits a copy, never the
+	 * application's attributes. */
+	struct ibv_qp_attr mine = *attr;
+	int mymask = ibpathBeforeModify(qp, &mine, mask);
+	int ret = real_ibv_modify_qp(qp, &mine, mymask);
+	if (ret && mymask != mask) {
+		/* The provider refused the alternate: do what the
+		 * application asked, and report that. */
+		ibpathAltRefused(qp, ret);
+		ret = real_ibv_modify_qp(qp, attr, mask);
+	}
+	ibpathAfterModify(qp, attr, mask, ret);
+	return ret;
+}
+
+int ibp_destroy_qp(struct ibv_qp *qp) __asm__("ibv_destroy_qp");
+int ibp_destroy_qp(struct ibv_qp *qp)
+{
+	REAL(ibv_destroy_qp, int, (struct ibv_qp *));
+	struct ibv_context *ctx = qp->context;
+	uint32_t qpn = qp->qp_num;
+	if (ibp_enabled)
+		ibp_qp_remove(qp);
+	int ret = real_ibv_destroy_qp(qp);
+	if (ibp_enabled && ret == 0)
+		ibpathDestroyed(ctx, qpn);
+	return ret;
+}
+
+int ibp_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) __asm__("ibv_get_async_event");
+int ibp_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	REAL(ibv_get_async_event, int, (struct ibv_context *, struct ibv_async_event *));
+	int ret = real_ibv_get_async_event(ctx, ev);
+	if (ret == 0 && ibp_enabled && ibp_ctx_of(ctx)) {
+		uint32_t qpn = 0;
+		int port = 0;
+		switch (ev->event_type) {
+		case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+		case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+		case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+			qpn = ev->element.qp->qp_num;
+			break;
+		case IBV_EVENT_PORT_ACTIVE: case IBV_EVENT_PORT_ERR: case IBV_EVENT_LID_CHANGE:
+		case IBV_EVENT_PKEY_CHANGE: case IBV_EVENT_SM_CHANGE: case IBV_EVENT_CLIENT_REREGISTER:
+		case IBV_EVENT_GID_CHANGE:
+			port = ev->element.port_num;
+			break;
+		default:
+			break;
+		}
+		ibpathAsyncEvent(ctx, ev->event_type, qpn, port);
+	}
+	return ret;
+}

@@ -1,0 +1,62 @@
+// Command libibpath is the ibpath shim: a shared library loaded with
+// LD_PRELOAD (or named by NCCL_IBVERBS_LIB) into unmodified RDMA programs.
+// Build it with
+//
+//	go build -buildmode=c-shared -o libibpath.so ./cmd/libibpath
+//
+// It interposes the control verbs ibv_open_device, ibv_close_device,
+// ibv_create_qp, ibv_modify_qp, ibv_destroy_qp and ibv_get_async_event
+// (symbol version IBVERBS_1.1, forwarded with dlvsym(RTLD_NEXT)), and
+// swaps each opened context's post_send, post_recv and poll_cq (inline in
+// verbs.h) for C wrappers that record every work request of an RC QP in a
+// shadow ring before calling the provider. The Go side (internal/shim)
+// tracks devices and QPs, decides what each layer does, and reports to
+// ibpathd when it runs. See docs/SHIM.md.
+package main
+
+/*
+#cgo LDFLAGS: -libverbs -ldl
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/ibpath/ibpath/internal/shim"
+)
+
+var (
+	rt       *shim.Runtime
+	attacher *shim.Attacher
+)
+
+// ibpathInit runs once, at the first interposed verb.
+//
+//export ibpathInit
+func ibpathInit() {
+	cfg, err := shim.FromEnv(nil)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Log}))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "libibpath: %v; the shim disables itself and every verb passes straight through\n", err)
+		cfg.Disabled = true
+	}
+	if cfg.Log <= slog.LevelInfo || err != nil || cfg.Disabled {
+		fmt.Fprintln(os.Stderr, cfg.Banner(os.Getpid()))
+	}
+	if cfg.Disabled {
+		C.ibp_enabled = 0
+		return
+	}
+	if !cfg.Record {
+		C.ibp_record = 0
+	}
+	rt = shim.NewRuntime(cfg, log)
+	if cfg.Socket != "off" {
+		attacher = shim.Attach(rt, cfg.Socket)
+	}
+}
+
+func main() {}

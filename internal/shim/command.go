@@ -1,0 +1,26 @@
+package shim
+
+import (
+	"fmt"
+
+	"github.com/ibpath/ibpath/internal/ownerproto"
+)
+
+// Command carries out an arm or migrate relayed by ibpathd. Layer 1 acts
+// only on QPs it armed; for any other QP the answer says why not.
+func (r *Runtime) Command(c ownerproto.Command) ownerproto.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, q := range r.qps {
+		if q.dev.name != c.Device || k.qpn != c.QPN {
+			continue
+		}
+		before := q.status.APM + " " + q.status.Primary
+		why := q.status.Reason
+		if why == "" {
+			why = "the QP is not connected yet"
+		}
+		return ownerproto.Result{Before: before, Error: fmt.Sprintf("%s QP %#x: layer 1 does not protect it: %s", c.Device, c.QPN, why)}
+	}
+	return ownerproto.Result{Error: fmt.Sprintf("%s QP %#x: no such QP in this process", c.Device, c.QPN)}
+}

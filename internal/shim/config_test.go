@@ -1,0 +1,31 @@
+package shim
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestFromEnv(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if err != nil || c.Disabled || !c.APM || !c.Record || c.Backup != "auto" || c.Socket != "/run/ibpath/ibpathd.sock" || c.Log != slog.LevelWarn {
+		t.Fatalf("defaults %+v %v", c, err)
+	}
+	c, err = FromEnv(env(map[string]string{EnvDisable: "1", EnvAPM: "off", EnvRecord: "no", EnvBackup: "mlx5_1", EnvSocket: "off", EnvLog: "debug"}))
+	if err != nil || !c.Disabled || c.APM || c.Record || c.Backup != "mlx5_1" || c.Socket != "off" || c.Log != slog.LevelDebug {
+		t.Fatalf("set %+v %v", c, err)
+	}
+	for k, v := range map[string]string{EnvDisable: "2", EnvAPM: "maybe", EnvRecord: "x", EnvLog: "loud"} {
+		if _, err := FromEnv(env(map[string]string{k: v})); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s=%s: %v, want an error naming it", k, v, err)
+		}
+	}
+	if b := (Config{Disabled: true}).Banner(7); !strings.Contains(b, "pid 7") || !strings.Contains(b, "disabled") {
+		t.Errorf("banner %q", b)
+	}
+	if b := (Config{APM: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "layer 1 (APM) on") || !strings.Contains(b, "shadow rings off") || !strings.Contains(b, "ibpathd not used") {
+		t.Errorf("banner %q", b)
+	}
+}

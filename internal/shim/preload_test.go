@@ -1,0 +1,191 @@
+package shim
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/daemon"
+	"github.com/ibpath/ibpath/internal/status"
+)
+
+// preloadBed is the shim built as a shared library, a stand-in
+// libibverbs (testdata/fakeverbs.c: one device, two Ethernet ports, a
+// provider that completes everything at once) and a probe program linked
+// against it that knows nothing of ibpath.
+type preloadBed struct {
+	dir, shim, probe string
+}
+
+func buildBed(t *testing.T) preloadBed {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found: the shim tests build C programs")
+	}
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("libibverbs-dev is not installed (verbs.h missing); .ci/run installs it")
+	}
+	dir := t.TempDir()
+	b := preloadBed{dir: dir, shim: filepath.Join(dir, "libibpath.so"), probe: filepath.Join(dir, "probe")}
+	run := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	run("go", "build", "-buildmode=c-shared", "-o", b.shim, "./cmd/libibpath")
+	td, _ := filepath.Abs("testdata")
+	run("gcc", "-shared", "-fPIC", "-O2", "-o", filepath.Join(dir, "libibverbs.so.1"), "-Wl,-soname,libibverbs.so.1",
+		"-Wl,--version-script="+filepath.Join(td, "fakeverbs.map"), filepath.Join(td, "fakeverbs.c"))
+	if err := os.Symlink("libibverbs.so.1", filepath.Join(dir, "libibverbs.so")); err != nil {
+		t.Fatal(err)
+	}
+	run("gcc", "-O2", "-o", b.probe, filepath.Join(td, "probe.c"), "-L"+dir, "-libverbs", "-Wl,-rpath,"+dir)
+	return b
+}
+
+// cmd runs the probe, under the shim when env is not nil.
+func (b preloadBed) cmd(env []string, args ...string) *exec.Cmd {
+	c := exec.Command(b.probe, args...)
+	c.Env = os.Environ()
+	if env != nil {
+		c.Env = append(c.Env, "LD_PRELOAD="+b.shim)
+		c.Env = append(c.Env, env...)
+	}
+	return c
+}
+
+func (b preloadBed) run(t *testing.T, env []string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	c := b.cmd(env, args...)
+	var o, e strings.Builder
+	c.Stdout, c.Stderr = &o, &e
+	if err := c.Run(); err != nil {
+		t.Fatalf("probe %v (env %v): %v\nstdout:\n%s\nstderr:\n%s", args, env, err, o.String(), e.String())
+	}
+	return o.String(), e.String()
+}
+
+// TestPreloadIsTransparent: the program sees exactly what it sees
+// without the shim (completions, wr_ids, the provider's refusal and bad
+// WR), and the shim says at load what is active.
+func TestPreloadIsTransparent(t *testing.T) {
+	b := buildBed(t)
+	plain, _ := b.run(t, nil, "1000")
+	if !strings.Contains(plain, "sends 250 recvs 1000") {
+		t.Fatalf("the probe itself misbehaves: %s", plain)
+	}
+	shimmed, errs := b.run(t, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, "1000")
+	if shimmed != plain {
+		t.Fatalf("the shim changed what the program saw:\nwithout: %s\nwith:    %s", plain, shimmed)
+	}
+	for _, want := range []string{"libibpath: loaded in pid", "shadow rings on", "ibpathd not used", "device opened", "device=fake0"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr under the shim lacks %q:\n%s", want, errs)
+		}
+	}
+	// Disabled, and misconfigured: still transparent, and said so.
+	out, errs := b.run(t, []string{"IBPATH_DISABLE=1"}, "100")
+	if first, _ := b.run(t, nil, "100"); out != first || !strings.Contains(errs, "disabled by IBPATH_DISABLE") {
+		t.Fatalf("IBPATH_DISABLE=1: stdout %q stderr %q", out, errs)
+	}
+	out, errs = b.run(t, []string{"IBPATH_APM=maybe"}, "100")
+	if first, _ := b.run(t, nil, "100"); out != first || !strings.Contains(errs, `IBPATH_APM="maybe": want on or off`) || !strings.Contains(errs, "disables itself") {
+		t.Fatalf("a bad IBPATH_APM: stdout %q stderr %q", out, errs)
+	}
+}
+
+// TestPreloadReportsToIbpathd: a program under the shim attaches to
+// ibpathd, which lists its QP with the owner's pid and the reason layer 1
+// cannot protect it on RoCE, relays a migrate to it (and gets the shim's
+// refusal), and forgets the QP when the program destroys it.
+func TestPreloadReportsToIbpathd(t *testing.T) {
+	b := buildBed(t)
+	sock := filepath.Join(b.dir, "ibpathd.sock")
+	d, err := daemon.New(daemon.Config{Node: "n0", Socket: sock, StateDir: b.dir, Fabric: "sim",
+		Sim: daemon.SimConfig{Hosts: 2}, Repl: daemon.ReplConfig{Off: true}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() { served <- d.Serve(context.Background(), func() error { close(ready); return nil }) }()
+	<-ready
+	defer func() { d.Close(); <-served }()
+	c := api.NewClient(sock, 5*time.Second)
+
+	p := b.cmd([]string{"IBPATH_SOCKET=" + sock, "IBPATH_LOG=info"}, "100", "wait")
+	stdin, err := p.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := p.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	p.Stderr = &stderr
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Process.Kill()
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && lines.Text() != "READY" {
+	}
+	var q status.QP
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n, err := c.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(n.QPs) == 1 && n.QPs[0].APM != "-" {
+			q = n.QPs[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the probe's QP never reached ibpathd: %+v\nprobe stderr:\n%s", n.QPs, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if q.Device != "fake0" || q.QPN != 0x100 || q.OwnerPID != p.Process.Pid || q.APM != "unsupported" ||
+		!strings.Contains(q.Reason, "RoCE") || q.Remote != "10.0.0.2 qpn 0x4242" || q.Primary != "port 1" {
+		t.Fatalf("the QP as ibpathd shows it: %+v", q)
+	}
+	res, err := c.Migrate(context.Background(), api.Target{Device: "fake0", QPN: 0x100}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Results) != 1 || res.Results[0].OK || !strings.Contains(res.Results[0].Error, "RoCE has no automatic path migration") {
+		t.Fatalf("relayed migrate: %+v", res)
+	}
+	fmt.Fprintln(stdin, "go")
+	rest, _ := io.ReadAll(stdout)
+	if err := p.Wait(); err != nil || !strings.Contains(string(rest), "done") {
+		t.Fatalf("probe: %v %s\n%s", err, rest, stderr.String())
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		n, _ := c.Status(context.Background())
+		if len(n.QPs) == 0 && len(n.Owners) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the QP or owner stayed after the program ended: %+v %+v", n.QPs, n.Owners)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(stderr.String(), "attached to ibpathd") {
+		t.Fatalf("the shim did not say it attached:\n%s", stderr.String())
+	}
+}

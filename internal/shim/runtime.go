@@ -1,0 +1,251 @@
+package shim
+
+import (
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Port is what the shim knows of a port of an opened device.
+type Port struct {
+	Num       uint8
+	LinkLayer verbs.LinkLayer
+	LID       uint16
+}
+
+// QPInfo describes a QP the application created.
+type QPInfo struct {
+	QPN     uint32
+	Type    verbs.QPType
+	SRQ     bool
+	SendCap uint32
+	RecvCap uint32
+}
+
+// Modify is a successful (or failed) ibv_modify_qp of the application.
+type Modify struct {
+	QPN     uint32
+	Mask    verbs.QPAttrMask
+	State   verbs.QPState // when Mask has QPAttrState
+	Port    uint8         // when Mask has QPAttrPort
+	DLID    uint16        // when Mask has QPAttrAV
+	DGID    verbs.GID
+	Global  bool
+	DestQPN uint32 // when Mask has QPAttrDestQPN
+	Err     int    // errno, 0 on success
+}
+
+// Reporter receives what the daemon should know (the ibpathd session).
+type Reporter interface {
+	ReportQP(status.QP) error
+	QPGone(device string, qpn uint32) error
+	Event(status.Event) error
+}
+
+type device struct {
+	name  string
+	ports map[uint8]Port
+}
+
+type qp struct {
+	dev    *device
+	info   QPInfo
+	status status.QP
+}
+
+// Runtime is the shim's view of the process's verbs objects. It is safe
+// for concurrent use (the application may call verbs from any thread).
+type Runtime struct {
+	cfg Config
+	log *slog.Logger
+
+	mu   sync.Mutex
+	devs map[uintptr]*device // by the context's address
+	qps  map[qpKey]*qp
+	rep  Reporter
+}
+
+type qpKey struct {
+	ctx uintptr
+	qpn uint32
+}
+
+// NewRuntime returns an empty runtime.
+func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{}}
+}
+
+// SetReporter attaches (or, with nil, detaches) the daemon session, and
+// reports every QP known so far to it.
+func (r *Runtime) SetReporter(rep Reporter) {
+	r.mu.Lock()
+	r.rep = rep
+	var all []status.QP
+	for _, q := range r.qps {
+		all = append(all, q.status)
+	}
+	r.mu.Unlock()
+	if rep == nil {
+		return
+	}
+	for _, q := range all {
+		if err := rep.ReportQP(q); err != nil {
+			r.log.Warn("libibpath: report QP to ibpathd", "qpn", q.QPN, "err", err)
+			return
+		}
+	}
+}
+
+func (r *Runtime) report(q status.QP) {
+	if r.rep != nil {
+		if err := r.rep.ReportQP(q); err != nil {
+			r.log.Debug("libibpath: report QP to ibpathd", "qpn", q.QPN, "err", err)
+		}
+	}
+}
+
+// Opened records a device context the application opened.
+func (r *Runtime) Opened(ctx uintptr, name string, ports []Port) {
+	d := &device{name: name, ports: map[uint8]Port{}}
+	for _, p := range ports {
+		d.ports[p.Num] = p
+	}
+	r.mu.Lock()
+	r.devs[ctx] = d
+	r.mu.Unlock()
+	r.log.Info("libibpath: device opened", "device", name, "ports", len(ports))
+}
+
+// Closed forgets a context and its QPs.
+func (r *Runtime) Closed(ctx uintptr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.devs, ctx)
+	for k := range r.qps {
+		if k.ctx == ctx {
+			delete(r.qps, k)
+		}
+	}
+}
+
+// Created records a new QP and says whether the shim protects it (keeps
+// its shadow rings): RC QPs without an SRQ, when recording is on.
+func (r *Runtime) Created(ctx uintptr, info QPInfo) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.devs[ctx]
+	if d == nil {
+		return false
+	}
+	q := &qp{dev: d, info: info}
+	q.status = status.QP{Device: d.name, QPN: info.QPN, Layer: status.LayerNone, APM: "-", Primary: "-", Alternate: "-", Home: "-"}
+	protect := r.cfg.Record && info.Type == verbs.QPTRC && !info.SRQ
+	switch {
+	case info.Type != verbs.QPTRC:
+		q.status.Reason = fmt.Sprintf("%v QP: only RC QPs are protected", info.Type)
+	case info.SRQ:
+		q.status.Reason = "the QP uses a shared receive queue, which the shadow rings do not follow"
+	}
+	r.qps[qpKey{ctx, info.QPN}] = q
+	r.log.Debug("libibpath: QP created", "device", d.name, "qpn", info.QPN, "type", info.Type, "protected", protect)
+	return protect
+}
+
+// Modified records an application modify, after the provider answered.
+func (r *Runtime) Modified(ctx uintptr, m Modify) {
+	r.mu.Lock()
+	q := r.qps[qpKey{ctx, m.QPN}]
+	if q == nil || m.Err != 0 {
+		r.mu.Unlock()
+		return
+	}
+	s := &q.status
+	if m.Mask&verbs.QPAttrPort != 0 {
+		s.Port = m.Port
+		s.Primary = fmt.Sprintf("port %d", m.Port)
+		s.Home = s.Primary
+	}
+	if m.Mask&verbs.QPAttrAV != 0 || m.Mask&verbs.QPAttrDestQPN != 0 {
+		s.Remote = remote(m)
+	}
+	if m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTR && q.info.Type == verbs.QPTRC {
+		r.decideLayer1(q)
+	}
+	snap := q.status
+	r.mu.Unlock()
+	r.report(snap)
+}
+
+func remote(m Modify) string {
+	if m.Global {
+		return fmt.Sprintf("%v qpn %#x", m.DGID, m.DestQPN)
+	}
+	return fmt.Sprintf("lid %d qpn %#x", m.DLID, m.DestQPN)
+}
+
+// decideLayer1 says what layer 1 does for an RC QP reaching RTR. Called
+// with r.mu held.
+func (r *Runtime) decideLayer1(q *qp) {
+	s := &q.status
+	p, ok := q.dev.ports[s.Port]
+	switch {
+	case !r.cfg.APM:
+		s.APM, s.Reason = "off", "layer 1 disabled by "+EnvAPM
+	case !ok:
+		s.APM, s.Reason = "unsupported", fmt.Sprintf("port %d of %s unknown", s.Port, q.dev.name)
+	case p.LinkLayer == verbs.LinkLayerEthernet:
+		s.APM, s.Reason = "unsupported", "RoCE has no automatic path migration"
+	default:
+		s.APM, s.Reason = "unprotected", "arming the alternate path is not in this build of the shim"
+	}
+	s.Layer = status.LayerNone
+}
+
+// Destroyed forgets a QP.
+func (r *Runtime) Destroyed(ctx uintptr, qpn uint32) {
+	r.mu.Lock()
+	q := r.qps[qpKey{ctx, qpn}]
+	delete(r.qps, qpKey{ctx, qpn})
+	rep := r.rep
+	r.mu.Unlock()
+	if q != nil && rep != nil {
+		if err := rep.QPGone(q.dev.name, qpn); err != nil {
+			r.log.Debug("libibpath: report QP gone", "qpn", qpn, "err", err)
+		}
+	}
+}
+
+// AsyncEvent records an async event the application is about to receive.
+func (r *Runtime) AsyncEvent(ctx uintptr, ev verbs.EventType, qpn uint32, port uint8) {
+	r.mu.Lock()
+	d := r.devs[ctx]
+	r.mu.Unlock()
+	if d == nil {
+		return
+	}
+	r.log.Info("libibpath: async event", "device", d.name, "event", ev.String(), "qpn", qpn, "port", port)
+}
+
+// QPs returns the status of every QP, by device and number.
+func (r *Runtime) QPs() []status.QP {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]status.QP, 0, len(r.qps))
+	for _, q := range r.qps {
+		out = append(out, q.status)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Device != out[j].Device {
+			return out[i].Device < out[j].Device
+		}
+		return out[i].QPN < out[j].QPN
+	})
+	return out
+}

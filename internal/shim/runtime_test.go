@@ -1,0 +1,111 @@
+package shim
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+type fakeReporter struct {
+	mu   sync.Mutex
+	qps  []status.QP
+	gone []uint32
+}
+
+func (f *fakeReporter) ReportQP(q status.QP) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.qps = append(f.qps, q)
+	return nil
+}
+
+func (f *fakeReporter) QPGone(_ string, qpn uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gone = append(f.gone, qpn)
+	return nil
+}
+
+func (f *fakeReporter) Event(status.Event) error { return nil }
+
+func TestRuntimeLayerDecisions(t *testing.T) {
+	cfg, _ := FromEnv(env(nil))
+	r := NewRuntime(cfg, nil)
+	const ib, roce = uintptr(1), uintptr(2)
+	r.Opened(ib, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand, LID: 3}, {Num: 2, LinkLayer: verbs.LinkLayerInfiniBand, LID: 4}})
+	r.Opened(roce, "rxe0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerEthernet}})
+	if !r.Created(ib, QPInfo{QPN: 0x10, Type: verbs.QPTRC}) {
+		t.Fatal("an RC QP is not protected")
+	}
+	if r.Created(ib, QPInfo{QPN: 0x11, Type: verbs.QPTUD}) {
+		t.Fatal("a UD QP is protected")
+	}
+	if r.Created(ib, QPInfo{QPN: 0x12, Type: verbs.QPTRC, SRQ: true}) {
+		t.Fatal("an SRQ QP is protected")
+	}
+	if r.Created(uintptr(9), QPInfo{QPN: 0x13, Type: verbs.QPTRC}) {
+		t.Fatal("a QP of an unknown context is protected")
+	}
+	r.Created(roce, QPInfo{QPN: 0x20, Type: verbs.QPTRC})
+	rep := &fakeReporter{}
+	r.SetReporter(rep)
+	if len(rep.qps) != 4 {
+		t.Fatalf("attach reported %d QPs, want the 4 known", len(rep.qps))
+	}
+	for _, c := range []struct {
+		ctx  uintptr
+		qpn  uint32
+		apm  string
+		why  string
+		port uint8
+	}{
+		{ib, 0x10, "unprotected", "not in this build", 1},
+		{roce, 0x20, "unsupported", "RoCE has no automatic path migration", 1},
+	} {
+		r.Modified(c.ctx, Modify{QPN: c.qpn, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSInit, Port: c.port})
+		r.Modified(c.ctx, Modify{QPN: c.qpn, Mask: verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrDestQPN, State: verbs.QPSRTR, DLID: 9, DestQPN: 0x99})
+		var got status.QP
+		for _, q := range r.QPs() {
+			if q.QPN == c.qpn {
+				got = q
+			}
+		}
+		if got.APM != c.apm || !strings.Contains(got.Reason, c.why) || got.Remote != "lid 9 qpn 0x99" || got.Primary != "port 1" {
+			t.Errorf("QP %#x: %+v", c.qpn, got)
+		}
+	}
+	// A failed modify changes nothing.
+	r.Modified(ib, Modify{QPN: 0x10, Mask: verbs.QPAttrPort, Port: 2, Err: 22})
+	for _, q := range r.QPs() {
+		if q.QPN == 0x10 && q.Port != 1 {
+			t.Fatalf("a failed modify was recorded: %+v", q)
+		}
+	}
+	res := r.Command(ownerproto.Command{Op: ownerproto.OpArm, Device: "rxe0", QPN: 0x20})
+	if res.OK || !strings.Contains(res.Error, "RoCE") {
+		t.Fatalf("arm on RoCE: %+v", res)
+	}
+	if res := r.Command(ownerproto.Command{Op: ownerproto.OpArm, Device: "rxe0", QPN: 0x77}); res.OK || !strings.Contains(res.Error, "no such QP") {
+		t.Fatalf("arm of an unknown QP: %+v", res)
+	}
+	r.Destroyed(roce, 0x20)
+	if len(rep.gone) != 1 || rep.gone[0] != 0x20 {
+		t.Fatalf("gone %v", rep.gone)
+	}
+	r.Closed(ib)
+	if len(r.QPs()) != 0 {
+		t.Fatalf("QPs left after close: %+v", r.QPs())
+	}
+	// APM off by configuration.
+	r2 := NewRuntime(Config{Record: true}, nil)
+	r2.Opened(ib, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand}})
+	r2.Created(ib, QPInfo{QPN: 1, Type: verbs.QPTRC})
+	r2.Modified(ib, Modify{QPN: 1, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSRTR, Port: 1})
+	if q := r2.QPs()[0]; q.APM != "off" || !strings.Contains(q.Reason, EnvAPM) {
+		t.Fatalf("APM off: %+v", q)
+	}
+}
