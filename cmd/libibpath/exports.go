@@ -81,7 +81,9 @@ func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.i
 }
 
 //export ibpathDestroyed
-func ibpathDestroyed(ctx *C.struct_ibv_context, qpn C.uint32_t) { rt.Destroyed(ctxID(ctx), uint32(qpn)) }
+func ibpathDestroyed(ctx *C.struct_ibv_context, qpn C.uint32_t) {
+	rt.Destroyed(ctxID(ctx), uint32(qpn))
+}
 
 //export ibpathAsyncEvent
 func ibpathAsyncEvent(ctx *C.struct_ibv_context, typ C.enum_ibv_event_type, qpn C.uint32_t, port C.int) {
