@@ -39,24 +39,42 @@ static void *real(const char *name)
 	return f;
 }
 
+/* ibp_inside is set while a thread runs the shim's own work for an
+ * interposed call: a verb the shim's Go side calls then (Go links c-shared
+ * libraries with -Bsymbolic, so such calls bind to these interposers)
+ * goes straight to libibverbs. */
+static __thread int ibp_inside;
+
 #define REAL(name, ret, args) \
 	ibp_init(); \
 	static ret(*real_##name) args; \
 	if (!real_##name) \
 		real_##name = (ret(*) args)real(#name)
 
+#define PASS_IF_INSIDE(call) \
+	do { \
+		if (ibp_inside || !ibp_enabled) \
+			return call; \
+	} while (0)
+
+#define ENTER() (ibp_inside = 1)
+#define LEAVE() (ibp_inside = 0)
+
 struct ibv_context *ibp_open_device(struct ibv_device *dev) __asm__("ibv_open_device");
 struct ibv_context *ibp_open_device(struct ibv_device *dev)
 {
 	REAL(ibv_open_device, struct ibv_context *, (struct ibv_device *));
+	PASS_IF_INSIDE(real_ibv_open_device(dev));
 	struct ibv_context *ctx = real_ibv_open_device(dev);
-	if (!ctx || !ibp_enabled)
+	if (!ctx)
 		return ctx;
 	if (!ibp_ctx_add(ctx)) {
 		fprintf(stderr, "libibpath: %s: too many open contexts; this one is not protected\n", ibv_get_device_name(dev));
 		return ctx;
 	}
+	ENTER();
 	ibpathOpened(ctx, (char *)ibv_get_device_name(dev));
+	LEAVE();
 	return ctx;
 }
 
@@ -64,8 +82,11 @@ int ibp_close_device(struct ibv_context *ctx) __asm__("ibv_close_device");
 int ibp_close_device(struct ibv_context *ctx)
 {
 	REAL(ibv_close_device, int, (struct ibv_context *));
-	if (ibp_enabled && ibp_ctx_of(ctx)) {
+	PASS_IF_INSIDE(real_ibv_close_device(ctx));
+	if (ibp_ctx_of(ctx)) {
+		ENTER();
 		ibpathClosed(ctx);
+		LEAVE();
 		ibp_ctx_remove(ctx);
 	}
 	return real_ibv_close_device(ctx);
@@ -75,10 +96,13 @@ struct ibv_qp *ibp_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) _
 struct ibv_qp *ibp_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	REAL(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *, struct ibv_qp_init_attr *));
+	PASS_IF_INSIDE(real_ibv_create_qp(pd, attr));
 	struct ibv_qp *qp = real_ibv_create_qp(pd, attr);
-	if (!qp || !ibp_enabled || !ibp_ctx_of(qp->context))
+	if (!qp || !ibp_ctx_of(qp->context))
 		return qp;
+	ENTER();
 	int protect = ibpathCreated(qp, attr->qp_type, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all, attr->srq != NULL);
+	LEAVE();
 	if (protect && !ibp_qp_add(qp, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all))
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
 	return qp;
@@ -88,8 +112,8 @@ int ibp_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) __asm__
 int ibp_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
 	REAL(ibv_modify_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int));
-	if (!ibp_enabled)
-		return real_ibv_modify_qp(qp, attr, mask);
+	PASS_IF_INSIDE(real_ibv_modify_qp(qp, attr, mask));
+	ENTER();
 	/* Layer 1 may add its alternate path to the application's own
 	 * INIT->RTR or RTR->RTS: the Go side edits a copy, never the
 	 * application's attributes. */
@@ -103,6 +127,7 @@ int ibp_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		ret = real_ibv_modify_qp(qp, attr, mask);
 	}
 	ibpathAfterModify(qp, attr, mask, ret);
+	LEAVE();
 	return ret;
 }
 
@@ -110,13 +135,16 @@ int ibp_destroy_qp(struct ibv_qp *qp) __asm__("ibv_destroy_qp");
 int ibp_destroy_qp(struct ibv_qp *qp)
 {
 	REAL(ibv_destroy_qp, int, (struct ibv_qp *));
+	PASS_IF_INSIDE(real_ibv_destroy_qp(qp));
 	struct ibv_context *ctx = qp->context;
 	uint32_t qpn = qp->qp_num;
-	if (ibp_enabled)
-		ibp_qp_remove(qp);
+	ibp_qp_remove(qp);
 	int ret = real_ibv_destroy_qp(qp);
-	if (ibp_enabled && ret == 0)
+	if (ret == 0) {
+		ENTER();
 		ibpathDestroyed(ctx, qpn);
+		LEAVE();
+	}
 	return ret;
 }
 
@@ -124,8 +152,9 @@ int ibp_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) __a
 int ibp_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	REAL(ibv_get_async_event, int, (struct ibv_context *, struct ibv_async_event *));
+	PASS_IF_INSIDE(real_ibv_get_async_event(ctx, ev));
 	int ret = real_ibv_get_async_event(ctx, ev);
-	if (ret == 0 && ibp_enabled && ibp_ctx_of(ctx)) {
+	if (ret == 0 && ibp_ctx_of(ctx)) {
 		uint32_t qpn = 0;
 		int port = 0;
 		switch (ev->event_type) {
@@ -142,7 +171,9 @@ int ibp_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 		default:
 			break;
 		}
+		ENTER();
 		ibpathAsyncEvent(ctx, ev->event_type, qpn, port);
+		LEAVE();
 	}
 	return ret;
 }
