@@ -129,7 +129,10 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	qpAttrToC(attr, &a)
 	r, err := C.ibv_modify_qp(q.c, &a, C.int(mask))
 	if r != 0 {
-		return retErr("ibv_modify_qp", r, err, "QP %#x to %v, mask %v", q.QPN(), attr.QPState, mask)
+		if mask&verbs.QPAttrState != 0 {
+			return retErr("ibv_modify_qp", r, err, "QP %#x (%v) to %v, mask %v", q.QPN(), q.State(), attr.QPState, mask)
+		}
+		return retErr("ibv_modify_qp", r, err, "QP %#x (%v), mask %v", q.QPN(), q.State(), mask)
 	}
 	return nil
 }
