@@ -234,3 +234,15 @@ func filledWC() verbs.WC {
 
 // retErrFor exposes retErr's errno rules to the tests.
 func retErrFor(op string, ret int, errno error) error { return retErr(op, C.int(ret), errno, "") }
+
+// fillAndBuild runs the Go and C halves of PostSend short of the post
+// itself, on a scratch made for the purpose; allocs counts Go-heap
+// allocations per call over runs.
+func fillAndBuildAllocs(wrs []verbs.SendWR, runs int, allocs func(int, func()) float64) float64 {
+	s := C.ibp_scratch_new()
+	defer C.ibp_scratch_free(s)
+	return allocs(runs, func() {
+		fillSend(s, wrs)
+		C.ibp_build_send(s, C.int(len(wrs)))
+	})
+}

@@ -3,6 +3,8 @@
 package ibv
 
 /*
+#cgo noescape ibp_poll_cq
+#cgo nocallback ibp_poll_cq
 #include "helpers.h"
 #include <stdlib.h>
 */

@@ -241,3 +241,13 @@ func TestWCFromC(t *testing.T) {
 		t.Fatalf("from C:\n%+v\nwant\n%+v", got, want)
 	}
 }
+
+func TestPostPathAllocatesNothing(t *testing.T) {
+	wrs := []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: 1, Length: 2, LKey: 3}}, RemoteAddr: 4, RKey: 5},
+		{WRID: 2, Opcode: verbs.WRAtomicFetchAdd, SGList: []verbs.SGE{{Addr: 1, Length: 8, LKey: 3}}, CompareAdd: 1},
+	}
+	if n := fillAndBuildAllocs(wrs, 100, testing.AllocsPerRun); n != 0 {
+		t.Fatalf("%v Go allocations per post", n)
+	}
+}

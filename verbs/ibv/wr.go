@@ -3,6 +3,10 @@
 package ibv
 
 /*
+#cgo noescape ibp_post_send
+#cgo nocallback ibp_post_send
+#cgo noescape ibp_post_recv
+#cgo nocallback ibp_post_recv
 #include "helpers.h"
 */
 import "C"
