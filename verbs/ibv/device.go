@@ -91,9 +91,7 @@ func OpenDevice(name string) (*Context, error) {
 			C.ibv_close_device(c)
 			return nil, retErr("fcntl", r, nil, "O_NONBLOCK on the async fd of %q", name)
 		}
-		ctx := newContext(c, true)
-		ctx.info = deviceInfo(d)
-		return ctx, nil
+		return newContext(c, true), nil
 	}
 	return nil, verbs.Errorf("ibv_open_device", verbs.ENODEV, "no RDMA device named %q (%d devices present)", name, int(n))
 }
@@ -122,11 +120,15 @@ var (
 )
 
 func newContext(c *C.struct_ibv_context, owned bool) *Context {
-	ctx := &Context{c: c, owned: owned,
-		pds: map[unsafe.Pointer]*PD{}, cqs: map[unsafe.Pointer]*CQ{}, qps: map[unsafe.Pointer]*QP{}}
 	ctxMu.Lock()
+	defer ctxMu.Unlock()
+	return newContextLocked(c, owned)
+}
+
+func newContextLocked(c *C.struct_ibv_context, owned bool) *Context {
+	ctx := &Context{c: c, owned: owned, info: deviceInfo(c.device),
+		pds: map[unsafe.Pointer]*PD{}, cqs: map[unsafe.Pointer]*CQ{}, qps: map[unsafe.Pointer]*QP{}}
 	contexts[unsafe.Pointer(c)] = ctx
-	ctxMu.Unlock()
 	return ctx
 }
 
@@ -138,15 +140,11 @@ func newContext(c *C.struct_ibv_context, owned bool) *Context {
 // returns the same *Context.
 func WrapContext(p unsafe.Pointer) *Context {
 	ctxMu.Lock()
+	defer ctxMu.Unlock()
 	if ctx, ok := contexts[p]; ok {
-		ctxMu.Unlock()
 		return ctx
 	}
-	ctxMu.Unlock()
-	c := (*C.struct_ibv_context)(p)
-	ctx := newContext(c, false)
-	ctx.info = deviceInfo(c.device)
-	return ctx
+	return newContextLocked((*C.struct_ibv_context)(p), false)
 }
 
 // CPtr is the struct ibv_context*.

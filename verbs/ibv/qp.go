@@ -22,6 +22,7 @@ import (
 // libibverbs allows (Modify and Query are not serialised here).
 type QP struct {
 	c       *C.struct_ibv_qp
+	qpn     uint32
 	ctx     *Context
 	pd      *PD
 	userCtx any
@@ -74,7 +75,7 @@ func (x *Context) wrapQP(p unsafe.Pointer) (*QP, error) {
 		return qp, nil
 	}
 	c := (*C.struct_ibv_qp)(p)
-	qp := &QP{c: c, ctx: x, pd: x.wrapPDLocked(unsafe.Pointer(c.pd))}
+	qp := &QP{c: c, qpn: uint32(c.qp_num), ctx: x, pd: x.wrapPDLocked(unsafe.Pointer(c.pd))}
 	if c.send_cq != nil {
 		x.wrapCQLocked(unsafe.Pointer(c.send_cq))
 	}
@@ -104,7 +105,7 @@ func (x *Context) qpFor(p unsafe.Pointer) *QP {
 		return qp
 	}
 	c := (*C.struct_ibv_qp)(p)
-	return &QP{c: c, ctx: x, pd: x.wrapPDLocked(unsafe.Pointer(c.pd))}
+	return &QP{c: c, qpn: uint32(c.qp_num), ctx: x, pd: x.wrapPDLocked(unsafe.Pointer(c.pd))}
 }
 
 // CPtr is the struct ibv_qp*.
@@ -117,10 +118,11 @@ func (q *QP) UserCtx() any { return q.userCtx }
 func (q *QP) PD() verbs.PD { return q.pd }
 
 // QPN implements verbs.QP.
-func (q *QP) QPN() uint32 { return uint32(q.c.qp_num) }
+func (q *QP) QPN() uint32 { return q.qpn }
 
 // State implements verbs.QP: the state field of struct ibv_qp, which
-// libibverbs updates on ibv_modify_qp and ibv_query_qp.
+// libibverbs updates on ibv_modify_qp and ibv_query_qp. Not to be called
+// after Destroy.
 func (q *QP) State() verbs.QPState { return verbs.QPState(q.c.state) }
 
 // Modify implements ibv_modify_qp.
