@@ -160,7 +160,7 @@ func labLoopback(t *testing.T, devA, devB string, required bool) {
 	}{{a, b, psnA, psnB}, {b, a, psnB, psnA}} {
 		err := c.e.connect(c.r.info(c.rpsn), c.psn, tmo, retry)
 		if err != nil && !required {
-			fmt.Printf("SKIP: RC between %s and %s inside one guest does not work: %v (the kernel cannot resolve a route to another local device's GID through a rxe netdev)\n", devA, devB, err)
+			fmt.Printf("SKIP: RC between %s and %s inside one guest does not work: %v (resolving the GID of the other device of this host times out)\n", devA, devB, err)
 			t.Skipf("RC between %s and %s in one guest: %v", devA, devB, err)
 		}
 		check(t, err, "%s RTR/RTS", c.e.ctx.Device().Name)
