@@ -5,12 +5,12 @@
 #include <string.h>
 #include "shim.h"
 
-static struct ibp_ctx *ctxs[IBP_MAX_CTX];
+static struct lip_ctx *ctxs[LIP_MAX_CTX];
 
-struct ibp_ctx *ibp_ctx_of(struct ibv_context *ctx)
+struct lip_ctx *lip_ctx_of(struct ibv_context *ctx)
 {
-	for (int i = 0; i < IBP_MAX_CTX; i++) {
-		struct ibp_ctx *c = __atomic_load_n(&ctxs[i], __ATOMIC_ACQUIRE);
+	for (int i = 0; i < LIP_MAX_CTX; i++) {
+		struct lip_ctx *c = __atomic_load_n(&ctxs[i], __ATOMIC_ACQUIRE);
 		if (c && c->ctx == ctx)
 			return c;
 	}
@@ -19,10 +19,10 @@ struct ibp_ctx *ibp_ctx_of(struct ibv_context *ctx)
 
 static pthread_mutex_t ctxs_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* ibp_ctx_add takes over ctx's post_send, post_recv and poll_cq. */
-struct ibp_ctx *ibp_ctx_add(struct ibv_context *ctx)
+/* lip_ctx_add takes over ctx's post_send, post_recv and poll_cq. */
+struct lip_ctx *lip_ctx_add(struct ibv_context *ctx)
 {
-	struct ibp_ctx *c = calloc(1, sizeof(*c));
+	struct lip_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
 	c->ctx = ctx;
@@ -32,27 +32,27 @@ struct ibp_ctx *ibp_ctx_add(struct ibv_context *ctx)
 	c->poll_cq = ctx->ops.poll_cq;
 	pthread_mutex_lock(&ctxs_mu);
 	int i;
-	for (i = 0; i < IBP_MAX_CTX && ctxs[i]; i++)
+	for (i = 0; i < LIP_MAX_CTX && ctxs[i]; i++)
 		;
-	if (i == IBP_MAX_CTX) {
+	if (i == LIP_MAX_CTX) {
 		pthread_mutex_unlock(&ctxs_mu);
 		free(c);
 		return NULL;
 	}
 	__atomic_store_n(&ctxs[i], c, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&ctxs_mu);
-	ctx->ops.post_send = ibp_post_send;
-	ctx->ops.post_recv = ibp_post_recv;
-	ctx->ops.poll_cq = ibp_poll_cq;
+	ctx->ops.post_send = lip_post_send;
+	ctx->ops.post_recv = lip_post_recv;
+	ctx->ops.poll_cq = lip_poll_cq;
 	return c;
 }
 
-void ibp_ctx_remove(struct ibv_context *ctx)
+void lip_ctx_remove(struct ibv_context *ctx)
 {
 	pthread_mutex_lock(&ctxs_mu);
-	for (int i = 0; i < IBP_MAX_CTX; i++) {
+	for (int i = 0; i < LIP_MAX_CTX; i++) {
 		if (ctxs[i] && ctxs[i]->ctx == ctx) {
-			struct ibp_ctx *c = ctxs[i];
+			struct lip_ctx *c = ctxs[i];
 			ctx->ops.post_send = c->post_send;
 			ctx->ops.post_recv = c->post_recv;
 			ctx->ops.poll_cq = c->poll_cq;
@@ -72,24 +72,24 @@ static uint32_t pow2(uint32_t n)
 	return p;
 }
 
-struct ibp_qp *ibp_qp_find(struct ibp_ctx *c, uint32_t qpn)
+struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn)
 {
-	for (uint32_t i = 0; i < IBP_QP_SLOTS; i++) {
-		struct ibp_qp *q = __atomic_load_n(&c->slots[(qpn + i) & (IBP_QP_SLOTS - 1)], __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
+		struct lip_qp *q = __atomic_load_n(&c->slots[(qpn + i) & (LIP_QP_SLOTS - 1)], __ATOMIC_ACQUIRE);
 		if (!q)
 			return NULL;
-		if (q != IBP_SLOT_DEAD && q->qpn == qpn)
+		if (q != LIP_SLOT_DEAD && q->qpn == qpn)
 			return q;
 	}
 	return NULL;
 }
 
-struct ibp_qp *ibp_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_recv_wr, int sig_all)
+struct lip_qp *lip_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_recv_wr, int sig_all)
 {
-	struct ibp_ctx *c = ibp_ctx_of(qp->context);
+	struct lip_ctx *c = lip_ctx_of(qp->context);
 	if (!c)
 		return NULL;
-	struct ibp_qp *q = calloc(1, sizeof(*q));
+	struct lip_qp *q = calloc(1, sizeof(*q));
 	if (!q)
 		return NULL;
 	q->qp = qp;
@@ -106,9 +106,9 @@ struct ibp_qp *ibp_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_
 		return NULL;
 	}
 	pthread_mutex_lock(&c->mu);
-	for (uint32_t i = 0; i < IBP_QP_SLOTS; i++) {
-		struct ibp_qp **s = &c->slots[(q->qpn + i) & (IBP_QP_SLOTS - 1)];
-		if (*s == NULL || *s == IBP_SLOT_DEAD) {
+	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
+		struct lip_qp **s = &c->slots[(q->qpn + i) & (LIP_QP_SLOTS - 1)];
+		if (*s == NULL || *s == LIP_SLOT_DEAD) {
 			__atomic_store_n(s, q, __ATOMIC_RELEASE);
 			pthread_mutex_unlock(&c->mu);
 			return q;
@@ -121,26 +121,26 @@ struct ibp_qp *ibp_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_
 	return NULL;
 }
 
-void ibp_qp_remove(struct ibv_qp *qp)
+void lip_qp_remove(struct ibv_qp *qp)
 {
-	struct ibp_ctx *c = ibp_ctx_of(qp->context);
+	struct lip_ctx *c = lip_ctx_of(qp->context);
 	if (!c)
 		return;
 	pthread_mutex_lock(&c->mu);
-	for (uint32_t i = 0; i < IBP_QP_SLOTS; i++) {
-		struct ibp_qp **s = &c->slots[(qp->qp_num + i) & (IBP_QP_SLOTS - 1)];
+	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
+		struct lip_qp **s = &c->slots[(qp->qp_num + i) & (LIP_QP_SLOTS - 1)];
 		if (*s == NULL)
 			break;
-		if (*s != IBP_SLOT_DEAD && (*s)->qp == qp) {
+		if (*s != LIP_SLOT_DEAD && (*s)->qp == qp) {
 			/* The rings stay allocated: a poller may still hold q. */
-			__atomic_store_n(s, IBP_SLOT_DEAD, __ATOMIC_RELEASE);
+			__atomic_store_n(s, LIP_SLOT_DEAD, __ATOMIC_RELEASE);
 			break;
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
 }
 
-void ibp_qp_outstanding(struct ibp_qp *q, uint64_t *send, uint64_t *recv)
+void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv)
 {
 	*send = __atomic_load_n(&q->shead, __ATOMIC_ACQUIRE) - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE);
 	*recv = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE) - __atomic_load_n(&q->rtail, __ATOMIC_ACQUIRE);
@@ -148,18 +148,18 @@ void ibp_qp_outstanding(struct ibp_qp *q, uint64_t *send, uint64_t *recv)
 
 static inline void copy_sges(struct ibv_sge *dst, const struct ibv_sge *src, int n, uint32_t *flags)
 {
-	if (n > IBP_MAX_SGE) {
-		*flags |= IBP_SQE_PARTIAL;
-		n = IBP_MAX_SGE;
+	if (n > LIP_MAX_SGE) {
+		*flags |= LIP_SQE_PARTIAL;
+		n = LIP_MAX_SGE;
 	}
 	for (int i = 0; i < n; i++)
 		dst[i] = src[i];
 }
 
-int ibp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
-	struct ibp_ctx *c = ibp_ctx_of(qp->context);
-	struct ibp_qp *q = (c && ibp_record) ? ibp_qp_find(c, qp->qp_num) : NULL;
+	struct lip_ctx *c = lip_ctx_of(qp->context);
+	struct lip_qp *q = (c && lip_record) ? lip_qp_find(c, qp->qp_num) : NULL;
 	if (!q)
 		return c ? c->post_send(qp, wr, bad) : EINVAL;
 	uint64_t n = 0;
@@ -170,7 +170,7 @@ int ibp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
 	uint64_t k = first;
 	for (struct ibv_send_wr *w = wr; w; w = w->next, k++) {
-		struct ibp_sqe *e = &q->sq[k & q->smask];
+		struct lip_sqe *e = &q->sq[k & q->smask];
 		e->wr_id = w->wr_id;
 		e->opcode = w->opcode;
 		e->send_flags = w->send_flags;
@@ -197,16 +197,16 @@ int ibp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 			if (w == *bad)
 				refused = 1;
 			if (refused)
-				q->sq[k & q->smask].flags |= IBP_SQE_VOID;
+				q->sq[k & q->smask].flags |= LIP_SQE_VOID;
 		}
 	}
 	return ret;
 }
 
-int ibp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
-	struct ibp_ctx *c = ibp_ctx_of(qp->context);
-	struct ibp_qp *q = (c && ibp_record) ? ibp_qp_find(c, qp->qp_num) : NULL;
+	struct lip_ctx *c = lip_ctx_of(qp->context);
+	struct lip_qp *q = (c && lip_record) ? lip_qp_find(c, qp->qp_num) : NULL;
 	if (!q)
 		return c ? c->post_recv(qp, wr, bad) : EINVAL;
 	uint64_t n = 0;
@@ -215,7 +215,7 @@ int ibp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	uint64_t first = __atomic_fetch_add(&q->rhead, n, __ATOMIC_ACQ_REL);
 	uint64_t k = first;
 	for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
-		struct ibp_rqe *e = &q->rq[k & q->rmask];
+		struct lip_rqe *e = &q->rq[k & q->rmask];
 		e->wr_id = w->wr_id;
 		e->num_sge = w->num_sge;
 		e->flags = 0;
@@ -229,7 +229,7 @@ int ibp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 			if (w == *bad)
 				refused = 1;
 			if (refused)
-				q->rq[k & q->rmask].flags |= IBP_SQE_VOID;
+				q->rq[k & q->rmask].flags |= LIP_SQE_VOID;
 		}
 	}
 	return ret;
@@ -240,14 +240,14 @@ int ibp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
  * entry (a signaled completion also retires the unsignaled WRs before
  * it, which completed in order). Entries the provider refused are
  * skipped. */
-static void retire_send(struct ibp_qp *q)
+static void retire_send(struct lip_qp *q)
 {
 	uint64_t head = __atomic_load_n(&q->shead, __ATOMIC_ACQUIRE);
 	uint64_t t = __atomic_load_n(&q->stail, __ATOMIC_RELAXED);
 	while (t < head) {
-		struct ibp_sqe *e = &q->sq[t & q->smask];
+		struct lip_sqe *e = &q->sq[t & q->smask];
 		t++;
-		if (e->flags & IBP_SQE_VOID)
+		if (e->flags & LIP_SQE_VOID)
 			continue;
 		if (q->sig_all || (e->send_flags & IBV_SEND_SIGNALED))
 			break;
@@ -255,31 +255,31 @@ static void retire_send(struct ibp_qp *q)
 	__atomic_store_n(&q->stail, t, __ATOMIC_RELEASE);
 }
 
-static void retire_recv(struct ibp_qp *q)
+static void retire_recv(struct lip_qp *q)
 {
 	uint64_t head = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE);
 	uint64_t t = __atomic_load_n(&q->rtail, __ATOMIC_RELAXED);
 	while (t < head) {
-		struct ibp_rqe *e = &q->rq[t & q->rmask];
+		struct lip_rqe *e = &q->rq[t & q->rmask];
 		t++;
-		if (!(e->flags & IBP_SQE_VOID))
+		if (!(e->flags & LIP_SQE_VOID))
 			break;
 	}
 	__atomic_store_n(&q->rtail, t, __ATOMIC_RELEASE);
 }
 
-int ibp_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
-	struct ibp_ctx *c = ibp_ctx_of(cq->context);
+	struct lip_ctx *c = lip_ctx_of(cq->context);
 	if (!c)
 		return EINVAL;
 	int got = c->poll_cq(cq, n, wc);
-	if (got <= 0 || !ibp_record)
+	if (got <= 0 || !lip_record)
 		return got;
-	struct ibp_qp *last = NULL;
+	struct lip_qp *last = NULL;
 	for (int i = 0; i < got; i++) {
 		if (!last || last->qpn != wc[i].qp_num)
-			last = ibp_qp_find(c, wc[i].qp_num);
+			last = lip_qp_find(c, wc[i].qp_num);
 		if (!last)
 			continue;
 		/* The opcode of an error completion is undefined: its entry

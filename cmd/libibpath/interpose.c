@@ -4,27 +4,63 @@
  * libibverbs returned. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "shim.h"
 #include "_cgo_export.h"
 
-int ibp_enabled = 1;
-int ibp_record = 1;
+int lip_enabled = 1;
+int lip_record = 1;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
+/* The executable range of libibpath itself: a verb called from there (the
+ * shim's Go side through verbs/ibv, or its C helpers) is the shim's own
+ * work and goes straight to libibverbs. */
+static uintptr_t self_lo, self_hi;
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *base)
+{
+	if ((void *)info->dlpi_addr != base)
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+			continue;
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+		if (!self_lo || lo < self_lo)
+			self_lo = lo;
+		if (hi > self_hi)
+			self_hi = hi;
+	}
+	return 1;
+}
+
+static void locate_self(void)
+{
+	Dl_info di;
+	if (dladdr((void *)locate_self, &di) && di.dli_fbase)
+		dl_iterate_phdr(find_self, di.dli_fbase);
+}
+
+static inline int from_self(void *ra)
+{
+	return (uintptr_t)ra >= self_lo && (uintptr_t)ra < self_hi;
+}
+
 static void do_init(void)
 {
+	locate_self();
 	/* The Go side reads the environment, prints what is active and
-	 * sets ibp_enabled and ibp_record. Called at the first interposed
+	 * sets lip_enabled and lip_record. Called at the first interposed
 	 * verb, when every constructor (Go's runtime start among them) has
 	 * run, so the flags are settled before any context is swapped. */
 	ibpathInit();
 }
 
-static inline void ibp_init(void)
+static inline void lip_init(void)
 {
 	pthread_once(&init_once, do_init);
 }
@@ -39,36 +75,36 @@ static void *real(const char *name)
 	return f;
 }
 
-/* ibp_inside is set while a thread runs the shim's own work for an
+/* lip_inside is set while a thread runs the shim's own work for an
  * interposed call: a verb the shim's Go side calls then (Go links c-shared
  * libraries with -Bsymbolic, so such calls bind to these interposers)
  * goes straight to libibverbs. */
-static __thread int ibp_inside;
+static __thread int lip_inside;
 
 #define REAL(name, ret, args) \
-	ibp_init(); \
+	lip_init(); \
 	static ret(*real_##name) args; \
 	if (!real_##name) \
 		real_##name = (ret(*) args)real(#name)
 
 #define PASS_IF_INSIDE(call) \
 	do { \
-		if (ibp_inside || !ibp_enabled) \
+		if (lip_inside || !lip_enabled || from_self(__builtin_return_address(0))) \
 			return call; \
 	} while (0)
 
-#define ENTER() (ibp_inside = 1)
-#define LEAVE() (ibp_inside = 0)
+#define ENTER() (lip_inside = 1)
+#define LEAVE() (lip_inside = 0)
 
-struct ibv_context *ibp_open_device(struct ibv_device *dev) __asm__("ibv_open_device");
-struct ibv_context *ibp_open_device(struct ibv_device *dev)
+struct ibv_context *lip_open_device(struct ibv_device *dev) __asm__("ibv_open_device");
+struct ibv_context *lip_open_device(struct ibv_device *dev)
 {
 	REAL(ibv_open_device, struct ibv_context *, (struct ibv_device *));
 	PASS_IF_INSIDE(real_ibv_open_device(dev));
 	struct ibv_context *ctx = real_ibv_open_device(dev);
 	if (!ctx)
 		return ctx;
-	if (!ibp_ctx_add(ctx)) {
+	if (!lip_ctx_add(ctx)) {
 		fprintf(stderr, "libibpath: %s: too many open contexts; this one is not protected\n", ibv_get_device_name(dev));
 		return ctx;
 	}
@@ -78,38 +114,38 @@ struct ibv_context *ibp_open_device(struct ibv_device *dev)
 	return ctx;
 }
 
-int ibp_close_device(struct ibv_context *ctx) __asm__("ibv_close_device");
-int ibp_close_device(struct ibv_context *ctx)
+int lip_close_device(struct ibv_context *ctx) __asm__("ibv_close_device");
+int lip_close_device(struct ibv_context *ctx)
 {
 	REAL(ibv_close_device, int, (struct ibv_context *));
 	PASS_IF_INSIDE(real_ibv_close_device(ctx));
-	if (ibp_ctx_of(ctx)) {
+	if (lip_ctx_of(ctx)) {
 		ENTER();
 		ibpathClosed(ctx);
 		LEAVE();
-		ibp_ctx_remove(ctx);
+		lip_ctx_remove(ctx);
 	}
 	return real_ibv_close_device(ctx);
 }
 
-struct ibv_qp *ibp_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) __asm__("ibv_create_qp");
-struct ibv_qp *ibp_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) __asm__("ibv_create_qp");
+struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	REAL(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *, struct ibv_qp_init_attr *));
 	PASS_IF_INSIDE(real_ibv_create_qp(pd, attr));
 	struct ibv_qp *qp = real_ibv_create_qp(pd, attr);
-	if (!qp || !ibp_ctx_of(qp->context))
+	if (!qp || !lip_ctx_of(qp->context))
 		return qp;
 	ENTER();
 	int protect = ibpathCreated(qp, attr->qp_type, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all, attr->srq != NULL);
 	LEAVE();
-	if (protect && !ibp_qp_add(qp, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all))
+	if (protect && !lip_qp_add(qp, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all))
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
 	return qp;
 }
 
-int ibp_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) __asm__("ibv_modify_qp");
-int ibp_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) __asm__("ibv_modify_qp");
+int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
 	REAL(ibv_modify_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int));
 	PASS_IF_INSIDE(real_ibv_modify_qp(qp, attr, mask));
@@ -131,14 +167,14 @@ int ibp_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	return ret;
 }
 
-int ibp_destroy_qp(struct ibv_qp *qp) __asm__("ibv_destroy_qp");
-int ibp_destroy_qp(struct ibv_qp *qp)
+int lip_destroy_qp(struct ibv_qp *qp) __asm__("ibv_destroy_qp");
+int lip_destroy_qp(struct ibv_qp *qp)
 {
 	REAL(ibv_destroy_qp, int, (struct ibv_qp *));
 	PASS_IF_INSIDE(real_ibv_destroy_qp(qp));
 	struct ibv_context *ctx = qp->context;
 	uint32_t qpn = qp->qp_num;
-	ibp_qp_remove(qp);
+	lip_qp_remove(qp);
 	int ret = real_ibv_destroy_qp(qp);
 	if (ret == 0) {
 		ENTER();
@@ -148,13 +184,13 @@ int ibp_destroy_qp(struct ibv_qp *qp)
 	return ret;
 }
 
-int ibp_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) __asm__("ibv_get_async_event");
-int ibp_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) __asm__("ibv_get_async_event");
+int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	REAL(ibv_get_async_event, int, (struct ibv_context *, struct ibv_async_event *));
 	PASS_IF_INSIDE(real_ibv_get_async_event(ctx, ev));
 	int ret = real_ibv_get_async_event(ctx, ev);
-	if (ret == 0 && ibp_ctx_of(ctx)) {
+	if (ret == 0 && lip_ctx_of(ctx)) {
 		uint32_t qpn = 0;
 		int port = 0;
 		switch (ev->event_type) {

@@ -47,11 +47,11 @@ func ibpathInit() {
 		fmt.Fprintln(os.Stderr, cfg.Banner(os.Getpid()))
 	}
 	if cfg.Disabled {
-		C.ibp_enabled = 0
+		C.lip_enabled = 0
 		return
 	}
 	if !cfg.Record {
-		C.ibp_record = 0
+		C.lip_record = 0
 	}
 	rt = shim.NewRuntime(cfg, log)
 	if cfg.Socket != "off" {

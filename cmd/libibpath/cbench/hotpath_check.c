@@ -9,8 +9,8 @@
 #include <time.h>
 #include "shim.h"
 
-int ibp_enabled = 1;
-int ibp_record = 1;
+int lip_enabled = 1;
+int lip_record = 1;
 
 #define DEPTH 1024
 static struct ibv_wc ring[DEPTH];
@@ -67,7 +67,7 @@ static void setup(void)
 	qp.context = &ctx;
 	qp.qp_num = 0x1c3;
 	qp.send_cq = qp.recv_cq = &cq;
-	if (!ibp_ctx_add(&ctx) || !ibp_qp_add(&qp, 64, 64, 0)) {
+	if (!lip_ctx_add(&ctx) || !lip_qp_add(&qp, 64, 64, 0)) {
 		fprintf(stderr, "setup failed\n");
 		exit(2);
 	}
@@ -85,7 +85,7 @@ static void drain(void)
 
 static int test(void)
 {
-	struct ibp_qp *q = ibp_qp_find(ibp_ctx_of(&ctx), qp.qp_num);
+	struct lip_qp *q = lip_qp_find(lip_ctx_of(&ctx), qp.qp_num);
 	uint64_t s, r;
 	CHECK(q != NULL, "the QP is not found");
 	/* 10 WRs, every 4th signaled: after polling, the 2 after the last
@@ -98,13 +98,13 @@ static int test(void)
 		w.wr.rdma.rkey = 77;
 		CHECK(ctx.ops.post_send(&qp, &w, &bad) == 0, "post %d", i);
 	}
-	ibp_qp_outstanding(q, &s, &r);
+	lip_qp_outstanding(q, &s, &r);
 	CHECK(s == 10, "10 posted, %lu outstanding", (unsigned long)s);
-	struct ibp_sqe *e = &q->sq[5 & q->smask];
+	struct lip_sqe *e = &q->sq[5 & q->smask];
 	CHECK(e->wr_id == 5 && e->remote_addr == 0x9005 && e->rkey == 77 && e->num_sge == 1 && e->sge[0].addr == 0x1005,
 	      "entry 5 recorded as wr_id %lu raddr %#lx rkey %u", (unsigned long)e->wr_id, (unsigned long)e->remote_addr, e->rkey);
 	drain();
-	ibp_qp_outstanding(q, &s, &r);
+	lip_qp_outstanding(q, &s, &r);
 	CHECK(s == 2, "after the completions of wr 3 and 7, %lu outstanding (want 2)", (unsigned long)s);
 	/* A chain whose second WR the provider refuses: the refused ones are
 	 * void, and the next signaled completion retires past them. */
@@ -113,32 +113,32 @@ static int test(void)
 	struct ibv_send_wr w1 = {.wr_id = 10, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED, .next = &w2}, *bad = NULL;
 	CHECK(ctx.ops.post_send(&qp, &w1, &bad) == 12 && bad == &w2, "the provider's refusal reaches the caller");
 	/* ring positions: w1 10, w2 11, w3 12 */
-	CHECK((q->sq[11 & q->smask].flags & IBP_SQE_VOID) && (q->sq[12 & q->smask].flags & IBP_SQE_VOID) &&
-	      !(q->sq[10 & q->smask].flags & IBP_SQE_VOID), "void marks: the refused WR and those after it, not the one before");
+	CHECK((q->sq[11 & q->smask].flags & LIP_SQE_VOID) && (q->sq[12 & q->smask].flags & LIP_SQE_VOID) &&
+	      !(q->sq[10 & q->smask].flags & LIP_SQE_VOID), "void marks: the refused WR and those after it, not the one before");
 	drain(); /* wr 10 completes: retires 8, 9, 10 */
-	ibp_qp_outstanding(q, &s, &r);
+	lip_qp_outstanding(q, &s, &r);
 	CHECK(s == 2, "after wr 10's completion, %lu outstanding (want the 2 refused ones, until a later completion passes them)", (unsigned long)s);
 	struct ibv_send_wr w4 = {.wr_id = 14, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
 	CHECK(ctx.ops.post_send(&qp, &w4, &bad) == 0, "post 14");
 	drain();
-	ibp_qp_outstanding(q, &s, &r);
+	lip_qp_outstanding(q, &s, &r);
 	CHECK(s == 0, "all retired, %lu outstanding", (unsigned long)s);
 	/* Receives: each completion retires the oldest. */
 	for (int i = 0; i < 5; i++) {
 		struct ibv_recv_wr rw = {.wr_id = 100 + i}, *rbad;
 		CHECK(ctx.ops.post_recv(&qp, &rw, &rbad) == 0, "post recv");
 	}
-	ibp_qp_outstanding(q, &s, &r);
+	lip_qp_outstanding(q, &s, &r);
 	CHECK(r == 5, "5 receives outstanding, %lu", (unsigned long)r);
 	drain();
-	ibp_qp_outstanding(q, &s, &r);
+	lip_qp_outstanding(q, &s, &r);
 	CHECK(r == 0, "receives retired, %lu left", (unsigned long)r);
 	/* More SGEs than kept: recorded as partial. */
-	struct ibv_sge sges[IBP_MAX_SGE + 1];
+	struct ibv_sge sges[LIP_MAX_SGE + 1];
 	memset(sges, 0, sizeof(sges));
-	struct ibv_send_wr wp = {.wr_id = 20, .opcode = IBV_WR_SEND, .sg_list = sges, .num_sge = IBP_MAX_SGE + 1, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_send_wr wp = {.wr_id = 20, .opcode = IBV_WR_SEND, .sg_list = sges, .num_sge = LIP_MAX_SGE + 1, .send_flags = IBV_SEND_SIGNALED};
 	CHECK(ctx.ops.post_send(&qp, &wp, &bad) == 0, "post partial");
-	CHECK(q->sq[14 & q->smask].flags & IBP_SQE_PARTIAL, "a WR with %d SGEs is not marked partial", IBP_MAX_SGE + 1);
+	CHECK(q->sq[14 & q->smask].flags & LIP_SQE_PARTIAL, "a WR with %d SGEs is not marked partial", LIP_MAX_SGE + 1);
 	drain();
 	/* Error completions retire nothing. */
 	ring[rhead % DEPTH] = (struct ibv_wc){.wr_id = 21, .qp_num = qp.qp_num, .status = IBV_WC_RETRY_EXC_ERR};
@@ -146,14 +146,14 @@ static int test(void)
 	CHECK(ctx.ops.post_send(&qp, &we, &bad) == 0, "post 21");
 	rhead++;
 	drain();
-	ibp_qp_outstanding(q, &s, &r);
+	lip_qp_outstanding(q, &s, &r);
 	CHECK(s == 1, "an error completion retired the entry (%lu outstanding)", (unsigned long)s);
 	/* A destroyed QP is forgotten, and its WRs pass through. */
-	ibp_qp_remove(&qp);
-	CHECK(ibp_qp_find(ibp_ctx_of(&ctx), qp.qp_num) == NULL, "removed QP still found");
+	lip_qp_remove(&qp);
+	CHECK(lip_qp_find(lip_ctx_of(&ctx), qp.qp_num) == NULL, "removed QP still found");
 	CHECK(ctx.ops.post_send(&qp, &w4, &bad) == 0, "post after remove");
 	drain();
-	ibp_ctx_remove(&ctx);
+	lip_ctx_remove(&ctx);
 	CHECK(ctx.ops.post_send == stub_post_send && ctx.ops.poll_cq == stub_poll_cq, "the provider's ops are not restored");
 	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
 	return fails != 0;
@@ -174,7 +174,7 @@ static int bench(long n, int rounds)
 	struct ibv_sge sge = {.addr = 0x1000, .length = 64, .lkey = 5};
 	struct ibv_send_wr w = {.opcode = IBV_WR_RDMA_WRITE, .sg_list = &sge, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED}, *bad;
 	struct ibv_wc wc[4];
-	struct ibp_ctx *c = ibp_ctx_of(&ctx);
+	struct lip_ctx *c = lip_ctx_of(&ctx);
 	double best[2][2] = {{1e18, 1e18}, {1e18, 1e18}}; /* [direct|shim][post|poll] */
 	for (int r = 0; r < rounds; r++) {
 		for (int via = 0; via < 2; via++) {
