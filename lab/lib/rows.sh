@@ -1,0 +1,239 @@
+# lab/lib/rows.sh: the rows of the lab run. A row is one program, run once
+# without or with the shim, with or without a cable cut. Its raw material
+# (program output on both sides, a meta file of key=value lines) goes to
+# $LAB_OUT/rows/<row>/; lab/report.py turns all rows into the report.
+# Sourced by lab/run.sh.
+#
+# Programs: server side in g2, client side (and mpirun) in g1. The RDMA
+# traffic goes over link A (rxe0, 10.77.0.x); the programs' TCP control
+# connection goes over link B (10.77.1.x), so that cutting link A cuts the
+# RDMA path only. MPI (over TCP, see docs/LAB.md) uses link A for its data.
+#
+# Cuts (on link A, LAB_CUT_AT s after the traffic started, for LAB_CUT_FOR s,
+# then the link is restored):
+#   setlink-g1 / setlink-g2   QEMU monitor "set_link n0 off" on that guest's end
+#   ipdown-g1 / ipdown-g2     "ip link set eth0 down" inside that guest
+
+LAB_CUT_AT=${LAB_CUT_AT:-1}
+LAB_CUT_FOR=${LAB_CUT_FOR:-2}
+LAB_BW_SECONDS=${LAB_BW_SECONDS:-3}
+LAB_LAT_ITERS=${LAB_LAT_ITERS:-4000}
+LAB_PERF_REPS=${LAB_PERF_REPS:-3}
+LAB_PP_ITERS=${LAB_PP_ITERS:-800}
+LAB_MPI_SECONDS=${LAB_MPI_SECONDS:-6}
+# rows with a cut run longer, so that the cut and the restore fall inside the traffic
+LAB_CUT_BW_SECONDS=${LAB_CUT_BW_SECONDS:-8}
+LAB_CUT_LAT_ITERS=${LAB_CUT_LAT_ITERS:-20000}
+LAB_CUT_PP_ITERS=${LAB_CUT_PP_ITERS:-4000}
+LAB_CUT_MPI_SECONDS=${LAB_CUT_MPI_SECONDS:-10}
+
+# The row list: "program cut" pairs; every pair runs without, then with the shim.
+LAB_ROW_LIST="
+pingpong none
+write_bw none
+send_bw none
+read_bw none
+write_lat none
+mpi none
+ibvtest-local none
+ibvtest-pair none
+pingpong setlink-g1
+pingpong ipdown-g2
+write_bw setlink-g2
+write_bw ipdown-g1
+send_bw setlink-g1
+send_bw ipdown-g1
+read_bw setlink-g2
+read_bw ipdown-g2
+write_lat setlink-g1
+write_lat ipdown-g2
+mpi setlink-g2
+mpi ipdown-g1
+"
+
+# prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
+# line that says the traffic runs; empty: LAB_CUT_AT counts from the start)
+# and LIMIT (seconds the client may take).
+prog_cmds() {
+	local p=$2 common
+	local LAB_BW_SECONDS=$LAB_BW_SECONDS LAB_LAT_ITERS=$LAB_LAT_ITERS LAB_PP_ITERS=$LAB_PP_ITERS LAB_MPI_SECONDS=$LAB_MPI_SECONDS
+	if [ "$3" != none ]; then
+		LAB_BW_SECONDS=$LAB_CUT_BW_SECONDS LAB_LAT_ITERS=$LAB_CUT_LAT_ITERS
+		LAB_PP_ITERS=$LAB_CUT_PP_ITERS LAB_MPI_SECONDS=$LAB_CUT_MPI_SECONDS
+	fi
+	SERVER="" MARKER="#bytes" LIMIT=$((LAB_BW_SECONDS + 30))
+	case $1 in
+	pingpong)
+		common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $LAB_PP_ITERS -p $p"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" LIMIT=60 ;;
+	write_bw | send_bw | read_bw)
+		common="ib_$1 -d rxe0 -x 1 -F -D $LAB_BW_SECONDS -p $p"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
+	write_lat)
+		common="ib_write_lat -d rxe0 -x 1 -F -n $LAB_LAT_ITERS -p $p"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" LIMIT=60 ;;
+	mpi)
+		# Open MPI over TCP on link A; launched in g2 through lab/guest/rsh.sh
+		CLIENT="export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/guest/rsh.sh \\
+  --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth1 \\
+  --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 \\
+  \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
+  \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
+		MARKER="" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
+	ibvtest-local)
+		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 stamp ./ibv.test -test.run '^TestLabLocal' -test.v -test.timeout 60s"
+		MARKER="" LIMIT=70 ;;
+	ibvtest-pair)
+		SERVER="cd \$LAB_BUILD && IBPATH_LAB=1 IBPATH_LAB_ROLE=server IBPATH_LAB_LISTEN=10.77.1.2:$p stamp ./ibv.test -test.run '^TestLabPair' -test.v -test.timeout 60s"
+		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 IBPATH_LAB_ROLE=client IBPATH_LAB_PEER=10.77.1.2:$p stamp ./ibv.test -test.run '^TestLabPair' -test.v -test.timeout 60s"
+		MARKER="" LIMIT=70 ;;
+	*) die "unknown program $1" ;;
+	esac
+}
+
+# cut_apply CUT on|off
+cut_apply() {
+	local g=${1#*-} state=$2
+	case $1 in
+	setlink-*) monitor "$g" "set_link n0 $state" ;;
+	ipdown-*) gexec "$g" 10 "ip link set eth0 $([ "$state" = off ] && echo down || echo up)" ;;
+	esac
+}
+
+# meta KEY VALUE...: append to the current row's meta file.
+meta() { local k=$1; shift; echo "$k=$*" >>"$ROW_DIR/meta"; }
+
+# row_run PROG SHIM CUT PORT [REP]
+row_run() {
+	local prog=$1 shim=$2 cut=$3 port=$4 name envs="" st js="" jc t0 tcut trest rc_c=0 rc_s=0
+	name=$prog.$shim.$cut${5:+.r$5}
+	ROW_DIR=$LAB_OUT/rows/$name
+	rm -rf "$ROW_DIR"
+	mkdir -p "$ROW_DIR"
+	meta name "$name"; meta prog "$prog"; meta shim "$shim"; meta cut "$cut"
+	case $prog in
+	ibvtest-*) st=$(build_status ibvtest) ;;
+	mpi) st=$(build_status mpi) ;;
+	*) st=ok ;;
+	esac
+	if [ "$st" = ok ] && [ "$shim" = on ]; then st=$(build_status shim); fi
+	if [ "$st" != ok ]; then
+		meta status SKIP; meta reason "$st"
+		log "row $name: SKIP ($st)"
+		return 0
+	fi
+	[ "$shim" = on ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=info"
+	prog_cmds "$prog" "$port" "$cut"
+	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
+	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
+	log "row $name: start"
+	t0=$(now)
+	if [ -n "$SERVER" ]; then
+		js=$(job_submit g2 "$name-server" $((LIMIT + 5)) "$envs
+$SERVER")
+		wait_for 10 test -e "$js.run" || true
+		sleep 1
+	fi
+	jc=$(job_submit g1 "$name-client" "$LIMIT" "$envs
+$CLIENT")
+	if [ "$cut" != none ]; then
+		if [ -n "$MARKER" ]; then
+			wait_for 20 grep -q -- "$MARKER" "$jc.out" 2>/dev/null || log "row $name: no '$MARKER' in the client output after 20 s; cutting anyway"
+		else
+			sleep 5
+		fi
+		sleep "$LAB_CUT_AT"
+		tcut=$(now)
+		cut_apply "$cut" off >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: cut failed (see cut.log)"
+		meta cut_time "$(elapsed "$t0")"
+		# guest clocks at the cut (for the gap in the programs' stamped output) and port states
+		meta cut_uptime_g1 "$(gexec g1 5 'ts; rdma link show rxe0/1 >&2' 2>>"$ROW_DIR/cut.log" | head -1)"
+		meta cut_uptime_g2 "$(gexec g2 5 'ts; rdma link show rxe0/1 >&2' 2>>"$ROW_DIR/cut.log" | head -1)"
+		log "row $name: link A cut ($cut)"
+		sleep "$LAB_CUT_FOR"
+		cut_apply "$cut" on >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: restore failed (see cut.log)"
+		trest=$(now)
+		meta restore_time "$(elapsed "$t0")"
+		log "row $name: link A restored after $(echo "$trest - $tcut" | bc) s"
+	fi
+	job_wait "$jc" $((LIMIT + 10)) || rc_c=$?
+	meta client_rc "$rc_c"
+	meta elapsed "$(elapsed "$t0")"
+	if [ -n "$js" ]; then
+		# a server whose client is gone may wait forever: give it 5 s
+		if ! job_wait "$js" 5; then job_kill "$js"; fi
+		rc_s=$(cat "$js.rc" 2>/dev/null || echo 124)
+		meta server_rc "$rc_s"
+		cp "$js.out" "$ROW_DIR/server.out" 2>/dev/null || true
+	fi
+	cp "$jc.out" "$ROW_DIR/client.out" 2>/dev/null || true
+	if [ "$cut" != none ]; then
+		row_recovery "$name" "$port" "$envs"
+	fi
+	log "row $name: done in $(elapsed "$t0") s (client rc $rc_c${js:+, server rc $rc_s})"
+}
+
+# row_recovery NAME PORT ENVS: after a cut, wait for rxe0 ACTIVE on both
+# sides, then check that a fresh connection works on link A.
+row_recovery() {
+	local g out ok=yes t0 js
+	t0=$(now)
+	for g in g1 g2; do
+		out=$(gexec "$g" 20 'wait_active rxe0 15') || ok=no
+		echo "$g: $out" >>"$ROW_DIR/recovery.log"
+	done
+	meta port_active_s "$(elapsed "$t0")"
+	js=$(job_submit g2 "$1-recheck-server" 30 "$3
+ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -p $(($2 + 1))")
+	wait_for 10 test -e "$js.run" || true
+	sleep 1
+	if ! gexec g1 20 "$3
+ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -p $(($2 + 1)) 10.77.1.2" >>"$ROW_DIR/recovery.log" 2>&1; then
+		ok=no
+	fi
+	job_wait "$js" 5 || job_kill "$js"
+	meta recovered "$ok"
+	log "row $1: recovery: link A ports ACTIVE and a new pingpong on rxe0 works: $ok"
+}
+
+rows_run() {
+	local prog cut shim port=18700 t0 rc=0
+	t0=$(now)
+	rm -rf "$LAB_OUT"
+	mkdir -p "$LAB_OUT/rows"
+	cp "$LAB_BUILD/status" "$LAB_OUT/build-status" 2>/dev/null || true
+	{
+		echo "kernel=$(cat "$LAB_BUILD/kver" 2>/dev/null)"
+		echo "accel=$LAB_ACCEL"
+		echo "rdma_core=$(dpkg-query -W -f '${Version}' rdma-core 2>/dev/null)"
+		echo "perftest=$(dpkg-query -W -f '${Version}' perftest 2>/dev/null)"
+		echo "openmpi=$(dpkg-query -W -f '${Version}' openmpi-bin 2>/dev/null)"
+		echo "qemu=$(dpkg-query -W -f '${Version}' qemu-system-x86 2>/dev/null)"
+		echo "commit=$(git -C "$LAB_REPO" rev-parse --short HEAD 2>/dev/null)"
+		echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	} >"$LAB_OUT/env"
+	while read -r prog cut; do
+		[ -n "$prog" ] || continue
+		for shim in off on; do
+			port=$((port + 2))
+			[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
+			row_run "$prog" "$shim" "$cut" "$port"
+		done
+	done <<<"$LAB_ROW_LIST"
+	# more samples for the with/without ratios: TCG timing is noisy, the
+	# report takes the median of the repetitions (off and on alternate)
+	local rep
+	for ((rep = 2; rep <= LAB_PERF_REPS; rep++)); do
+		for prog in write_lat write_bw; do
+			for shim in off on; do
+				port=$((port + 2))
+				[[ "$prog.$shim.none" =~ ${LAB_ROWS:-.} ]] || continue
+				row_run "$prog" "$shim" none "$port" "$rep"
+			done
+		done
+	done
+	log "rows: all done in $(elapsed "$t0") s"
+	python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" || rc=$?
+	return $rc
+}

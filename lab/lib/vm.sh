@@ -1,0 +1,129 @@
+# lab/lib/vm.sh: the two guests seen from the host: boot, jobs, cable pulls,
+# shutdown. Sourced by lab/run.sh after lib/common.sh.
+#
+# Topology: link A = g1 eth0 <-> g2 eth0, link B = g1 eth1 <-> g2 eth1. Each
+# link is a pair of QEMU UDP socket netdevs on 127.0.0.1 (netdev ids n0, n1),
+# a point-to-point cable that the host can pull with "set_link nX off" on the
+# guest's QEMU monitor ($LAB_RUN/<guest>.mon).
+
+# vm_nic GUEST LINK: QEMU args of guest GUEST's end of link LINK (0 = A, 1 = B).
+vm_nic() {
+	local n=${1#g} l=$2 base=$((LAB_PORT_BASE + 10 * $2))
+	local me=$((base + n - 1)) peer=$((base + 2 - n))
+	echo "-netdev socket,id=n$l,udp=127.0.0.1:$peer,localaddr=127.0.0.1:$me"
+	echo "-device virtio-net-pci,netdev=n$l,romfile=,mac=52:54:00:00:0$n:0$l"
+}
+LAB_PORT_BASE=${LAB_PORT_BASE:-41700}
+
+# vm_start GUEST: start QEMU for GUEST in the background, killed after LAB_DEADLINE.
+vm_start() {
+	local g=$1 accel
+	case $LAB_ACCEL in
+	kvm) accel=(-enable-kvm -cpu host) ;;
+	*) accel=(-accel tcg,thread=multi -cpu max -bios /usr/share/qemu/qboot.rom) ;;
+	esac
+	rm -f "$LAB_RUN/$g.ready" "$LAB_RUN/$g.mon"
+	mkdir -p "$LAB_RUN/q/$g"
+	# shellcheck disable=SC2046
+	setsid timeout -k 5 "$LAB_DEADLINE" qemu-system-x86_64 "${accel[@]}" -smp 1 -m "$LAB_MEM" \
+		-nographic -no-reboot -nodefaults -serial stdio -machine pc,graphics=off \
+		-kernel "$LAB_BUILD/vmlinux" -initrd "$LAB_BUILD/initramfs.gz" \
+		-append "console=ttyS0 quiet panic=-1 ibpath.id=$g ibpath.work=$LAB_WORK ibpath.repo=$LAB_REPO" \
+		-virtfs local,path=/usr,mount_tag=hostusr,security_model=none,readonly=on,multidevs=remap \
+		-virtfs local,path=/etc,mount_tag=hostetc,security_model=none,readonly=on,multidevs=remap \
+		-virtfs "local,path=$LAB_WORK,mount_tag=work,security_model=none,multidevs=remap" \
+		-virtfs "local,path=$LAB_REPO,mount_tag=repo,security_model=none,readonly=on,multidevs=remap" \
+		-monitor "unix:$LAB_RUN/$g.mon,server,nowait" \
+		$(vm_nic "$g" 0) $(vm_nic "$g" 1) \
+		</dev/null >"$LAB_RUN/$g.console" 2>&1 &
+	echo $! >"$LAB_RUN/$g.pid"
+}
+
+vm_alive() { [ -s "$LAB_RUN/$1.pid" ] && kill -0 "$(cat "$LAB_RUN/$1.pid")" 2>/dev/null; }
+vm_ready() { vm_alive "$1" && [ -e "$LAB_RUN/$1.ready" ]; }
+
+# vm_boot [GUEST...]: boot the guests and wait until their job agents run.
+vm_boot() {
+	local g t0 guests=${*:-$LAB_GUESTS}
+	t0=$(now)
+	for g in $guests; do
+		if vm_ready "$g"; then
+			log "boot: $g already running (pid $(cat "$LAB_RUN/$g.pid"))"
+			continue
+		fi
+		vm_start "$g"
+	done
+	for g in $guests; do
+		if ! wait_for "${LAB_BOOT_TIMEOUT:-90}" vm_ready "$g"; then
+			log "boot: $g not ready after ${LAB_BOOT_TIMEOUT:-90} s; console tail:"
+			tr -d '\r' <"$LAB_RUN/$g.console" | tail -15 >&2
+			return 1
+		fi
+		log "boot: $g ready after $(elapsed "$t0") s ($(tr -d '\r' <"$LAB_RUN/$g.console" | grep -a -m1 'link rxe1/1' | sed 's/^.*link //' || echo 'rxe state unknown'))"
+	done
+}
+
+# vm_stop [GUEST...]: power off (job), then kill QEMU if it is still there.
+vm_stop() {
+	local g pid guests=${*:-$LAB_GUESTS}
+	for g in $guests; do
+		vm_alive "$g" && job_submit "$g" poweroff 10 'sync; busybox poweroff -f' >/dev/null
+	done
+	for g in $guests; do
+		[ -s "$LAB_RUN/$g.pid" ] || continue
+		pid=$(cat "$LAB_RUN/$g.pid")
+		if ! wait_for 15 eval "! kill -0 $pid 2>/dev/null"; then
+			log "stop: $g did not power off; killing QEMU (pid $pid)"
+			kill -- -"$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+		fi
+		rm -f "$LAB_RUN/$g.pid" "$LAB_RUN/$g.ready"
+	done
+}
+
+# job_submit GUEST NAME TIMEOUT SCRIPT: queue SCRIPT (bash) in GUEST; prints
+# the job's path prefix (add .out / .rc).
+job_submit() {
+	local g=$1 name=$2 t=$3 script=$4 j
+	j=$LAB_RUN/q/$g/$(date +%s%N)-$name
+	printf '#timeout=%s\n%s\n' "$t" "$script" >"$j.tmp"
+	mv "$j.tmp" "$j.job"
+	echo "$j"
+}
+
+# job_wait JOB SECONDS: wait for JOB's exit status and return it (124 if the
+# job is not done after SECONDS, or 125 if its guest died).
+job_wait() {
+	local j=$1 g
+	g=$(basename "$(dirname "$j")")
+	if wait_for "$2" eval "[ -e '$j.rc' ] || ! vm_alive $g"; then
+		[ -e "$j.rc" ] && return "$(cat "$j.rc")"
+		log "job $(basename "$j"): guest $g died"
+		return 125
+	fi
+	log "job $(basename "$j") in $g: no exit status after $2 s"
+	return 124
+}
+
+# job_kill JOB: end JOB (SIGTERM to its timeout wrapper, which passes it on).
+job_kill() {
+	local j=$1 g
+	g=$(basename "$(dirname "$j")")
+	[ -e "$j.rc" ] && return 0
+	wait_for 5 test -s "$j.pid" || return 0
+	job_submit "$g" kill 10 "kill -TERM $(cat "$j.pid") 2>/dev/null || true" >/dev/null
+	job_wait "$j" 10 || true
+}
+
+# gexec GUEST TIMEOUT SCRIPT: run SCRIPT in GUEST, print its output, return its status.
+gexec() {
+	local j rc=0
+	j=$(job_submit "$1" x "$2" "$3")
+	job_wait "$j" $(($2 + 10)) || rc=$?
+	cat "$j.out" 2>/dev/null || true
+	return $rc
+}
+
+# monitor GUEST CMD: one QEMU monitor command on GUEST (e.g. "set_link n0 off").
+monitor() {
+	timeout 10 python3 "$LAB_REPO/lab/monitor.py" "$LAB_RUN/$1.mon" "$2"
+}

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""lab/report.py: the lab report, from the rows a run left in OUT/rows/.
+
+usage: report.py OUT        (OUT = $LAB_WORK/out)
+
+Writes OUT/report.json and OUT/report.tsv, prints the table. Exit status 1
+when a must-pass row failed: a row without a cut must finish with correct
+results, with and without the shim (SKIP rows do not count). Rows with a
+cut are reported only.
+
+Columns:
+  finished  the program exited 0 on every side (and printed its summary)
+  correct   yes: its own check passed (ibv_rc_pingpong -c, mpi_check, go
+            test); "n/c": the program does not check data (perftest), it
+            finished without error; no: it failed or reported bad data
+  pause     longest traffic gap, ms: ib_write_lat t_max; mpi_check's own
+            longest gap between iterations; for bandwidth programs and
+            ibv_rc_pingpong an estimate, run time minus the time the same
+            work takes in the uncut row with the same shim setting
+  tput      MB/s (bw programs, BW average; pingpong from its Mbit/s; mpi ring)
+  lat       us: ib_write_lat t_typical (median) / t_avg; pingpong usec/iter;
+            mpi iteration time
+"""
+import json
+import os
+import re
+import sys
+
+
+def read_meta(d):
+    m = {}
+    p = os.path.join(d, "meta")
+    if os.path.exists(p):
+        for line in open(p, errors="replace"):
+            k, _, v = line.rstrip("\n").partition("=")
+            m[k] = v
+    return m
+
+
+def text(d, f):
+    p = os.path.join(d, f)
+    return open(p, errors="replace").read() if os.path.exists(p) else ""
+
+
+ERR = re.compile(r"(Completion with error|Failed status|failed|Couldn't|Unable|error|Invalid|ERROR|abort)", re.I)
+STAMP = re.compile(r"^\[(\d+\.\d+)\] ?")
+
+
+def first_error(*outs):
+    for o in outs:
+        for line in o.splitlines():
+            l = STAMP.sub("", line).strip()
+            if l and ERR.search(l) and "IBPATH" not in l.upper():
+                return l[:110]
+    return ""
+
+
+def parse(m, client, server):
+    r = {"finished": False, "correct": "no", "tput_MBps": None, "lat_us": None, "lat_avg_us": None,
+         "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
+    prog = m["prog"]
+    rc_ok = m.get("client_rc") == "0" and m.get("server_rc", "0") == "0"
+    c = "\n".join(STAMP.sub("", l) for l in client.splitlines())
+    if prog in ("write_bw", "send_bw", "read_bw"):
+        mm = re.search(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", c, re.M)
+        if mm:
+            r["tput_MBps"] = float(mm.group(4))
+        r["finished"] = rc_ok and mm is not None
+        r["correct"] = "n/c" if r["finished"] else "no"
+        if r["finished"]:
+            r["work"] = float(m.get("duration", 0)) * r["tput_MBps"]  # MB moved
+    elif prog == "write_lat":
+        mm = re.search(r"^\s*\d+\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", c, re.M)
+        if mm:
+            r["lat_us"], r["lat_avg_us"] = float(mm.group(4)), float(mm.group(5))
+            r["pause_ms"], r["pause_kind"] = float(mm.group(3)) / 1e3, "t_max"
+        r["finished"] = rc_ok and mm is not None
+        r["correct"] = "n/c" if r["finished"] else "no"
+    elif prog == "pingpong":
+        b = re.search(r"(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec", c)
+        i = re.search(r"(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter", c)
+        if b and i:
+            r["tput_MBps"] = float(b.group(3)) / 8
+            r["lat_us"] = float(i.group(3))
+            r["work"] = float(i.group(2))  # seconds
+        r["finished"] = rc_ok and b is not None and i is not None
+        r["correct"] = "yes" if r["finished"] else "no"
+    elif prog == "mpi":
+        mm = re.search(r"MPI_CHECK ranks=(\d+) iters=(\d+) errors=(\d+) elapsed_s=([\d.]+) max_gap_ms=([\d.]+) ring_MBps=([\d.]+) iter_us=(\d+)", c)
+        if mm:
+            r["tput_MBps"], r["lat_us"] = float(mm.group(6)), float(mm.group(7))
+            r["pause_ms"], r["pause_kind"] = float(mm.group(5)), "measured"
+        r["finished"] = rc_ok and mm is not None
+        r["correct"] = "yes" if (mm and mm.group(3) == "0" and rc_ok) else "no"
+    elif prog.startswith("ibvtest"):
+        outs = c + "\n" + "\n".join(STAMP.sub("", l) for l in server.splitlines())
+        if "no tests to run" in outs:
+            r.update(finished=True, correct="skip", detail="no TestLab* test in this ibv.test build")
+            return r
+        passed = rc_ok and re.search(r"^(PASS|ok)\b", outs, re.M) is not None
+        skipped = re.search(r"^--- SKIP", outs, re.M) and not re.search(r"^--- PASS", outs, re.M)
+        r["finished"] = rc_ok
+        r["correct"] = "skip" if skipped and passed else ("yes" if passed else "no")
+        if skipped:
+            r["detail"] = "go test skipped: " + (re.findall(r"^\s+\S+\.go:\d+: (.*)$", outs, re.M) or [""])[-1][:90]
+        if m.get("client_rc") != "0" and not re.search(r"^(--- |=== RUN)", outs, re.M):
+            r["detail"] = first_error(c, server) or "no test output"
+    if m["cut"] != "none" and m.get("cut_uptime_g1"):
+        stamps = [float(x) for x in re.findall(r"^\[(\d+\.\d+)\]", client, re.M)]
+        try:
+            cu = float(m["cut_uptime_g1"])
+        except ValueError:
+            cu = None
+        if stamps and cu and stamps[-1] < cu:
+            r["cut_missed"] = True
+            r["detail"] = "cut came after the program ended (%.1f s)" % (cu - stamps[-1])
+    if not r["finished"] and not r["detail"]:
+        r["detail"] = first_error(c, server) or ("timed out" if m.get("client_rc") in ("124", "137") else "rc %s/%s" % (m.get("client_rc"), m.get("server_rc", "-")))
+    shimlines = len([l for l in (client + server).splitlines() if "ibpath" in l.lower()])
+    r["shim_log_lines"] = shimlines
+    return r
+
+
+def fmt(v, f="%.1f"):
+    return "-" if v is None else (f % v if isinstance(v, float) else str(v))
+
+
+def main():
+    out = sys.argv[1]
+    rows_dir = os.path.join(out, "rows")
+    env = {}
+    if os.path.exists(os.path.join(out, "env")):
+        env = dict(l.rstrip("\n").split("=", 1) for l in open(os.path.join(out, "env")) if "=" in l)
+    rows = []
+    for name in os.listdir(rows_dir) if os.path.isdir(rows_dir) else []:
+        d = os.path.join(rows_dir, name)
+        m = read_meta(d)
+        if not m:
+            continue
+        row = {"name": name, "prog": m["prog"], "shim": m["shim"], "cut": m["cut"],
+               "cut_at_s": m.get("cut_time"), "cut_for_s": m.get("cut_for") if m["cut"] != "none" else None,
+               "elapsed_s": m.get("elapsed"), "order": os.path.getmtime(os.path.join(d, "meta"))}
+        if m.get("status") == "SKIP":
+            row.update(status="SKIP", reason=m.get("reason", ""))
+        else:
+            row.update(parse(m, text(d, "client.out"), text(d, "server.out")))
+            row["recovered"] = m.get("recovered") if m["cut"] != "none" else None
+            row["port_active_s"] = m.get("port_active_s")
+            row["status"] = "PASS" if row["finished"] and row["correct"] in ("yes", "n/c", "skip") else "FAIL"
+        rows.append(row)
+    # reference rows: same program and shim, no cut; with repetitions, the
+    # median by the program's main figure
+    groups = {}
+    for r in rows:
+        if r["cut"] == "none" and r.get("status") == "PASS":
+            groups.setdefault((r["prog"], r["shim"]), []).append(r)
+    ref = {}
+    for k, g in groups.items():
+        key = (lambda r: r.get("lat_us") or 0) if k[0] == "write_lat" else (lambda r: r.get("tput_MBps") or r.get("lat_us") or 0)
+        g.sort(key=key)
+        ref[k] = g[(len(g) - 1) // 2] if len(g) % 2 else g[len(g) // 2 - 1]
+        ref[k]["samples"] = len(g)
+    for r in rows:
+        if r.get("status") != "PASS" or r["cut"] == "none" or r.get("pause_ms") is not None:
+            continue
+        base = ref.get((r["prog"], r["shim"]))
+        if not base or base.get("work") is None:
+            continue
+        if r["prog"] == "pingpong":
+            r["pause_ms"] = max(0.0, (r["work"] - base["work"]) * 1e3)
+        elif r["tput_MBps"] and base["tput_MBps"]:
+            d = float(r.get("duration") or 0) or r["work"] / r["tput_MBps"]
+            r["pause_ms"] = max(0.0, d * (1 - r["tput_MBps"] / base["tput_MBps"]) * 1e3)
+        r["pause_kind"] = "estimate"
+    rows.sort(key=lambda r: r["order"])
+    for r in rows:
+        r.pop("order", None)
+        r["must_pass"] = r["cut"] == "none"
+    ratios = {}
+    def median(v):
+        v = sorted(v)
+        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+    def med(prog, shim, field):
+        v = [r[field] for r in groups.get((prog, shim), []) if r.get(field) is not None]
+        return median(v) if v else None
+
+    for label, prog, field in (("write_lat_typical", "write_lat", "lat_us"), ("write_lat_avg", "write_lat", "lat_avg_us"),
+                               ("write_bw", "write_bw", "tput_MBps")):
+        off, on = med(prog, "off", field), med(prog, "on", field)
+        if off and on:
+            ratios[label + "_on_over_off"] = round(on / off, 3)
+            ratios[label + "_median_off"] = round(off, 2)
+            ratios[label + "_median_on"] = round(on, 2)
+            ratios[label + "_samples"] = "%d/%d" % (len(groups[(prog, "off")]), len(groups[(prog, "on")]))
+    failed = [r["name"] for r in rows if r["must_pass"] and r["status"] == "FAIL"]
+    report = {"env": env, "rows": rows, "ratios": ratios, "must_pass_failed": failed,
+              "result": "FAIL" if failed else "PASS"}
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
+            "recovered", "pause_ms", "pause_kind", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
+            "shim_log_lines", "reason", "detail"]
+    with open(os.path.join(out, "report.tsv"), "w") as f:
+        f.write("\t".join(cols) + "\n")
+        for r in rows:
+            f.write("\t".join(fmt(r.get(c)) if r.get(c) is not None else "" for c in cols) + "\n")
+
+    print("ibpath lab report  (%s, kernel %s, rdma-core %s, perftest %s, commit %s)" % (
+        env.get("accel", "?"), env.get("kernel", "?"), env.get("rdma_core", "?"), env.get("perftest", "?"), env.get("commit", "?")))
+    h = "%-14s %-4s %-11s %-6s %-4s %-4s %-5s %-5s %-11s %-8s %-9s %-6s  %s"
+    print(h % ("program", "shim", "cut", "status", "fin", "ok", "recov", "cut@s", "pause ms", "MB/s", "lat us", "run s", "detail"))
+    print("-" * 118)
+    for r in rows:
+        if r["status"] == "SKIP":
+            print(h % (r["prog"], r["shim"], r["cut"], "SKIP", "", "", "", "", "", "", "", "", r["reason"][:60]))
+            continue
+        pause = fmt(r.get("pause_ms"), "%.0f")
+        if r.get("pause_kind") == "estimate":
+            pause += "~"
+        if not r["finished"] and r["cut"] != "none":
+            pause = "failed"
+        latv = fmt(r.get("lat_us"), "%.0f")
+        if r.get("lat_avg_us") is not None:
+            latv += "/%.0f" % r["lat_avg_us"]
+        cut_at = r.get("cut_at_s") or ""
+        print(h % (r["prog"], r["shim"], r["cut"], r["status"] if r["must_pass"] else r["status"].lower(),
+                   "yes" if r["finished"] else "no", r["correct"], r.get("recovered") or "", cut_at and "%.1f" % float(cut_at),
+                   pause, fmt(r.get("tput_MBps"), "%.2f"), latv, fmt(r.get("elapsed_s") and float(r["elapsed_s"]), "%.1f"),
+                   r.get("detail", "")[:60]))
+    print("-" * 118)
+    if ratios:
+        print("ratios (with shim / without, same run, no cut): " + ", ".join("%s=%s" % kv for kv in ratios.items()))
+    else:
+        print("ratios: n/a (needs write_lat and write_bw rows without a cut, with and without the shim)")
+    print("status: upper case = must pass (no cut); lower case = cut rows, reported only. pause ~ = estimate.")
+    print("result: %s%s" % (report["result"], (" (failed: " + ", ".join(failed) + ")") if failed else ""))
+    print("report: %s/report.json, %s/report.tsv" % (out, out))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
