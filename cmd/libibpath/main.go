@@ -26,6 +26,8 @@ import (
 	"os"
 
 	"github.com/ibpath/ibpath/internal/shim"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/ibv"
 )
 
 var (
@@ -54,6 +56,7 @@ func ibpathInit() {
 		C.lip_record = 0
 	}
 	rt = shim.NewRuntime(cfg, log)
+	rt.SetOpener(func(name string) (verbs.Context, error) { return ibv.OpenDevice(name) })
 	if cfg.Socket != "off" {
 		attacher = shim.Attach(rt, cfg.Socket)
 	}

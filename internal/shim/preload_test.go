@@ -105,6 +105,26 @@ func TestPreloadIsTransparent(t *testing.T) {
 	}
 }
 
+// TestPreloadSeesPortEvents: the program never reads async events, yet
+// the shim sees the port go down and up, on a context of its own, and
+// the program's output is unchanged.
+func TestPreloadSeesPortEvents(t *testing.T) {
+	b := buildBed(t)
+	plain, _ := b.run(t, nil, "100", "event")
+	out, errs := b.run(t, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, "100", "event")
+	if out != plain {
+		t.Fatalf("the shim changed what the program saw:\nwithout: %s\nwith:    %s", plain, out)
+	}
+	for _, want := range []string{"fake0 PORT_ERR port 1", "fake0 PORT_ACTIVE port 1"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("the shim did not log %q:\n%s", want, errs)
+		}
+	}
+	if strings.Count(errs, "device opened") != 1 {
+		t.Errorf("the shim's own context was taken for the application's:\n%s", errs)
+	}
+}
+
 // TestPreloadReportsToIbpathd: a program under the shim attaches to
 // ibpathd, which lists its QP with the owner's pid and the reason layer 1
 // cannot protect it on RoCE, relays a migrate to it (and gets the shim's

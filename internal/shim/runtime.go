@@ -63,10 +63,14 @@ type Runtime struct {
 	cfg Config
 	log *slog.Logger
 
-	mu   sync.Mutex
-	devs map[uintptr]*device // by the context's address
-	qps  map[qpKey]*qp
-	rep  Reporter
+	mu       sync.Mutex
+	devs     map[uintptr]*device // by the context's address
+	qps      map[qpKey]*qp
+	rep      Reporter
+	open     Opener
+	watchers map[string]*watcher
+	ports    map[portKey]PortState
+	closed   bool
 }
 
 type qpKey struct {
@@ -79,7 +83,8 @@ func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{}}
+	return &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
+		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}}
 }
 
 // SetReporter attaches (or, with nil, detaches) the daemon session, and
@@ -119,8 +124,17 @@ func (r *Runtime) Opened(ctx uintptr, name string, ports []Port) {
 	}
 	r.mu.Lock()
 	r.devs[ctx] = d
+	watch := r.open != nil && !r.closed && r.watchers[name] == nil
+	if watch {
+		r.watchers[name] = &watcher{} // claimed; filled in by watch
+	}
 	r.mu.Unlock()
 	r.log.Info("libibpath: device opened", "device", name, "ports", len(ports))
+	if watch {
+		// Opened now, before the application's ibv_open_device returns,
+		// so no port event after it is missed; pumped in the background.
+		r.watch(name)
+	}
 }
 
 // Closed forgets a context and its QPs.

@@ -5,8 +5,10 @@
  * IBVERBS_1.1 symbols the shim forwards to, and fake_device() for the
  * probe program. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 #define CQ_DEPTH 4096
@@ -20,11 +22,43 @@ struct fake_cq {
 static struct ibv_device fake_dev;
 static uint32_t next_qpn = 0x100;
 
+/* Every open context gets a pipe as its async fd; fake_raise_port
+ * writes a port event into all of them, as the kernel does. */
+#define MAX_CTX 16
+static struct ibv_context *open_ctxs[MAX_CTX];
+static int write_fds[MAX_CTX];
+
+struct fake_event {
+	int type;
+	int port;
+};
+
 struct ibv_device *fake_device(void)
 {
 	strcpy(fake_dev.name, "fake0");
 	return &fake_dev;
 }
+
+void fake_raise_port(int type, int port)
+{
+	struct fake_event e = {type, port};
+	for (int i = 0; i < MAX_CTX; i++)
+		if (open_ctxs[i] && write(write_fds[i], &e, sizeof(e)) != sizeof(e))
+			abort();
+}
+
+static struct ibv_device *dev_list[2];
+
+struct ibv_device **ibv_get_device_list(int *n)
+{
+	dev_list[0] = fake_device();
+	dev_list[1] = NULL;
+	if (n)
+		*n = 1;
+	return dev_list;
+}
+
+void ibv_free_device_list(struct ibv_device **l) {}
 
 const char *ibv_get_device_name(struct ibv_device *d) { return d->name; }
 
@@ -71,14 +105,33 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
 	struct ibv_context *ctx = calloc(1, sizeof(*ctx));
 	ctx->device = dev;
-	ctx->async_fd = -1;
+	int p[2];
+	if (pipe(p))
+		return NULL;
+	ctx->async_fd = p[0];
+	for (int i = 0; i < MAX_CTX; i++)
+		if (!open_ctxs[i]) {
+			open_ctxs[i] = ctx;
+			write_fds[i] = p[1];
+			break;
+		}
 	ctx->ops.post_send = fake_post_send;
 	ctx->ops.post_recv = fake_post_recv;
 	ctx->ops.poll_cq = fake_poll_cq;
 	return ctx;
 }
 
-int ibv_close_device(struct ibv_context *ctx) { free(ctx); return 0; }
+int ibv_close_device(struct ibv_context *ctx)
+{
+	for (int i = 0; i < MAX_CTX; i++)
+		if (open_ctxs[i] == ctx) {
+			open_ctxs[i] = NULL;
+			close(write_fds[i]);
+		}
+	close(ctx->async_fd);
+	free(ctx);
+	return 0;
+}
 
 int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a)
 {
@@ -141,5 +194,31 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 
 int ibv_destroy_qp(struct ibv_qp *qp) { free(qp); return 0; }
 
-int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) { return -1; }
+int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	struct fake_event e;
+	ssize_t n = read(ctx->async_fd, &e, sizeof(e));
+	if (n != sizeof(e)) {
+		if (n >= 0)
+			errno = EIO;
+		return -1;
+	}
+	memset(ev, 0, sizeof(*ev));
+	ev->event_type = e.type;
+	ev->element.port_num = e.port;
+	return 0;
+}
 void ibv_ack_async_event(struct ibv_async_event *ev) {}
+
+/* Stubs of the other verbs the shim's own code links against (verbs/ibv):
+ * the stand-in does not implement them. */
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx) { errno = ENOSYS; return NULL; }
+int ibv_destroy_comp_channel(struct ibv_comp_channel *ch) { return ENOSYS; }
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n) {}
+int ibv_dereg_mr(struct ibv_mr *mr) { return ENOSYS; }
+int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx) { errno = ENOSYS; return -1; }
+__be64 ibv_get_device_guid(struct ibv_device *d) { return 0; }
+int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid) { memset(gid, 0, sizeof(*gid)); return 0; }
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *ia) { return ENOSYS; }
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access) { errno = ENOSYS; return NULL; }
+int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e, uint32_t flags, size_t size) { return ENOSYS; }

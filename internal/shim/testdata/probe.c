@@ -4,14 +4,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 struct ibv_device *fake_device(void);
+void fake_raise_port(int type, int port);
 
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 100;
 	int wait = argc > 2 && strcmp(argv[2], "wait") == 0;
+	int event = argc > 2 && strcmp(argv[2], "event") == 0;
 	struct ibv_context *ctx = ibv_open_device(fake_device());
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
@@ -35,6 +38,14 @@ int main(int argc, char **argv)
 	a.qp_state = IBV_QPS_RTS;
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
 		return 1;
+	if (event) {
+		/* A cable pulled and plugged; this program never reads async
+		 * events. */
+		fake_raise_port(IBV_EVENT_PORT_ERR, 1);
+		usleep(300000);
+		fake_raise_port(IBV_EVENT_PORT_ACTIVE, 1);
+		usleep(300000);
+	}
 	long sends = 0, recvs = 0, sum = 0;
 	struct ibv_wc wc[16];
 	for (int i = 0; i < n; i++) {

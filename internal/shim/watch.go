@@ -1,0 +1,179 @@
+package shim
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/ibpath/ibpath/asyncev"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Opener opens a context of the shim's own on a device (ibv.OpenDevice in
+// the shim): port and device events reach every context of a device, so
+// the shim sees them even when the application never reads its async
+// events, and without touching the application's async fd.
+type Opener func(name string) (verbs.Context, error)
+
+// PortState is the last port event the shim saw on a port.
+type PortState struct {
+	Device string
+	Port   uint8
+	Up     bool
+	Event  verbs.EventType
+}
+
+// watcher is the shim's own context on one device and its event pump.
+type watcher struct {
+	ctx  verbs.Context
+	pump *asyncev.Pump
+	stop func()
+}
+
+// SetOpener makes the runtime open a context of its own on every device
+// the application opens (once per device name) and follow its events.
+func (r *Runtime) SetOpener(open Opener) {
+	r.mu.Lock()
+	r.open = open
+	r.mu.Unlock()
+}
+
+// watch opens the shim's context on dev and pumps its events on a
+// goroutine until Close.
+func (r *Runtime) watch(dev string) {
+	ctx, err := r.open(dev)
+	if err != nil {
+		r.mu.Lock()
+		delete(r.watchers, dev)
+		r.mu.Unlock()
+		r.log.Warn("libibpath: no context of its own on the device; port events are seen only when the application reads them", "device", dev, "err", err)
+		return
+	}
+	wctx, stop := withFDNotifier(ctx)
+	sub := asyncev.NewSubscription(64)
+	w := &watcher{ctx: ctx, pump: asyncev.Start(wctx, asyncev.Options{Subscribers: []*asyncev.Subscription{sub}}), stop: stop}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		w.close()
+		return
+	}
+	r.watchers[dev] = w
+	r.mu.Unlock()
+	r.log.Debug("libibpath: following the device's events on a context of its own", "device", dev)
+	go func() {
+		for ev := range sub.C {
+			r.portEvent(dev, ev.AsyncEvent)
+		}
+	}()
+}
+
+func (w *watcher) close() {
+	w.pump.Close()
+	w.stop()
+	w.ctx.Close()
+}
+
+// portEvent records a port or device event seen on the shim's context.
+func (r *Runtime) portEvent(dev string, ev verbs.AsyncEvent) {
+	switch ev.Type {
+	case verbs.EventPortActive, verbs.EventPortErr:
+		up := ev.Type == verbs.EventPortActive
+		r.mu.Lock()
+		r.ports[portKey{dev, ev.Port}] = PortState{Device: dev, Port: ev.Port, Up: up, Event: ev.Type}
+		r.mu.Unlock()
+		r.log.Info(fmt.Sprintf("libibpath: %s %v port %d", dev, ev.Type, ev.Port))
+	case verbs.EventDeviceFatal:
+		r.log.Warn(fmt.Sprintf("libibpath: %s DEVICE_FATAL", dev))
+	default:
+		r.log.Debug(fmt.Sprintf("libibpath: %s %v", dev, ev.Type))
+	}
+}
+
+type portKey struct {
+	dev  string
+	port uint8
+}
+
+// Ports returns the port states seen so far.
+func (r *Runtime) Ports() []PortState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PortState, 0, len(r.ports))
+	for _, p := range r.ports {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Close stops following events and closes the shim's own contexts.
+func (r *Runtime) Close() {
+	r.mu.Lock()
+	r.closed = true
+	ws := r.watchers
+	r.watchers = map[string]*watcher{}
+	r.mu.Unlock()
+	for _, w := range ws {
+		if w.pump != nil { // nil: still opening; watch closes it
+			w.close()
+		}
+	}
+}
+
+// fdContext is a context whose async fd can be waited on: AsyncReady
+// fires when the fd becomes readable, through the runtime's poller on a
+// duplicate of the fd, so the pump sleeps instead of polling.
+type fdContext struct {
+	verbs.Context
+	ready chan struct{}
+}
+
+func (c *fdContext) AsyncReady() <-chan struct{} { return c.ready }
+
+// withFDNotifier wraps ctx when it exposes its async fd (AsyncFD() int);
+// stop ends the waiting goroutine. Without an fd, ctx is returned as is
+// (the pump polls it).
+func withFDNotifier(ctx verbs.Context) (verbs.Context, func()) {
+	fc, ok := ctx.(interface{ AsyncFD() int })
+	if !ok {
+		return ctx, func() {}
+	}
+	dup, err := syscall.Dup(fc.AsyncFD())
+	if err != nil {
+		return ctx, func() {}
+	}
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		syscall.Close(dup)
+		return ctx, func() {}
+	}
+	f := os.NewFile(uintptr(dup), "async-fd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return ctx, func() {}
+	}
+	c := &fdContext{Context: ctx, ready: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	go func() {
+		for {
+			// Returning false waits for the fd to become readable
+			// again without reading it: the pump reads the events.
+			if err := rc.Read(func(uintptr) bool { return false }); err != nil {
+				return
+			}
+			select {
+			case c.ready <- struct{}{}:
+			default:
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
+	return c, func() {
+		close(done)
+		f.Close()
+	}
+}
