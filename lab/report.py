@@ -111,7 +111,7 @@ def parse(m, client, server):
             cu = float(m["cut_uptime_g1"])
         except ValueError:
             cu = None
-        if stamps and cu and stamps[-1] < cu:
+        if rc_ok and stamps and cu and stamps[-1] < cu:
             r["cut_missed"] = True
             r["detail"] = "cut came after the program ended (%.1f s)" % (cu - stamps[-1])
     if not r["finished"] and not r["detail"]:
@@ -139,7 +139,7 @@ def main():
             continue
         row = {"name": name, "prog": m["prog"], "shim": m["shim"], "cut": m["cut"],
                "cut_at_s": m.get("cut_time"), "cut_for_s": m.get("cut_for") if m["cut"] != "none" else None,
-               "elapsed_s": m.get("elapsed"), "order": os.path.getmtime(os.path.join(d, "meta"))}
+               "elapsed_s": m.get("elapsed"), "order": float(m.get("started") or os.path.getmtime(os.path.join(d, "meta")))}
         if m.get("status") == "SKIP":
             row.update(status="SKIP", reason=m.get("reason", ""))
         else:

@@ -111,7 +111,7 @@ row_run() {
 	ROW_DIR=$LAB_OUT/rows/$name
 	rm -rf "$ROW_DIR"
 	mkdir -p "$ROW_DIR"
-	meta name "$name"; meta prog "$prog"; meta shim "$shim"; meta cut "$cut"
+	meta started "$(now)"; meta name "$name"; meta prog "$prog"; meta shim "$shim"; meta cut "$cut"
 	case $prog in
 	ibvtest-*) st=$(build_status ibvtest) ;;
 	mpi) st=$(build_status mpi) ;;
