@@ -81,46 +81,54 @@ func setVersion(tx *bolt.Tx, v uint32) error {
 	return m.Put(keyVersion, binary.BigEndian.AppendUint32(nil, v))
 }
 
+// rewrite replaces every value of bucket b with conv(key, value); keys
+// and values are collected first, since bbolt forbids writing while
+// iterating. what names the bucket in errors.
+func rewrite(b *bolt.Bucket, what string, conv func(k, v []byte) ([]byte, error)) error {
+	type kv struct{ k, v []byte }
+	var all []kv
+	if err := b.ForEach(func(k, v []byte) error {
+		nv, err := conv(k, v)
+		if err != nil {
+			return fmt.Errorf("migrate %s %x: %w", what, k, err)
+		}
+		all = append(all, kv{append([]byte(nil), k...), nv})
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, e := range all {
+		if err := b.Put(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // migrateV1 rewrites every schema-1 value with entry version 0, creates
 // the tombstone bucket and records version 2.
 func migrateV1(tx *bolt.Tx) error {
-	type kv struct{ k, v []byte }
-	var qps, mrs []kv
 	qp, mr := tx.Bucket(bucketQP), tx.Bucket(bucketMR)
 	if qp == nil || mr == nil {
 		return fmt.Errorf("%w: version-1 file without its qp and mr buckets", ErrSchema)
 	}
-	if err := qp.ForEach(func(k, v []byte) error {
+	if err := rewrite(qp, "QP", func(_, v []byte) ([]byte, error) {
 		b, o, err := decodeQPBackupV1(v)
 		if err != nil {
-			return fmt.Errorf("migrate QP %x: %w", k, err)
+			return nil, err
 		}
-		nv, err := encodeQPBackup(b, o, 0)
-		qps = append(qps, kv{append([]byte(nil), k...), nv})
-		return err
+		return encodeQPBackup(b, o, 0)
 	}); err != nil {
 		return err
 	}
-	if err := mr.ForEach(func(k, v []byte) error {
+	if err := rewrite(mr, "MR", func(_, v []byte) ([]byte, error) {
 		b, o, err := decodeMRBackupV1(v)
 		if err != nil {
-			return fmt.Errorf("migrate MR %x: %w", k, err)
+			return nil, err
 		}
-		nv, err := encodeMRBackup(b, o, 0)
-		mrs = append(mrs, kv{append([]byte(nil), k...), nv})
-		return err
+		return encodeMRBackup(b, o, 0)
 	}); err != nil {
 		return err
-	}
-	for _, e := range qps {
-		if err := qp.Put(e.k, e.v); err != nil {
-			return err
-		}
-	}
-	for _, e := range mrs {
-		if err := mr.Put(e.k, e.v); err != nil {
-			return err
-		}
 	}
 	if _, err := tx.CreateBucketIfNotExists(bucketTomb); err != nil {
 		return err
@@ -139,45 +147,29 @@ func migrateV0(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	type kv struct{ k, v []byte }
-	var qps, mrs []kv
-	if err := qp.ForEach(func(k, v []byte) error {
+	if err := rewrite(qp, "QP", func(k, v []byte) ([]byte, error) {
 		if _, err := decodeQPKey(k); err != nil {
-			return fmt.Errorf("migrate QP %x: %w", k, err)
+			return nil, err
 		}
 		b, err := decodeQPBackupV0(v)
 		if err != nil {
-			return fmt.Errorf("migrate QP %x: %w", k, err)
+			return nil, err
 		}
-		nv, err := encodeQPBackupV1(b, Owner{})
-		qps = append(qps, kv{append([]byte(nil), k...), nv})
-		return err
+		return encodeQPBackupV1(b, Owner{})
 	}); err != nil {
 		return err
 	}
-	if err := mr.ForEach(func(k, v []byte) error {
+	if err := rewrite(mr, "MR", func(k, v []byte) ([]byte, error) {
 		if _, err := decodeMRKey(k); err != nil {
-			return fmt.Errorf("migrate MR %x: %w", k, err)
+			return nil, err
 		}
 		b, err := decodeMRBackupV0(v)
 		if err != nil {
-			return fmt.Errorf("migrate MR %x: %w", k, err)
+			return nil, err
 		}
-		nv, err := encodeMRBackupV1(b, Owner{})
-		mrs = append(mrs, kv{append([]byte(nil), k...), nv})
-		return err
+		return encodeMRBackupV1(b, Owner{})
 	}); err != nil {
 		return err
-	}
-	for _, e := range qps {
-		if err := qp.Put(e.k, e.v); err != nil {
-			return err
-		}
-	}
-	for _, e := range mrs {
-		if err := mr.Put(e.k, e.v); err != nil {
-			return err
-		}
 	}
 	return setVersion(tx, 1)
 }
