@@ -146,6 +146,20 @@ void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv)
 	*recv = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE) - __atomic_load_n(&q->rtail, __ATOMIC_ACQUIRE);
 }
 
+/* reserve takes n ring slots. With lip_single_poster (each QP posted to by
+ * one thread at a time, IBPATH_SINGLE_POSTER=1) a plain load and store
+ * do; otherwise an atomic add, since verbs lets several threads post to
+ * one QP. */
+static inline uint64_t reserve(uint64_t *head, uint64_t n)
+{
+	if (lip_single_poster) {
+		uint64_t h = __atomic_load_n(head, __ATOMIC_RELAXED);
+		__atomic_store_n(head, h + n, __ATOMIC_RELEASE);
+		return h;
+	}
+	return __atomic_fetch_add(head, n, __ATOMIC_ACQ_REL);
+}
+
 static inline void copy_sges(struct ibv_sge *dst, const struct ibv_sge *src, int n, uint32_t *flags)
 {
 	if (n > LIP_MAX_SGE) {
@@ -165,7 +179,7 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 	uint64_t n = 0;
 	for (struct ibv_send_wr *w = wr; w; w = w->next)
 		n++;
-	uint64_t first = __atomic_fetch_add(&q->shead, n, __ATOMIC_ACQ_REL);
+	uint64_t first = reserve(&q->shead, n);
 	if (first + n - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
 		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
 	uint64_t k = first;
@@ -212,7 +226,7 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	uint64_t n = 0;
 	for (struct ibv_recv_wr *w = wr; w; w = w->next)
 		n++;
-	uint64_t first = __atomic_fetch_add(&q->rhead, n, __ATOMIC_ACQ_REL);
+	uint64_t first = reserve(&q->rhead, n);
 	uint64_t k = first;
 	for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
 		struct lip_rqe *e = &q->rq[k & q->rmask];

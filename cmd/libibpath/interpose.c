@@ -13,6 +13,7 @@
 
 int lip_enabled = 1;
 int lip_record = 1;
+int lip_single_poster = 0;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 

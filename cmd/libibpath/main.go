@@ -55,6 +55,9 @@ func ibpathInit() {
 	if !cfg.Record {
 		C.lip_record = 0
 	}
+	if cfg.SinglePoster {
+		C.lip_single_poster = 1
+	}
 	rt = shim.NewRuntime(cfg, log)
 	rt.SetOpener(func(name string) (verbs.Context, error) { return ibv.OpenDevice(name) })
 	if cfg.Socket != "off" {

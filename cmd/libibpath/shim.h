@@ -80,5 +80,6 @@ void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv);
 /* interpose.c */
 extern int lip_enabled;     /* 0: pure pass-through (IBPATH_DISABLE=1) */
 extern int lip_record;      /* 1: shadow rings on (layer 2 bookkeeping) */
+extern int lip_single_poster; /* 1: each QP is posted to by one thread at a time */
 
 #endif

@@ -19,6 +19,12 @@ type Config struct {
 	// Record (IBPATH_RECORD=on|off, default on): keep the shadow rings
 	// of the Default state (the bookkeeping layer 2 replays from).
 	Record bool
+	// SinglePoster (IBPATH_SINGLE_POSTER=1): the application posts to each
+	// QP from one thread at a time (MPI without MPI_THREAD_MULTIPLE, one
+	// NCCL proxy thread per QP), so the shadow rings reserve slots
+	// without an atomic instruction. Wrong for programs that post to one
+	// QP from several threads at once: their rings would lose entries.
+	SinglePoster bool
 	// Backup (IBPATH_BACKUP=auto|<device>): the backup device policy of
 	// layer 2.
 	Backup string
@@ -33,6 +39,7 @@ const (
 	EnvDisable = "IBPATH_DISABLE"
 	EnvAPM     = "IBPATH_APM"
 	EnvRecord  = "IBPATH_RECORD"
+	EnvSingle  = "IBPATH_SINGLE_POSTER"
 	EnvBackup  = "IBPATH_BACKUP"
 	EnvSocket  = "IBPATH_SOCKET"
 	EnvLog     = "IBPATH_LOG"
@@ -54,6 +61,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.Record, err = boolEnv(getenv, EnvRecord, true); err != nil {
+		return c, err
+	}
+	if c.SinglePoster, err = boolEnv(getenv, EnvSingle, false); err != nil {
 		return c, err
 	}
 	if v := getenv(EnvBackup); v != "" {
@@ -93,6 +103,6 @@ func (c Config) Banner(pid int) string {
 		daemon = "not used"
 	}
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
-		"shadow rings %s; layer 2 (cross-NIC) failover not active in this build; backup device %s; ibpathd %s",
-		pid, onoff[c.APM], onoff[c.Record], c.Backup, daemon)
+		"shadow rings %s%s; layer 2 (cross-NIC) failover not active in this build; backup device %s; ibpathd %s",
+		pid, onoff[c.APM], onoff[c.Record], map[bool]string{true: " (single poster per QP)", false: ""}[c.SinglePoster], c.Backup, daemon)
 }

@@ -13,11 +13,11 @@ func TestFromEnv(t *testing.T) {
 	if err != nil || c.Disabled || !c.APM || !c.Record || c.Backup != "auto" || c.Socket != "/run/ibpath/ibpathd.sock" || c.Log != slog.LevelWarn {
 		t.Fatalf("defaults %+v %v", c, err)
 	}
-	c, err = FromEnv(env(map[string]string{EnvDisable: "1", EnvAPM: "off", EnvRecord: "no", EnvBackup: "mlx5_1", EnvSocket: "off", EnvLog: "debug"}))
-	if err != nil || !c.Disabled || c.APM || c.Record || c.Backup != "mlx5_1" || c.Socket != "off" || c.Log != slog.LevelDebug {
+	c, err = FromEnv(env(map[string]string{EnvDisable: "1", EnvAPM: "off", EnvRecord: "no", EnvBackup: "mlx5_1", EnvSocket: "off", EnvLog: "debug", EnvSingle: "1"}))
+	if err != nil || !c.Disabled || c.APM || c.Record || c.Backup != "mlx5_1" || c.Socket != "off" || c.Log != slog.LevelDebug || !c.SinglePoster {
 		t.Fatalf("set %+v %v", c, err)
 	}
-	for k, v := range map[string]string{EnvDisable: "2", EnvAPM: "maybe", EnvRecord: "x", EnvLog: "loud"} {
+	for k, v := range map[string]string{EnvDisable: "2", EnvAPM: "maybe", EnvRecord: "x", EnvLog: "loud", EnvSingle: "many"} {
 		if _, err := FromEnv(env(map[string]string{k: v})); err == nil || !strings.Contains(err.Error(), k) {
 			t.Errorf("%s=%s: %v, want an error naming it", k, v, err)
 		}

@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -32,21 +33,35 @@ func buildHotpathCheck(tb testing.TB) string {
 // retirement by signaled completions, refused WRs, receives, partial
 // entries, error completions, removal and restoring the provider's ops.
 func TestHotPathRings(t *testing.T) {
-	out, err := exec.Command(buildHotpathCheck(t), "test").CombinedOutput()
-	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
-		t.Fatalf("hotpath_check test: %v\n%s", err, out)
+	bin := buildHotpathCheck(t)
+	for _, single := range []string{"0", "1"} {
+		cmd := exec.Command(bin, "test")
+		cmd.Env = append(os.Environ(), "IBPATH_SINGLE_POSTER="+single)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
+			t.Fatalf("hotpath_check test (IBPATH_SINGLE_POSTER=%s): %v\n%s", single, err, out)
+		}
 	}
 }
 
 // BenchmarkHotPath reports the ns the shim's Default-state wrappers add
 // to post_send and poll_cq over direct calls to the same provider
 // function, measured side by side in one C program (best of 5
-// alternating rounds of 4M calls; no cgo in the timed loop).
+// alternating rounds of 4M calls; no cgo in the timed loop), with the
+// default atomic slot reservation and with IBPATH_SINGLE_POSTER=1.
 func BenchmarkHotPath(b *testing.B) {
+	for _, mode := range []struct{ name, single string }{{"shared", "0"}, {"single-poster", "1"}} {
+		b.Run(mode.name, func(b *testing.B) { benchHotPath(b, mode.single) })
+	}
+}
+
+func benchHotPath(b *testing.B, single string) {
 	bin := buildHotpathCheck(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		out, err := exec.Command(bin, "bench").CombinedOutput()
+		cmd := exec.Command(bin, "bench")
+		cmd.Env = append(os.Environ(), "IBPATH_SINGLE_POSTER="+single)
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			b.Fatalf("hotpath_check bench: %v\n%s", err, out)
 		}

@@ -11,6 +11,7 @@
 
 int lip_enabled = 1;
 int lip_record = 1;
+int lip_single_poster = 0;
 
 #define DEPTH 1024
 static struct ibv_wc ring[DEPTH];
@@ -208,6 +209,8 @@ static int bench(long n, int rounds)
 int main(int argc, char **argv)
 {
 	setup();
+	if (getenv("IBPATH_SINGLE_POSTER") && strcmp(getenv("IBPATH_SINGLE_POSTER"), "1") == 0)
+		lip_single_poster = 1;
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)
 		return bench(argc > 2 ? atol(argv[2]) : 4000000, argc > 3 ? atoi(argv[3]) : 5);
 	return test();
