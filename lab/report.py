@@ -92,6 +92,14 @@ def parse(m, client, server):
             r["pause_ms"], r["pause_kind"] = float(mm.group(5)), "measured"
         r["finished"] = rc_ok and mm is not None
         r["correct"] = "yes" if (mm and mm.group(3) == "0" and rc_ok) else "no"
+    elif prog == "ibpathd":
+        outs = c + "\n" + "\n".join(STAMP.sub("", l) for l in server.splitlines())
+        mm = re.search(r"IBPATHD_CHECK ok=(\d+) fail=(\d+)", c)
+        r["finished"] = rc_ok and mm is not None
+        r["correct"] = "yes" if (mm and mm.group(2) == "0" and rc_ok) else "no"
+        fails = re.findall(r"^CHECK FAIL (.*)$", outs, re.M)
+        if fails:
+            r["detail"] = fails[0][:90]
     elif prog.startswith("ibvtest"):
         outs = c + "\n" + "\n".join(STAMP.sub("", l) for l in server.splitlines())
         if "no tests to run" in outs:

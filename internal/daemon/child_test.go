@@ -29,6 +29,8 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	case "dying-owner":
 		os.Exit(dyingOwner(os.Getenv("IBPATHD_TEST_SOCKET")))
+	case "leaving-owner":
+		os.Exit(leavingOwner(os.Getenv("IBPATHD_TEST_SOCKET")))
 	case "user":
 		os.Exit(userClient(os.Getenv("IBPATHD_TEST_SOCKET"), os.Stdout))
 	default:
@@ -57,6 +59,31 @@ func dyingOwner(socket string) int {
 		return 1
 	}
 	fmt.Println("published")
+	return 0
+}
+
+// leavingOwner publishes, closes its session, lives on a while (as a
+// process whose connection dropped), then exits.
+func leavingOwner(socket string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inc, err := ownerproto.StartTime(os.Getpid())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := ownerproto.Dial(ctx, socket, ownerproto.Hello{PID: os.Getpid(), Incarnation: inc}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := s.PublishQP(ctx, ownerproto.PublishQP{Key: store.QPKey{LID: 2, QPN: 0x777}, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 6, QPN: 0x778}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s.Close()
+	fmt.Println("detached")
+	time.Sleep(700 * time.Millisecond)
 	return 0
 }
 
@@ -148,6 +175,38 @@ func TestDeadOwnerEntriesRemoved(t *testing.T) {
 	if len(n.Owners) != 0 {
 		t.Fatalf("owners %+v", n.Owners)
 	}
+}
+
+// TestOwnerThatDetachesThenDies: a process that closed its session while
+// alive keeps its entries while it lives, and loses them when it ends.
+func TestOwnerThatDetachesThenDies(t *testing.T) {
+	d, c := testDaemon(t, nil)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=leaving-owner", "IBPATHD_TEST_SOCKET="+d.cfg.Socket)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := out.Read(buf)
+	if string(buf[:n]) != "detached\n" {
+		t.Fatalf("child said %q", buf[:n])
+	}
+	ctx := context.Background()
+	time.Sleep(200 * time.Millisecond) // the child lives on, detached
+	if qps, err := c.StoreQPs(ctx, ""); err != nil || len(qps) != 1 {
+		t.Fatalf("the entry of a live, detached owner: %+v %v", qps, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the entry removed once the process ended", func() bool {
+		qps, err := c.StoreQPs(ctx, "")
+		return err == nil && len(qps) == 0
+	})
 }
 
 // copyExecutable puts the test binary where another user can run it.

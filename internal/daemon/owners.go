@@ -237,13 +237,55 @@ func (d *Daemon) detach(o *owner, err error, log *slog.Logger) {
 		log.Warn("owner session ended", "err", err)
 	}
 	if alive, aerr := ownerproto.Alive(o.hello.PID, o.hello.Incarnation); aerr == nil && alive {
-		log.Info("owner detached; the process lives, its entries are kept")
+		// A process closes its files before it becomes a zombie, so an
+		// exiting owner usually still looks alive here: watch it.
+		log.Info("owner detached; the process lives, its entries are kept while it does")
+		d.wg.Add(1)
+		go d.reapLater(o, log)
 		return
 	}
-	n, rerr := d.repl.RemoveOwner(o.storeOwner(d.cfg.Node))
-	if rerr != nil {
-		log.Error("remove the entries of a dead owner", "err", rerr)
+	d.reap(o, log)
+}
+
+// reap removes the entries of an owner whose process is gone.
+func (d *Daemon) reap(o *owner, log *slog.Logger) {
+	n, err := d.repl.RemoveOwner(o.storeOwner(d.cfg.Node))
+	if err != nil {
+		log.Error("remove the entries of a dead owner", "err", err)
 		return
 	}
 	log.Info("owner gone; its entries removed", "entries", n)
 }
+
+// reapLater watches a detached owner's process: when it ends without
+// having attached again, its entries are removed. The checks back off
+// from 100 ms to ReapMaxWait.
+func (d *Daemon) reapLater(o *owner, log *slog.Logger) {
+	defer d.wg.Done()
+	wait := 100 * time.Millisecond
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-time.After(wait):
+		}
+		d.owners.mu.Lock()
+		back := d.owners.byID[o.hello.PID]
+		d.owners.mu.Unlock()
+		if back != nil && back.hello.Incarnation == o.hello.Incarnation {
+			return // attached again: its session owns the entries now
+		}
+		alive, err := ownerproto.Alive(o.hello.PID, o.hello.Incarnation)
+		if err == nil && !alive {
+			d.reap(o, log)
+			return
+		}
+		if wait *= 2; wait > ReapMaxWait {
+			wait = ReapMaxWait
+		}
+	}
+}
+
+// ReapMaxWait is the longest interval between checks of a detached
+// owner's process.
+const ReapMaxWait = 5 * time.Second

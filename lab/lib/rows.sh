@@ -37,6 +37,7 @@ write_lat none
 mpi none
 ibvtest-local none
 ibvtest-pair none
+ibpathd none
 pingpong setlink-g1
 pingpong ipdown-g2
 write_bw setlink-g2
@@ -81,6 +82,12 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
   \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
 		MARKER="" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
+	ibpathd)
+		# ibpathd on the real rxe devices of both guests, replicating over
+		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
+		SERVER="bash \$LAB_REPO/lab/guest/ibpathd.sh server $p"
+		CLIENT="bash \$LAB_REPO/lab/guest/ibpathd.sh client $p"
+		MARKER="" LIMIT=120 ;;
 	ibvtest-local)
 		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 stamp ./ibv.test -test.run '^TestLabLocal' -test.v -test.timeout 60s"
 		MARKER="" LIMIT=70 ;;
@@ -114,6 +121,7 @@ row_run() {
 	meta started "$(now)"; meta name "$name"; meta prog "$prog"; meta shim "$shim"; meta cut "$cut"
 	case $prog in
 	ibvtest-*) st=$(build_status ibvtest) ;;
+	ibpathd) st=$(build_status daemon) ;;
 	mpi) st=$(build_status mpi) ;;
 	*) st=ok ;;
 	esac
@@ -220,6 +228,8 @@ rows_run() {
 		for shim in off on; do
 			port=$((port + 2))
 			[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
+			# the daemon row runs its pingpong under the shim itself
+			[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
 			row_run "$prog" "$shim" "$cut" "$port"
 		done
 	done <<<"$LAB_ROW_LIST"

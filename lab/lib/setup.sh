@@ -2,7 +2,7 @@
 #   setup_packages  apt-get what the lab needs (only when something is missing)
 #   setup_kernel    extract the Debian kernel linux-image-amd64 depends on, uncompressed
 #   setup_initramfs busybox + the modules rxe needs + lab/initramfs/init
-#   setup_builds    the shim, the verbs lab tests and the MPI check program
+#   setup_builds    the shim, the verbs lab tests, ibpathd and ibpath, and the MPI check program
 # Sourced by lab/run.sh after lib/common.sh.
 
 LAB_PACKAGES=(qemu-system-x86 qemu-system-data rdma-core ibverbs-utils ibverbs-providers
@@ -89,7 +89,7 @@ setup_builds() {
 	export PATH=$PATH:/usr/local/go/bin
 	if [ ! -d "$LAB_REPO/cmd/libibpath" ]; then
 		echo "shim skip ./cmd/libibpath does not exist in this checkout" >>"$st"
-	elif (cd "$LAB_REPO" && CGO_LDFLAGS_ALLOW="-Wl,--version-script=.*" timeout 600 go build -buildmode=c-shared -o "$LAB_BUILD/libibpath.so" ./cmd/libibpath) \
+	elif (cd "$LAB_REPO" && timeout 600 cmd/libibpath/build.sh "$LAB_BUILD/libibpath.so") \
 		>"$LAB_BUILD/shim-build.log" 2>&1; then
 		echo "shim ok" >>"$st"
 	else
@@ -104,6 +104,12 @@ setup_builds() {
 	else
 		rm -f "$LAB_BUILD/ibv.test"
 		echo "ibvtest skip go test -c ./verbs/ibv failed: $(grep -m1 -v '^#' "$LAB_BUILD/ibvtest-build.log" | cut -c1-160)" >>"$st"
+	fi
+	if (cd "$LAB_REPO" && timeout 600 go build -o "$LAB_BUILD/ibpathd" ./cmd/ibpathd &&
+		timeout 600 go build -o "$LAB_BUILD/ibpath" ./cmd/ibpath) >"$LAB_BUILD/daemon-build.log" 2>&1; then
+		echo "daemon ok" >>"$st"
+	else
+		echo "daemon skip go build ./cmd/ibpathd ./cmd/ibpath failed: $(grep -m1 -v '^#' "$LAB_BUILD/daemon-build.log" | cut -c1-160)" >>"$st"
 	fi
 	if ! command -v mpicc >/dev/null 2>&1; then
 		echo "mpi skip mpicc not found (openmpi-bin/libopenmpi-dev not installed)" >>"$st"
