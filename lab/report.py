@@ -85,7 +85,7 @@ def parse(m, client, server):
             r["work"] = float(i.group(2))  # seconds
         r["finished"] = rc_ok and b is not None and i is not None
         r["correct"] = "yes" if r["finished"] else "no"
-    elif prog == "mpi":
+    elif prog in ("mpi", "mpi-verbs"):
         mm = re.search(r"MPI_CHECK ranks=(\d+) iters=(\d+) errors=(\d+) elapsed_s=([\d.]+) max_gap_ms=([\d.]+) ring_MBps=([\d.]+) iter_us=(\d+)", c)
         if mm:
             r["tput_MBps"], r["lat_us"] = float(mm.group(6)), float(mm.group(7))

@@ -35,6 +35,7 @@ send_bw none
 read_bw none
 write_lat none
 mpi none
+mpi-verbs none
 ibvtest-local none
 ibvtest-pair none
 ibpathd none
@@ -50,6 +51,7 @@ write_lat setlink-g1
 write_lat ipdown-g2
 mpi setlink-g2
 mpi ipdown-g1
+mpi-verbs setlink-g2
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
@@ -79,6 +81,17 @@ prog_cmds() {
 stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/guest/rsh.sh \\
   --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth1 \\
   --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 \\
+  \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
+  \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
+		MARKER="" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
+	mpi-verbs)
+		# Open MPI's ofi MTL over libfabric's verbs provider (with ofi_rxm
+		# for reliable datagrams) on rxe0: MPI traffic through verbs
+		CLIENT="export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/guest/rsh.sh \\
+  --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth1 \\
+  --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include 'verbs;ofi_rxm' \\
+  -x FI_PROVIDER='verbs;ofi_rxm' -x FI_VERBS_IFACE=eth0 -x FI_UNIVERSE_SIZE=4 -x FI_LOG_LEVEL=warn \\
   \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
 		MARKER="" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
@@ -122,7 +135,7 @@ row_run() {
 	case $prog in
 	ibvtest-*) st=$(build_status ibvtest) ;;
 	ibpathd) st=$(build_status daemon) ;;
-	mpi) st=$(build_status mpi) ;;
+	mpi | mpi-verbs) st=$(build_status mpi) ;;
 	*) st=ok ;;
 	esac
 	if [ "$st" = ok ] && [ "$shim" = on ]; then st=$(build_status shim); fi
