@@ -72,6 +72,61 @@ static uint32_t pow2(uint32_t n)
 	return p;
 }
 
+/* by_ptr finds a protected QP from the application's struct ibv_qp, the
+ * one lookup of the post path (it also gives the context). */
+static struct lip_qp *by_ptr[LIP_PTR_SLOTS];
+static pthread_mutex_t by_ptr_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static inline uint32_t ptr_hash(const void *p)
+{
+	return (uint32_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (LIP_PTR_SLOTS - 1);
+}
+
+static inline struct lip_qp *qp_of(struct ibv_qp *qp)
+{
+	uint32_t h = ptr_hash(qp);
+	for (uint32_t i = 0; i < LIP_PTR_SLOTS; i++) {
+		struct lip_qp *q = __atomic_load_n(&by_ptr[(h + i) & (LIP_PTR_SLOTS - 1)], __ATOMIC_ACQUIRE);
+		if (!q)
+			return NULL;
+		if (q != LIP_SLOT_DEAD && q->qp == qp)
+			return q;
+	}
+	return NULL;
+}
+
+static int by_ptr_add(struct lip_qp *q)
+{
+	uint32_t h = ptr_hash(q->qp);
+	pthread_mutex_lock(&by_ptr_mu);
+	for (uint32_t i = 0; i < LIP_PTR_SLOTS; i++) {
+		struct lip_qp **s = &by_ptr[(h + i) & (LIP_PTR_SLOTS - 1)];
+		if (*s == NULL || *s == LIP_SLOT_DEAD) {
+			__atomic_store_n(s, q, __ATOMIC_RELEASE);
+			pthread_mutex_unlock(&by_ptr_mu);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&by_ptr_mu);
+	return -1;
+}
+
+static void by_ptr_remove(struct ibv_qp *qp)
+{
+	uint32_t h = ptr_hash(qp);
+	pthread_mutex_lock(&by_ptr_mu);
+	for (uint32_t i = 0; i < LIP_PTR_SLOTS; i++) {
+		struct lip_qp **s = &by_ptr[(h + i) & (LIP_PTR_SLOTS - 1)];
+		if (*s == NULL)
+			break;
+		if (*s != LIP_SLOT_DEAD && (*s)->qp == qp) {
+			__atomic_store_n(s, LIP_SLOT_DEAD, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&by_ptr_mu);
+}
+
 struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn)
 {
 	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
@@ -93,6 +148,7 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_
 	if (!q)
 		return NULL;
 	q->qp = qp;
+	q->ctx = c;
 	q->qpn = qp->qp_num;
 	q->sig_all = sig_all;
 	q->smask = pow2(max_send_wr ? max_send_wr : 1) - 1;
@@ -109,6 +165,8 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_
 	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
 		struct lip_qp **s = &c->slots[(q->qpn + i) & (LIP_QP_SLOTS - 1)];
 		if (*s == NULL || *s == LIP_SLOT_DEAD) {
+			if (by_ptr_add(q))
+				break;
 			__atomic_store_n(s, q, __ATOMIC_RELEASE);
 			pthread_mutex_unlock(&c->mu);
 			return q;
@@ -138,6 +196,7 @@ void lip_qp_remove(struct ibv_qp *qp)
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
+	by_ptr_remove(qp);
 }
 
 void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv)
@@ -172,12 +231,14 @@ static inline void copy_sges(struct ibv_sge *dst, const struct ibv_sge *src, int
 
 int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
-	struct lip_ctx *c = lip_ctx_of(qp->context);
-	struct lip_qp *q = (c && lip_record) ? lip_qp_find(c, qp->qp_num) : NULL;
-	if (!q)
+	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
+	if (!q) {
+		struct lip_ctx *c = lip_ctx_of(qp->context);
 		return c ? c->post_send(qp, wr, bad) : EINVAL;
-	uint64_t n = 0;
-	for (struct ibv_send_wr *w = wr; w; w = w->next)
+	}
+	struct lip_ctx *c = q->ctx;
+	uint64_t n = 1;
+	for (struct ibv_send_wr *w = wr->next; w; w = w->next)
 		n++;
 	uint64_t first = reserve(&q->shead, n);
 	if (first + n - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
@@ -219,12 +280,14 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 
 int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
-	struct lip_ctx *c = lip_ctx_of(qp->context);
-	struct lip_qp *q = (c && lip_record) ? lip_qp_find(c, qp->qp_num) : NULL;
-	if (!q)
+	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
+	if (!q) {
+		struct lip_ctx *c = lip_ctx_of(qp->context);
 		return c ? c->post_recv(qp, wr, bad) : EINVAL;
-	uint64_t n = 0;
-	for (struct ibv_recv_wr *w = wr; w; w = w->next)
+	}
+	struct lip_ctx *c = q->ctx;
+	uint64_t n = 1;
+	for (struct ibv_recv_wr *w = wr->next; w; w = w->next)
 		n++;
 	uint64_t first = reserve(&q->rhead, n);
 	uint64_t k = first;

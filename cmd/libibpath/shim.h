@@ -13,6 +13,7 @@
 #define LIP_MAX_SGE 4       /* SGEs kept per shadow entry; more marks the entry partial */
 #define LIP_MAX_CTX 64      /* open device contexts tracked */
 #define LIP_QP_SLOTS 4096   /* QPs per context (open addressing on qp_num) */
+#define LIP_PTR_SLOTS 16384 /* QPs of the process (open addressing on the ibv_qp address) */
 
 /* A send work request as recorded for replay. */
 struct lip_sqe {
@@ -43,6 +44,7 @@ struct lip_rqe {
  * (atomically: several threads may post to one QP), tails by pollers. */
 struct lip_qp {
 	struct ibv_qp *qp;
+	struct lip_ctx *ctx;
 	uint32_t qpn;
 	int sig_all;
 	uint32_t smask, rmask;  /* ring sizes - 1 (powers of two) */
