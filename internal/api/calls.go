@@ -66,3 +66,13 @@ func query(node string) string {
 	}
 	return "?node=" + url.QueryEscape(node)
 }
+
+// StatusRaw returns the status document exactly as the daemon sent it, so
+// a tool sees fields newer than this client.
+func (c *Client) StatusRaw(ctx context.Context) ([]byte, error) {
+	var s string
+	if _, err := c.do(ctx, http.MethodGet, PathStatus, nil, &s); err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
+}

@@ -269,6 +269,21 @@ func TestStatusJSONRoundTrip(t *testing.T) {
 	}
 }
 
+// TestStatusJSONKeepsNewerFields: a field this ibpath does not know (a
+// newer daemon's) is printed, not dropped; an answer that is not a status
+// document is an error.
+func TestStatusJSONKeepsNewerFields(t *testing.T) {
+	f := startFake(t, map[string]reply{api.PathStatus: {http.StatusOK, "status-future.json"}})
+	out, _, code := run("--socket", f.socket, "--json", "status")
+	if code != ExitOK || !strings.Contains(out, `"cooling"`) || !strings.Contains(out, `"fans": 3`) {
+		t.Fatalf("exit %d, output lacks the newer field:\n%s", code, out)
+	}
+	g := startFake(t, map[string]reply{api.PathStatus: {http.StatusOK, "metrics.txt"}})
+	if _, errOut, code := run("--socket", g.socket, "--json", "status"); code != ExitError || !strings.Contains(errOut, "not a status document") {
+		t.Fatalf("a non-JSON answer: exit %d, stderr %q", code, errOut)
+	}
+}
+
 // TestSocketFromEnvironment: IBPATH_SOCKET names the socket; --socket
 // overrides it.
 func TestSocketFromEnvironment(t *testing.T) {

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -25,16 +27,37 @@ func statusCommand() *cli.Command {
 			if _, err := positional(c, 0, 0, "[--json]"); err != nil {
 				return err
 			}
+			if wantJSON(c) {
+				return printStatusJSON(c)
+			}
 			n, err := client(c).Status(c.Context)
 			if err != nil {
 				return callErr(c, err)
 			}
-			if wantJSON(c) {
-				return printJSON(c.App.Writer, n)
-			}
 			return renderStatus(c.App.Writer, n)
 		},
 	}
+}
+
+// printStatusJSON prints the daemon's status document as it came,
+// indented, so fields newer than this ibpath are kept. It must still be a
+// status document.
+func printStatusJSON(c *cli.Context) error {
+	raw, err := client(c).StatusRaw(c.Context)
+	if err != nil {
+		return callErr(c, err)
+	}
+	var n status.Node
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return fmt.Errorf("status: the daemon's answer is not a status document: %w", err)
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, bytes.TrimSpace(raw), "", "  "); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	b.WriteByte('\n')
+	_, err = c.App.Writer.Write(b.Bytes())
+	return err
 }
 
 // renderStatus prints a node's status as sections of tables. Rows are
