@@ -241,3 +241,13 @@ func (s *Shadow) Conn(defQP verbs.QP, defCQ verbs.CQ) (*Conn, error) {
 	}}
 	return NewConn(Leg{Ctx: s.def, QP: defQP, CQ: defCQ}, Leg{Ctx: s.bak, QP: sq.bak, CQ: sq.bakCQ}, keys, sq.sigAll)
 }
+
+// BackupOf returns the backup QP of defQP (device, port and number) and
+// whether it is connected; ok is false for a QP the shadow does not know.
+func (s *Shadow) BackupOf(defQP verbs.QP) (b Backup, connected, ok bool) {
+	sq := s.qps[defQP]
+	if sq == nil {
+		return Backup{}, false, false
+	}
+	return Backup{Device: s.bakDesc.Name, Port: s.bakPort, QPN: sq.bak.QPN()}, sq.connected, true
+}

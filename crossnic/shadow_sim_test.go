@@ -87,12 +87,18 @@ func testShadow(t *testing.T, ll verbs.LinkLayer) {
 	if a.shadow.Ready(a.qp) {
 		t.Fatal("A's backup connected before B published its backup QP")
 	}
+	if bk, connected, ok := a.shadow.BackupOf(a.qp); !ok || connected || (bk.Device != "mlx5_1" && bk.Device != "rxe1") || bk.QPN == 0 {
+		t.Fatalf("BackupOf before the peer published: %+v connected %v ok %v", bk, connected, ok)
+	}
 	connectApp(t, b, a, roce)
 	if !b.shadow.Ready(b.qp) {
 		t.Fatal("B's backup not connected although A's was published")
 	}
 	if n := a.shadow.Scan(); n != 1 || !a.shadow.Ready(a.qp) {
 		t.Fatalf("A's rescan connected %d", n)
+	}
+	if _, connected, _ := a.shadow.BackupOf(a.qp); !connected {
+		t.Fatal("BackupOf does not say connected after the rescan")
 	}
 	for _, x := range []*app{a, b} {
 		x.conn, err = x.shadow.Conn(x.qp, x.cq)
