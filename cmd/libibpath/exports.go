@@ -29,9 +29,14 @@ import (
 
 	"github.com/ibpath/ibpath/internal/shim"
 	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/ibv"
 )
 
 func ctxID(ctx *C.struct_ibv_context) uintptr { return uintptr(unsafe.Pointer(ctx)) }
+
+// appCtx is the application's context as verbs (nil when it cannot be
+// wrapped).
+func appCtx(ctx *C.struct_ibv_context) *ibv.Context { return ibv.WrapContext(unsafe.Pointer(ctx)) }
 
 //export ibpathOpened
 func ibpathOpened(ctx *C.struct_ibv_context, name *C.char) {
@@ -45,21 +50,40 @@ func ibpathOpened(ctx *C.struct_ibv_context, name *C.char) {
 		}
 		ports = append(ports, shim.Port{Num: uint8(p), LinkLayer: verbs.LinkLayer(ll), LID: uint16(lid)})
 	}
-	rt.Opened(ctxID(ctx), C.GoString(name), ports)
+	rt.Opened(ctxID(ctx), C.GoString(name), ports, appCtx(ctx))
 }
 
 //export ibpathClosed
 func ibpathClosed(ctx *C.struct_ibv_context) { rt.Closed(ctxID(ctx)) }
 
 //export ibpathCreated
-func ibpathCreated(qp *C.struct_ibv_qp, typ C.enum_ibv_qp_type, maxSend, maxRecv C.uint32_t, sigAll, srq C.int) C.int {
-	ok := rt.Created(ctxID(qp.context), shim.QPInfo{QPN: uint32(qp.qp_num), Type: verbs.QPType(typ), SRQ: srq != 0,
-		SendCap: uint32(maxSend), RecvCap: uint32(maxRecv)})
-	if ok {
-		return 1
+func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) C.int {
+	info := shim.QPInfo{QPN: uint32(qp.qp_num), Type: verbs.QPType(attr.qp_type), SRQ: attr.srq != nil,
+		SendCap: uint32(attr.cap.max_send_wr), RecvCap: uint32(attr.cap.max_recv_wr)}
+	if !rt.Created(ctxID(qp.context), info) {
+		return 0
 	}
-	return 0
+	c := appCtx(qp.context)
+	w, err := ibv.WrapQP(c, unsafe.Pointer(qp))
+	if err == nil {
+		rt.ShadowQP(ctxID(qp.context), w.PD(), w, verbs.QPInitAttr{QPType: verbs.QPTRC, SQSigAll: attr.sq_sig_all != 0,
+			Cap: verbs.QPCap{MaxSendWR: int(attr.cap.max_send_wr), MaxRecvWR: int(attr.cap.max_recv_wr),
+				MaxSendSGE: int(attr.cap.max_send_sge), MaxRecvSGE: int(attr.cap.max_recv_sge), MaxInlineData: int(attr.cap.max_inline_data)}})
+	}
+	return 1
 }
+
+//export ibpathMR
+func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) {
+	c := appCtx(mr.context)
+	pd := ibv.WrapPD(c, unsafe.Pointer(mr.pd))
+	m := appMR{pd: pd, addr: uint64(uintptr(addr)), length: int(length), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey),
+		access: verbs.AccessFlags(access)}
+	rt.MR(ctxID(mr.context), pd, m, unsafe.Slice((*byte)(addr), int(length)))
+}
+
+//export ibpathDeregMR
+func ibpathDeregMR(mr *C.struct_ibv_mr) {}
 
 //export ibpathBeforeModify
 func ibpathBeforeModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C.int {
@@ -78,6 +102,9 @@ func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.i
 	gid := C.GoBytes(unsafe.Pointer(&attr.ah_attr.grh.dgid), 16)
 	copy(m.DGID[:], gid)
 	rt.Modified(ctxID(qp.context), m)
+	if ret == 0 && m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTS {
+		rt.Connected(ctxID(qp.context), m.QPN)
+	}
 }
 
 //export ibpathDestroyed

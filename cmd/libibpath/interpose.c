@@ -129,6 +129,61 @@ int lip_close_device(struct ibv_context *ctx)
 	return real_ibv_close_device(ctx);
 }
 
+/* reg_mr: the shim mirrors every registration on the backup device (layer
+ * 2's shadow resources). ibv_reg_mr@1.1 is what verbs.h's inline
+ * __ibv_reg_mr calls for constant access flags; ibv_reg_mr_iova2@1.8 the
+ * rest. */
+static void mr_registered(struct ibv_mr *mr, void *addr, size_t len, int access)
+{
+	if (!mr || !lip_ctx_of(mr->context))
+		return;
+	ENTER();
+	ibpathMR(mr, addr, len, access);
+	LEAVE();
+}
+
+struct ibv_mr *lip_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) __asm__("ibv_reg_mr");
+struct ibv_mr *lip_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	REAL(ibv_reg_mr, struct ibv_mr *, (struct ibv_pd *, void *, size_t, int));
+	PASS_IF_INSIDE(real_ibv_reg_mr(pd, addr, len, access));
+	struct ibv_mr *mr = real_ibv_reg_mr(pd, addr, len, access);
+	mr_registered(mr, addr, len, access);
+	return mr;
+}
+
+struct ibv_mr *lip_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access) __asm__("ibv_reg_mr_iova2");
+struct ibv_mr *lip_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+{
+	static struct ibv_mr *(*real_ibv_reg_mr_iova2)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
+	lip_init();
+	if (!real_ibv_reg_mr_iova2) {
+		real_ibv_reg_mr_iova2 = dlvsym(RTLD_NEXT, "ibv_reg_mr_iova2", "IBVERBS_1.8");
+		if (!real_ibv_reg_mr_iova2) {
+			fprintf(stderr, "libibpath: ibv_reg_mr_iova2@IBVERBS_1.8 not found: %s\n", dlerror());
+			abort();
+		}
+	}
+	PASS_IF_INSIDE(real_ibv_reg_mr_iova2(pd, addr, len, iova, access));
+	struct ibv_mr *mr = real_ibv_reg_mr_iova2(pd, addr, len, iova, access);
+	if (iova == (uintptr_t)addr)
+		mr_registered(mr, addr, len, (int)access);
+	return mr;
+}
+
+int lip_dereg_mr(struct ibv_mr *mr) __asm__("ibv_dereg_mr");
+int lip_dereg_mr(struct ibv_mr *mr)
+{
+	REAL(ibv_dereg_mr, int, (struct ibv_mr *));
+	PASS_IF_INSIDE(real_ibv_dereg_mr(mr));
+	if (lip_ctx_of(mr->context)) {
+		ENTER();
+		ibpathDeregMR(mr);
+		LEAVE();
+	}
+	return real_ibv_dereg_mr(mr);
+}
+
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) __asm__("ibv_create_qp");
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
@@ -138,7 +193,7 @@ struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	if (!qp || !lip_ctx_of(qp->context))
 		return qp;
 	ENTER();
-	int protect = ibpathCreated(qp, attr->qp_type, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all, attr->srq != NULL);
+	int protect = ibpathCreated(qp, attr);
 	LEAVE();
 	if (protect && !lip_qp_add(qp, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all))
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);

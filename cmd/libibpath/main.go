@@ -26,8 +26,6 @@ import (
 	"os"
 
 	"github.com/ibpath/ibpath/internal/shim"
-	"github.com/ibpath/ibpath/verbs"
-	"github.com/ibpath/ibpath/verbs/ibv"
 )
 
 var (
@@ -59,7 +57,7 @@ func ibpathInit() {
 		C.lip_single_poster = 1
 	}
 	rt = shim.NewRuntime(cfg, log)
-	rt.SetOpener(func(name string) (verbs.Context, error) { return ibv.OpenDevice(name) })
+	rt.SetProvider(provider{})
 	if cfg.Socket != "off" {
 		attacher = shim.Attach(rt, cfg.Socket)
 	}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 )
@@ -55,6 +56,7 @@ type qp struct {
 	dev    *device
 	info   QPInfo
 	status status.QP
+	route  ownerproto.Route // the other end, once connected
 }
 
 // Runtime is the shim's view of the process's verbs objects. It is safe
@@ -68,9 +70,15 @@ type Runtime struct {
 	qps      map[qpKey]*qp
 	rep      Reporter
 	open     Opener
+	prov     verbs.Provider
 	watchers map[string]*watcher
 	ports    map[portKey]PortState
 	closed   bool
+	stop     chan struct{}
+
+	l2mu     sync.Mutex // serialises the shadows (crossnic.Shadow is single-threaded)
+	shadows  map[uintptr]*shadowSet
+	scanning bool
 }
 
 type qpKey struct {
@@ -84,7 +92,7 @@ func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
-		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}}
+		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{}}
 }
 
 // SetReporter attaches (or, with nil, detaches) the daemon session, and
@@ -116,8 +124,10 @@ func (r *Runtime) report(q status.QP) {
 	}
 }
 
-// Opened records a device context the application opened.
-func (r *Runtime) Opened(ctx uintptr, name string, ports []Port) {
+// Opened records a device context the application opened; def, when not
+// nil, is that context as verbs (layer 2 mirrors its resources on a
+// backup device).
+func (r *Runtime) Opened(ctx uintptr, name string, ports []Port, def verbs.Context) {
 	d := &device{name: name, ports: map[uint8]Port{}}
 	for _, p := range ports {
 		d.ports[p.Num] = p
@@ -134,6 +144,12 @@ func (r *Runtime) Opened(ctx uintptr, name string, ports []Port) {
 		// Opened now, before the application's ibv_open_device returns,
 		// so no port event after it is missed; pumped in the background.
 		r.watch(name)
+	}
+	r.mu.Lock()
+	l2 := def != nil && r.cfg.Record && r.prov != nil && !r.closed
+	r.mu.Unlock()
+	if l2 {
+		r.setupShadow(ctx, name, def)
 	}
 }
 
@@ -188,6 +204,12 @@ func (r *Runtime) Modified(ctx uintptr, m Modify) {
 	}
 	if m.Mask&verbs.QPAttrAV != 0 || m.Mask&verbs.QPAttrDestQPN != 0 {
 		s.Remote = remote(m)
+	}
+	if m.Mask&verbs.QPAttrAV != 0 {
+		q.route = ownerproto.Route{LID: m.DLID}
+		if m.Global {
+			q.route = ownerproto.Route{GID: m.DGID}
+		}
 	}
 	if m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTR && q.info.Type == verbs.QPTRC {
 		r.decideLayer1(q)

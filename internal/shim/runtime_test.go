@@ -36,8 +36,8 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 	cfg, _ := FromEnv(env(nil))
 	r := NewRuntime(cfg, nil)
 	const ib, roce = uintptr(1), uintptr(2)
-	r.Opened(ib, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand, LID: 3}, {Num: 2, LinkLayer: verbs.LinkLayerInfiniBand, LID: 4}})
-	r.Opened(roce, "rxe0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerEthernet}})
+	r.Opened(ib, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand, LID: 3}, {Num: 2, LinkLayer: verbs.LinkLayerInfiniBand, LID: 4}}, nil)
+	r.Opened(roce, "rxe0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerEthernet}}, nil)
 	if !r.Created(ib, QPInfo{QPN: 0x10, Type: verbs.QPTRC}) {
 		t.Fatal("an RC QP is not protected")
 	}
@@ -102,7 +102,7 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 	}
 	// APM off by configuration.
 	r2 := NewRuntime(Config{Record: true}, nil)
-	r2.Opened(ib, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand}})
+	r2.Opened(ib, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand}}, nil)
 	r2.Created(ib, QPInfo{QPN: 1, Type: verbs.QPTRC})
 	r2.Modified(ib, Modify{QPN: 1, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSRTR, Port: 1})
 	if q := r2.QPs()[0]; q.APM != "off" || !strings.Contains(q.Reason, EnvAPM) {

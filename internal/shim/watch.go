@@ -109,10 +109,19 @@ func (r *Runtime) Ports() []PortState {
 // Close stops following events and closes the shim's own contexts.
 func (r *Runtime) Close() {
 	r.mu.Lock()
+	if !r.closed {
+		close(r.stop)
+	}
 	r.closed = true
 	ws := r.watchers
 	r.watchers = map[string]*watcher{}
 	r.mu.Unlock()
+	r.l2mu.Lock()
+	for _, s := range r.shadows {
+		s.bak.Close()
+	}
+	r.shadows = map[uintptr]*shadowSet{}
+	r.l2mu.Unlock()
 	for _, w := range ws {
 		if w.pump != nil { // nil: still opening; watch closes it
 			w.close()

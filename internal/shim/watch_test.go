@@ -19,8 +19,8 @@ func TestWatchFollowsPortEventsOnItsOwnContext(t *testing.T) {
 	defer r.Close()
 	opened := 0
 	r.SetOpener(func(name string) (verbs.Context, error) { opened++; return h.Open(name) })
-	r.Opened(1, "mlx5_0", nil)
-	r.Opened(2, "mlx5_0", nil) // a second application context: no second watcher
+	r.Opened(1, "mlx5_0", nil, nil)
+	r.Opened(2, "mlx5_0", nil, nil) // a second application context: no second watcher
 	if opened != 1 {
 		t.Fatalf("opened %d contexts of its own for one device", opened)
 	}
@@ -42,7 +42,7 @@ func TestWatchFollowsPortEventsOnItsOwnContext(t *testing.T) {
 	// An opener that fails leaves the shim working without its context.
 	r2 := NewRuntime(Config{Record: true}, nil)
 	r2.SetOpener(func(string) (verbs.Context, error) { return nil, errors.New("ibv_open_device: ENODEV") })
-	r2.Opened(1, "mlx5_1", nil)
+	r2.Opened(1, "mlx5_1", nil, nil)
 	if !r2.Created(1, QPInfo{QPN: 1, Type: verbs.QPTRC}) {
 		t.Fatal("without its own context the shim stopped protecting QPs")
 	}

@@ -1,0 +1,340 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/store"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Layer 2's shadow resources: for every device the application opens, a
+// backup device; every MR and RC QP the application makes is mirrored on
+// it by crossnic.Shadow, the mappings are published through ibpathd
+// (which pushes them to the node at the QP's other end), and the backup
+// QP is connected once the peer's backup is known. Failing over onto them
+// is not wired yet: a QP whose backup is connected is reported with its
+// backup, still unprotected.
+
+// Publisher is the part of the ibpathd session layer 2 uses.
+type Publisher interface {
+	PublishQP(ctx context.Context, p ownerproto.PublishQP) error
+	PublishMR(ctx context.Context, p ownerproto.PublishMR) error
+	LookupQP(ctx context.Context, k store.QPKey) (store.QPBackup, error)
+	LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, error)
+}
+
+// shadowSet is the layer-2 state of one application context.
+type shadowSet struct {
+	dev    string
+	backup string
+	bak    verbs.Context
+	sh     *crossnic.Shadow
+	qps    map[uint32]verbs.QP // by QPN, the QPs created through the shadow
+}
+
+// SetProvider gives the runtime the devices of the node (verbs/ibv in the
+// shim): it opens a context of its own per device for port events, and
+// the backup device of layer 2.
+func (r *Runtime) SetProvider(p verbs.Provider) {
+	r.mu.Lock()
+	r.prov = p
+	r.open = p.Open
+	r.mu.Unlock()
+}
+
+// chooseBackup picks the backup device for dev: IBPATH_BACKUP when it
+// names one, else the first other device with an ACTIVE port.
+func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
+	if r.cfg.Backup != "auto" {
+		if r.cfg.Backup == dev {
+			return "", nil, fmt.Errorf("%s=%s is the device itself", EnvBackup, dev)
+		}
+		c, err := r.prov.Open(r.cfg.Backup)
+		if err != nil {
+			return "", nil, fmt.Errorf("%s=%s: %w", EnvBackup, r.cfg.Backup, err)
+		}
+		return r.cfg.Backup, c, nil
+	}
+	devs, err := r.prov.Devices()
+	if err != nil {
+		return "", nil, err
+	}
+	for _, d := range devs {
+		if d.Name == dev {
+			continue
+		}
+		c, err := r.prov.Open(d.Name)
+		if err != nil {
+			continue
+		}
+		h, err := pathsel.Describe(c)
+		if err == nil {
+			for _, p := range h.Ports {
+				if p.Active() {
+					return d.Name, c, nil
+				}
+			}
+		}
+		c.Close()
+	}
+	return "", nil, fmt.Errorf("no other device with an ACTIVE port")
+}
+
+// setupShadow prepares layer 2 for an application context on dev.
+func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
+	name, bak, err := r.chooseBackup(dev)
+	if err != nil {
+		r.log.Warn("libibpath: no backup device; layer 2 cannot protect this device's QPs", "device", dev, "err", err)
+		return
+	}
+	sh, err := crossnic.NewShadow(def, bak, &sessionDir{r: r, mem: crossnic.NewMemDirectory()})
+	if err != nil {
+		bak.Close()
+		r.log.Warn("libibpath: layer 2 shadow", "device", dev, "backup", name, "err", err)
+		return
+	}
+	r.l2mu.Lock()
+	r.shadows[ctx] = &shadowSet{dev: dev, backup: name, bak: bak, sh: sh, qps: map[uint32]verbs.QP{}}
+	start := !r.scanning
+	r.scanning = true
+	r.l2mu.Unlock()
+	r.log.Info("libibpath: layer 2 shadow resources", "device", dev, "backup", name)
+	if start {
+		go r.scanLoop()
+	}
+}
+
+// MR mirrors a memory registration on the backup device.
+func (r *Runtime) MR(ctx uintptr, pd verbs.PD, mr verbs.MR, buf []byte) {
+	r.l2mu.Lock()
+	defer r.l2mu.Unlock()
+	s := r.shadows[ctx]
+	if s == nil {
+		return
+	}
+	if err := s.sh.RegMR(pd, mr, buf); err != nil {
+		r.log.Warn("libibpath: mirror MR on the backup", "device", s.dev, "rkey", mr.RKey(), "err", err)
+	}
+}
+
+// ShadowQP mirrors an RC QP on the backup device.
+func (r *Runtime) ShadowQP(ctx uintptr, pd verbs.PD, qp verbs.QP, init verbs.QPInitAttr) {
+	r.l2mu.Lock()
+	defer r.l2mu.Unlock()
+	s := r.shadows[ctx]
+	if s == nil {
+		return
+	}
+	if err := s.sh.CreateQP(pd, qp, init); err != nil {
+		r.log.Warn("libibpath: mirror QP on the backup", "device", s.dev, "qpn", qp.QPN(), "err", err)
+		return
+	}
+	s.qps[qp.QPN()] = qp
+}
+
+// Connected tells layer 2 the application connected a QP (after its
+// RTS): its mapping is published, and its backup connected when the
+// peer's is known.
+func (r *Runtime) Connected(ctx uintptr, qpn uint32) {
+	r.l2mu.Lock()
+	s := r.shadows[ctx]
+	var err error
+	if s != nil && s.qps[qpn] != nil {
+		err = s.sh.Connected(s.qps[qpn])
+	}
+	r.l2mu.Unlock()
+	if err != nil {
+		r.log.Warn("libibpath: layer 2 after connect", "qpn", qpn, "err", err)
+	}
+	r.refreshBackups()
+}
+
+// scanLoop connects backup QPs whose peer's backup became known.
+func (r *Runtime) scanLoop() {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		n := 0
+		r.l2mu.Lock()
+		for _, s := range r.shadows {
+			n += s.sh.Scan()
+		}
+		r.l2mu.Unlock()
+		if n > 0 {
+			r.log.Info("libibpath: backup QPs connected", "count", n)
+			r.refreshBackups()
+		}
+	}
+}
+
+// refreshBackups copies each QP's backup into its status and reports the
+// changed ones.
+func (r *Runtime) refreshBackups() {
+	type upd struct {
+		ctx     uintptr
+		qpn     uint32
+		backup  string
+		connect bool
+	}
+	var us []upd
+	r.l2mu.Lock()
+	for ctx, s := range r.shadows {
+		for qpn, qp := range s.qps {
+			if b, c, ok := s.sh.BackupOf(qp); ok {
+				us = append(us, upd{ctx, qpn, fmt.Sprintf("%s qpn %#x", b.Device, b.QPN), c})
+			}
+		}
+	}
+	r.l2mu.Unlock()
+	r.mu.Lock()
+	var changed []qpKey
+	for _, u := range us {
+		q := r.qps[qpKey{u.ctx, u.qpn}]
+		if q == nil {
+			continue
+		}
+		b := u.backup
+		if !u.connect {
+			b += " (connecting)"
+		}
+		if q.status.Backup != b {
+			q.status.Backup = b
+			changed = append(changed, qpKey{u.ctx, u.qpn})
+		}
+	}
+	var snaps []status.QP
+	for _, k := range changed {
+		snaps = append(snaps, r.qps[k].status)
+	}
+	r.mu.Unlock()
+	for _, s := range snaps {
+		r.report(s)
+	}
+}
+
+// remoteOf is the route of the other end of one of the process's QPs,
+// known from its connect (the push target of its mapping).
+func (r *Runtime) remoteOf(qpn uint32) ownerproto.Route {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, q := range r.qps {
+		if k.qpn == qpn {
+			return q.route
+		}
+	}
+	return ownerproto.Route{}
+}
+
+// remotes are the routes of every connected QP's other end.
+func (r *Runtime) remotes() []ownerproto.Route {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ownerproto.Route
+	seen := map[ownerproto.Route]bool{}
+	for _, q := range r.qps {
+		if (q.route != ownerproto.Route{}) && !seen[q.route] {
+			seen[q.route] = true
+			out = append(out, q.route)
+		}
+	}
+	return out
+}
+
+// publisher is the session to publish through, or nil.
+func (r *Runtime) publisher() Publisher {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, _ := r.rep.(Publisher)
+	return p
+}
+
+// sessionDir is the crossnic.Directory of a process: what it publishes is
+// kept here and sent to ibpathd (which stores it and pushes it to the
+// peer's node); lookups are answered from here, else asked of ibpathd.
+type sessionDir struct {
+	r   *Runtime
+	mem *crossnic.MemDirectory
+	mu  sync.Mutex
+}
+
+// dirTimeout bounds a publication or lookup through ibpathd. Lookups run
+// under the shadow's lock, which the application's reg_mr and create_qp
+// also take, so they are kept short; a miss is retried by the next scan.
+const dirTimeout = 300 * time.Millisecond
+
+func (d *sessionDir) PublishQP(def crossnic.Endpoint, b crossnic.Backup) error {
+	if err := d.mem.PublishQP(def, b); err != nil {
+		return err
+	}
+	p := d.r.publisher()
+	if p == nil {
+		return nil // no ibpathd: the peer cannot learn it; the QP stays unprotected
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
+	defer cancel()
+	return p.PublishQP(ctx, ownerproto.PublishQP{Key: store.QPKey{GID: def.GID, LID: def.LID, QPN: def.QPN},
+		Backup: store.QPBackup{Device: b.Device, Port: b.Port, GID: b.GID, LID: b.LID, QPN: b.QPN}, Remote: d.r.remoteOf(def.QPN)})
+}
+
+func (d *sessionDir) LookupQP(def crossnic.Endpoint) (crossnic.Backup, bool) {
+	if b, ok := d.mem.LookupQP(def); ok {
+		return b, true
+	}
+	p := d.r.publisher()
+	if p == nil {
+		return crossnic.Backup{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
+	defer cancel()
+	v, err := p.LookupQP(ctx, store.QPKey{GID: def.GID, LID: def.LID, QPN: def.QPN})
+	if err != nil {
+		return crossnic.Backup{}, false
+	}
+	b := crossnic.Backup{Device: v.Device, Port: v.Port, GID: v.GID, LID: v.LID, QPN: v.QPN}
+	_ = d.mem.PublishQP(def, b) // cache: failover never waits on the network
+	return b, true
+}
+
+func (d *sessionDir) PublishMR(def crossnic.MRRef, rkey uint32) error {
+	if err := d.mem.PublishMR(def, rkey); err != nil {
+		return err
+	}
+	p := d.r.publisher()
+	if p == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
+	defer cancel()
+	return p.PublishMR(ctx, ownerproto.PublishMR{Key: store.MRKey{GID: def.GID, LID: def.LID, RKey: def.RKey},
+		Backup: store.MRBackup{RKey: rkey}, Remotes: d.r.remotes()})
+}
+
+func (d *sessionDir) LookupMR(def crossnic.MRRef) (uint32, bool) {
+	if k, ok := d.mem.LookupMR(def); ok {
+		return k, true
+	}
+	p := d.r.publisher()
+	if p == nil {
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
+	defer cancel()
+	v, err := p.LookupMR(ctx, store.MRKey{GID: def.GID, LID: def.LID, RKey: def.RKey})
+	if err != nil {
+		return 0, false
+	}
+	_ = d.mem.PublishMR(def, v.RKey)
+	return v.RKey, true
+}
