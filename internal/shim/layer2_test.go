@@ -1,0 +1,205 @@
+package shim
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/store"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+// cluster is what the ibpathd of two nodes do for layer 2, in memory:
+// every publication is readable by both (push and replication included).
+type cluster struct {
+	mu   sync.Mutex
+	qps  map[store.QPKey]store.QPBackup
+	mrs  map[store.MRKey]store.MRBackup
+	push []ownerproto.Route // the push target of every QP publication
+}
+
+type node struct {
+	c   *cluster
+	rep fakeReporter
+}
+
+func (n *node) ReportQP(q status.QP) error        { return n.rep.ReportQP(q) }
+func (n *node) QPGone(d string, qpn uint32) error { return n.rep.QPGone(d, qpn) }
+func (n *node) Event(e status.Event) error        { return nil }
+func (n *node) PublishQP(_ context.Context, p ownerproto.PublishQP) error {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	n.c.qps[p.Key] = p.Backup
+	n.c.push = append(n.c.push, p.Remote)
+	return nil
+}
+func (n *node) PublishMR(_ context.Context, p ownerproto.PublishMR) error {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	n.c.mrs[p.Key] = p.Backup
+	return nil
+}
+func (n *node) LookupQP(_ context.Context, k store.QPKey) (store.QPBackup, error) {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	v, ok := n.c.qps[k]
+	if !ok {
+		return v, ownerproto.ErrNotFound
+	}
+	return v, nil
+}
+func (n *node) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, error) {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	v, ok := n.c.mrs[k]
+	if !ok {
+		return v, ownerproto.ErrNotFound
+	}
+	return v, nil
+}
+
+// host is one application on a simulated host, under the runtime, doing
+// what the interposed verbs report.
+type host struct {
+	rt  *Runtime
+	ctx verbs.Context
+	pd  verbs.PD
+	qp  verbs.QP
+	id  uintptr
+}
+
+func newHost(t *testing.T, h *sim.Host, c *cluster) *host {
+	t.Helper()
+	cfg, _ := FromEnv(env(nil))
+	rt := NewRuntime(cfg, nil)
+	t.Cleanup(rt.Close)
+	rt.SetProvider(h)
+	rt.SetReporter(&node{c: c})
+	x := &host{rt: rt, id: 1}
+	var err error
+	if x.ctx, err = h.Open("mlx5_0"); err != nil {
+		t.Fatal(err)
+	}
+	rt.Opened(x.id, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand}}, x.ctx)
+	if x.pd, err = x.ctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	mr, err := x.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.MR(x.id, x.pd, mr, buf)
+	cq, err := x.ctx.CreateCQ(64, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if x.qp, err = x.pd.CreateQP(init); err != nil {
+		t.Fatal(err)
+	}
+	if !rt.Created(x.id, QPInfo{QPN: x.qp.QPN(), Type: verbs.QPTRC}) {
+		t.Fatal("an RC QP is not protected")
+	}
+	rt.ShadowQP(x.id, x.pd, x.qp, init)
+	return x
+}
+
+// connect is the application's connect to peer, reported as the shim does.
+func (x *host) connect(t *testing.T, peer *host) {
+	t.Helper()
+	pa, err := peer.ctx.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		a    verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
+			DestQPN: peer.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
+				verbs.QPAttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		if err := x.qp.Modify(&s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+		x.rt.Modified(x.id, Modify{QPN: x.qp.QPN(), Mask: s.mask, State: s.a.QPState, Port: s.a.PortNum,
+			DLID: s.a.AHAttr.DLID, DestQPN: s.a.DestQPN})
+	}
+	x.rt.Connected(x.id, x.qp.QPN())
+}
+
+func (x *host) backup() string {
+	for _, q := range x.rt.QPs() {
+		if q.QPN == x.qp.QPN() {
+			return q.Backup
+		}
+	}
+	return ""
+}
+
+// TestLayer2ShadowThroughTheDaemon: each host's QP and MR are mirrored on
+// its other HCA, the mappings are published with the peer's route as the
+// push target, and the backups connect once both are published (the
+// second host at once, the first by its background scan).
+func TestLayer2ShadowThroughTheDaemon(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	a, b := newHost(t, f.Host("node0"), c), newHost(t, f.Host("node1"), c)
+	if len(c.mrs) != 2 {
+		t.Fatalf("published MRs %v, want one per host", c.mrs)
+	}
+	a.connect(t, b)
+	if got := a.backup(); !strings.HasPrefix(got, "mlx5_1 qpn ") || !strings.HasSuffix(got, "(connecting)") {
+		t.Fatalf("a's backup before b published: %q", got)
+	}
+	b.connect(t, a)
+	if got := b.backup(); !strings.HasPrefix(got, "mlx5_1 qpn ") || strings.Contains(got, "connecting") {
+		t.Fatalf("b's backup once a's was published: %q", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Contains(a.backup(), "connecting") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's backup never connected: %q", a.backup())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.qps) != 2 || len(c.push) != 2 {
+		t.Fatalf("published QPs %v, push targets %v", c.qps, c.push)
+	}
+	pb, _ := b.ctx.QueryPort(1)
+	if c.push[0] != (ownerproto.Route{LID: pb.LID}) {
+		t.Fatalf("a's mapping was pushed towards %+v, want b's port (LID %d)", c.push[0], pb.LID)
+	}
+}
+
+// TestLayer2WithoutBackupDevice: a host with one HCA has no backup; QPs
+// are still tracked, without a backup.
+func TestLayer2WithoutBackupDevice(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	a := newHost(t, f.Host("node0"), c)
+	if a.backup() != "" || len(c.mrs) != 0 {
+		t.Fatalf("backup %q, MRs %v without a second HCA", a.backup(), c.mrs)
+	}
+}
