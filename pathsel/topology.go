@@ -77,10 +77,15 @@ func Describe(ctx verbs.Context) (HCA, error) {
 			return HCA{}, fmt.Errorf("pathsel: describe %s port %d: %w", h.Name, n, err)
 		}
 		p := Port{Num: n, State: pa.State, LinkLayer: pa.LinkLayer, LID: pa.LID, LMC: pa.LMC}
+		// The populated entries come first (GIDs[i] is index i); a real
+		// table (rxe: 1024 entries) is mostly empty after them.
 		for i := 0; i < pa.GIDTblLen; i++ {
 			g, err := ctx.QueryGID(n, i)
 			if err != nil {
 				return HCA{}, fmt.Errorf("pathsel: describe %s port %d gid %d: %w", h.Name, n, i, err)
+			}
+			if g.IsZero() {
+				break
 			}
 			p.GIDs = append(p.GIDs, g)
 		}

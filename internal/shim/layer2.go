@@ -36,6 +36,7 @@ type shadowSet struct {
 	backup string
 	bak    verbs.Context
 	sh     *crossnic.Shadow
+	dir    *sessionDir
 	qps    map[uint32]verbs.QP // by QPN, the QPs created through the shadow
 }
 
@@ -94,14 +95,15 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 		r.log.Warn("libibpath: no backup device; layer 2 cannot protect this device's QPs", "device", dev, "err", err)
 		return
 	}
-	sh, err := crossnic.NewShadow(def, bak, &sessionDir{r: r, mem: crossnic.NewMemDirectory()})
+	dir := &sessionDir{r: r, mem: crossnic.NewMemDirectory()}
+	sh, err := crossnic.NewShadow(def, bak, dir)
 	if err != nil {
 		bak.Close()
 		r.log.Warn("libibpath: layer 2 shadow", "device", dev, "backup", name, "err", err)
 		return
 	}
 	r.l2mu.Lock()
-	r.shadows[ctx] = &shadowSet{dev: dev, backup: name, bak: bak, sh: sh, qps: map[uint32]verbs.QP{}}
+	r.shadows[ctx] = &shadowSet{dev: dev, backup: name, bak: bak, sh: sh, dir: dir, qps: map[uint32]verbs.QP{}}
 	start := !r.scanning
 	r.scanning = true
 	r.l2mu.Unlock()
@@ -150,21 +152,35 @@ func (r *Runtime) Connected(ctx uintptr, qpn uint32) {
 		err = s.sh.Connected(s.qps[qpn])
 	}
 	r.l2mu.Unlock()
+	r.log.Debug("libibpath: layer 2 saw the connect", "qpn", qpn, "shadowed", s != nil, "err", err)
 	if err != nil {
 		r.log.Warn("libibpath: layer 2 after connect", "qpn", qpn, "err", err)
+	}
+	select {
+	case r.rescan <- struct{}{}:
+	default:
 	}
 	r.refreshBackups()
 }
 
+// Scan intervals: a scan that connects nothing backs off from scanMin to
+// scanMax (each scan asks ibpathd about every backup still unconnected);
+// a new connect starts again from scanMin.
+const (
+	scanMin = 50 * time.Millisecond
+	scanMax = 2 * time.Second
+)
+
 // scanLoop connects backup QPs whose peer's backup became known.
 func (r *Runtime) scanLoop() {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
+	wait := scanMin
 	for {
 		select {
 		case <-r.stop:
 			return
-		case <-t.C:
+		case <-r.rescan:
+			wait = scanMin
+		case <-time.After(wait):
 		}
 		n := 0
 		r.l2mu.Lock()
@@ -175,6 +191,9 @@ func (r *Runtime) scanLoop() {
 		if n > 0 {
 			r.log.Info("libibpath: backup QPs connected", "count", n)
 			r.refreshBackups()
+			wait = scanMin
+		} else if wait *= 2; wait > scanMax {
+			wait = scanMax
 		}
 	}
 }
@@ -266,7 +285,58 @@ func (r *Runtime) publisher() Publisher {
 type sessionDir struct {
 	r   *Runtime
 	mem *crossnic.MemDirectory
+
 	mu  sync.Mutex
+	qps []ownerproto.PublishQP // everything published, for a session that attaches later
+	mrs []ownerproto.PublishMR
+}
+
+// republish sends everything published so far to a session that has just
+// attached (the shim dials ibpathd in the background, so the first QPs of
+// a program are often connected before the session is up).
+func (d *sessionDir) republish(p Publisher) error {
+	d.mu.Lock()
+	qps := append([]ownerproto.PublishQP(nil), d.qps...)
+	mrs := append([]ownerproto.PublishMR(nil), d.mrs...)
+	d.mu.Unlock()
+	for _, q := range qps {
+		q.Remote = d.r.remoteOf(q.Key.QPN)
+		ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
+		err := p.PublishQP(ctx, q)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	for _, m := range mrs {
+		m.Remotes = d.r.remotes()
+		ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
+		err := p.PublishMR(ctx, m)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// republishAll sends every shadow's publications to p and wakes the scan.
+func (r *Runtime) republishAll(p Publisher) {
+	r.l2mu.Lock()
+	var dirs []*sessionDir
+	for _, s := range r.shadows {
+		dirs = append(dirs, s.dir)
+	}
+	r.l2mu.Unlock()
+	for _, d := range dirs {
+		if err := d.republish(p); err != nil {
+			r.log.Warn("libibpath: republish backup attributes to ibpathd", "err", err)
+		}
+	}
+	select {
+	case r.rescan <- struct{}{}:
+	default:
+	}
 }
 
 // dirTimeout bounds a publication or lookup through ibpathd. Lookups run
@@ -278,14 +348,20 @@ func (d *sessionDir) PublishQP(def crossnic.Endpoint, b crossnic.Backup) error {
 	if err := d.mem.PublishQP(def, b); err != nil {
 		return err
 	}
+	pub := ownerproto.PublishQP{Key: store.QPKey{GID: def.GID, LID: def.LID, QPN: def.QPN},
+		Backup: store.QPBackup{Device: b.Device, Port: b.Port, GID: b.GID, LID: b.LID, QPN: b.QPN}, Remote: d.r.remoteOf(def.QPN)}
+	d.mu.Lock()
+	d.qps = append(d.qps, pub)
+	d.mu.Unlock()
 	p := d.r.publisher()
 	if p == nil {
 		return nil // no ibpathd: the peer cannot learn it; the QP stays unprotected
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
 	defer cancel()
-	return p.PublishQP(ctx, ownerproto.PublishQP{Key: store.QPKey{GID: def.GID, LID: def.LID, QPN: def.QPN},
-		Backup: store.QPBackup{Device: b.Device, Port: b.Port, GID: b.GID, LID: b.LID, QPN: b.QPN}, Remote: d.r.remoteOf(def.QPN)})
+	err := p.PublishQP(ctx, pub)
+	d.r.log.Debug("libibpath: published a backup QP", "qpn", def.QPN, "backup", b.QPN, "push_to", pub.Remote, "err", err)
+	return err
 }
 
 func (d *sessionDir) LookupQP(def crossnic.Endpoint) (crossnic.Backup, bool) {
@@ -300,6 +376,7 @@ func (d *sessionDir) LookupQP(def crossnic.Endpoint) (crossnic.Backup, bool) {
 	defer cancel()
 	v, err := p.LookupQP(ctx, store.QPKey{GID: def.GID, LID: def.LID, QPN: def.QPN})
 	if err != nil {
+		d.r.log.Debug("libibpath: peer's backup QP not known yet", "peer", def.String(), "err", err)
 		return crossnic.Backup{}, false
 	}
 	b := crossnic.Backup{Device: v.Device, Port: v.Port, GID: v.GID, LID: v.LID, QPN: v.QPN}
@@ -311,14 +388,18 @@ func (d *sessionDir) PublishMR(def crossnic.MRRef, rkey uint32) error {
 	if err := d.mem.PublishMR(def, rkey); err != nil {
 		return err
 	}
+	pub := ownerproto.PublishMR{Key: store.MRKey{GID: def.GID, LID: def.LID, RKey: def.RKey},
+		Backup: store.MRBackup{RKey: rkey}, Remotes: d.r.remotes()}
+	d.mu.Lock()
+	d.mrs = append(d.mrs, pub)
+	d.mu.Unlock()
 	p := d.r.publisher()
 	if p == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
 	defer cancel()
-	return p.PublishMR(ctx, ownerproto.PublishMR{Key: store.MRKey{GID: def.GID, LID: def.LID, RKey: def.RKey},
-		Backup: store.MRBackup{RKey: rkey}, Remotes: d.r.remotes()})
+	return p.PublishMR(ctx, pub)
 }
 
 func (d *sessionDir) LookupMR(def crossnic.MRRef) (uint32, bool) {

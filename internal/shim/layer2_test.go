@@ -203,3 +203,39 @@ func TestLayer2WithoutBackupDevice(t *testing.T) {
 		t.Fatalf("backup %q, MRs %v without a second HCA", a.backup(), c.mrs)
 	}
 }
+
+// TestLayer2PublishesWhenTheSessionComesLate: mappings made before the
+// ibpathd session attached are sent when it does, and the backups then
+// connect.
+func TestLayer2PublishesWhenTheSessionComesLate(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	a, b := newHost(t, f.Host("node0"), c), newHost(t, f.Host("node1"), c)
+	a.rt.SetReporter(nil) // a's session is not up yet
+	b.rt.SetReporter(nil)
+	a.connect(t, b)
+	b.connect(t, a)
+	c.mu.Lock()
+	n := len(c.qps)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d QP mappings reached ibpathd without a session", n)
+	}
+	a.rt.SetReporter(&node{c: c})
+	b.rt.SetReporter(&node{c: c})
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Contains(a.backup(), "connecting") || strings.Contains(b.backup(), "connecting") {
+		if time.Now().After(deadline) {
+			t.Fatalf("backups never connected after the sessions came: %q %q", a.backup(), b.backup())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.qps) != 2 || len(c.mrs) != 2 {
+		t.Fatalf("after attach: QPs %v MRs %v", c.qps, c.mrs)
+	}
+}

@@ -79,6 +79,7 @@ type Runtime struct {
 	l2mu     sync.Mutex // serialises the shadows (crossnic.Shadow is single-threaded)
 	shadows  map[uintptr]*shadowSet
 	scanning bool
+	rescan   chan struct{}
 }
 
 type qpKey struct {
@@ -92,7 +93,8 @@ func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
-		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{}}
+		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{},
+		rescan: make(chan struct{}, 1)}
 }
 
 // SetReporter attaches (or, with nil, detaches) the daemon session, and
@@ -113,6 +115,9 @@ func (r *Runtime) SetReporter(rep Reporter) {
 			r.log.Warn("libibpath: report QP to ibpathd", "qpn", q.QPN, "err", err)
 			return
 		}
+	}
+	if p, ok := rep.(Publisher); ok {
+		r.republishAll(p)
 	}
 }
 

@@ -100,7 +100,7 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
 		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
 		SERVER="bash \$LAB_REPO/lab/guest/ibpathd.sh server $p"
 		CLIENT="bash \$LAB_REPO/lab/guest/ibpathd.sh client $p"
-		MARKER="" LIMIT=120 ;;
+		MARKER="" LIMIT=300 ;;
 	ibvtest-local)
 		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 stamp ./ibv.test -test.run '^TestLabLocal' -test.v -test.timeout 60s"
 		MARKER="" LIMIT=70 ;;
