@@ -39,22 +39,27 @@ func TestMain(m *testing.M) {
 	}
 }
 
+// attachAndPublish opens an owner session of this process and publishes
+// one QP entry through it.
+func attachAndPublish(ctx context.Context, socket string, qpn uint32) (*ownerproto.Session, error) {
+	inc, err := ownerproto.StartTime(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	s, err := ownerproto.Dial(ctx, socket, ownerproto.Hello{PID: os.Getpid(), Incarnation: inc}, nil)
+	if err != nil {
+		return nil, err
+	}
+	err = s.PublishQP(ctx, ownerproto.PublishQP{Key: store.QPKey{LID: 2, QPN: qpn}, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 6, QPN: qpn + 1}})
+	return s, err
+}
+
 // dyingOwner attaches, publishes an entry, says so and exits without
 // closing its session.
 func dyingOwner(socket string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	inc, err := ownerproto.StartTime(os.Getpid())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	s, err := ownerproto.Dial(ctx, socket, ownerproto.Hello{PID: os.Getpid(), Incarnation: inc}, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := s.PublishQP(ctx, ownerproto.PublishQP{Key: store.QPKey{LID: 2, QPN: 0x999}, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 6, QPN: 0x998}}); err != nil {
+	if _, err := attachAndPublish(ctx, socket, 0x999); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -67,17 +72,8 @@ func dyingOwner(socket string) int {
 func leavingOwner(socket string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	inc, err := ownerproto.StartTime(os.Getpid())
+	s, err := attachAndPublish(ctx, socket, 0x777)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	s, err := ownerproto.Dial(ctx, socket, ownerproto.Hello{PID: os.Getpid(), Incarnation: inc}, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := s.PublishQP(ctx, ownerproto.PublishQP{Key: store.QPKey{LID: 2, QPN: 0x777}, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 6, QPN: 0x778}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
