@@ -24,6 +24,7 @@ type Shadow struct {
 	bakPort uint8
 	pds     map[verbs.PD]verbs.PD
 	lkeys   map[uint32]uint32
+	bakMRs  map[uint32]verbs.MR // by the default MR's lkey
 	qps     map[verbs.QP]*shadowQP
 	order   []*shadowQP
 }
@@ -51,7 +52,7 @@ func NewShadow(def, bak verbs.Context, dir Directory) (*Shadow, error) {
 		return nil, fmt.Errorf("crossnic: shadow: %w", err)
 	}
 	s := &Shadow{dir: dir, def: def, bak: bak, defDesc: dd, bakDesc: bd, pds: map[verbs.PD]verbs.PD{},
-		lkeys: map[uint32]uint32{}, qps: map[verbs.QP]*shadowQP{}}
+		lkeys: map[uint32]uint32{}, bakMRs: map[uint32]verbs.MR{}, qps: map[verbs.QP]*shadowQP{}}
 	for _, p := range bd.Ports {
 		if p.Active() {
 			s.bakPort = p.Num
@@ -101,11 +102,30 @@ func (s *Shadow) RegMR(defPD verbs.PD, defMR verbs.MR, buf []byte) error {
 		return fmt.Errorf("crossnic: shadow MR at %#x, default at %#x: not the same memory", bmr.Addr(), defMR.Addr())
 	}
 	s.lkeys[defMR.LKey()] = bmr.LKey()
+	s.bakMRs[defMR.LKey()] = bmr
 	for _, p := range s.defDesc.Ports {
 		lid, gid := portID(p)
 		if err := s.dir.PublishMR(MRRef{LID: lid, GID: gid, RKey: defMR.RKey()}, bmr.RKey()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// DeregMR mirrors ibv_dereg_mr of the default region with local key
+// lkey: its backup registration is released and its lkey mapping
+// forgotten. The published rkey mapping stays until the owner's entries
+// are removed (a Directory has no removal). An unknown lkey is not an
+// error: the region may have been registered before the shadow existed.
+func (s *Shadow) DeregMR(lkey uint32) error {
+	bmr, ok := s.bakMRs[lkey]
+	if !ok {
+		return nil
+	}
+	delete(s.bakMRs, lkey)
+	delete(s.lkeys, lkey)
+	if err := bmr.Dereg(); err != nil {
+		return fmt.Errorf("crossnic: shadow ibv_dereg_mr on %s: %w", s.bakDesc.Name, err)
 	}
 	return nil
 }

@@ -104,6 +104,14 @@ func testShadow(t *testing.T, ll verbs.LinkLayer) {
 		x.conn, err = x.shadow.Conn(x.qp, x.cq)
 		must(t, err)
 	}
+	// A region deregistered and registered again gets a new backup.
+	extra := make([]byte, 4096)
+	mr2, err := a.pd.RegMR(extra, verbs.AccessLocalWrite)
+	must(t, err)
+	must(t, a.shadow.RegMR(a.pd, mr2, extra))
+	must(t, a.shadow.DeregMR(mr2.LKey()))
+	must(t, a.shadow.DeregMR(mr2.LKey())) // unknown by now: not an error
+	must(t, mr2.Dereg())
 	for k := 0; k < 64; k++ {
 		_, err := b.conn.PostRecv([]verbs.RecvWR{{WRID: uint64(k)}})
 		must(t, err)

@@ -83,7 +83,7 @@ func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access 
 }
 
 //export ibpathDeregMR
-func ibpathDeregMR(mr *C.struct_ibv_mr) {}
+func ibpathDeregMR(mr *C.struct_ibv_mr) { rt.DeregMR(ctxID(mr.context), uint32(mr.lkey)) }
 
 //export ibpathBeforeModify
 func ibpathBeforeModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C.int {

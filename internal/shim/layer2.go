@@ -126,6 +126,18 @@ func (r *Runtime) MR(ctx uintptr, pd verbs.PD, mr verbs.MR, buf []byte) {
 	}
 }
 
+// DeregMR releases the backup registration of the application's region
+// with local key lkey (it is deregistering it).
+func (r *Runtime) DeregMR(ctx uintptr, lkey uint32) {
+	r.l2mu.Lock()
+	defer r.l2mu.Unlock()
+	if s := r.shadows[ctx]; s != nil {
+		if err := s.sh.DeregMR(lkey); err != nil {
+			r.log.Warn("libibpath: release the backup of an MR", "device", s.dev, "err", err)
+		}
+	}
+}
+
 // ShadowQP mirrors an RC QP on the backup device.
 func (r *Runtime) ShadowQP(ctx uintptr, pd verbs.PD, qp verbs.QP, init verbs.QPInitAttr) {
 	r.l2mu.Lock()
