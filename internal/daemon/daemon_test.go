@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -179,8 +180,8 @@ func TestActionErrors(t *testing.T) {
 
 func TestAPIRefusesBadBodiesAndPaths(t *testing.T) {
 	d, _ := testDaemon(t, nil)
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (netConn, error) {
-		var dl netDialer
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var dl net.Dialer
 		return dl.DialContext(ctx, "unix", d.cfg.Socket)
 	}}}
 	for _, tc := range []struct {

@@ -46,7 +46,6 @@ type shadowSet struct {
 func (r *Runtime) SetProvider(p verbs.Provider) {
 	r.mu.Lock()
 	r.prov = p
-	r.open = p.Open
 	r.mu.Unlock()
 }
 

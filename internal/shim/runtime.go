@@ -69,7 +69,6 @@ type Runtime struct {
 	devs     map[uintptr]*device // by the context's address
 	qps      map[qpKey]*qp
 	rep      Reporter
-	open     Opener
 	prov     verbs.Provider
 	watchers map[string]*watcher
 	ports    map[portKey]PortState
@@ -139,7 +138,7 @@ func (r *Runtime) Opened(ctx uintptr, name string, ports []Port, def verbs.Conte
 	}
 	r.mu.Lock()
 	r.devs[ctx] = d
-	watch := r.open != nil && !r.closed && r.watchers[name] == nil
+	watch := r.prov != nil && !r.closed && r.watchers[name] == nil
 	if watch {
 		r.watchers[name] = &watcher{} // claimed; filled in by watch
 	}

@@ -9,12 +9,6 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 )
 
-// Opener opens a context of the shim's own on a device (ibv.OpenDevice in
-// the shim): port and device events reach every context of a device, so
-// the shim sees them even when the application never reads its async
-// events, and without touching the application's async fd.
-type Opener func(name string) (verbs.Context, error)
-
 // PortState is the last port event the shim saw on a port.
 type PortState struct {
 	Device string
@@ -30,18 +24,12 @@ type watcher struct {
 	stop func()
 }
 
-// SetOpener makes the runtime open a context of its own on every device
-// the application opens (once per device name) and follow its events.
-func (r *Runtime) SetOpener(open Opener) {
-	r.mu.Lock()
-	r.open = open
-	r.mu.Unlock()
-}
-
-// watch opens the shim's context on dev and pumps its events on a
-// goroutine until Close.
+// watch opens a context of the shim's own on dev (port and device events
+// reach every context of a device, so the shim sees them even when the
+// application never reads its async events, and without touching the
+// application's async fd) and pumps its events on a goroutine until Close.
 func (r *Runtime) watch(dev string) {
-	ctx, err := r.open(dev)
+	ctx, err := r.prov.Open(dev)
 	if err != nil {
 		r.mu.Lock()
 		delete(r.watchers, dev)

@@ -18,7 +18,7 @@ func TestWatchFollowsPortEventsOnItsOwnContext(t *testing.T) {
 	r := NewRuntime(Config{Record: true, APM: true}, nil)
 	defer r.Close()
 	opened := 0
-	r.SetOpener(func(name string) (verbs.Context, error) { opened++; return h.Open(name) })
+	r.SetProvider(countingProvider{h, &opened})
 	r.Opened(1, "mlx5_0", nil, nil)
 	r.Opened(2, "mlx5_0", nil, nil) // a second application context: no second watcher
 	if opened != 1 {
@@ -41,10 +41,28 @@ func TestWatchFollowsPortEventsOnItsOwnContext(t *testing.T) {
 	}
 	// An opener that fails leaves the shim working without its context.
 	r2 := NewRuntime(Config{Record: true}, nil)
-	r2.SetOpener(func(string) (verbs.Context, error) { return nil, errors.New("ibv_open_device: ENODEV") })
+	r2.SetProvider(failingProvider{h})
 	r2.Opened(1, "mlx5_1", nil, nil)
 	if !r2.Created(1, QPInfo{QPN: 1, Type: verbs.QPTRC}) {
 		t.Fatal("without its own context the shim stopped protecting QPs")
 	}
 	r2.Close()
+}
+
+// countingProvider counts the contexts opened through it.
+type countingProvider struct {
+	verbs.Provider
+	n *int
+}
+
+func (p countingProvider) Open(name string) (verbs.Context, error) {
+	*p.n++
+	return p.Provider.Open(name)
+}
+
+// failingProvider opens nothing.
+type failingProvider struct{ verbs.Provider }
+
+func (failingProvider) Open(string) (verbs.Context, error) {
+	return nil, errors.New("ibv_open_device: ENODEV")
 }

@@ -1,8 +1,0 @@
-package daemon
-
-import "net"
-
-type (
-	netConn   = net.Conn
-	netDialer = net.Dialer
-)
