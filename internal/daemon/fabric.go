@@ -8,7 +8,6 @@ import (
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/pathsel"
-	"github.com/ibpath/ibpath/verbs"
 )
 
 // pickFabric decides between real HCAs and the embedded simulated fabric.
@@ -58,43 +57,13 @@ func (d *Daemon) discover() ([]pathsel.HCAInfo, error) {
 	}
 	var out []pathsel.HCAInfo
 	for i, c := range d.sim.ctxs {
-		h, err := describeContext(d.sim.names[i], c)
+		h, err := pathsel.DiscoverContext(d.sim.names[i], c)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, h)
 	}
 	return out, nil
-}
-
-// describeContext reads a device through verbs, as discovery reads sysfs.
-func describeContext(name string, c verbs.Context) (pathsel.HCAInfo, error) {
-	da, err := c.QueryDevice()
-	if err != nil {
-		return pathsel.HCAInfo{}, fmt.Errorf("ibv_query_device %s: %w", name, err)
-	}
-	h := pathsel.HCAInfo{Name: name, NodeGUID: da.NodeGUID, NodeType: "CA", FW: da.FWVer, Driver: "sim",
-		APM: da.DeviceCapFlags&verbs.DeviceAutoPathMig != 0}
-	if !h.APM {
-		h.APMReason = "the device does not report IBV_DEVICE_AUTO_PATH_MIG"
-	}
-	for p := uint8(1); p <= da.PhysPortCnt; p++ {
-		pa, err := c.QueryPort(p)
-		if err != nil {
-			return h, fmt.Errorf("ibv_query_port %s/%d: %w", name, p, err)
-		}
-		pi := pathsel.PortInfo{Num: p, State: pa.State, PhysState: pa.PhysState, LinkLayer: pa.LinkLayer,
-			LID: pa.LID, LMC: pa.LMC, SMLID: pa.SMLID, Rate: rate(pa.ActiveWidth, pa.ActiveSpeed)}
-		for i := 0; i < pa.GIDTblLen && i < 4; i++ {
-			g, err := c.QueryGID(p, i)
-			if err != nil || g.IsZero() {
-				continue
-			}
-			pi.GIDs = append(pi.GIDs, pathsel.GIDEntry{Index: i, GID: g})
-		}
-		h.Ports = append(h.Ports, pi)
-	}
-	return h, nil
 }
 
 // refreshPorts re-reads the devices, emits PortStateChanged for every
@@ -164,16 +133,4 @@ func (d *Daemon) localRoutes() []ownerproto.Route {
 		}
 	}
 	return out
-}
-
-// rate renders an IB active width and speed as the kernel's sysfs rate
-// file does ("100 Gb/sec (4X EDR)"), with nominal per-lane rates.
-func rate(width, speed uint8) string {
-	lanes := map[uint8]int{1: 1, 2: 4, 4: 8, 8: 12, 16: 2}[width]
-	perLane := map[uint8]float64{1: 2.5, 2: 5, 4: 10, 8: 10, 16: 14, 32: 25, 64: 50, 128: 100}[speed]
-	name := map[uint8]string{1: "SDR", 2: "DDR", 4: "QDR", 8: "FDR10", 16: "FDR", 32: "EDR", 64: "HDR", 128: "NDR"}[speed]
-	if lanes == 0 || name == "" {
-		return ""
-	}
-	return fmt.Sprintf("%g Gb/sec (%dX %s)", perLane*float64(lanes), lanes, name)
 }
