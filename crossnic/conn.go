@@ -9,13 +9,21 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 )
 
-// Leg is one QP of a protected connection with the CQ it completes into
-// (one CQ for both its queues).
+// Leg is one QP of a protected connection with the CQ it completes into:
+// CQ for both its queues, or, when RecvCQ is set and differs, CQ for its
+// send queue and RecvCQ for its receive queue. The opcode of an error
+// completion is undefined in verbs; on a leg with two CQs the Conn gives
+// error completions polled from RecvCQ the opcode WCRecv and those from
+// CQ a send opcode, so a caller can route the Conn's output by opcode.
 type Leg struct {
-	Ctx verbs.Context
-	QP  verbs.QP
-	CQ  verbs.CQ
+	Ctx    verbs.Context
+	QP     verbs.QP
+	CQ     verbs.CQ
+	RecvCQ verbs.CQ
 }
+
+// split reports whether the leg's queues complete into two CQs.
+func (l *Leg) split() bool { return l.RecvCQ != nil && l.RecvCQ != l.CQ }
 
 // Conn is one protected RC QP as the application sees it: its WRs go to the
 // default leg while it is healthy and, after a fault, are replayed and
@@ -45,6 +53,8 @@ type Conn struct {
 	bakReady bool
 	defHolds bool // the default QP holds the outstanding WRs (not flushed by us)
 	stats    ConnStats
+	read     MemReader // copies inline payloads of WRs posted through the Conn
+	stage    verbs.MR  // the send ring's inline copies, registered on the backup
 
 	// recovery (switch back); nil rec: traffic stays on the backup
 	rec       *Recovery
@@ -71,6 +81,10 @@ type ConnStats struct {
 	Probes        int
 	SwitchBacks   int
 	BackupResets  int
+	// BackupCompletions counts the successful completions of application
+	// WRs delivered from the backup leg (synthesized ones not included):
+	// the first one ends "fault to first good completion on the backup".
+	BackupCompletions int
 	// SwitchPause is the virtual time application WRs were last held
 	// during a switch back (from the fence to their release).
 	SwitchPause time.Duration
@@ -80,7 +94,9 @@ type ConnStats struct {
 // peer's default and backup QPs; keys translates the default HCA's keys to
 // the backup's (local lkeys, and the peer's rkeys through a Directory).
 // The backup QP needs a receive posted for the peer's control message
-// before any fault: NewConn posts it.
+// before any fault, which may come before this side has a Conn: whoever
+// connects the backup QP posts it with PostControlRecv (Shadow does when
+// it connects one); NewConn does not post another.
 func NewConn(def, bak Leg, keys *KeyMap, sqSigAll bool) (*Conn, error) {
 	attr, init, err := def.QP.Query(verbs.QPAttrCap | verbs.QPAttrDestQPN)
 	if err != nil {
@@ -94,13 +110,29 @@ func NewConn(def, bak Leg, keys *KeyMap, sqSigAll bool) (*Conn, error) {
 	if c.rring, err = NewRecvRing(init.Cap); err != nil {
 		return nil, err
 	}
-	if bak.QP != nil {
-		if _, err := bak.QP.PostRecv([]verbs.RecvWR{{WRID: ctrlRecvWRID}}); err != nil {
-			return nil, fmt.Errorf("crossnic: post the control receive on the backup QP: %w", err)
-		}
-		c.bakReady = true
-	}
+	c.bakReady = bak.QP != nil
 	return c, nil
+}
+
+// PostControlRecv posts on a backup QP the receive that the peer's
+// control message (fallback notification or acknowledgement) consumes.
+// Post it once, when the backup QP is connected and before any fault; a
+// Conn posts the next one itself when it purges the backup after a switch
+// back.
+func PostControlRecv(bak verbs.QP) error {
+	if _, err := bak.PostRecv([]verbs.RecvWR{{WRID: ctrlRecvWRID}}); err != nil {
+		return fmt.Errorf("crossnic: post the control receive on backup QP %#x: %w", bak.QPN(), err)
+	}
+	return nil
+}
+
+// MapLKey adds the backup lkey of a region registered after the Conn was
+// built, so WRs using it can be replayed and posted on the backup.
+func (c *Conn) MapLKey(defLKey, bakLKey uint32) {
+	if c.keys.LKeys == nil {
+		c.keys.LKeys = map[uint32]uint32{}
+	}
+	c.keys.LKeys[defLKey] = bakLKey
 }
 
 // State returns the send- and receive-queue states.
@@ -135,10 +167,14 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 		if c.sring.Len() >= len(c.sring.recs) {
 			return verbs.Errorf("ibv_post_send", verbs.ENOMEM, "send queue full")
 		}
+		if err := c.record(wr); err != nil {
+			return err
+		}
 		_, err := c.post1(c.def.QP, wr)
 		if err == nil {
-			return c.sring.Record(wr, nil)
+			return nil
 		}
+		c.sring.dropLast()
 		if !errors.Is(err, verbs.EIO) {
 			return err // the application's own mistake, as plain verbs report it
 		}
@@ -151,10 +187,10 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 		}
 		return c.postOne(wr)
 	case fsm.SQAwaitAck, fsm.SQWaitDrained, fsm.SQWaitNotify:
-		return c.sring.Record(wr, nil) // replayed, or released, later
+		return c.record(wr) // replayed, or released, later
 	}
 	// Fallback and WaitSignaled: on the backup.
-	if err := c.sring.Record(wr, nil); err != nil {
+	if err := c.record(wr); err != nil {
 		return err
 	}
 	if err := c.replayTail(); err != nil {
@@ -163,6 +199,43 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 	}
 	if c.m.SQ == fsm.SQWaitSignaled && (c.sring.sigAll || wr.SendFlags&verbs.SendSignaled != 0) {
 		c.fencePosted()
+	}
+	return nil
+}
+
+// record copies a WR posted through the Conn into the send ring, its
+// inline payload through the Conn's MemReader. Errors are those of
+// ibv_post_send (nothing was posted).
+func (c *Conn) record(wr *verbs.SendWR) error {
+	if wr.SendFlags&verbs.SendInline != 0 && c.read == nil && sgeBytes(wr.SGList) > 0 {
+		return verbs.Errorf("ibv_post_send", verbs.EINVAL, "inline WR %d: no memory reader to copy its payload for a replay", wr.WRID)
+	}
+	err := c.sring.Record(wr, c.read)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrRingFull):
+		return verbs.Errorf("ibv_post_send", verbs.ENOMEM, "send queue full")
+	}
+	return verbs.Errorf("ibv_post_send", verbs.EINVAL, "%v", err)
+}
+
+// SetMemReader gives the Conn the reader of local memory through which it
+// copies the inline payload of each IBV_SEND_INLINE WR posted through it
+// (a replay sends the copy: the application may reuse the memory as soon
+// as the post returns). Without one, such WRs are refused with EINVAL.
+func (c *Conn) SetMemReader(read MemReader) { c.read = read }
+
+// Close releases what the Conn registered on the backup device. The QPs
+// and CQs of its legs are the caller's.
+func (c *Conn) Close() error {
+	if c.stage == nil {
+		return nil
+	}
+	err := c.stage.Dereg()
+	c.stage = nil
+	if err != nil {
+		return fmt.Errorf("crossnic: release the inline copies' registration: %w", err)
 	}
 	return nil
 }
@@ -187,7 +260,7 @@ func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
 			return i, verbs.Errorf("ibv_post_recv", verbs.ENOMEM, "receive queue full")
 		}
 		if err := c.rring.Record(&wrs[i]); err != nil {
-			return i, err
+			return i, verbs.Errorf("ibv_post_recv", verbs.EINVAL, "%v", err)
 		}
 		var err error
 		if c.m.RQ == fsm.RQFallback {

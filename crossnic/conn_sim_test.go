@@ -77,6 +77,7 @@ func newWorldDir(t testing.TB, seed uint64, dirs [2]crossnic.Directory) *world {
 		keys := &crossnic.KeyMap{LKeys: map[uint32]uint32{me.def.mr.LKey(): me.bak.mr.LKey()},
 			RKey: func(rk uint32) (uint32, bool) { return dir.LookupMR(crossnic.MRRef{LID: pp.LID, RKey: rk}) }}
 		var err error
+		must(t, crossnic.PostControlRecv(me.bak.qp))
 		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: me.def.cq},
 			crossnic.Leg{Ctx: me.bak.ctx, QP: me.bak.qp, CQ: me.bak.cq}, keys, false)
 		must(t, err)

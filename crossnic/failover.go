@@ -109,12 +109,19 @@ func (c *Conn) rewind(peerRecv uint64) error {
 }
 
 // replayTail posts on the backup every recorded WR not posted there yet.
+// An inline WR is sent from the copy taken when it was posted, not from
+// the application's memory, which it may have reused since.
 func (c *Conn) replayTail() error {
 	start := max(c.bakFrom, c.sring.head)
 	for i := start; i < c.sring.tail; i++ {
-		w, _ := c.sring.wr(i)
+		w, inline := c.sring.wr(i)
 		if err := c.keys.Translate(&c.one[0], c.sges, w); err != nil {
 			return err
+		}
+		if w.SendFlags&verbs.SendInline != 0 && len(inline) > 0 {
+			if err := c.fromCopy(&c.one[0], i, len(inline)); err != nil {
+				return err
+			}
 		}
 		if _, err := c.bak.QP.PostSend(c.one[:]); err != nil {
 			return fmt.Errorf("crossnic: replay WR %d on the backup QP: %w", w.WRID, err)
@@ -122,6 +129,23 @@ func (c *Conn) replayTail() error {
 		c.stats.Replayed++
 		c.bakFrom = i + 1
 	}
+	return nil
+}
+
+// fromCopy points the inline WR w (ring index i, n bytes) at its copy in
+// the send ring, registered on the backup device the first time one is
+// needed (a provider reads inline data at post time from the address in
+// the SGE; the registration makes the copy addressable on the backup).
+func (c *Conn) fromCopy(w *verbs.SendWR, i uint64, n int) error {
+	if c.stage == nil {
+		mr, err := c.bak.QP.PD().RegMR(c.sring.inline, verbs.AccessLocalWrite)
+		if err != nil {
+			return fmt.Errorf("crossnic: register the inline copies on the backup: %w", err)
+		}
+		c.stage = mr
+	}
+	c.sges = append(c.sges[:0], verbs.SGE{Addr: c.stage.Addr() + uint64(c.sring.inlineAt(i)), Length: uint32(n), LKey: c.stage.LKey()})
+	w.SGList = c.sges[:1]
 	return nil
 }
 

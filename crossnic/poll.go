@@ -27,8 +27,21 @@ func (c *Conn) Poll(wc []verbs.WC) (int, error) {
 }
 
 func (c *Conn) drain(l *Leg) error {
+	if err := c.drainCQ(l, l.CQ, false); err != nil {
+		return err
+	}
+	if l.split() {
+		return c.drainCQ(l, l.RecvCQ, true)
+	}
+	return nil
+}
+
+// drainCQ handles every completion cq holds for leg l; recvCQ says cq is
+// the leg's separate receive CQ.
+func (c *Conn) drainCQ(l *Leg, cq verbs.CQ, recvCQ bool) error {
+	split := l.split()
 	for {
-		k, err := l.CQ.Poll(c.buf)
+		k, err := cq.Poll(c.buf)
 		if err != nil {
 			return fmt.Errorf("crossnic: poll %s: %w", l.Ctx.Device().Name, err)
 		}
@@ -36,10 +49,21 @@ func (c *Conn) drain(l *Leg) error {
 			return nil
 		}
 		for i := 0; i < k; i++ {
+			wc := c.buf[i]
+			if split && wc.Status != verbs.WCSuccess {
+				// The opcode of an error completion is undefined; the CQ
+				// it came from says which queue it belongs to.
+				switch {
+				case recvCQ:
+					wc.Opcode = verbs.WCRecv
+				case isRecv(&wc):
+					wc.Opcode = verbs.WCSend
+				}
+			}
 			if l == &c.def {
-				c.onDefault(c.buf[i])
+				c.onDefault(wc)
 			} else {
-				c.onBackup(c.buf[i])
+				c.onBackup(wc)
 			}
 		}
 	}
@@ -118,10 +142,12 @@ func (c *Conn) onBackup(wc verbs.WC) {
 		_ = c.rring.Complete(true)
 		wc.QPNum, wc.SrcQP = c.defQPN, c.peerQPN
 		c.ready = append(c.ready, wc)
+		c.stats.BackupCompletions++
 	default:
 		c.sring.CompleteSignaled()
 		wc.QPNum = c.defQPN
 		c.ready = append(c.ready, wc)
+		c.stats.BackupCompletions++
 		if c.m.SQ == fsm.SQWaitDrained && c.sring.head > c.fenceIdx {
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFenceCompleted}))
 		}

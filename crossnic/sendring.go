@@ -109,6 +109,20 @@ func (r *SendRing) wr(i uint64) (*verbs.SendWR, []byte) {
 	return &r.scratch, r.inline[slot*r.perInline : slot*r.perInline+int(rec.ninline)]
 }
 
+// dropLast forgets the WR recorded last (its post failed).
+func (r *SendRing) dropLast() {
+	if r.tail == r.head {
+		return
+	}
+	r.tail--
+	if r.recs[r.tail&r.mask].op.IsAtomic() {
+		r.atomics--
+	}
+}
+
+// inlineAt is the offset in the ring's inline array of the copy of WR i.
+func (r *SendRing) inlineAt(i uint64) int { return int(i&r.mask) * r.perInline }
+
 // Len is the number of outstanding WRs.
 func (r *SendRing) Len() int { return int(r.tail - r.head) }
 

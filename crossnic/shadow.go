@@ -1,6 +1,7 @@
 package crossnic
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ibpath/ibpath/pathsel"
@@ -27,11 +28,15 @@ type Shadow struct {
 	bakMRs  map[uint32]verbs.MR // by the default MR's lkey
 	qps     map[verbs.QP]*shadowQP
 	order   []*shadowQP
+	ch      verbs.CompChannel      // of the backup CQs; nil: none
+	byCQ    map[verbs.CQ]*shadowQP // by backup CQ
 }
 
 type shadowQP struct {
 	def, bak   verbs.QP
 	bakCQ      verbs.CQ
+	bakRecvCQ  verbs.CQ // nil: bakCQ serves both queues
+	ctrlPosted bool     // the control receive is on the backup QP
 	sigAll     bool
 	local      Endpoint
 	remote     Endpoint
@@ -52,7 +57,7 @@ func NewShadow(def, bak verbs.Context, dir Directory) (*Shadow, error) {
 		return nil, fmt.Errorf("crossnic: shadow: %w", err)
 	}
 	s := &Shadow{dir: dir, def: def, bak: bak, defDesc: dd, bakDesc: bd, pds: map[verbs.PD]verbs.PD{},
-		lkeys: map[uint32]uint32{}, bakMRs: map[uint32]verbs.MR{}, qps: map[verbs.QP]*shadowQP{}}
+		lkeys: map[uint32]uint32{}, bakMRs: map[uint32]verbs.MR{}, qps: map[verbs.QP]*shadowQP{}, byCQ: map[verbs.CQ]*shadowQP{}}
 	for _, p := range bd.Ports {
 		if p.Active() {
 			s.bakPort = p.Num
@@ -130,8 +135,19 @@ func (s *Shadow) DeregMR(lkey uint32) error {
 	return nil
 }
 
+// SetCompChannel gives the backup CQs created from now on the completion
+// channel ch (of the backup device): each is armed (ReqNotify) when its
+// backup QP is connected, so a watcher learns from ch that the peer's
+// control message arrived even before this side has a Conn for the QP
+// (DefaultOf names the QP). Whoever reads ch acknowledges each event and
+// arms the CQ again.
+func (s *Shadow) SetCompChannel(ch verbs.CompChannel) { s.ch = ch }
+
 // CreateQP mirrors ibv_create_qp: a backup CQ and QP with the same
-// capabilities (plus room for ibpath's control WRs), taken to INIT.
+// capabilities (plus room for ibpath's control WRs), taken to INIT. When
+// the application's QP has separate send and receive CQs (init.SendCQ and
+// init.RecvCQ set and different) the backup QP has two CQs as well, so
+// the completions of each queue can be told apart even when they fail.
 func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr) error {
 	bpd, err := s.pd(defPD)
 	if err != nil {
@@ -140,12 +156,28 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 	c := init.Cap
 	c.MaxSendWR += 4
 	c.MaxRecvWR += 2
-	cq, err := s.bak.CreateCQ(c.MaxSendWR+c.MaxRecvWR+1, nil, 0)
+	split := init.SendCQ != nil && init.RecvCQ != nil && init.SendCQ != init.RecvCQ
+	n := c.MaxSendWR + c.MaxRecvWR + 1
+	if split {
+		n = c.MaxSendWR + 1
+	}
+	cq, err := s.bak.CreateCQ(n, s.ch, 0)
 	if err != nil {
 		return fmt.Errorf("crossnic: shadow ibv_create_cq on %s: %w", s.bakDesc.Name, err)
 	}
-	qp, err := bpd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: c, QPType: verbs.QPTRC, SQSigAll: init.SQSigAll})
+	rcq := cq
+	if split {
+		if rcq, err = s.bak.CreateCQ(c.MaxRecvWR+1, s.ch, 0); err != nil {
+			_ = cq.Destroy()
+			return fmt.Errorf("crossnic: shadow ibv_create_cq on %s: %w", s.bakDesc.Name, err)
+		}
+	}
+	qp, err := bpd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: rcq, Cap: c, QPType: verbs.QPTRC, SQSigAll: init.SQSigAll})
 	if err != nil {
+		if split {
+			_ = rcq.Destroy()
+		}
+		_ = cq.Destroy()
 		return fmt.Errorf("crossnic: shadow ibv_create_qp on %s: %w", s.bakDesc.Name, err)
 	}
 	err = qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: s.bakPort,
@@ -155,9 +187,62 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 		return fmt.Errorf("crossnic: shadow QP to INIT: %w", err)
 	}
 	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, sigAll: init.SQSigAll}
+	s.byCQ[cq] = sq
+	if split {
+		sq.bakRecvCQ = rcq
+		s.byCQ[rcq] = sq
+	}
 	s.qps[defQP] = sq
 	s.order = append(s.order, sq)
 	return nil
+}
+
+// DestroyQP releases the backup of defQP (its QP and CQs), which the
+// application destroyed; a QP the shadow does not know is not an error.
+func (s *Shadow) DestroyQP(defQP verbs.QP) error {
+	sq := s.qps[defQP]
+	if sq == nil {
+		return nil
+	}
+	delete(s.qps, defQP)
+	for i, x := range s.order {
+		if x == sq {
+			s.order = append(s.order[:i], s.order[i+1:]...)
+			break
+		}
+	}
+	delete(s.byCQ, sq.bakCQ)
+	var errs []error
+	if err := sq.bak.Destroy(); err != nil {
+		errs = append(errs, fmt.Errorf("crossnic: shadow ibv_destroy_qp on %s: %w", s.bakDesc.Name, err))
+	}
+	if sq.bakRecvCQ != nil {
+		delete(s.byCQ, sq.bakRecvCQ)
+		if err := sq.bakRecvCQ.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("crossnic: shadow ibv_destroy_cq on %s: %w", s.bakDesc.Name, err))
+		}
+	}
+	if err := sq.bakCQ.Destroy(); err != nil {
+		errs = append(errs, fmt.Errorf("crossnic: shadow ibv_destroy_cq on %s: %w", s.bakDesc.Name, err))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultOf returns the default QP whose backup completes into bakCQ,
+// and whether bakCQ is one of the shadow's backup CQs.
+func (s *Shadow) DefaultOf(bakCQ verbs.CQ) (verbs.QP, bool) {
+	sq := s.byCQ[bakCQ]
+	if sq == nil {
+		return nil, false
+	}
+	return sq.def, true
+}
+
+// BackupLKey returns the lkey of the backup registration of the default
+// region with local key defLKey.
+func (s *Shadow) BackupLKey(defLKey uint32) (uint32, bool) {
+	k, ok := s.lkeys[defLKey]
+	return k, ok
 }
 
 // Connected records that the application connected defQP (call it after
@@ -216,7 +301,31 @@ func (s *Shadow) Scan() int {
 	return n
 }
 
+// connectBackup takes the backup QP to RTS towards the peer's backup b.
+// First the control receive is posted (the peer's notification may come
+// before this side has a Conn) and the backup CQs armed on the completion
+// channel, so a control message that arrives as soon as the QP is in RTR
+// is noticed. A step that fails is retried from where it stopped.
 func (s *Shadow) connectBackup(sq *shadowQP, b Backup) error {
+	if !sq.ctrlPosted {
+		if err := PostControlRecv(sq.bak); err != nil {
+			return err
+		}
+		sq.ctrlPosted = true
+	}
+	if s.ch != nil {
+		for _, cq := range []verbs.CQ{sq.bakCQ, sq.bakRecvCQ} {
+			if cq == nil {
+				continue
+			}
+			if err := cq.ReqNotify(false); err != nil {
+				return fmt.Errorf("crossnic: shadow: arm backup CQ of QP %#x: %w", sq.bak.QPN(), err)
+			}
+		}
+	}
+	if sq.bak.State() == verbs.QPSRTR {
+		return s.backupRTS(sq)
+	}
 	da, _, err := sq.def.Query(verbs.QPAttrPathMTU)
 	if err != nil {
 		return err
@@ -233,10 +342,21 @@ func (s *Shadow) connectBackup(sq *shadowQP, b Backup) error {
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 		return fmt.Errorf("crossnic: shadow backup QP to RTR: %w", err)
 	}
-	return sq.bak.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: da.Timeout, RetryCnt: da.RetryCnt,
+	return s.backupRTS(sq)
+}
+
+func (s *Shadow) backupRTS(sq *shadowQP) error {
+	da, _, err := sq.def.Query(verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrMaxQPRdAtomic)
+	if err != nil {
+		return err
+	}
+	if err := sq.bak.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: da.Timeout, RetryCnt: da.RetryCnt,
 		RNRRetry: 7, MaxRdAtomic: da.MaxRdAtomic},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic)
+			verbs.QPAttrMaxQPRdAtomic); err != nil {
+		return fmt.Errorf("crossnic: shadow backup QP to RTS: %w", err)
+	}
+	return nil
 }
 
 // Ready reports whether defQP's backup is connected.
@@ -246,6 +366,9 @@ func (s *Shadow) Ready(defQP verbs.QP) bool {
 }
 
 // Conn protects defQP (completing into defCQ) with its connected backup.
+// The Conn's default leg polls defCQ for both of the QP's queues; its
+// backup leg has the backup's CQs. The control receive the backup needs
+// was posted when the shadow connected it.
 func (s *Shadow) Conn(defQP verbs.QP, defCQ verbs.CQ) (*Conn, error) {
 	sq := s.qps[defQP]
 	if sq == nil || !sq.connected {
@@ -259,7 +382,7 @@ func (s *Shadow) Conn(defQP verbs.QP, defCQ verbs.CQ) (*Conn, error) {
 	keys := &KeyMap{LKeys: lkeys, RKey: func(rk uint32) (uint32, bool) {
 		return s.dir.LookupMR(MRRef{LID: lid, GID: gid, RKey: rk})
 	}}
-	return NewConn(Leg{Ctx: s.def, QP: defQP, CQ: defCQ}, Leg{Ctx: s.bak, QP: sq.bak, CQ: sq.bakCQ}, keys, sq.sigAll)
+	return NewConn(Leg{Ctx: s.def, QP: defQP, CQ: defCQ}, Leg{Ctx: s.bak, QP: sq.bak, CQ: sq.bakCQ, RecvCQ: sq.bakRecvCQ}, keys, sq.sigAll)
 }
 
 // BackupOf returns the backup QP of defQP (device, port and number) and
