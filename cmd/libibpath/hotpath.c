@@ -1,6 +1,7 @@
 /* The Default-state hot path: record, then call the provider. No
  * allocation, no lock on the post path (a QP's ring slots are reserved
- * with an atomic add), no call into Go. */
+ * with an atomic add), no call into Go. A QP layer 2 diverted (divert.c)
+ * goes to lip_hooks instead. */
 #include <stdlib.h>
 #include <string.h>
 #include "shim.h"
@@ -139,7 +140,7 @@ struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn)
 	return NULL;
 }
 
-struct lip_qp *lip_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_recv_wr, int sig_all)
+struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr)
 {
 	struct lip_ctx *c = lip_ctx_of(qp->context);
 	if (!c)
@@ -150,17 +151,18 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_
 	q->qp = qp;
 	q->ctx = c;
 	q->qpn = qp->qp_num;
-	q->sig_all = sig_all;
-	q->smask = pow2(max_send_wr ? max_send_wr : 1) - 1;
-	q->rmask = pow2(max_recv_wr ? max_recv_wr : 1) - 1;
+	q->sig_all = attr->sq_sig_all;
+	q->send_cq = qp->send_cq;
+	q->recv_cq = qp->recv_cq;
+	q->smask = pow2(attr->cap.max_send_wr ? attr->cap.max_send_wr : 1) - 1;
+	q->rmask = pow2(attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1) - 1;
+	q->inl_max = attr->cap.max_inline_data < LIP_MAX_INLINE ? attr->cap.max_inline_data : LIP_MAX_INLINE;
 	q->sq = calloc(q->smask + 1, sizeof(*q->sq));
 	q->rq = calloc(q->rmask + 1, sizeof(*q->rq));
-	if (!q->sq || !q->rq) {
-		free(q->sq);
-		free(q->rq);
-		free(q);
-		return NULL;
-	}
+	if (q->inl_max)
+		q->inl = calloc(q->smask + 1, q->inl_max);
+	if (!q->sq || !q->rq || (q->inl_max && !q->inl))
+		goto fail;
 	pthread_mutex_lock(&c->mu);
 	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
 		struct lip_qp **s = &c->slots[(q->qpn + i) & (LIP_QP_SLOTS - 1)];
@@ -173,8 +175,10 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
+fail:
 	free(q->sq);
 	free(q->rq);
+	free(q->inl);
 	free(q);
 	return NULL;
 }
@@ -229,12 +233,35 @@ static inline void copy_sges(struct ibv_sge *dst, const struct ibv_sge *src, int
 		dst[i] = src[i];
 }
 
+/* copy_inline keeps the payload of an inline WR: the application may
+ * reuse its buffer as soon as the post returns. */
+static inline void copy_inline(struct lip_qp *q, uint64_t k, struct lip_sqe *e, const struct ibv_send_wr *w)
+{
+	uint32_t n = 0;
+	uint8_t *dst = q->inl + (k & q->smask) * q->inl_max;
+	for (int i = 0; i < w->num_sge; i++) {
+		uint32_t len = w->sg_list[i].length;
+		if (len > q->inl_max - n) {
+			e->flags |= LIP_SQE_PARTIAL;
+			return;
+		}
+		memcpy(dst + n, (const void *)(uintptr_t)w->sg_list[i].addr, len);
+		n += len;
+	}
+	e->inline_len = n;
+}
+
 int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
 	if (!q) {
 		struct lip_ctx *c = lip_ctx_of(qp->context);
 		return c ? c->post_send(qp, wr, bad) : EINVAL;
+	}
+	struct lip_thr *t = lip_enter();
+	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
+		lip_leave(t);
+		return lip_hooks.post_send(qp, wr, bad);
 	}
 	struct lip_ctx *c = q->ctx;
 	uint64_t n = 1;
@@ -252,6 +279,7 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		e->imm = w->imm_data;
 		e->num_sge = w->num_sge;
 		e->flags = 0;
+		e->inline_len = 0;
 		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
 			e->remote_addr = w->wr.atomic.remote_addr;
 			e->rkey = w->wr.atomic.rkey;
@@ -262,6 +290,8 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 			e->rkey = w->wr.rdma.rkey;
 		}
 		copy_sges(e->sge, w->sg_list, w->num_sge, &e->flags);
+		if (w->send_flags & IBV_SEND_INLINE)
+			copy_inline(q, k, e, w);
 	}
 	int ret = c->post_send(qp, wr, bad);
 	if (ret && bad && *bad) {
@@ -275,6 +305,7 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 				q->sq[k & q->smask].flags |= LIP_SQE_VOID;
 		}
 	}
+	lip_leave(t);
 	return ret;
 }
 
@@ -284,6 +315,11 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	if (!q) {
 		struct lip_ctx *c = lip_ctx_of(qp->context);
 		return c ? c->post_recv(qp, wr, bad) : EINVAL;
+	}
+	struct lip_thr *t = lip_enter();
+	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
+		lip_leave(t);
+		return lip_hooks.post_recv(qp, wr, bad);
 	}
 	struct lip_ctx *c = q->ctx;
 	uint64_t n = 1;
@@ -309,6 +345,7 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 				q->rq[k & q->rmask].flags |= LIP_SQE_VOID;
 		}
 	}
+	lip_leave(t);
 	return ret;
 }
 
@@ -326,6 +363,8 @@ static void retire_send(struct lip_qp *q)
 		t++;
 		if (e->flags & LIP_SQE_VOID)
 			continue;
+		if (e->opcode == IBV_WR_SEND || e->opcode == IBV_WR_SEND_WITH_IMM || e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			q->notifs_done++;
 		if (q->sig_all || (e->send_flags & IBV_SEND_SIGNALED))
 			break;
 	}
@@ -339,10 +378,26 @@ static void retire_recv(struct lip_qp *q)
 	while (t < head) {
 		struct lip_rqe *e = &q->rq[t & q->rmask];
 		t++;
-		if (!(e->flags & LIP_SQE_VOID))
+		if (!(e->flags & LIP_SQE_VOID)) {
+			q->recvs_done++;
 			break;
+		}
 	}
 	__atomic_store_n(&q->rtail, t, __ATOMIC_RELEASE);
+}
+
+/* lip_retire_wc accounts for one successful completion of c's QPs. */
+void lip_retire_wc(struct lip_ctx *c, const struct ibv_wc *wc)
+{
+	if (wc->status != IBV_WC_SUCCESS)
+		return;
+	struct lip_qp *q = lip_qp_find(c, wc->qp_num);
+	if (!q)
+		return;
+	if (wc->opcode & IBV_WC_RECV)
+		retire_recv(q);
+	else
+		retire_send(q);
 }
 
 int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
@@ -350,23 +405,37 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	struct lip_ctx *c = lip_ctx_of(cq->context);
 	if (!c)
 		return EINVAL;
+	if (!lip_record)
+		return c->poll_cq(cq, n, wc);
+	struct lip_thr *t = lip_enter();
+	if (__builtin_expect(__atomic_load_n(&lip_ndcq, __ATOMIC_RELAXED) != 0, 0) && lip_cq_diverted(cq)) {
+		lip_leave(t);
+		return lip_hooks.poll_cq(cq, n, wc);
+	}
 	int got = c->poll_cq(cq, n, wc);
-	if (got <= 0 || !lip_record)
-		return got;
 	struct lip_qp *last = NULL;
 	for (int i = 0; i < got; i++) {
 		if (!last || last->qpn != wc[i].qp_num)
 			last = lip_qp_find(c, wc[i].qp_num);
 		if (!last)
 			continue;
-		/* The opcode of an error completion is undefined: its entry
-		 * stays outstanding for layer 2 to account for. */
-		if (wc[i].status != IBV_WC_SUCCESS)
+		if (wc[i].status != IBV_WC_SUCCESS) {
+			/* The opcode of an error completion is undefined: its
+			 * entry stays outstanding. An armed QP's error goes to
+			 * layer 2 with the rest of the batch, which is its now;
+			 * the application gets what came before. */
+			if (__atomic_load_n(&last->armed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&last->diverted, __ATOMIC_ACQUIRE)) {
+				lip_leave(t);
+				lip_hooks.intercept(cq, wc + i, got - i);
+				return i;
+			}
 			continue;
+		}
 		if (wc[i].opcode & IBV_WC_RECV)
 			retire_recv(last);
 		else
 			retire_send(last);
 	}
+	lip_leave(t);
 	return got;
 }

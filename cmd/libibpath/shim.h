@@ -14,6 +14,8 @@
 #define LIP_MAX_CTX 64      /* open device contexts tracked */
 #define LIP_QP_SLOTS 4096   /* QPs per context (open addressing on qp_num) */
 #define LIP_PTR_SLOTS 16384 /* QPs of the process (open addressing on the ibv_qp address) */
+#define LIP_MAX_INLINE 1024 /* inline bytes kept per shadow entry; more marks the entry partial */
+#define LIP_DCQ_SLOTS 1024  /* diverted CQs (open addressing on the ibv_cq address) */
 
 /* A send work request as recorded for replay. */
 struct lip_sqe {
@@ -27,6 +29,7 @@ struct lip_sqe {
 	uint32_t rkey;
 	uint32_t num_sge;
 	uint32_t flags;         /* LIP_SQE_* */
+	uint32_t inline_len;    /* bytes copied to the QP's inline area */
 	struct ibv_sge sge[LIP_MAX_SGE];
 };
 
@@ -51,8 +54,15 @@ struct lip_qp {
 	uint64_t shead, stail;  /* send ring: posted, retired */
 	uint64_t rhead, rtail;  /* receive ring */
 	uint64_t overflow;      /* entries overwritten before retirement */
+	uint64_t notifs_done;   /* retired sends that consume a peer receive */
+	uint64_t recvs_done;    /* retired receives */
 	struct lip_sqe *sq;
 	struct lip_rqe *rq;
+	uint32_t inl_max;       /* inline bytes kept per send entry */
+	uint8_t *inl;           /* (smask+1) * inl_max bytes */
+	struct ibv_cq *send_cq, *recv_cq;
+	int armed;              /* layer 2 can take over: error completions go to it */
+	int diverted;           /* layer 2 took over: posts and polls go to it */
 };
 
 #define LIP_SLOT_DEAD ((struct lip_qp *)1)
@@ -66,11 +76,63 @@ struct lip_ctx {
 	struct lip_qp *slots[LIP_QP_SLOTS];
 };
 
+/* One thread that entered the hot path: seq is odd while it is inside a
+ * post or poll. Layer 2 waits for odd sequences to move before it reads
+ * the rings of a QP it diverts (divert.c). */
+struct lip_thr {
+	uint64_t seq;
+	int free;
+	struct lip_thr *next;
+};
+
+extern __thread struct lip_thr *lip_me __attribute__((tls_model("initial-exec")));
+extern int lip_fence;       /* no membarrier(2): the hot path fences itself */
+struct lip_thr *lip_thr_register(void);
+
+static inline struct lip_thr *lip_enter(void)
+{
+	struct lip_thr *t = lip_me;
+	if (__builtin_expect(!t, 0))
+		t = lip_thr_register();
+	__atomic_store_n(&t->seq, t->seq + 1, __ATOMIC_RELAXED);
+	if (lip_fence)
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	else
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	return t;
+}
+
+static inline void lip_leave(struct lip_thr *t)
+{
+	__atomic_store_n(&t->seq, t->seq + 1, __ATOMIC_RELEASE);
+}
+
+/* What layer 2 does for a diverted QP or CQ (set by the shim's Go side;
+ * stubs in the C checks). */
+struct lip_hooks {
+	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
+	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+	/* an error completion of an armed QP, then the rest of its batch */
+	void (*intercept)(struct ibv_cq *, struct ibv_wc *, int);
+};
+extern struct lip_hooks lip_hooks;
+
+/* divert.c */
+extern int lip_ndcq;        /* diverted CQs; 0 keeps polls off the table */
+int lip_cq_diverted(struct ibv_cq *cq);
+void lip_qp_arm(struct lip_qp *q, int armed);
+int lip_divert(struct lip_qp *q);
+void lip_release_cq(struct ibv_cq *cq);
+void lip_quiesce(void);
+int lip_membarrier_active(void);
+void lip_retire_wc(struct lip_ctx *c, const struct ibv_wc *wc);
+
 /* hotpath.c */
 struct lip_ctx *lip_ctx_add(struct ibv_context *ctx);
 void lip_ctx_remove(struct ibv_context *ctx);
 struct lip_ctx *lip_ctx_of(struct ibv_context *ctx);
-struct lip_qp *lip_qp_add(struct ibv_qp *qp, uint32_t max_send_wr, uint32_t max_recv_wr, int sig_all);
+struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr);
 void lip_qp_remove(struct ibv_qp *qp);
 struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn);
 int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -19,7 +19,7 @@ func buildHotpathCheck(tb testing.TB) string {
 	src := filepath.Join("..", "..", "cmd", "libibpath")
 	bin := filepath.Join(tb.TempDir(), "hotpath_check")
 	out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-I", src, "-o", bin,
-		filepath.Join(src, "cbench", "hotpath_check.c"), filepath.Join(src, "hotpath.c"), "-lpthread").CombinedOutput()
+		filepath.Join(src, "cbench", "hotpath_check.c"), filepath.Join(src, "hotpath.c"), filepath.Join(src, "divert.c"), "-lpthread").CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "verbs.h") {
 			tb.Skip("libibverbs-dev is not installed (verbs.h missing); .ci/run installs it")

@@ -246,3 +246,33 @@ func fillAndBuildAllocs(wrs []verbs.SendWR, runs int, allocs func(int, func()) f
 		C.ibp_build_send(s, C.int(len(wrs)))
 	})
 }
+
+// sendChainRoundTrip builds the C chain PostSend would post and reads it
+// back with SendWRsFromC.
+func sendChainRoundTrip(wrs []verbs.SendWR) []verbs.SendWR {
+	s := C.ibp_scratch_new()
+	defer C.ibp_scratch_free(s)
+	if fillSend(s, wrs) < 0 {
+		return nil
+	}
+	C.ibp_build_send(s, C.int(len(wrs)))
+	return SendWRsFromC(unsafe.Pointer(s.ssend), nil)
+}
+
+func recvChainRoundTrip(wrs []verbs.RecvWR) []verbs.RecvWR {
+	s := C.ibp_scratch_new()
+	defer C.ibp_scratch_free(s)
+	if fillRecv(s, wrs) < 0 {
+		return nil
+	}
+	C.ibp_build_recv(s, C.int(len(wrs)))
+	return RecvWRsFromC(unsafe.Pointer(s.rrecv), nil)
+}
+
+// wcRoundTrip writes w with WCToC and reads it back with WCFromC.
+func wcRoundTrip(w verbs.WC) verbs.WC {
+	p := C.malloc(C.sizeof_struct_ibv_wc)
+	defer C.free(p)
+	WCToC(&w, p)
+	return WCFromC(p)
+}

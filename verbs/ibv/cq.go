@@ -162,7 +162,7 @@ func (cq *CQ) Poll(wc []verbs.WC) (int, error) {
 		}
 		cq.wc, cq.nwc = (*C.struct_ibv_wc)(p), len(wc)
 	}
-	r, err := C.ibp_poll_cq(cq.c, C.int(len(wc)), cq.wc)
+	r, err := C.ibp_poll_cq(cq.ctx.ops, cq.c, C.int(len(wc)), cq.wc)
 	if r < 0 {
 		return 0, retErr("ibv_poll_cq", r, err, "provider returned %d", int(r))
 	}

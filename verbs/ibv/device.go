@@ -102,6 +102,7 @@ type Context struct {
 	c     *C.struct_ibv_context
 	info  verbs.DeviceInfo
 	owned bool // opened here: Close calls ibv_close_device
+	ops   *C.struct_ibp_ops // data-path functions (C memory; zero: the ops table)
 
 	mu  sync.Mutex
 	pds map[unsafe.Pointer]*PD
@@ -126,7 +127,7 @@ func newContext(c *C.struct_ibv_context, owned bool) *Context {
 }
 
 func newContextLocked(c *C.struct_ibv_context, owned bool) *Context {
-	ctx := &Context{c: c, owned: owned, info: deviceInfo(c.device),
+	ctx := &Context{c: c, owned: owned, info: deviceInfo(c.device), ops: newOps(),
 		pds: map[unsafe.Pointer]*PD{}, cqs: map[unsafe.Pointer]*CQ{}, qps: map[unsafe.Pointer]*QP{}}
 	contexts[unsafe.Pointer(c)] = ctx
 	return ctx

@@ -111,31 +111,31 @@ void ibp_build_recv(struct ibp_scratch *s, int n)
 	}
 }
 
-int ibp_post_send(struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad)
+int ibp_post_send(const struct ibp_ops *ops, struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad)
 {
 	struct ibv_send_wr *b = NULL;
 	int ret;
 
 	ibp_build_send(s, n);
-	ret = ibv_post_send(qp, s->ssend, &b);
+	ret = ops->post_send ? ops->post_send(qp, s->ssend, &b) : ibv_post_send(qp, s->ssend, &b);
 	*bad = ret && b ? (int)(b - s->ssend) : (ret ? 0 : n);
 	return ret;
 }
 
-int ibp_post_recv(struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad)
+int ibp_post_recv(const struct ibp_ops *ops, struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad)
 {
 	struct ibv_recv_wr *b = NULL;
 	int ret;
 
 	ibp_build_recv(s, n);
-	ret = ibv_post_recv(qp, s->rrecv, &b);
+	ret = ops->post_recv ? ops->post_recv(qp, s->rrecv, &b) : ibv_post_recv(qp, s->rrecv, &b);
 	*bad = ret && b ? (int)(b - s->rrecv) : (ret ? 0 : n);
 	return ret;
 }
 
-int ibp_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+int ibp_poll_cq(const struct ibp_ops *ops, struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
-	return ibv_poll_cq(cq, n, wc);
+	return ops->poll_cq ? ops->poll_cq(cq, n, wc) : ibv_poll_cq(cq, n, wc);
 }
 
 int ibp_req_notify_cq(struct ibv_cq *cq, int solicited_only)

@@ -48,12 +48,21 @@ void ibp_scratch_free(struct ibp_scratch *s);
 void ibp_build_send(struct ibp_scratch *s, int n);
 void ibp_build_recv(struct ibp_scratch *s, int n);
 
+/* The data-path functions of a context, when they are not the ones its
+ * ops table holds now (a NULL member: call through the table, as the
+ * inline verbs do). */
+struct ibp_ops {
+	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
+	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+};
+
 /* Post; *bad is the index of the bad WR (n when none). Returns what
  * ibv_post_send/ibv_post_recv returned. */
-int ibp_post_send(struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad);
-int ibp_post_recv(struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad);
+int ibp_post_send(const struct ibp_ops *ops, struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad);
+int ibp_post_recv(const struct ibp_ops *ops, struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad);
 
-int ibp_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int ibp_poll_cq(const struct ibp_ops *ops, struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int ibp_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int ibp_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
 int ibp_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,

@@ -251,3 +251,33 @@ func TestPostPathAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v Go allocations per post", n)
 	}
 }
+
+func TestChainsFromC(t *testing.T) {
+	wrs := []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled, RemoteAddr: 0xa000, RKey: 0x11,
+			SGList: []verbs.SGE{{Addr: 0x1000, Length: 64, LKey: 0x21}, {Addr: 0x2000, Length: 32, LKey: 0x22}}},
+		{WRID: 2, Opcode: verbs.WRRDMAWriteWithImm, ImmData: 0xcafef00d, RemoteAddr: 0xb000, RKey: 0x12,
+			SGList: []verbs.SGE{{Addr: 0x3000, Length: 8, LKey: 0x23}}},
+		{WRID: 3, Opcode: verbs.WRSendWithImm, SendFlags: verbs.SendSolicited, ImmData: 7},
+		{WRID: 6, Opcode: verbs.WRAtomicCmpAndSwp, RemoteAddr: 0xe000, RKey: 0x15, CompareAdd: 0x1234, Swap: 0x5678,
+			SGList: []verbs.SGE{{Addr: 0x6000, Length: 8, LKey: 0x26}}},
+	}
+	got := sendChainRoundTrip(wrs)
+	if len(got) != len(wrs) {
+		t.Fatalf("%d WRs back, want %d", len(got), len(wrs))
+	}
+	for i := range wrs {
+		if fmt.Sprintf("%+v", got[i]) != fmt.Sprintf("%+v", wrs[i]) {
+			t.Errorf("WR %d back as\n%+v\nwant\n%+v", i, got[i], wrs[i])
+		}
+	}
+	rwrs := []verbs.RecvWR{{WRID: 10, SGList: []verbs.SGE{{Addr: 0x1000, Length: 100, LKey: 1}}}, {WRID: 11}}
+	if r := recvChainRoundTrip(rwrs); fmt.Sprintf("%+v", r) != fmt.Sprintf("%+v", rwrs) {
+		t.Errorf("receives back as %+v, want %+v", r, rwrs)
+	}
+	wc := verbs.WC{WRID: 9, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm, ByteLen: 12, ImmData: 0xdeadbeef,
+		QPNum: 0x44, SrcQP: 0x55, WCFlags: verbs.WCFlagWithImm, SLID: 3}
+	if back := wcRoundTrip(wc); back != wc {
+		t.Errorf("WC back as %+v, want %+v", back, wc)
+	}
+}

@@ -93,7 +93,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		return 0, verbs.Errorf("ibv_post_send", verbs.ENOMEM, "scratch for %d WRs", len(wrs))
 	}
 	var bad C.int
-	r, err := C.ibp_post_send(q.c, q.sbuf, C.int(len(wrs)), &bad)
+	r, err := C.ibp_post_send(q.ctx.ops, q.c, q.sbuf, C.int(len(wrs)), &bad)
 	if r != 0 {
 		n := int(bad)
 		return n, retErr("ibv_post_send", r, err, "QP %#x, WR %d of %d (wr_id %#x, %v)", q.QPN(), n, len(wrs), wrs[min(n, len(wrs)-1)].WRID, wrs[min(n, len(wrs)-1)].Opcode)
@@ -115,7 +115,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		return 0, verbs.Errorf("ibv_post_recv", verbs.ENOMEM, "scratch for %d WRs", len(wrs))
 	}
 	var bad C.int
-	r, err := C.ibp_post_recv(q.c, q.rbuf, C.int(len(wrs)), &bad)
+	r, err := C.ibp_post_recv(q.ctx.ops, q.c, q.rbuf, C.int(len(wrs)), &bad)
 	if r != 0 {
 		n := int(bad)
 		return n, retErr("ibv_post_recv", r, err, "QP %#x, WR %d of %d (wr_id %#x)", q.QPN(), n, len(wrs), wrs[min(n, len(wrs)-1)].WRID)

@@ -1,8 +1,11 @@
-/* Checks and measures the shim's Default-state hot path (hotpath.c)
- * against a provider stub, without libibverbs or a device:
- *   hotpath_check test    the shadow rings' accounting
+/* Checks and measures the shim's Default-state hot path (hotpath.c,
+ * divert.c) against a provider stub, without libibverbs or a device:
+ *   hotpath_check test    the shadow rings' accounting, diverting a QP
  *   hotpath_check bench   ns per post_send / poll_cq, direct vs through the shim
- * Built by internal/shim's tests: gcc -O2 -I.. hotpath_check.c ../hotpath.c */
+ * Built by internal/shim's tests:
+ *   gcc -O2 -I.. hotpath_check.c ../hotpath.c ../divert.c -lpthread */
+#include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +20,16 @@ int lip_single_poster = 0;
 static struct ibv_wc ring[DEPTH];
 static unsigned rhead, rtail;
 
+static volatile int slow_inside, slow_release;
+
 static int stub_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	for (; wr; wr = wr->next) {
+		if (wr->wr_id == 0x5105105ull) { /* a post that stays in the provider until released */
+			slow_inside = 1;
+			while (!slow_release)
+				usleep(1000);
+		}
 		if (wr->wr_id == 0xbad) {
 			*bad = wr;
 			return 12;
@@ -59,6 +69,37 @@ static struct ibv_context ctx;
 static struct ibv_cq cq;
 static struct ibv_qp qp;
 
+/* layer 2 stand-ins: count what reaches them */
+static int hook_sends, hook_recvs, hook_polls, hook_intercepts, hook_batch;
+static uint64_t hook_first_wrid;
+
+static int hook_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	hook_sends++;
+	return 0;
+}
+
+static int hook_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	hook_recvs++;
+	return 0;
+}
+
+static int hook_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	hook_polls++;
+	return 0;
+}
+
+static void hook_intercept(struct ibv_cq *cq, struct ibv_wc *wc, int n)
+{
+	hook_intercepts++;
+	hook_batch = n;
+	hook_first_wrid = wc[0].wr_id;
+}
+
+struct lip_hooks lip_hooks = {hook_post_send, hook_post_recv, hook_poll_cq, hook_intercept};
+
 static void setup(void)
 {
 	ctx.ops.post_send = stub_post_send;
@@ -68,7 +109,8 @@ static void setup(void)
 	qp.context = &ctx;
 	qp.qp_num = 0x1c3;
 	qp.send_cq = qp.recv_cq = &cq;
-	if (!lip_ctx_add(&ctx) || !lip_qp_add(&qp, 64, 64, 0)) {
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_inline_data = 32}};
+	if (!lip_ctx_add(&ctx) || !lip_qp_add(&qp, &a)) {
 		fprintf(stderr, "setup failed\n");
 		exit(2);
 	}
@@ -149,6 +191,49 @@ static int test(void)
 	drain();
 	lip_qp_outstanding(q, &s, &r);
 	CHECK(s == 1, "an error completion retired the entry (%lu outstanding)", (unsigned long)s);
+	/* Counters of the handshake: notifications (SEND, WRITE_WITH_IMM)
+	 * among retired sends, and retired receives. */
+	CHECK(q->notifs_done == 3, "%lu notifications retired (want 3: wr 10, 14, 20)", (unsigned long)q->notifs_done);
+	CHECK(q->recvs_done == 5, "%lu receives retired (want 5)", (unsigned long)q->recvs_done);
+	/* Inline payloads are copied: the buffer may change after the post. */
+	char buf[24] = "inline payload";
+	struct ibv_sge isge = {.addr = (uintptr_t)buf, .length = 15};
+	struct ibv_send_wr wi = {.wr_id = 22, .opcode = IBV_WR_SEND, .sg_list = &isge, .num_sge = 1, .send_flags = IBV_SEND_INLINE};
+	uint64_t at = q->shead;
+	CHECK(ctx.ops.post_send(&qp, &wi, &bad) == 0, "post inline");
+	memcpy(buf, "overwritten!!!", 15);
+	struct lip_sqe *ie = &q->sq[at & q->smask];
+	CHECK(ie->inline_len == 15 && memcmp(q->inl + (at & q->smask) * q->inl_max, "inline payload", 15) == 0,
+	      "the inline payload was not copied at post time (len %u)", ie->inline_len);
+	char big[64] = {0};
+	struct ibv_sge bsge = {.addr = (uintptr_t)big, .length = 40};
+	struct ibv_send_wr wb = {.wr_id = 23, .opcode = IBV_WR_SEND, .sg_list = &bsge, .num_sge = 1, .send_flags = IBV_SEND_INLINE};
+	at = q->shead;
+	CHECK(ctx.ops.post_send(&qp, &wb, &bad) == 0, "post long inline");
+	CHECK(q->sq[at & q->smask].flags & LIP_SQE_PARTIAL, "40 inline bytes over the QP's 32 are not marked partial");
+	/* Armed: an error completion goes to layer 2 with the rest of its
+	 * batch; the application gets what came before it. */
+	lip_qp_arm(q, 1);
+	struct ibv_send_wr ws = {.wr_id = 30, .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+	CHECK(ctx.ops.post_send(&qp, &ws, &bad) == 0, "post 30");
+	ring[rhead++ % DEPTH] = (struct ibv_wc){.wr_id = 31, .qp_num = qp.qp_num, .status = IBV_WC_RETRY_EXC_ERR};
+	ring[rhead++ % DEPTH] = (struct ibv_wc){.wr_id = 32, .qp_num = qp.qp_num, .status = IBV_WC_WR_FLUSH_ERR};
+	struct ibv_wc got[8];
+	int ng = ctx.ops.poll_cq(&cq, 8, got);
+	CHECK(ng == 1 && got[0].wr_id == 30, "the application got %d completions before the error (want wr 30 only)", ng);
+	CHECK(hook_intercepts == 1 && hook_batch == 2 && hook_first_wrid == 31, "intercept: %d calls, batch %d, first wr %lu",
+	      hook_intercepts, hook_batch, (unsigned long)hook_first_wrid);
+	/* Diverted: posts and polls of its CQ go to layer 2. */
+	CHECK(lip_divert(q) == 0, "divert");
+	CHECK(lip_divert(q) == -1, "a second divert of the same QP is refused");
+	CHECK(lip_cq_diverted(&cq) && lip_ndcq == 1, "the CQ is not in the diverted table");
+	struct ibv_recv_wr rw = {.wr_id = 40}, *rbad;
+	CHECK(ctx.ops.post_send(&qp, &w4, &bad) == 0 && ctx.ops.post_recv(&qp, &rw, &rbad) == 0 &&
+	      ctx.ops.poll_cq(&cq, 8, got) == 0, "diverted calls");
+	CHECK(hook_sends == 1 && hook_recvs == 1 && hook_polls == 1, "layer 2 saw %d sends %d recvs %d polls (want 1 each)",
+	      hook_sends, hook_recvs, hook_polls);
+	lip_release_cq(&cq);
+	CHECK(!lip_cq_diverted(&cq) && lip_ndcq == 0, "the released CQ is still diverted");
 	/* A destroyed QP is forgotten, and its WRs pass through. */
 	lip_qp_remove(&qp);
 	CHECK(lip_qp_find(lip_ctx_of(&ctx), qp.qp_num) == NULL, "removed QP still found");
@@ -156,8 +241,49 @@ static int test(void)
 	drain();
 	lip_ctx_remove(&ctx);
 	CHECK(ctx.ops.post_send == stub_post_send && ctx.ops.poll_cq == stub_poll_cq, "the provider's ops are not restored");
-	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
+	lip_ctx_add(&ctx);
 	return fails != 0;
+}
+
+/* quiesce: lip_divert must not return while a post that began before it
+ * is still in the provider. */
+static struct ibv_qp qp2;
+
+static void *slow_post(void *arg)
+{
+	struct ibv_send_wr w = {.wr_id = 0x5105105ull, .opcode = IBV_WR_SEND}, *bad;
+	ctx.ops.post_send(&qp2, &w, &bad);
+	return NULL;
+}
+
+static volatile int divert_done;
+
+static void *do_divert(void *q)
+{
+	lip_divert(q);
+	divert_done = 1;
+	return NULL;
+}
+
+static int test_quiesce(void)
+{
+	qp2 = (struct ibv_qp){.context = &ctx, .qp_num = 0x2c4, .send_cq = &cq, .recv_cq = &cq};
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 8, .max_recv_wr = 8}};
+	struct lip_qp *q = lip_qp_add(&qp2, &a);
+	CHECK(q != NULL, "add qp2");
+	pthread_t p, d;
+	pthread_create(&p, NULL, slow_post, NULL);
+	while (!slow_inside)
+		usleep(1000);
+	pthread_create(&d, NULL, do_divert, q);
+	usleep(100000);
+	CHECK(!divert_done, "divert returned while a post was still inside the hot path");
+	slow_release = 1;
+	pthread_join(p, NULL);
+	pthread_join(d, NULL);
+	CHECK(divert_done && q->shead == 1, "divert after the post left: done %d, %lu recorded", divert_done, (unsigned long)q->shead);
+	printf("membarrier %d\n", lip_membarrier_active());
+	return 0;
 }
 
 static double now_ns(void)
@@ -215,5 +341,8 @@ int main(int argc, char **argv)
 		lip_single_poster = 1;
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)
 		return bench(argc > 2 ? atol(argv[2]) : 4000000, argc > 3 ? atoi(argv[3]) : 5);
-	return test();
+	test();
+	test_quiesce();
+	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
+	return fails != 0;
 }

@@ -1,0 +1,200 @@
+/* Handing a QP from the hot path to layer 2. Diverting sets the QP's flag
+ * and puts its CQs in the diverted table; later posts to the QP and polls
+ * of those CQs go to lip_hooks. Posts and polls already past the check
+ * must finish before layer 2 reads the rings: every thread in the hot path
+ * has an odd sequence number (lip_enter/lip_leave), and lip_quiesce waits
+ * for each odd one to move. The check and the sequence store are ordered
+ * by membarrier(2) on layer 2's side (the hot path only needs a compiler
+ * barrier); without membarrier the hot path fences itself (lip_fence). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <linux/membarrier.h>
+#include "shim.h"
+
+__thread struct lip_thr *lip_me __attribute__((tls_model("initial-exec")));
+int lip_fence = 1; /* until membarrier is registered */
+int lip_ndcq;
+
+static struct lip_thr *threads;
+static pthread_mutex_t threads_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t thr_key;
+static pthread_once_t thr_once = PTHREAD_ONCE_INIT;
+static int have_membarrier;
+
+static void thr_exit(void *p)
+{
+	struct lip_thr *t = p;
+	__atomic_store_n(&t->free, 1, __ATOMIC_RELEASE);
+}
+
+static void thr_init(void)
+{
+	pthread_key_create(&thr_key, thr_exit);
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0) {
+		have_membarrier = 1;
+		__atomic_store_n(&lip_fence, 0, __ATOMIC_RELEASE);
+	}
+}
+
+/* lip_membarrier_active says whether the hot path relies on membarrier
+ * (for the shim's banner and tests). */
+int lip_membarrier_active(void)
+{
+	pthread_once(&thr_once, thr_init);
+	return have_membarrier;
+}
+
+/* lip_thr_register gives the calling thread its sequence slot, reusing
+ * one of an exited thread. */
+struct lip_thr *lip_thr_register(void)
+{
+	pthread_once(&thr_once, thr_init);
+	pthread_mutex_lock(&threads_mu);
+	struct lip_thr *t;
+	for (t = threads; t; t = t->next)
+		if (__atomic_load_n(&t->free, __ATOMIC_ACQUIRE))
+			break;
+	if (t) {
+		t->free = 0;
+	} else {
+		t = calloc(1, sizeof(*t));
+		if (!t)
+			abort(); /* a few bytes once per thread: nothing sane to do without them */
+		t->next = threads;
+		__atomic_store_n(&threads, t, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&threads_mu);
+	pthread_setspecific(thr_key, t);
+	lip_me = t;
+	return t;
+}
+
+/* lip_quiesce returns once every post and poll that was inside the hot
+ * path when it was called has left it. */
+void lip_quiesce(void)
+{
+	pthread_once(&thr_once, thr_init);
+	if (have_membarrier)
+		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+	else
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	for (struct lip_thr *t = __atomic_load_n(&threads, __ATOMIC_ACQUIRE); t; t = t->next) {
+		if (t == lip_me)
+			continue;
+		uint64_t s = __atomic_load_n(&t->seq, __ATOMIC_ACQUIRE);
+		if (!(s & 1))
+			continue;
+		for (int spin = 0; __atomic_load_n(&t->seq, __ATOMIC_ACQUIRE) == s; spin++)
+			if (spin > 64)
+				sched_yield();
+	}
+}
+
+static struct ibv_cq *dcq[LIP_DCQ_SLOTS];
+static int dcq_refs[LIP_DCQ_SLOTS];
+static pthread_mutex_t dcq_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static inline uint32_t cq_hash(const void *p)
+{
+	return (uint32_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (LIP_DCQ_SLOTS - 1);
+}
+
+#define DCQ_DEAD ((struct ibv_cq *)1)
+
+int lip_cq_diverted(struct ibv_cq *cq)
+{
+	uint32_t h = cq_hash(cq);
+	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
+		struct ibv_cq *c = __atomic_load_n(&dcq[(h + i) & (LIP_DCQ_SLOTS - 1)], __ATOMIC_ACQUIRE);
+		if (!c)
+			return 0;
+		if (c == cq)
+			return 1;
+	}
+	return 0;
+}
+
+/* dcq_add counts one more diverted QP completing into cq. Called with
+ * dcq_mu held. */
+static int dcq_add(struct ibv_cq *cq)
+{
+	uint32_t h = cq_hash(cq);
+	int hole = -1;
+	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
+		uint32_t k = (h + i) & (LIP_DCQ_SLOTS - 1);
+		if (dcq[k] == cq) {
+			dcq_refs[k]++;
+			return 0;
+		}
+		if (dcq[k] == DCQ_DEAD && hole < 0)
+			hole = (int)k;
+		if (!dcq[k]) {
+			if (hole < 0)
+				hole = (int)k;
+			break;
+		}
+	}
+	if (hole < 0)
+		return -1;
+	dcq_refs[hole] = 1;
+	__atomic_store_n(&dcq[hole], cq, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&lip_ndcq, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+/* lip_release_cq drops one diverted QP's hold on cq; the last one gives
+ * the CQ back to the hot path. */
+void lip_release_cq(struct ibv_cq *cq)
+{
+	pthread_mutex_lock(&dcq_mu);
+	uint32_t h = cq_hash(cq);
+	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
+		uint32_t k = (h + i) & (LIP_DCQ_SLOTS - 1);
+		if (!dcq[k])
+			break;
+		if (dcq[k] == cq) {
+			if (--dcq_refs[k] == 0) {
+				__atomic_store_n(&dcq[k], DCQ_DEAD, __ATOMIC_RELEASE);
+				__atomic_sub_fetch(&lip_ndcq, 1, __ATOMIC_SEQ_CST);
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&dcq_mu);
+}
+
+void lip_qp_arm(struct lip_qp *q, int armed)
+{
+	__atomic_store_n(&q->armed, armed, __ATOMIC_RELEASE);
+}
+
+/* lip_divert hands q to layer 2: returns 0 once no post or poll of it is
+ * left in the hot path, -1 (errno set) when it cannot. */
+int lip_divert(struct lip_qp *q)
+{
+	pthread_mutex_lock(&dcq_mu);
+	if (q->diverted) {
+		pthread_mutex_unlock(&dcq_mu);
+		errno = EALREADY;
+		return -1;
+	}
+	if (dcq_add(q->send_cq)) {
+		pthread_mutex_unlock(&dcq_mu);
+		errno = ENOSPC;
+		return -1;
+	}
+	if (q->recv_cq != q->send_cq && dcq_add(q->recv_cq)) {
+		pthread_mutex_unlock(&dcq_mu);
+		lip_release_cq(q->send_cq);
+		errno = ENOSPC;
+		return -1;
+	}
+	__atomic_store_n(&q->diverted, 1, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&dcq_mu);
+	lip_quiesce();
+	return 0;
+}
