@@ -101,7 +101,7 @@ func OpenDevice(name string) (*Context, error) {
 type Context struct {
 	c     *C.struct_ibv_context
 	info  verbs.DeviceInfo
-	owned bool // opened here: Close calls ibv_close_device
+	owned bool              // opened here: Close calls ibv_close_device
 	ops   *C.struct_ibp_ops // data-path functions (C memory; zero: the ops table)
 
 	mu  sync.Mutex
