@@ -18,9 +18,9 @@ import (
 // backup device; every MR and RC QP the application makes is mirrored on
 // it by crossnic.Shadow, the mappings are published through ibpathd
 // (which pushes them to the node at the QP's other end), and the backup
-// QP is connected once the peer's backup is known. Failing over onto them
-// is not wired yet: a QP whose backup is connected is reported with its
-// backup, still unprotected.
+// QP is connected once the peer's backup is known. With a Hotpath set,
+// a QP whose backup is connected is armed and fails over onto it
+// (failover.go).
 
 // Publisher is the part of the ibpathd session layer 2 uses.
 type Publisher interface {
@@ -32,12 +32,17 @@ type Publisher interface {
 
 // shadowSet is the layer-2 state of one application context.
 type shadowSet struct {
+	ctx    uintptr // the application's context
 	dev    string
 	backup string
+	def    verbs.Context // the application's context, as the shadow knows it
 	bak    verbs.Context
 	sh     *crossnic.Shadow
 	dir    *sessionDir
 	qps    map[uint32]verbs.QP // by QPN, the QPs created through the shadow
+	ch     verbs.CompChannel   // of the backup CQs; nil: none
+	wait   *fdWait             // on ch's fd; nil: ch is polled
+	closed bool                // the runtime closed: ch is not read any more
 }
 
 // SetProvider gives the runtime the devices of the node (verbs/ibv in the
@@ -101,8 +106,10 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 		r.log.Warn("libibpath: layer 2 shadow", "device", dev, "backup", name, "err", err)
 		return
 	}
+	set := &shadowSet{ctx: ctx, dev: dev, backup: name, def: def, bak: bak, sh: sh, dir: dir, qps: map[uint32]verbs.QP{}}
 	r.l2mu.Lock()
-	r.shadows[ctx] = &shadowSet{dev: dev, backup: name, bak: bak, sh: sh, dir: dir, qps: map[uint32]verbs.QP{}}
+	r.startNotify(set) // before any backup CQ exists
+	r.shadows[ctx] = set
 	start := !r.scanning
 	r.scanning = true
 	r.l2mu.Unlock()
@@ -115,13 +122,20 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 // MR mirrors a memory registration on the backup device.
 func (r *Runtime) MR(ctx uintptr, pd verbs.PD, mr verbs.MR, buf []byte) {
 	r.l2mu.Lock()
-	defer r.l2mu.Unlock()
 	s := r.shadows[ctx]
 	if s == nil {
+		r.l2mu.Unlock()
 		return
 	}
-	if err := s.sh.RegMR(pd, mr, buf); err != nil {
+	err := s.sh.RegMR(pd, mr, buf)
+	bk, ok := s.sh.BackupLKey(mr.LKey())
+	r.l2mu.Unlock()
+	if err != nil {
 		r.log.Warn("libibpath: mirror MR on the backup", "device", s.dev, "rkey", mr.RKey(), "err", err)
+		return
+	}
+	if ok {
+		r.mapNewMR(ctx, mr.LKey(), bk) // Conns built before it learn it
 	}
 }
 
@@ -137,19 +151,28 @@ func (r *Runtime) DeregMR(ctx uintptr, lkey uint32) {
 	}
 }
 
-// ShadowQP mirrors an RC QP on the backup device.
-func (r *Runtime) ShadowQP(ctx uintptr, pd verbs.PD, qp verbs.QP, init verbs.QPInitAttr) {
+// ShadowQP mirrors an RC QP on the backup device. sendCQ and recvCQ are
+// the QP's CQs as verbs objects that poll the provider directly (layer 2
+// polls them once the QP is diverted); init is the QP's creation
+// attributes with the capabilities the provider granted.
+func (r *Runtime) ShadowQP(ctx uintptr, pd verbs.PD, qp verbs.QP, sendCQ, recvCQ verbs.CQ, init verbs.QPInitAttr) {
+	init.SendCQ, init.RecvCQ = sendCQ, recvCQ
 	r.l2mu.Lock()
-	defer r.l2mu.Unlock()
 	s := r.shadows[ctx]
 	if s == nil {
+		r.l2mu.Unlock()
 		return
 	}
 	if err := s.sh.CreateQP(pd, qp, init); err != nil {
+		r.l2mu.Unlock()
 		r.log.Warn("libibpath: mirror QP on the backup", "device", s.dev, "qpn", qp.QPN(), "err", err)
 		return
 	}
 	s.qps[qp.QPN()] = qp
+	r.l2mu.Unlock()
+	if sendCQ != nil {
+		r.track(ctx, s, qp, sendCQ, recvCQ)
+	}
 }
 
 // Connected tells layer 2 the application connected a QP (after its
@@ -172,6 +195,7 @@ func (r *Runtime) Connected(ctx uintptr, qpn uint32) {
 	default:
 	}
 	r.refreshBackups()
+	r.armConnected()
 }
 
 // Scan intervals: a scan that connects nothing backs off from scanMin to
@@ -202,6 +226,7 @@ func (r *Runtime) scanLoop() {
 		if n > 0 {
 			r.log.Info("libibpath: backup QPs connected", "count", n)
 			r.refreshBackups()
+			r.armConnected()
 			wait = scanMin
 		} else if wait *= 2; wait > scanMax {
 			wait = scanMax

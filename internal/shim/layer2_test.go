@@ -17,10 +17,11 @@ import (
 // cluster is what the ibpathd of two nodes do for layer 2, in memory:
 // every publication is readable by both (push and replication included).
 type cluster struct {
-	mu   sync.Mutex
-	qps  map[store.QPKey]store.QPBackup
-	mrs  map[store.MRKey]store.MRBackup
-	push []ownerproto.Route // the push target of every QP publication
+	mu     sync.Mutex
+	qps    map[store.QPKey]store.QPBackup
+	mrs    map[store.MRKey]store.MRBackup
+	push   []ownerproto.Route // the push target of every QP publication
+	events []status.Event     // every event the processes sent
 }
 
 type node struct {
@@ -30,7 +31,12 @@ type node struct {
 
 func (n *node) ReportQP(q status.QP) error        { return n.rep.ReportQP(q) }
 func (n *node) QPGone(d string, qpn uint32) error { return n.rep.QPGone(d, qpn) }
-func (n *node) Event(e status.Event) error        { return nil }
+func (n *node) Event(e status.Event) error {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	n.c.events = append(n.c.events, e)
+	return nil
+}
 func (n *node) PublishQP(_ context.Context, p ownerproto.PublishQP) error {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
@@ -106,7 +112,7 @@ func newHost(t *testing.T, h *sim.Host, c *cluster) *host {
 	if !rt.Created(x.id, QPInfo{QPN: x.qp.QPN(), Type: verbs.QPTRC}) {
 		t.Fatal("an RC QP is not protected")
 	}
-	rt.ShadowQP(x.id, x.pd, x.qp, init)
+	rt.ShadowQP(x.id, x.pd, x.qp, cq, cq, init)
 	return x
 }
 

@@ -79,6 +79,8 @@ type Runtime struct {
 	shadows  map[uintptr]*shadowSet
 	scanning bool
 	rescan   chan struct{}
+
+	fo failover // layer 2's failover (its own lock, taken before l2mu and mu)
 }
 
 type qpKey struct {
@@ -93,7 +95,8 @@ func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
 	}
 	return &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
 		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{},
-		rescan: make(chan struct{}, 1)}
+		rescan: make(chan struct{}, 1),
+		fo:     failover{qps: map[qpKey]*l2qp{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64)}}
 }
 
 // SetReporter attaches (or, with nil, detaches) the daemon session, and
@@ -159,6 +162,7 @@ func (r *Runtime) Opened(ctx uintptr, name string, ports []Port, def verbs.Conte
 
 // Closed forgets a context and its QPs.
 func (r *Runtime) Closed(ctx uintptr) {
+	r.forgetContext(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.devs, ctx)
@@ -248,8 +252,10 @@ func (r *Runtime) decideLayer1(q *qp) {
 	s.Layer = status.LayerNone
 }
 
-// Destroyed forgets a QP.
+// Destroyed forgets a QP the application destroyed, with its layer-2
+// state and backup (if Destroying did not already).
 func (r *Runtime) Destroyed(ctx uintptr, qpn uint32) {
+	r.Destroying(ctx, qpn)
 	r.mu.Lock()
 	q := r.qps[qpKey{ctx, qpn}]
 	delete(r.qps, qpKey{ctx, qpn})

@@ -1,9 +1,8 @@
 package shim
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"syscall"
 
 	"github.com/ibpath/ibpath/asyncev"
 	"github.com/ibpath/ibpath/verbs"
@@ -62,8 +61,15 @@ func (w *watcher) close() {
 	w.ctx.Close()
 }
 
-// portEvent records a port or device event seen on the shim's context.
+// portEvent records a port or device event seen on the shim's context;
+// PORT_ERR and DEVICE_FATAL start layer 2's failover of the armed QPs
+// there.
 func (r *Runtime) portEvent(dev string, ev verbs.AsyncEvent) {
+	defer func() {
+		if ev.Type == verbs.EventPortErr || ev.Type == verbs.EventDeviceFatal {
+			r.deviceFault(dev, ev)
+		}
+	}()
 	switch ev.Type {
 	case verbs.EventPortActive, verbs.EventPortErr:
 		up := ev.Type == verbs.EventPortActive
@@ -106,6 +112,10 @@ func (r *Runtime) Close() {
 	r.mu.Unlock()
 	r.l2mu.Lock()
 	for _, s := range r.shadows {
+		s.closed = true
+		if s.wait != nil {
+			s.wait.Close()
+		}
 		s.bak.Close()
 	}
 	r.shadows = map[uintptr]*shadowSet{}
@@ -119,13 +129,30 @@ func (r *Runtime) Close() {
 
 // fdContext is a context whose async fd can be waited on: AsyncReady
 // fires when the fd becomes readable, through the runtime's poller on a
-// duplicate of the fd, so the pump sleeps instead of polling.
+// duplicate of the fd, so the pump sleeps instead of polling. The wait
+// starts again only once the pump has read everything (EAGAIN), so it
+// neither spins on events the pump has not read yet nor misses one that
+// came in between.
 type fdContext struct {
 	verbs.Context
-	ready chan struct{}
+	ready   chan struct{}
+	drained chan struct{}
 }
 
 func (c *fdContext) AsyncReady() <-chan struct{} { return c.ready }
+
+// GetAsyncEvent reads the next event; EAGAIN lets the waiter watch the
+// fd again.
+func (c *fdContext) GetAsyncEvent() (verbs.AsyncEvent, error) {
+	ev, err := c.Context.GetAsyncEvent()
+	if errors.Is(err, verbs.EAGAIN) {
+		select {
+		case c.drained <- struct{}{}:
+		default:
+		}
+	}
+	return ev, err
+}
 
 // withFDNotifier wraps ctx when it exposes its async fd (AsyncFD() int);
 // stop ends the waiting goroutine. Without an fd, ctx is returned as is
@@ -135,42 +162,30 @@ func withFDNotifier(ctx verbs.Context) (verbs.Context, func()) {
 	if !ok {
 		return ctx, func() {}
 	}
-	dup, err := syscall.Dup(fc.AsyncFD())
+	w, err := newFDWait(fc.AsyncFD())
 	if err != nil {
 		return ctx, func() {}
 	}
-	if err := syscall.SetNonblock(dup, true); err != nil {
-		syscall.Close(dup)
-		return ctx, func() {}
-	}
-	f := os.NewFile(uintptr(dup), "async-fd")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return ctx, func() {}
-	}
-	c := &fdContext{Context: ctx, ready: make(chan struct{}, 1)}
+	c := &fdContext{Context: ctx, ready: make(chan struct{}, 1), drained: make(chan struct{}, 1)}
 	done := make(chan struct{})
 	go func() {
 		for {
-			// Returning false waits for the fd to become readable
-			// again without reading it: the pump reads the events.
-			if err := rc.Read(func(uintptr) bool { return false }); err != nil {
+			select {
+			case <-done:
+				return
+			case <-c.drained:
+			}
+			if err := w.Wait(); err != nil {
 				return
 			}
 			select {
 			case c.ready <- struct{}{}:
 			default:
 			}
-			select {
-			case <-done:
-				return
-			default:
-			}
 		}
 	}()
 	return c, func() {
 		close(done)
-		f.Close()
+		w.Close()
 	}
 }

@@ -1,0 +1,461 @@
+package shim
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Layer 2's failover in the shim. While a QP is healthy the C hot path
+// posts and polls it; once its backup is connected the QP is armed. A
+// fault (an error completion the hot path intercepts, PORT_ERR or
+// DEVICE_FATAL on the shim's own context, or the peer's fallback
+// notification on the backup) diverts it: from then on its posts and the
+// polls of its CQs come here, and a crossnic.Conn adopted from what the
+// hot path's rings hold carries the failover and the traffic on the
+// backup. The QP's CQs may be shared with QPs that are not diverted:
+// their completions are handed to the application unchanged and retired
+// in the hot path's rings (Hotpath.Retire).
+
+// failover is layer 2's failover state; mu serialises all of it (every
+// Conn, the routing of every diverted CQ). Lock order: failover.mu, then
+// Runtime.l2mu, then Runtime.mu.
+type failover struct {
+	mu    sync.Mutex
+	hp    Hotpath
+	read  crossnic.MemReader
+	qps   map[qpKey]*l2qp
+	cqs   map[verbs.CQ]*cqRoute // CQs polled here
+	cqCtx map[verbs.CQ]uintptr  // the context of every CQ of a shadowed QP
+	todo  []*l2qp               // QPs whose error completion a pump took, to divert
+	out   []verbs.WC            // scratch for Conn.Poll
+
+	// sent once mu is released (reporting may block on ibpathd's socket)
+	reports []status.QP
+	events  []status.Event
+}
+
+// l2qp is one RC QP layer 2 mirrored on the backup device.
+type l2qp struct {
+	key  qpKey
+	set  *shadowSet
+	qp   verbs.QP
+	app  AppQP
+	port uint8
+	leg  *legCQ
+
+	armed       bool
+	intercepted bool // an error completion was taken by a pump; to divert
+	diverted    bool
+	gone        bool
+	conn        *crossnic.Conn // nil once diverted: no replay, plain verbs
+
+	reason     string    // what started the failover
+	faultAt    time.Time // when the runtime saw it
+	lastSQ     fsm.SQState
+	failedOver bool
+	surfaced   bool
+	firstGood  bool
+}
+
+// split reports whether the QP's queues complete into two CQs.
+func (q *l2qp) split() bool { return q.app.RecvCQ != q.app.SendCQ }
+
+// SetHotpath connects layer 2's failover to the shim's C data path. Without
+// one (nil, the default) layer 2 only builds and connects the backups: no
+// QP is armed or diverted, errors reach the application as plain verbs
+// report them. Call it before the application opens its first device.
+func (r *Runtime) SetHotpath(h Hotpath) {
+	r.fo.mu.Lock()
+	r.fo.hp = h
+	r.fo.mu.Unlock()
+	if h != nil {
+		r.armConnected()
+	}
+}
+
+// SetMemReader gives layer 2 a reader of the process's memory, through
+// which the inline payload of each IBV_SEND_INLINE WR posted to a diverted
+// QP is copied (a replay sends the copy). Without one, such posts fail
+// with EINVAL.
+func (r *Runtime) SetMemReader(read crossnic.MemReader) {
+	r.fo.mu.Lock()
+	defer r.fo.mu.Unlock()
+	r.fo.read = read
+	for _, q := range r.fo.qps {
+		if q.conn != nil {
+			q.conn.SetMemReader(read)
+		}
+	}
+}
+
+// track records a QP the shadow mirrored (ShadowQP).
+func (r *Runtime) track(ctx uintptr, s *shadowSet, qp verbs.QP, sendCQ, recvCQ verbs.CQ) {
+	if recvCQ == nil {
+		recvCQ = sendCQ
+	}
+	q := &l2qp{key: qpKey{ctx, qp.QPN()}, set: s, qp: qp, app: AppQP{Ctx: ctx, QPN: qp.QPN(), SendCQ: sendCQ, RecvCQ: recvCQ}}
+	q.leg = &legCQ{r: r, q: q}
+	r.fo.mu.Lock()
+	defer r.fo.mu.Unlock()
+	r.fo.qps[q.key] = q
+	r.fo.cqCtx[sendCQ] = ctx
+	r.fo.cqCtx[recvCQ] = ctx
+}
+
+// armConnected arms every QP whose backup is connected.
+func (r *Runtime) armConnected() {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	if r.fo.hp == nil {
+		return
+	}
+	var ready []*l2qp
+	r.l2mu.Lock()
+	for _, q := range r.fo.qps {
+		if !q.armed && !q.diverted && !q.gone && q.set.sh.Ready(q.qp) {
+			ready = append(ready, q)
+		}
+	}
+	r.l2mu.Unlock()
+	for _, q := range ready {
+		q.armed = true
+		r.fo.hp.Arm(q.app, true)
+		r.setStatus(q, func(s *status.QP) {
+			q.port = s.Port
+			s.Layer, s.CrossNIC = status.LayerCrossNIC, fsm.SQDefault.String()
+		})
+		r.log.Debug("libibpath: layer 2 armed", "qpn", q.key.qpn, "device", q.set.dev, "backup", q.set.backup)
+	}
+}
+
+// divert takes q from the hot path and builds its Conn from the rings.
+// It reports false when the hot path could not divert it: q is then
+// disarmed and its errors reach the application as plain verbs report
+// them. Called with fo.mu held.
+func (r *Runtime) divert(q *l2qp) bool {
+	rings, err := r.fo.hp.Divert(q.app)
+	if err != nil {
+		q.armed = false
+		r.fo.hp.Arm(q.app, false)
+		r.log.Error("libibpath: layer 2 could not take the QP from the hot path; its errors surface", "qpn", q.key.qpn, "reason", q.reason, "err", err)
+		r.setStatus(q, func(s *status.QP) {
+			s.Layer, s.CrossNIC, s.Reason = status.LayerNone, "", fmt.Sprintf("layer 2 could not divert the QP: %v", err)
+		})
+		return false
+	}
+	q.diverted, q.intercepted = true, false
+	for _, cq := range q.cqs() {
+		rt := r.routeFor(cq, q.key.ctx)
+		rt.diverted = true
+		rt.qps = append(rt.qps, q)
+	}
+	if rings.Unreplayable != "" {
+		r.plainVerbs(q, "an outstanding WR cannot be replayed: "+rings.Unreplayable)
+		return true
+	}
+	st := crossnic.Resume{Sends: rings.Sends, Inline: rings.Inline, NotifsDone: rings.NotifsDone,
+		Recvs: rings.Recvs, RecvsDone: rings.RecvsDone}
+	r.l2mu.Lock()
+	conn, err := q.set.sh.Adopt(q.qp, q.leg, st)
+	r.l2mu.Unlock()
+	if err != nil {
+		r.plainVerbs(q, fmt.Sprintf("crossnic.Shadow.Adopt: %v", err))
+		return true
+	}
+	conn.SetMemReader(r.fo.read)
+	q.conn, q.lastSQ = conn, fsm.SQDefault
+	r.setStatus(q, func(s *status.QP) {
+		s.Layer, s.CrossNIC, s.Home = status.LayerCrossNIC, fsm.SQDefault.String(), q.set.backup+" (backup)"
+	})
+	r.log.Debug("libibpath: layer 2 diverted a QP", "qpn", q.key.qpn, "reason", q.reason,
+		"sends", len(rings.Sends), "recvs", len(rings.Recvs), "notifs_done", rings.NotifsDone, "recvs_done", rings.RecvsDone)
+	return true
+}
+
+// plainVerbs: q is diverted but cannot be replayed; it runs as plain
+// verbs (its completions, errors included, reach the application as the
+// provider gives them).
+func (r *Runtime) plainVerbs(q *l2qp, why string) {
+	q.surfaced = true
+	r.log.Warn("libibpath: layer 2 cannot fail over; the error reaches the application", "qpn", q.key.qpn, "reason", q.reason, "why", why)
+	r.setStatus(q, func(s *status.QP) {
+		s.Layer, s.CrossNIC, s.Reason = status.LayerNone, fsm.SQSurfaced.String(), "layer 2: "+why
+	})
+}
+
+// cqs are the application's CQs of q (one when both queues share it).
+func (q *l2qp) cqs() []verbs.CQ {
+	if q.split() {
+		return []verbs.CQ{q.app.SendCQ, q.app.RecvCQ}
+	}
+	return []verbs.CQ{q.app.SendCQ}
+}
+
+// startFault notes what started a failover of q.
+func (q *l2qp) startFault(reason string) {
+	q.reason, q.faultAt = reason, time.Now()
+}
+
+// Intercept takes an error completion of an armed, undiverted QP that the
+// hot path polled from cq, followed by the rest of its batch (wcs), none
+// of which reached the application. The QP is diverted and its Conn given
+// the error, which starts the failover; the other completions are queued
+// for the application's next polls. When the QP could not be diverted
+// (nothing of it is diverted on return), nothing was taken: the hot path
+// hands wcs to the application itself.
+func (r *Runtime) Intercept(ctx uintptr, cq verbs.CQ, wcs []verbs.WC) {
+	if len(wcs) == 0 {
+		return
+	}
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	q := r.fo.qps[qpKey{ctx, wcs[0].QPNum}]
+	if r.fo.hp == nil || q == nil || q.gone {
+		r.log.Error("libibpath: intercepted completion of a QP layer 2 does not know", "qpn", wcs[0].QPNum)
+		return
+	}
+	if !q.diverted {
+		q.startFault(fmt.Sprintf("completion error %v on the default QP", wcs[0].Status))
+		if !r.divert(q) {
+			return
+		}
+	}
+	rt := r.routeFor(cq, ctx)
+	for _, wc := range wcs {
+		r.routeWC(rt, wc)
+	}
+	r.runConn(q)
+	r.settle()
+}
+
+// deviceFault diverts, on PORT_ERR of a port or DEVICE_FATAL of dev (seen
+// on the shim's own context), every armed QP there, and starts its
+// failover at once: after a local link-down a real HCA may never complete
+// the WRs in flight, so waiting for an error completion could hang.
+func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
+	fatal := ev.Type == verbs.EventDeviceFatal
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	if r.fo.hp == nil {
+		return
+	}
+	for _, q := range r.fo.qps {
+		if !q.armed || q.diverted || q.intercepted || q.gone || q.set.dev != dev || (!fatal && q.port != ev.Port) {
+			continue
+		}
+		reason := fmt.Sprintf("PORT_ERR on %s port %d", dev, ev.Port)
+		if fatal {
+			reason = "DEVICE_FATAL on " + dev
+		}
+		q.startFault(reason)
+		if !r.divert(q) {
+			continue
+		}
+		if q.conn != nil {
+			q.conn.HandleEvent(q.set.def, ev, q.port)
+		}
+		r.runConn(q)
+	}
+	r.settle()
+}
+
+// settle diverts the QPs whose error completion a pump took. A QP that
+// cannot be diverted gets its completions back in the queues of the CQs
+// they came from (which are polled here), as plain verbs would give them.
+func (r *Runtime) settle() {
+	for len(r.fo.todo) > 0 {
+		q := r.fo.todo[0]
+		r.fo.todo = r.fo.todo[1:]
+		if q.gone || q.diverted || !q.intercepted {
+			continue
+		}
+		if r.divert(q) {
+			r.runConn(q)
+			continue
+		}
+		q.intercepted = false
+		for _, w := range q.leg.take() {
+			r.toApp(q, w)
+		}
+	}
+}
+
+// observe reports what q's Conn did: its state in the status, the
+// failover once it runs on the backup (one Info line with the counts), a
+// surfaced error, and the first good completion from the backup.
+func (r *Runtime) observe(q *l2qp) {
+	c := q.conn
+	if c == nil {
+		return
+	}
+	sq, _ := c.State()
+	st := c.Stats()
+	if sq != q.lastSQ {
+		q.lastSQ = sq
+		r.setStatus(q, func(s *status.QP) { s.CrossNIC = sq.String() })
+	}
+	if !q.failedOver && sq != fsm.SQDefault && sq != fsm.SQAwaitAck && sq != fsm.SQSurfaced {
+		q.failedOver = true
+		from := fmt.Sprintf("%s qpn %#x", q.set.dev, q.key.qpn)
+		to := q.set.backup
+		if b, _, ok := q.set.sh.BackupOf(q.qp); ok {
+			to = fmt.Sprintf("%s qpn %#x", b.Device, b.QPN)
+		}
+		r.log.Info("libibpath: layer 2 failover", "qpn", q.key.qpn, "device", q.set.dev, "backup", to, "reason", q.reason,
+			"replayed", st.Replayed, "delivered", st.Delivered, "synthesized", st.Synthesized, "recvs_moved", st.RecvsMoved,
+			"since_fault", time.Since(q.faultAt))
+		r.setStatus(q, func(s *status.QP) { s.Failovers++ })
+		r.fo.events = append(r.fo.events, status.Event{Kind: status.EvFailover, At: time.Now(), Device: q.set.dev,
+			Port: q.port, QPN: q.key.qpn, From: from, To: to, Reason: q.reason})
+	}
+	if sq == fsm.SQSurfaced && !q.surfaced {
+		q.surfaced = true
+		r.log.Warn("libibpath: layer 2 failover failed; the error reaches the application", "qpn", q.key.qpn, "reason", q.reason, "why", c.Reason())
+		r.setStatus(q, func(s *status.QP) {
+			s.Layer, s.Home, s.Reason = status.LayerNone, s.Primary, "layer 2: "+c.Reason()
+		})
+	}
+	if !q.firstGood && st.BackupCompletions > 0 {
+		q.firstGood = true
+		now := time.Now()
+		r.log.Info("libibpath: first good completion on the backup", "qpn", q.key.qpn, "since_fault", now.Sub(q.faultAt),
+			"at_unix_ns", now.UnixNano(), "reason", q.reason)
+	}
+}
+
+// setStatus edits q's status and queues it for ibpathd. Called with
+// fo.mu held.
+func (r *Runtime) setStatus(q *l2qp, edit func(*status.QP)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x := r.qps[q.key]
+	if x == nil {
+		return
+	}
+	edit(&x.status)
+	r.fo.reports = append(r.fo.reports, x.status)
+}
+
+// unlockFO releases fo.mu and sends the reports and events queued under it.
+func (r *Runtime) unlockFO() {
+	reports, events := r.fo.reports, r.fo.events
+	r.fo.reports, r.fo.events = nil, nil
+	r.fo.mu.Unlock()
+	if len(reports) == 0 && len(events) == 0 {
+		return
+	}
+	r.mu.Lock()
+	rep := r.rep
+	r.mu.Unlock()
+	if rep == nil {
+		return
+	}
+	for _, s := range reports {
+		if err := rep.ReportQP(s); err != nil {
+			r.log.Debug("libibpath: report QP to ibpathd", "qpn", s.QPN, "err", err)
+		}
+	}
+	for _, e := range events {
+		if err := rep.Event(e); err != nil {
+			r.log.Debug("libibpath: send event to ibpathd", "kind", e.Kind, "qpn", e.QPN, "err", err)
+		}
+	}
+}
+
+// forget drops layer 2's state of q: the application destroyed it (or
+// closed its device). Its completions not yet polled go with it, as a
+// destroyed QP's leave its CQ; a CQ no diverted QP completes into any
+// more goes back to the hot path once what it holds for the application
+// was polled. Called with fo.mu held.
+func (r *Runtime) forget(q *l2qp) {
+	q.gone = true
+	delete(r.fo.qps, q.key)
+	if q.conn != nil {
+		if err := q.conn.Close(); err != nil {
+			r.log.Warn("libibpath: layer 2 release", "qpn", q.key.qpn, "err", err)
+		}
+		q.conn = nil
+	}
+	q.leg.take()
+	if !q.diverted {
+		return
+	}
+	for _, cq := range q.cqs() {
+		rt := r.fo.cqs[cq]
+		if rt == nil {
+			continue
+		}
+		for i, x := range rt.qps {
+			if x == q {
+				rt.qps = append(rt.qps[:i], rt.qps[i+1:]...)
+				break
+			}
+		}
+		k := 0
+		for _, wc := range rt.queue {
+			if wc.QPNum != q.key.qpn {
+				rt.queue[k] = wc
+				k++
+			}
+		}
+		rt.queue = rt.queue[:k]
+		r.maybeRelease(rt)
+	}
+}
+
+// Destroying tells layer 2 that the application is about to destroy a QP
+// (call it before the provider's ibv_destroy_qp): a diverted QP's Conn
+// stops using it and the backup resources are released. Destroyed does
+// the same for a QP not seen here first.
+func (r *Runtime) Destroying(ctx uintptr, qpn uint32) {
+	r.fo.mu.Lock()
+	q := r.fo.qps[qpKey{ctx, qpn}]
+	if q != nil {
+		r.forget(q)
+	}
+	r.unlockFO()
+	if q == nil {
+		return
+	}
+	r.l2mu.Lock()
+	defer r.l2mu.Unlock()
+	delete(q.set.qps, qpn)
+	if err := q.set.sh.DestroyQP(q.qp); err != nil {
+		r.log.Warn("libibpath: release the backup of a destroyed QP", "qpn", qpn, "err", err)
+	}
+}
+
+// forgetContext drops layer 2's state of every QP of an application
+// context that was closed.
+func (r *Runtime) forgetContext(ctx uintptr) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	for k, q := range r.fo.qps {
+		if k.ctx == ctx {
+			r.forget(q)
+		}
+	}
+	for cq, c := range r.fo.cqCtx {
+		if c == ctx {
+			delete(r.fo.cqCtx, cq)
+		}
+	}
+}
+
+// mapNewMR gives the Conns of ctx the backup lkey of a region registered
+// after they were built.
+func (r *Runtime) mapNewMR(ctx uintptr, defLKey, bakLKey uint32) {
+	r.fo.mu.Lock()
+	defer r.fo.mu.Unlock()
+	for k, q := range r.fo.qps {
+		if k.ctx == ctx && q.conn != nil {
+			q.conn.MapLKey(defLKey, bakLKey)
+		}
+	}
+}

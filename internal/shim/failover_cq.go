@@ -1,0 +1,304 @@
+package shim
+
+import (
+	"syscall"
+
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// cqRoute is one of the application's CQs polled by the runtime: a
+// diverted QP completes into it (or did, and completions the application
+// is owed are still queued). Every completion polled from it goes to the
+// diverted QP's Conn (through its legCQ) or, for QPs that are not
+// diverted, to the application through queue, retired in the hot path's
+// rings.
+type cqRoute struct {
+	cq       verbs.CQ
+	ctx      uintptr
+	diverted bool       // the hot path routes the application's polls here
+	qps      []*l2qp    // the diverted QPs completing into it
+	queue    []verbs.WC // completions owed to the application, in order
+	buf      []verbs.WC
+}
+
+// pollBatches bounds the batches one PollCQ takes from the real CQ.
+const pollBatches = 4
+
+// routeFor returns the route of cq, made if needed. Called with fo.mu held.
+func (r *Runtime) routeFor(cq verbs.CQ, ctx uintptr) *cqRoute {
+	rt := r.fo.cqs[cq]
+	if rt == nil {
+		rt = &cqRoute{cq: cq, ctx: ctx, buf: make([]verbs.WC, 32)}
+		r.fo.cqs[cq] = rt
+	}
+	return rt
+}
+
+// pumpOnce polls one batch from the real CQ and routes it.
+func (r *Runtime) pumpOnce(rt *cqRoute) (int, error) {
+	n, err := rt.cq.Poll(rt.buf)
+	for _, wc := range rt.buf[:n] {
+		r.routeWC(rt, wc)
+	}
+	return n, err
+}
+
+// routeWC sends one completion polled from rt's CQ where it belongs: to
+// the Conn of a diverted QP; an error of an armed QP that is not
+// diverted yet starts its failover (settle diverts it); anything else to
+// the application unchanged, retired in the hot path's rings.
+func (r *Runtime) routeWC(rt *cqRoute, wc verbs.WC) {
+	q := r.fo.qps[qpKey{rt.ctx, wc.QPNum}]
+	switch {
+	case q != nil && (q.diverted || q.intercepted):
+		q.leg.push(wc, rt.cq == q.app.RecvCQ)
+	case q != nil && q.armed && wc.Status != verbs.WCSuccess && r.fo.hp != nil:
+		q.intercepted = true
+		q.startFault("completion error " + wc.Status.String() + " on the default QP")
+		q.leg.push(wc, rt.cq == q.app.RecvCQ)
+		r.fo.todo = append(r.fo.todo, q)
+	default:
+		rt.queue = append(rt.queue, wc)
+		if r.fo.hp != nil {
+			r.fo.hp.Retire(rt.ctx, wc)
+		}
+	}
+}
+
+// pumpQP polls one batch from each CQ of q.
+func (r *Runtime) pumpQP(q *l2qp) error {
+	var first error
+	for _, cq := range q.cqs() {
+		rt := r.fo.cqs[cq]
+		if rt == nil {
+			continue
+		}
+		if _, err := r.pumpOnce(rt); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// toApp queues a completion of q for the application on the CQ it
+// belongs to.
+func (r *Runtime) toApp(q *l2qp, w legWC) {
+	cq := q.app.SendCQ
+	if w.recv {
+		cq = q.app.RecvCQ
+	}
+	rt := r.routeFor(cq, q.key.ctx)
+	rt.queue = append(rt.queue, w.wc)
+}
+
+// runConn gives q's Conn what its CQs hold and queues what the
+// application is owed. A diverted QP without a Conn runs as plain verbs.
+func (r *Runtime) runConn(q *l2qp) error {
+	if q.gone || !q.diverted {
+		return nil
+	}
+	if q.conn == nil {
+		err := r.pumpQP(q)
+		for _, w := range q.leg.take() {
+			r.toApp(q, w)
+		}
+		return err
+	}
+	for {
+		n, err := q.conn.Poll(r.fo.out)
+		for _, wc := range r.fo.out[:n] {
+			r.toApp(q, legWC{wc: wc, recv: q.split() && wc.Opcode&verbs.WCRecv != 0})
+		}
+		if err != nil {
+			r.observe(q)
+			return err
+		}
+		if n < len(r.fo.out) {
+			break
+		}
+	}
+	r.observe(q)
+	return nil
+}
+
+// maybeRelease gives a CQ back to the hot path once no diverted QP
+// completes into it and the application has polled what it was owed.
+func (r *Runtime) maybeRelease(rt *cqRoute) {
+	if len(rt.qps) > 0 || len(rt.queue) > 0 {
+		return
+	}
+	delete(r.fo.cqs, rt.cq)
+	if rt.diverted && r.fo.hp != nil {
+		r.fo.hp.Release(rt.cq)
+		r.log.Debug("libibpath: layer 2 gave a CQ back to the hot path")
+	}
+}
+
+// PollCQ polls cq for the application: the hot path sends here the polls
+// of every CQ into which a diverted QP completes. Completions of QPs that
+// are not diverted come back unchanged (and are retired in the hot
+// path's rings); those of diverted QPs go through their Conns, which
+// return what the application is owed, each completion once, in order
+// per QP.
+func (r *Runtime) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	rt := r.fo.cqs[cq]
+	if rt == nil {
+		ctx, ok := r.fo.cqCtx[cq]
+		if !ok {
+			// Never diverted and no QP of it is mirrored: as it is.
+			return cq.Poll(wc)
+		}
+		rt = r.routeFor(cq, ctx) // given back meanwhile: polled here once more
+	}
+	var perr error
+	if len(rt.queue) < len(wc) {
+		for i := 0; i < pollBatches; i++ {
+			n, err := r.pumpOnce(rt)
+			if err != nil {
+				perr = err
+				break
+			}
+			if n < len(rt.buf) {
+				break
+			}
+		}
+	}
+	r.settle()
+	for i := 0; i < len(rt.qps); i++ {
+		if err := r.runConn(rt.qps[i]); err != nil && perr == nil {
+			perr = err
+		}
+	}
+	r.settle()
+	n := copy(wc, rt.queue)
+	rt.queue = rt.queue[:copy(rt.queue, rt.queue[n:])]
+	r.maybeRelease(rt)
+	if n == 0 && perr != nil {
+		return 0, verbsErr("ibv_poll_cq", verbs.EIO, perr)
+	}
+	return n, nil
+}
+
+// PostSend posts send WRs to a diverted QP, as ibv_post_send: it returns
+// how many were posted and, on error, one carrying the errno (wrs[n] is
+// the bad WR).
+func (r *Runtime) PostSend(ctx uintptr, qpn uint32, wrs []verbs.SendWR) (int, error) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	q := r.fo.qps[qpKey{ctx, qpn}]
+	if q == nil || !q.diverted {
+		return 0, verbs.Errorf("ibv_post_send", verbs.EINVAL, "QP %#x is not diverted to layer 2", qpn)
+	}
+	var n int
+	var err error
+	if q.conn == nil {
+		n, err = q.qp.PostSend(wrs)
+	} else {
+		n, err = q.conn.PostSend(wrs)
+		r.observe(q)
+	}
+	r.settle()
+	return n, verbsErr("ibv_post_send", verbs.EINVAL, err)
+}
+
+// PostRecv posts receive WRs to a diverted QP, as ibv_post_recv.
+func (r *Runtime) PostRecv(ctx uintptr, qpn uint32, wrs []verbs.RecvWR) (int, error) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	q := r.fo.qps[qpKey{ctx, qpn}]
+	if q == nil || !q.diverted {
+		return 0, verbs.Errorf("ibv_post_recv", verbs.EINVAL, "QP %#x is not diverted to layer 2", qpn)
+	}
+	var n int
+	var err error
+	if q.conn == nil {
+		n, err = q.qp.PostRecv(wrs)
+	} else {
+		n, err = q.conn.PostRecv(wrs)
+		r.observe(q)
+	}
+	r.settle()
+	return n, verbsErr("ibv_post_recv", verbs.EINVAL, err)
+}
+
+// verbsErr makes sure err carries an errno, as the verb op would return
+// (errno when it carries none).
+func verbsErr(op string, errno syscall.Errno, err error) error {
+	if err == nil || verbs.ErrnoOf(err) != 0 {
+		return err
+	}
+	return verbs.Errorf(op, errno, "%v", err)
+}
+
+// legWC is a completion of a diverted QP polled from its CQs; recv says
+// it belongs to the receive queue's CQ (when the QP has two).
+type legWC struct {
+	wc   verbs.WC
+	recv bool
+}
+
+// legCQ is the default-leg CQ of a diverted QP's Conn: the completions of
+// that QP demultiplexed from the application's CQs (which other QPs may
+// share). Polling it pumps the real CQs when it holds nothing.
+type legCQ struct {
+	r       *Runtime
+	q       *l2qp
+	pending []legWC
+}
+
+var _ verbs.CQ = (*legCQ)(nil)
+
+// push adds a completion of the QP polled from the real CQ; fromRecvCQ
+// says it came from the QP's receive CQ. On a QP with two CQs an error
+// completion (whose opcode verbs leaves undefined) is given an opcode of
+// its queue, so the Conn's output can be routed back by opcode.
+func (l *legCQ) push(wc verbs.WC, fromRecvCQ bool) {
+	recv := false
+	if l.q.split() {
+		recv = fromRecvCQ
+		if wc.Status != verbs.WCSuccess {
+			switch {
+			case recv:
+				wc.Opcode = verbs.WCRecv
+			case wc.Opcode&verbs.WCRecv != 0:
+				wc.Opcode = verbs.WCSend
+			}
+		}
+	}
+	l.pending = append(l.pending, legWC{wc: wc, recv: recv})
+}
+
+// take returns and forgets every pending completion.
+func (l *legCQ) take() []legWC {
+	p := l.pending
+	l.pending = nil
+	return p
+}
+
+func (l *legCQ) Context() verbs.Context { return l.q.app.SendCQ.Context() }
+func (l *legCQ) CQE() int               { return l.q.app.SendCQ.CQE() }
+
+// Poll returns the QP's completions, oldest first.
+func (l *legCQ) Poll(wc []verbs.WC) (int, error) {
+	if len(l.pending) == 0 {
+		if err := l.r.pumpQP(l.q); err != nil && len(l.pending) == 0 {
+			return 0, err
+		}
+	}
+	n := min(len(wc), len(l.pending))
+	for i := 0; i < n; i++ {
+		wc[i] = l.pending[i].wc
+	}
+	l.pending = l.pending[:copy(l.pending, l.pending[n:])]
+	return n, nil
+}
+
+// ReqNotify: the runtime drives the Conn; nothing to arm.
+func (l *legCQ) ReqNotify(bool) error { return nil }
+
+// Destroy: the CQ is the application's.
+func (l *legCQ) Destroy() error {
+	return verbs.Errorf("ibv_destroy_cq", verbs.EINVAL, "layer 2's view of an application CQ")
+}

@@ -1,0 +1,474 @@
+package shim
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/store"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+// The failover harness: applications on two simulated hosts, each under
+// its own Runtime with the Go stand-in of the C hot path (fakeHotpath),
+// exchanging messages (an unsignaled WRITE of a slot, then a signaled
+// SEND_WITH_IMM of the same bytes) and checking what they see: every
+// signaled WR completes exactly once, in order, on the CQ it belongs to;
+// every message arrives once, in order, with its data.
+
+const (
+	l2Slot   = 64 // bytes per message
+	l2Slots  = 32 // slots per region
+	l2Window = 8  // messages in flight per sender
+	l2Recvs  = 16 // receives kept posted
+	l2QPs    = 4  // QPs per host at most
+)
+
+// syncBuf collects a runtime's log.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// refusingProvider opens every device but one: the runtime gets no
+// context of its own on it, so none of its port events reach it.
+type refusingProvider struct {
+	verbs.Provider
+	refuse string
+}
+
+func (p refusingProvider) Open(name string) (verbs.Context, error) {
+	if name == p.refuse {
+		return nil, verbs.Errorf("ibv_open_device", verbs.EPERM, "refused by the test")
+	}
+	return p.Provider.Open(name)
+}
+
+type l2opts struct {
+	noWatch   bool // no port event of the default device reaches the runtime
+	noPublish bool // no ibpathd session: backups never connect
+	noHotpath bool // layer 2 failover off (plain verbs)
+}
+
+type l2host struct {
+	name string
+	side int
+	rt   *Runtime
+	hp   *fakeHotpath
+	log  *syncBuf
+	ctx  verbs.Context
+	pd   verbs.PD
+	mr   verbs.MR
+	buf  []byte
+	port *sim.Port
+	id   uintptr
+	qps  []*appQP
+}
+
+type qpOpts struct {
+	split    bool     // separate send and receive CQs
+	cq       verbs.CQ // both queues complete into this CQ (shared)
+	noShadow bool     // not mirrored by layer 2: never armed
+	sge      int      // max send SGEs (1 by default)
+}
+
+// appQP is one QP of the application and what it has seen.
+type appQP struct {
+	x        *l2host
+	idx      int
+	qp       verbs.QP
+	fq       *fakeQP
+	scq, rcq verbs.CQ
+	peer     *appQP
+	inline   bool // every third SEND is inline
+	total    int  // messages to send
+	sent     int
+	posted   int
+	sendDone []uint64
+	recvd    []uint32
+	errs     []verbs.WC
+	all      []verbs.WC // every completion, in the order the application saw them
+}
+
+func newCluster() *cluster {
+	return &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+}
+
+func railFabric(t *testing.T, seed uint64) *sim.Fabric {
+	t.Helper()
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o l2opts) *l2host {
+	t.Helper()
+	cfg, _ := FromEnv(env(nil))
+	lb := &syncBuf{}
+	rt := NewRuntime(cfg, slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(rt.Close)
+	h := f.Host(name)
+	var prov verbs.Provider = h
+	if o.noWatch {
+		prov = refusingProvider{Provider: h, refuse: "mlx5_0"}
+	}
+	rt.SetProvider(prov)
+	if !o.noPublish {
+		rt.SetReporter(&node{c: c})
+	}
+	x := &l2host{name: name, side: side, rt: rt, log: lb, id: 1, buf: make([]byte, l2QPs*3*l2Slots*l2Slot+8),
+		port: h.HCA("mlx5_0").Port(1)}
+	x.hp = newFakeHotpath(rt, x.id, x.read)
+	if !o.noHotpath {
+		rt.SetHotpath(x.hp)
+	}
+	rt.SetMemReader(x.read)
+	var err error
+	if x.ctx, err = h.Open("mlx5_0"); err != nil {
+		t.Fatal(err)
+	}
+	rt.Opened(x.id, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand}}, x.ctx)
+	if x.pd, err = x.ctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if x.mr, err = x.pd.RegMR(x.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic); err != nil {
+		t.Fatal(err)
+	}
+	rt.MR(x.id, x.pd, x.mr, x.buf)
+	return x
+}
+
+// read is the process's memory as the shim's MemReader sees it.
+func (x *l2host) read(addr uint64, n uint32) []byte {
+	if x.mr == nil || addr < x.mr.Addr() || addr-x.mr.Addr()+uint64(n) > uint64(len(x.buf)) {
+		return nil
+	}
+	o := addr - x.mr.Addr()
+	return x.buf[o : o+uint64(n)]
+}
+
+// counter is an 8-byte word at the end of the buffer, for atomics.
+func (x *l2host) counter() (uint64, []byte) {
+	o := len(x.buf) - 8
+	return x.mr.Addr() + uint64(o), x.buf[o:]
+}
+
+func (x *l2host) addQP(t *testing.T, o qpOpts) *appQP {
+	t.Helper()
+	mk := func() verbs.CQ {
+		cq, err := x.ctx.CreateCQ(256, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cq
+	}
+	scq := o.cq
+	if scq == nil {
+		scq = mk()
+	}
+	rcq := scq
+	if o.split {
+		rcq = mk()
+	}
+	init := verbs.QPInitAttr{SendCQ: scq, RecvCQ: rcq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: max(o.sge, 1), MaxRecvSGE: 1, MaxInlineData: l2Slot}}
+	qp, err := x.pd.CreateQP(init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !x.rt.Created(x.id, QPInfo{QPN: qp.QPN(), Type: verbs.QPTRC}) {
+		t.Fatal("an RC QP is not protected")
+	}
+	q := &appQP{x: x, idx: len(x.qps), qp: qp, scq: scq, rcq: rcq}
+	q.fq = x.hp.add(qp, scq, rcq, false)
+	if !o.noShadow {
+		x.rt.ShadowQP(x.id, x.pd, qp, scq, rcq, init)
+	}
+	x.qps = append(x.qps, q)
+	return q
+}
+
+// connectPair connects a and b as the applications do, reported as the
+// shim does (a first: its backup connects later, by the scan).
+func connectPair(t *testing.T, a, b *appQP) {
+	t.Helper()
+	a.peer, b.peer = b, a
+	for _, p := range [][2]*appQP{{a, b}, {b, a}} {
+		x, peer := p[0], p[1]
+		pa, err := peer.x.ctx.QueryPort(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := []struct {
+			a    verbs.QPAttr
+			mask verbs.QPAttrMask
+		}{
+			{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic},
+				verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+			{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
+				DestQPN: peer.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
+				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+					verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+			{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
+				verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
+					verbs.QPAttrMaxQPRdAtomic},
+		}
+		for _, s := range steps {
+			if err := x.qp.Modify(&s.a, s.mask); err != nil {
+				t.Fatal(err)
+			}
+			x.x.rt.Modified(x.x.id, Modify{QPN: x.qp.QPN(), Mask: s.mask, State: s.a.QPState, Port: s.a.PortNum,
+				DLID: s.a.AHAttr.DLID, DestQPN: s.a.DestQPN})
+		}
+		x.x.rt.Connected(x.x.id, x.qp.QPN())
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (q *appQP) armed() bool {
+	a, _, _, _ := q.x.hp.state(q.fq)
+	return a
+}
+
+func (q *appQP) diverted() bool {
+	_, d, _, _ := q.x.hp.state(q.fq)
+	return d
+}
+
+// slot is message k's place in region r of this QP (0: what it sends,
+// 1: where the peer's SENDs land, 2: where the peer's WRITEs land).
+func (q *appQP) slot(r, k int) (uint64, []byte) {
+	o := ((q.idx*3+r)*l2Slots + k%l2Slots) * l2Slot
+	return q.x.mr.Addr() + uint64(o), q.x.buf[o : o+l2Slot]
+}
+
+func msgPattern(side, idx, k int) []byte {
+	b := make([]byte, l2Slot)
+	for i := range b {
+		b[i] = byte(side*101 + idx*53 + k*31 + i)
+	}
+	return b
+}
+
+// fillRecvs keeps l2Recvs receives posted.
+func (q *appQP) fillRecvs(t *testing.T) {
+	t.Helper()
+	for len(q.errs) == 0 && q.posted-len(q.recvd) < l2Recvs {
+		k := q.posted
+		addr, _ := q.slot(1, k)
+		if _, err := q.x.hp.postRecv(q.fq, []verbs.RecvWR{{WRID: uint64(1000 + k),
+			SGList: []verbs.SGE{{Addr: addr, Length: l2Slot, LKey: q.x.mr.LKey()}}}}); err != nil {
+			t.Fatalf("%s QP %d: post receive %d: %v", q.x.name, q.idx, k, err)
+		}
+		q.posted++
+	}
+}
+
+// round is message k's WRs: a WRITE of the slot to the peer's WRITE
+// region, then the SEND_WITH_IMM of the same bytes.
+func (q *appQP) round(k int) []verbs.SendWR {
+	addr, b := q.slot(0, k)
+	copy(b, msgPattern(q.x.side, q.idx, k))
+	paddr, _ := q.peer.slot(2, k)
+	send := verbs.SendWR{WRID: uint64(2*k + 1), Opcode: verbs.WRSendWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(k),
+		SGList: []verbs.SGE{{Addr: addr, Length: l2Slot, LKey: q.x.mr.LKey()}}}
+	if q.inline && k%3 == 1 {
+		send.SendFlags |= verbs.SendInline
+	}
+	return []verbs.SendWR{{WRID: uint64(2 * k), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: addr, Length: l2Slot, LKey: q.x.mr.LKey()}},
+		RemoteAddr: paddr, RKey: q.peer.x.mr.RKey()}, send}
+}
+
+func (q *appQP) sendNext(t *testing.T) {
+	t.Helper()
+	if _, err := q.x.hp.postSend(q.fq, q.round(q.sent)); err != nil {
+		t.Fatalf("%s QP %d: post message %d: %v", q.x.name, q.idx, q.sent, err)
+	}
+	q.sent++
+}
+
+// poll polls every CQ of the host as the application does.
+func (x *l2host) poll(t *testing.T) {
+	t.Helper()
+	var cqs []verbs.CQ
+	seen := map[verbs.CQ]bool{}
+	for _, q := range x.qps {
+		for _, cq := range []verbs.CQ{q.scq, q.rcq} {
+			if !seen[cq] {
+				seen[cq] = true
+				cqs = append(cqs, cq)
+			}
+		}
+	}
+	wc := make([]verbs.WC, 8)
+	for _, cq := range cqs {
+		for {
+			n, err := x.hp.pollCQ(cq, wc)
+			if err != nil {
+				t.Fatalf("%s: poll: %v", x.name, err)
+			}
+			if n == 0 {
+				break
+			}
+			for _, c := range wc[:n] {
+				x.onWC(t, cq, c)
+			}
+		}
+	}
+}
+
+func (x *l2host) onWC(t *testing.T, cq verbs.CQ, wc verbs.WC) {
+	t.Helper()
+	var q *appQP
+	for _, c := range x.qps {
+		if c.qp.QPN() == wc.QPNum {
+			q = c
+		}
+	}
+	if q == nil {
+		t.Fatalf("%s: completion of an unknown QP: %+v", x.name, wc)
+	}
+	q.all = append(q.all, wc)
+	if wc.Status != verbs.WCSuccess {
+		q.errs = append(q.errs, wc)
+		return
+	}
+	recv := wc.Opcode&verbs.WCRecv != 0
+	if (recv && cq != q.rcq) || (!recv && cq != q.scq) {
+		t.Fatalf("%s QP %d: %+v on the wrong CQ", x.name, q.idx, wc)
+	}
+	if !recv {
+		if k := len(q.sendDone); wc.WRID != uint64(2*k+1) {
+			t.Fatalf("%s QP %d: send completion %+v, want wr_id %d (each signaled WR once, in order)", x.name, q.idx, wc, 2*k+1)
+		}
+		q.sendDone = append(q.sendDone, wc.WRID)
+		return
+	}
+	k := len(q.recvd)
+	if wc.WRID != uint64(1000+k) || wc.ImmData != uint32(k) || wc.ByteLen != l2Slot {
+		t.Fatalf("%s QP %d: receive %d is %+v (each message once, in order)", x.name, q.idx, k, wc)
+	}
+	want := msgPattern(q.peer.x.side, q.peer.idx, k)
+	_, got := q.slot(1, k)
+	_, wrote := q.slot(2, k)
+	if !bytes.Equal(got, want) || !bytes.Equal(wrote, want) {
+		t.Fatalf("%s QP %d: message %d arrived without its data", x.name, q.idx, k)
+	}
+	q.recvd = append(q.recvd, wc.ImmData)
+}
+
+// drive runs the applications: each QP keeps its receives posted and
+// sends its messages (at most l2Window unconfirmed, none after an error),
+// every CQ is polled, the fabric advances by step, and the runtime's
+// goroutines get some real time, until done.
+func drive(t *testing.T, f *sim.Fabric, hosts []*l2host, step time.Duration, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; !done(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out at virtual %v: %s", f.Now(), progress(hosts))
+		}
+		for _, x := range hosts {
+			for _, q := range x.qps {
+				q.fillRecvs(t)
+				if q.sent < q.total && q.sent-len(q.sendDone) < l2Window && len(q.errs) == 0 {
+					q.sendNext(t)
+				}
+			}
+		}
+		for _, x := range hosts {
+			x.poll(t)
+		}
+		f.RunFor(step)
+		if i%8 == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+func progress(hosts []*l2host) string {
+	var b strings.Builder
+	for _, x := range hosts {
+		for _, q := range x.qps {
+			fmt.Fprintf(&b, "[%s QP %d: sent %d, done %d, received %d, errors %d] ", x.name, q.idx, q.sent, len(q.sendDone), len(q.recvd), len(q.errs))
+		}
+	}
+	return b.String()
+}
+
+// finished: every message of the QPs sent, completed and received.
+func finished(qps ...*appQP) func() bool {
+	return func() bool {
+		for _, q := range qps {
+			if len(q.sendDone) < q.total || len(q.peer.recvd) < q.total {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// statusOf is the QP's status in the runtime.
+func (q *appQP) status() status.QP {
+	for _, s := range q.x.rt.QPs() {
+		if s.QPN == q.qp.QPN() {
+			return s
+		}
+	}
+	return status.QP{}
+}
+
+// destroy destroys the QP as the interposed ibv_destroy_qp does.
+func (q *appQP) destroy(t *testing.T) {
+	t.Helper()
+	q.x.rt.Destroying(q.x.id, q.qp.QPN())
+	q.x.hp.remove(q.fq)
+	if err := q.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	q.x.rt.Destroyed(q.x.id, q.qp.QPN())
+}
+
+// logLine returns the first line of x's log containing every part.
+func (x *l2host) logLine(parts ...string) string {
+	for _, l := range strings.Split(x.log.String(), "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return l
+		}
+	}
+	return ""
+}

@@ -1,0 +1,126 @@
+package shim
+
+import (
+	"errors"
+	"time"
+
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// The peer's fallback notification arrives on the backup QP, whose CQs
+// are armed on a completion channel of the backup device. A goroutine per
+// backup context reads that channel: an event for a QP that is not
+// diverted means the peer failed over (or the backup failed), so the QP is
+// diverted and its Conn answers; for a diverted QP it moves the Conn on
+// (the handshake's acknowledgement, completions on the backup) even while
+// the application does not poll.
+
+// Polling intervals of a channel whose fd cannot be waited on (the
+// simulated fabric): from notifyMin, doubling to notifyMax while idle.
+const (
+	notifyMin = time.Millisecond
+	notifyMax = 10 * time.Millisecond
+)
+
+// startNotify creates the completion channel of s's backup CQs (before
+// any is created) and the goroutine that reads it. Without a channel, the
+// peer's notification is seen only once the QP is diverted for a reason
+// of its own.
+func (r *Runtime) startNotify(s *shadowSet) {
+	ch, err := s.bak.CreateCompChannel()
+	if err != nil {
+		r.log.Warn("libibpath: no completion channel on the backup device; the peer's failover is followed only on a local fault", "backup", s.backup, "err", err)
+		return
+	}
+	s.ch = ch
+	s.sh.SetCompChannel(ch)
+	if fc, ok := ch.(interface{ FD() int }); ok {
+		if w, err := newFDWait(fc.FD()); err == nil {
+			s.wait = w
+		}
+	}
+	go r.notifyLoop(s)
+}
+
+// notifyLoop reads s's completion channel until the runtime closes.
+func (r *Runtime) notifyLoop(s *shadowSet) {
+	wait := notifyMin
+	for {
+		n, ok := r.backupEvents(s)
+		if !ok {
+			return
+		}
+		if s.wait != nil {
+			if err := s.wait.Wait(); err != nil {
+				return // closed
+			}
+			continue
+		}
+		if n > 0 {
+			wait = notifyMin
+		} else {
+			wait = min(2*wait, notifyMax)
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// backupEvents handles every event pending on s's channel; ok is false
+// once the channel is unusable (the runtime closed).
+func (r *Runtime) backupEvents(s *shadowSet) (n int, ok bool) {
+	for {
+		r.l2mu.Lock()
+		if s.closed {
+			r.l2mu.Unlock()
+			return n, false
+		}
+		cq, err := s.ch.GetCQEvent()
+		if err != nil {
+			r.l2mu.Unlock()
+			if errors.Is(err, verbs.EAGAIN) {
+				return n, true
+			}
+			r.log.Warn("libibpath: backup completion channel", "backup", s.backup, "err", err)
+			return n, false
+		}
+		// Acknowledged at once (a CQ with events unacknowledged cannot be
+		// destroyed), under the lock DestroyQP takes; armed again before
+		// it is polled, so nothing that completes later goes unnoticed.
+		s.ch.AckCQEvents(cq, 1)
+		qp, known := s.sh.DefaultOf(cq)
+		if known {
+			if err := cq.ReqNotify(false); err != nil {
+				r.log.Warn("libibpath: arm a backup CQ", "backup", s.backup, "err", err)
+			}
+		}
+		r.l2mu.Unlock()
+		n++
+		if known {
+			r.onBackupEvent(s, qp)
+		}
+	}
+}
+
+// onBackupEvent: something completed on the backup of qp.
+func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	q := r.fo.qps[qpKey{s.ctx, qp.QPN()}]
+	if q == nil || q.gone || r.fo.hp == nil {
+		return
+	}
+	if !q.diverted && !q.intercepted {
+		q.startFault("the peer's fallback notification on the backup QP")
+		if !r.divert(q) {
+			return
+		}
+	}
+	if err := r.runConn(q); err != nil {
+		r.log.Debug("libibpath: layer 2 after a backup completion", "qpn", q.key.qpn, "err", err)
+	}
+	r.settle()
+}

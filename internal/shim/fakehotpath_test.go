@@ -1,0 +1,259 @@
+package shim
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// fakeHotpath is a Go stand-in for the shim's C hot path (hotpath.c and
+// divert.c in cmd/libibpath) over verbs/sim objects, with the same
+// semantics as seen from the Runtime:
+//
+//   - posts to an undiverted QP are recorded in its rings (WRs copied, up
+//     to 4 SGEs, inline payloads copied at post time; more SGEs marks the
+//     entry partial) and go to the provider; WRs it refuses are dropped;
+//   - polls of an undiverted CQ go to the provider; each successful send
+//     completion retires the QP's entries up to and including the next
+//     signaled one (counting those that consume a peer receive), each
+//     successful receive completion the oldest receive; errors retire
+//     nothing;
+//   - an error completion of an ARMED, undiverted QP is handed with the
+//     rest of its batch to Runtime.Intercept (outside the section Divert
+//     waits for) and the poll returns what came before it, unless the QP
+//     is still not diverted when Intercept returns: then the batch goes to
+//     the application whole;
+//   - posts to a diverted QP and polls of a diverted CQ go to the Runtime;
+//   - Divert waits for the posts and polls inside the hot path (mu).
+type fakeHotpath struct {
+	mu  sync.Mutex // held for each post or poll inside the hot path
+	rt  *Runtime
+	ctx uintptr
+	mem func(addr uint64, n uint32) []byte // reads inline payloads
+
+	qps map[uint32]*fakeQP
+	dcq map[verbs.CQ]bool // diverted CQs
+
+	divertErr error // injected: Divert fails with it
+	released  []verbs.CQ
+	retired   map[uint32]int // Retire calls per QP
+	goPolls   int            // polls sent to Runtime.PollCQ
+	intercept int            // Intercept calls
+}
+
+const fakeMaxSGE = 4 // SGEs a ring entry keeps (LIP_MAX_SGE)
+
+type fakeQP struct {
+	qp       verbs.QP
+	app      AppQP
+	sigAll   bool
+	sends    []fakeSend
+	recvs    []verbs.RecvWR
+	notifs   uint64
+	recvDone uint64
+	armed    bool
+	diverted bool
+}
+
+type fakeSend struct {
+	wr      verbs.SendWR
+	inline  []byte
+	partial bool
+}
+
+func newFakeHotpath(rt *Runtime, ctx uintptr, mem func(uint64, uint32) []byte) *fakeHotpath {
+	return &fakeHotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*fakeQP{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{}}
+}
+
+// add records a QP the application created (lip_qp_add).
+func (h *fakeHotpath) add(qp verbs.QP, sendCQ, recvCQ verbs.CQ, sigAll bool) *fakeQP {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := &fakeQP{qp: qp, sigAll: sigAll, app: AppQP{Ctx: h.ctx, QPN: qp.QPN(), SendCQ: sendCQ, RecvCQ: recvCQ}}
+	h.qps[qp.QPN()] = q
+	return q
+}
+
+// remove forgets a QP the application destroys (lip_qp_remove).
+func (h *fakeHotpath) remove(q *fakeQP) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.qps, q.app.QPN)
+}
+
+func (h *fakeHotpath) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
+	h.mu.Lock()
+	if q.diverted {
+		h.mu.Unlock()
+		return h.rt.PostSend(h.ctx, q.app.QPN, wrs)
+	}
+	defer h.mu.Unlock()
+	start := len(q.sends)
+	for _, w := range wrs {
+		e := fakeSend{wr: w}
+		e.wr.SGList = append([]verbs.SGE(nil), w.SGList...)
+		if len(w.SGList) > fakeMaxSGE {
+			e.partial = true
+		}
+		if w.SendFlags&verbs.SendInline != 0 {
+			for _, s := range w.SGList {
+				e.inline = append(e.inline, h.mem(s.Addr, s.Length)...)
+			}
+		}
+		q.sends = append(q.sends, e)
+	}
+	n, err := q.qp.PostSend(wrs)
+	if err != nil {
+		q.sends = q.sends[:start+n] // refused: void
+	}
+	return n, err
+}
+
+func (h *fakeHotpath) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+	h.mu.Lock()
+	if q.diverted {
+		h.mu.Unlock()
+		return h.rt.PostRecv(h.ctx, q.app.QPN, wrs)
+	}
+	defer h.mu.Unlock()
+	start := len(q.recvs)
+	for _, w := range wrs {
+		w.SGList = append([]verbs.SGE(nil), w.SGList...)
+		q.recvs = append(q.recvs, w)
+	}
+	n, err := q.qp.PostRecv(wrs)
+	if err != nil {
+		q.recvs = q.recvs[:start+n]
+	}
+	return n, err
+}
+
+func (h *fakeHotpath) pollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
+	h.mu.Lock()
+	if h.dcq[cq] {
+		h.goPolls++
+		h.mu.Unlock()
+		return h.rt.PollCQ(cq, wc)
+	}
+	n, err := cq.Poll(wc)
+	for i := 0; i < n; i++ {
+		q := h.qps[wc[i].QPNum]
+		if q == nil {
+			continue
+		}
+		if wc[i].Status != verbs.WCSuccess {
+			if q.armed && !q.diverted {
+				h.intercept++
+				h.mu.Unlock() // lip_leave, then the hook
+				h.rt.Intercept(h.ctx, cq, wc[i:n])
+				h.mu.Lock()
+				if q.diverted {
+					h.mu.Unlock()
+					return i, nil
+				}
+			}
+			continue // errors retire nothing
+		}
+		h.retireLocked(q, wc[i])
+	}
+	h.mu.Unlock()
+	return n, err
+}
+
+func (h *fakeHotpath) retireLocked(q *fakeQP, wc verbs.WC) {
+	if wc.Opcode&verbs.WCRecv != 0 {
+		if len(q.recvs) > 0 {
+			q.recvs = q.recvs[1:]
+			q.recvDone++
+		}
+		return
+	}
+	for len(q.sends) > 0 {
+		e := q.sends[0]
+		q.sends = q.sends[1:]
+		if e.wr.Opcode.ConsumesRecv() {
+			q.notifs++
+		}
+		if q.sigAll || e.wr.SendFlags&verbs.SendSignaled != 0 {
+			return
+		}
+	}
+}
+
+func (h *fakeHotpath) Arm(q AppQP, armed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if fq := h.qps[q.QPN]; fq != nil {
+		fq.armed = armed
+	}
+}
+
+func (h *fakeHotpath) Divert(q AppQP) (Rings, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.divertErr != nil {
+		return Rings{}, h.divertErr
+	}
+	fq := h.qps[q.QPN]
+	if fq == nil || fq.diverted {
+		return Rings{}, errors.New("divert: QP unknown or already diverted")
+	}
+	fq.diverted = true
+	h.dcq[q.SendCQ], h.dcq[q.RecvCQ] = true, true
+	var r Rings
+	inline := false
+	for _, e := range fq.sends {
+		r.Sends = append(r.Sends, e.wr)
+		r.Inline = append(r.Inline, e.inline)
+		inline = inline || e.inline != nil
+		if e.partial {
+			r.Unreplayable = "a WR with more than 4 SGEs"
+		}
+	}
+	if !inline {
+		r.Inline = nil
+	}
+	r.Recvs = append(r.Recvs, fq.recvs...)
+	r.NotifsDone, r.RecvsDone = fq.notifs, fq.recvDone
+	return r, nil
+}
+
+func (h *fakeHotpath) Retire(ctx uintptr, wc verbs.WC) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.qps[wc.QPNum]
+	if q == nil || ctx != h.ctx {
+		return
+	}
+	h.retired[wc.QPNum]++
+	if wc.Status == verbs.WCSuccess {
+		h.retireLocked(q, wc)
+	}
+}
+
+func (h *fakeHotpath) Release(cq verbs.CQ) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.dcq, cq)
+	h.released = append(h.released, cq)
+}
+
+// state reads a QP's flags and ring sizes.
+func (h *fakeHotpath) state(q *fakeQP) (armed, diverted bool, sends, recvs int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return q.armed, q.diverted, len(q.sends), len(q.recvs)
+}
+
+func (h *fakeHotpath) counts() (goPolls, intercepts int, released []verbs.CQ) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.goPolls, h.intercept, append([]verbs.CQ(nil), h.released...)
+}
+
+func (h *fakeHotpath) retiredOf(qpn uint32) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.retired[qpn]
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package shim
+
+const canWait = false // newFDWait fails: callers poll instead
+
+func readable(int) bool { return false }
