@@ -457,6 +457,42 @@ func (q *appQP) destroy(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.x.rt.Destroyed(q.x.id, q.qp.QPN())
+	for i, c := range q.x.qps {
+		if c == q {
+			q.x.qps = append(q.x.qps[:i], q.x.qps[i+1:]...)
+			break
+		}
+	}
+}
+
+// settled runs the fabric a little longer and polls, so that whatever
+// completes after the last expected completion is seen too.
+func settled(t *testing.T, f *sim.Fabric, hosts ...*l2host) {
+	t.Helper()
+	for i := 0; i < 20; i++ {
+		f.RunFor(100 * time.Microsecond)
+		time.Sleep(time.Millisecond)
+		for _, x := range hosts {
+			x.poll(t)
+		}
+	}
+}
+
+// eachSignaledOnce checks that every signaled WR of the q.sent messages
+// completed exactly once (with success or an error).
+func eachSignaledOnce(t *testing.T, q *appQP) {
+	t.Helper()
+	seen := map[uint64]int{}
+	for _, wc := range q.all {
+		if wc.WRID < 1000 || wc.WRID%2 == 1 {
+			seen[wc.WRID]++
+		}
+	}
+	for k := 0; k < q.sent; k++ {
+		if n := seen[uint64(2*k+1)]; n != 1 {
+			t.Fatalf("%s QP %d: message %d's SEND completed %d times", q.x.name, q.idx, k, n)
+		}
+	}
 }
 
 // logLine returns the first line of x's log containing every part.

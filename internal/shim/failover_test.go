@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,6 +58,9 @@ func TestFailoverOnPortErr(t *testing.T) {
 	if err := f.SetLink(a.port, false); err != nil {
 		t.Fatal(err)
 	}
+	// No virtual time passes until A's runtime has acted on PORT_ERR (an
+	// error completion would come only after the retries time out).
+	waitFor(t, "A diverted on PORT_ERR", qa.diverted)
 	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
 	checkFailedOver(t, qa, `reason="PORT_ERR on mlx5_0 port 1"`)
 	checkFailedOver(t, qb, `reason="the peer's fallback notification on the backup QP"`)
@@ -169,5 +173,218 @@ func TestFailoverAtomicSurfaces(t *testing.T) {
 	}
 	if qa.x.logLine("layer 2 failover failed", "atomic") == "" {
 		t.Fatalf("no surfacing line in the log:\n%s", qa.x.log)
+	}
+}
+
+// TestFailoverSharedCQ (d, f): A's two QPs share one CQ; only the first
+// is mirrored by layer 2. The first fails on its own (a QP error, the
+// link stays up): it fails over, and from then on the shared CQ is polled
+// by the runtime. The second QP's completions still reach the application
+// exactly once, in order, each retired in the hot path's rings. When the
+// diverted QP is destroyed, the CQ goes back to the hot path.
+func TestFailoverSharedCQ(t *testing.T) {
+	f := railFabric(t, 34)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
+	shared, err := a.ctx.CreateCQ(256, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa1, qa2 := a.addQP(t, qpOpts{cq: shared}), a.addQP(t, qpOpts{cq: shared, noShadow: true})
+	qb1, qb2 := b.addQP(t, qpOpts{}), b.addQP(t, qpOpts{noShadow: true})
+	connectPair(t, qa1, qb1)
+	connectPair(t, qa2, qb2)
+	waitFor(t, "the mirrored QPs armed", func() bool { return qa1.armed() && qb1.armed() })
+	hosts := []*l2host{a, b}
+	qa1.total, qa2.total, qb2.total = 40, 80, 30
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa1.sendDone) >= 10 && len(qa2.sendDone) >= 10 })
+	if qa2.armed() {
+		t.Fatal("a QP layer 2 does not mirror was armed")
+	}
+	qa1.sendNext(t)
+	if err := qa1.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return finished(qa1, qb2)() && len(qa2.sendDone) >= 40 })
+	checkFailedOver(t, qa1, `reason="completion error`)
+	checkFailedOver(t, qb1, `reason="the peer's fallback notification on the backup QP"`)
+	if qa2.diverted() || len(qa2.errs) != 0 {
+		t.Fatalf("the undiverted QP: diverted %v, errors %v", qa2.diverted(), qa2.errs)
+	}
+	goPolls, _, _ := a.hp.counts()
+	if n := a.hp.retiredOf(qa2.qp.QPN()); goPolls == 0 || n == 0 {
+		t.Fatalf("%d polls of the shared CQ by the runtime, %d completions of the undiverted QP retired through it", goPolls, n)
+	}
+	// The diverted QP is destroyed: the CQ goes back to the hot path.
+	qa1.destroy(t)
+	drive(t, f, hosts, 5*time.Microsecond, func() bool {
+		_, _, rel := a.hp.counts()
+		return len(rel) == 1 && rel[0] == shared
+	})
+	before, _, _ := a.hp.counts()
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa2))
+	settled(t, f, a, b)
+	after, _, _ := a.hp.counts()
+	if after != before {
+		t.Fatalf("the runtime still polled the shared CQ %d times after giving it back", after-before)
+	}
+	if _, _, sends, _ := a.hp.state(qa2.fq); sends != 0 {
+		t.Fatalf("%d of the undiverted QP's sends never retired in the hot path's rings", sends)
+	}
+	if _, _, ok := a.rt.shadows[a.id].sh.BackupOf(qa1.qp); ok {
+		t.Fatal("the destroyed QP's backup is still there")
+	}
+}
+
+// TestFailoverNotArmedWithoutPeerBackup (e): without ibpathd the peer's
+// backup is never known, so the QP is not armed: a cut link's PORT_ERR
+// changes nothing and the error completion reaches the application
+// through the hot path unchanged.
+func TestFailoverNotArmedWithoutPeerBackup(t *testing.T) {
+	f := railFabric(t, 35)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noPublish: true}), newL2Host(t, f, "node1", 1, c, l2opts{noPublish: true})
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	hosts := []*l2host{a, b}
+	qa.total = 40
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 })
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) > 0 })
+	settled(t, f, a, b)
+	waitFor(t, "PORT_ERR seen", func() bool { return len(a.rt.Ports()) == 1 })
+	if qa.errs[0].Status != verbs.WCRetryExcErr {
+		t.Fatalf("first error %+v, want the retry error", qa.errs[0])
+	}
+	eachSignaledOnce(t, qa)
+	goPolls, intercepts, _ := a.hp.counts()
+	if qa.armed() || qa.diverted() || goPolls != 0 || intercepts != 0 {
+		t.Fatalf("armed %v diverted %v, %d polls and %d intercepts by the runtime", qa.armed(), qa.diverted(), goPolls, intercepts)
+	}
+	if s := qa.status(); !strings.HasSuffix(s.Backup, "(connecting)") || s.Layer == status.LayerCrossNIC {
+		t.Fatalf("status %+v", s)
+	}
+}
+
+// TestFailoverDestroyReleasesCQs (f): a diverted QP with separate send and
+// receive CQs is destroyed after its failover: both CQs go back to the hot
+// path, the backup is released, and the runtime refuses posts to it.
+func TestFailoverDestroyReleasesCQs(t *testing.T) {
+	f := railFabric(t, 36)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
+	qa, qb := a.addQP(t, qpOpts{split: true}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total = 20
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 8 })
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 10*time.Microsecond, finished(qa))
+	checkFailedOver(t, qa, `reason="completion error`)
+	qpn := qa.qp.QPN()
+	qa.destroy(t)
+	_, _, rel := a.hp.counts()
+	if len(rel) != 2 || !(rel[0] == qa.scq && rel[1] == qa.rcq || rel[0] == qa.rcq && rel[1] == qa.scq) {
+		t.Fatalf("released %v, want the QP's two CQs", rel)
+	}
+	if _, _, ok := a.rt.shadows[a.id].sh.BackupOf(qa.qp); ok {
+		t.Fatal("the destroyed QP's backup is still there")
+	}
+	if _, err := a.rt.PostSend(a.id, qpn, qa.round(99)); !errors.Is(err, verbs.EINVAL) {
+		t.Fatalf("post to a destroyed QP: %v", err)
+	}
+	if n, err := a.rt.PollCQ(qa.scq, make([]verbs.WC, 4)); n != 0 || err != nil {
+		t.Fatalf("poll of a given-back CQ: %d %v", n, err)
+	}
+	a.rt.Destroyed(a.id, qpn) // again: nothing left to do
+}
+
+// TestFailoverUnreplayableSurfaces: an outstanding WR the hot path could
+// not record whole (more SGEs than a ring entry keeps) makes a replay
+// unsafe: the error completion reaches the application as plain verbs
+// report it.
+func TestFailoverUnreplayableSurfaces(t *testing.T) {
+	f := railFabric(t, 37)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
+	qa, qb := a.addQP(t, qpOpts{sge: fakeMaxSGE + 1}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total = 4
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa))
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := qa.slot(0, 0)
+	paddr, _ := qb.slot(2, 0)
+	sges := make([]verbs.SGE, fakeMaxSGE+1)
+	for i := range sges {
+		sges[i] = verbs.SGE{Addr: addr + uint64(8*i), Length: 8, LKey: a.mr.LKey()}
+	}
+	if _, err := a.hp.postSend(qa.fq, []verbs.SendWR{{WRID: 5555, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+		SGList: sges, RemoteAddr: paddr, RKey: b.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	qa.sendNext(t)
+	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= 3 })
+	if e := qa.errs[0]; e.WRID != 5555 || e.Status != verbs.WCRetryExcErr {
+		t.Fatalf("first error %+v, want the retry error of the WR with %d SGEs", e, fakeMaxSGE+1)
+	}
+	if s := qa.status(); !qa.diverted() || s.Layer != status.LayerNone || !strings.Contains(s.Reason, "cannot be replayed") {
+		t.Fatalf("diverted %v, status %+v", qa.diverted(), s)
+	}
+}
+
+// TestFailoverDivertFailure: a hot path that cannot divert the QP leaves
+// it as it was, disarmed: its error completions reach the application as
+// plain verbs report them, whether the fault came as an error completion
+// (the hot path then hands the whole batch to the application) or as
+// PORT_ERR.
+func TestFailoverDivertFailure(t *testing.T) {
+	for _, watch := range []bool{false, true} {
+		name := "error completion"
+		if watch {
+			name = "PORT_ERR"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := railFabric(t, 38)
+			c := newCluster()
+			a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: !watch}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: !watch})
+			qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+			connectPair(t, qa, qb)
+			waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+			a.hp.failDivert(errors.New("injected: no room for the CQ"))
+			hosts := []*l2host{a, b}
+			qa.total = 30
+			drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 })
+			if err := f.SetLink(a.port, false); err != nil {
+				t.Fatal(err)
+			}
+			if watch {
+				waitFor(t, "PORT_ERR handled", func() bool { return !qa.armed() })
+			}
+			drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) > 0 })
+			settled(t, f, a, b)
+			if qa.errs[0].Status != verbs.WCRetryExcErr {
+				t.Fatalf("first error %+v, want the retry error", qa.errs[0])
+			}
+			eachSignaledOnce(t, qa)
+			_, intercepts, _ := a.hp.counts()
+			if qa.armed() || qa.diverted() || (intercepts == 0) != watch {
+				t.Fatalf("armed %v diverted %v after a failed divert; %d intercepts", qa.armed(), qa.diverted(), intercepts)
+			}
+			if a.logLine("could not take the QP from the hot path", "injected") == "" {
+				t.Fatalf("no error line in the log:\n%s", a.log)
+			}
+			if s := qa.status(); s.Layer != status.LayerNone || !strings.Contains(s.Reason, "could not divert") {
+				t.Fatalf("status %+v", s)
+			}
+		})
 	}
 }

@@ -239,6 +239,13 @@ func (h *fakeHotpath) Release(cq verbs.CQ) {
 	h.released = append(h.released, cq)
 }
 
+// failDivert makes every Divert fail with err.
+func (h *fakeHotpath) failDivert(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.divertErr = err
+}
+
 // state reads a QP's flags and ring sizes.
 func (h *fakeHotpath) state(q *fakeQP) (armed, diverted bool, sends, recvs int) {
 	h.mu.Lock()
