@@ -103,6 +103,7 @@ func (c Config) Banner(pid int) string {
 		daemon = "not used"
 	}
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
-		"shadow rings %s%s; layer 2 (cross-NIC) failover not active in this build; backup device %s; ibpathd %s",
-		pid, onoff[c.APM], onoff[c.Record], map[bool]string{true: " (single poster per QP)", false: ""}[c.SinglePoster], c.Backup, daemon)
+		"shadow rings %s%s; layer 2 (cross-NIC) failover %s; backup device %s; ibpathd %s",
+		pid, onoff[c.APM], onoff[c.Record], map[bool]string{true: " (single poster per QP)", false: ""}[c.SinglePoster],
+		onoff[c.Record], c.Backup, daemon)
 }

@@ -25,7 +25,10 @@ func TestFromEnv(t *testing.T) {
 	if b := (Config{Disabled: true}).Banner(7); !strings.Contains(b, "pid 7") || !strings.Contains(b, "disabled") {
 		t.Errorf("banner %q", b)
 	}
-	if b := (Config{APM: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "layer 1 (APM) on") || !strings.Contains(b, "shadow rings off") || !strings.Contains(b, "ibpathd not used") {
+	if b := (Config{Record: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "layer 2 (cross-NIC) failover on") {
+		t.Errorf("banner %q", b)
+	}
+	if b := (Config{APM: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "layer 1 (APM) on") || !strings.Contains(b, "shadow rings off") || !strings.Contains(b, "failover off") || !strings.Contains(b, "ibpathd not used") {
 		t.Errorf("banner %q", b)
 	}
 }

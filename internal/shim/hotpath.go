@@ -39,20 +39,37 @@ type AppQP struct {
 // cmd/libibpath) as layer 2 drives it. Until a QP is diverted the hot path
 // posts and polls it; after, every post to it and every poll of its CQs
 // comes to the Runtime (PostSend, PostRecv, PollCQ).
+//
+// The Runtime calls these methods with its failover lock held: they must
+// not call into the Runtime, and what they wait for (Divert waits for the
+// hot path's posts and polls in progress) must not include a thread that
+// is inside a Runtime call (Intercept, PollCQ, PostSend, PostRecv): the
+// hot path leaves its section before calling the Runtime.
 type Hotpath interface {
 	// Arm tells the hot path whether layer 2 can take over the QP: when
 	// armed, an error completion of the QP polled in the hot path is kept
-	// from the application and handed to Runtime.Intercept instead.
+	// from the application and handed to Runtime.Intercept instead. If the
+	// QP is still not diverted when Intercept returns (Divert failed), the
+	// runtime took nothing: the hot path hands the whole batch to the
+	// application as the provider returned it (retiring its successful
+	// completions as usual).
 	Arm(q AppQP, armed bool)
 	// Divert routes the QP's posts and its CQs' polls to the Runtime from
 	// now on, waits for the posts and polls already inside the hot path
 	// to return, and gives what the QP's rings hold. Called once per QP.
+	// An error means nothing was diverted (the runtime then disarms the
+	// QP and lets its errors reach the application).
 	Divert(q AppQP) (Rings, error)
 	// Retire accounts in the hot path's rings for a completion of an
 	// undiverted QP that the Runtime polled from a diverted CQ and hands
-	// to the application.
+	// to the application, by the rule of the hot path's own polls (a
+	// successful send completion retires up to the next signaled entry, a
+	// successful receive completion the oldest receive, an error nothing).
+	// A QP the hot path does not know is ignored.
 	Retire(ctx uintptr, wc verbs.WC)
 	// Release gives a CQ back to the hot path: no diverted QP completes
-	// into it any more (they were destroyed).
+	// into it any more (they were destroyed) and the application has
+	// polled what the Runtime held for it. Called once per CQ, however
+	// many diverted QPs completed into it.
 	Release(cq verbs.CQ)
 }
