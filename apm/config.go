@@ -31,6 +31,14 @@ type Config struct {
 	// 0: 1.5 x the QP's local ACK timeout (at least 1 ms), by when any WR
 	// in flight has been resent on the new path and has moved the peer.
 	PeerWait time.Duration
+	// MigrationPoll is how often an ARMED QP is queried for a migration
+	// the HCA made by itself, or an error, that no event told the manager
+	// of: PATH_MIG and QP errors are QP events, delivered only to the
+	// QP's own context, and a program that never reads its async events
+	// (the shim's case: it sees only what the application reads) would
+	// otherwise leave a migrated QP unprotected for good. One
+	// ibv_query_qp per ARMED QP per period. Default 100 ms.
+	MigrationPoll time.Duration
 }
 
 // DefaultConfig holds the defaults.
@@ -41,6 +49,7 @@ var DefaultConfig = Config{
 	PollMax:       10 * time.Millisecond,
 	ProbeInterval: 50 * time.Millisecond,
 	FailbackHold:  200 * time.Millisecond,
+	MigrationPoll: 100 * time.Millisecond,
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -60,11 +69,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.FailbackHold == 0 {
 		c.FailbackHold = d.FailbackHold
 	}
+	if c.MigrationPoll == 0 {
+		c.MigrationPoll = d.MigrationPoll
+	}
 	switch {
 	case c.PollMin < 0 || c.PollMax < c.PollMin:
 		return c, fmt.Errorf("apm: config: need 0 < poll-min <= poll-max, got %v and %v", c.PollMin, c.PollMax)
-	case c.ProbeInterval < 0 || c.FailbackHold < 0 || c.PeerWait < 0:
-		return c, fmt.Errorf("apm: config: negative probe interval %v, failback hold %v or peer wait %v", c.ProbeInterval, c.FailbackHold, c.PeerWait)
+	case c.ProbeInterval < 0 || c.FailbackHold < 0 || c.PeerWait < 0 || c.MigrationPoll < 0:
+		return c, fmt.Errorf("apm: config: negative probe interval %v, failback hold %v, peer wait %v or migration poll %v",
+			c.ProbeInterval, c.FailbackHold, c.PeerWait, c.MigrationPoll)
 	case c.Failback != fsm.FailbackAuto && c.Failback != fsm.FailbackManual:
 		return c, fmt.Errorf("apm: config: unknown failback %d", c.Failback)
 	case len(c.Policy) == 0:

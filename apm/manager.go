@@ -42,6 +42,7 @@ type entry struct {
 	gap        time.Duration // Rearming: current backoff
 	nextProbe  time.Duration // next look for a better alternate
 	armedAt    time.Duration
+	nextMig    time.Duration // armed: next query for a migration nobody reported
 	peerUntil  time.Duration // awaiting-peer: re-arm at the latest then
 	migrations int
 	preloaded  *pathsel.Alternate // chosen at INIT->RTR, armed at RTR->RTS
@@ -49,15 +50,16 @@ type entry struct {
 
 // Stats counts what the manager did.
 type Stats struct {
-	Registered      int
-	Loads           int // alternates loaded with REARM
-	Armed           int // ARMED observed
-	Migrations      int // migrations ibpath asked for (proactive, operator, failback)
-	HWMigrations    int // migrations the HCA did by itself (PATH_MIG)
-	Failbacks       int
-	Handovers       int
-	NoAlternate     int // loads that found no healthy alternate
-	ModifyFallbacks int // application modifies retried without the APM bits
+	Registered       int
+	Loads            int // alternates loaded with REARM
+	Armed            int // ARMED observed
+	Migrations       int // migrations ibpath asked for (proactive, operator, failback)
+	HWMigrations     int // migrations the HCA did by itself (PATH_MIG, or found by the migration poll)
+	PolledMigrations int // of HWMigrations, those the migration poll found before any event
+	Failbacks        int
+	Handovers        int
+	NoAlternate      int // loads that found no healthy alternate
+	ModifyFallbacks  int // application modifies retried without the APM bits
 }
 
 // New returns a manager. peers describes the adapters paths lead to; next

@@ -317,7 +317,7 @@ func TestUnsupportedIsSkippedWithReason(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	bad := []apm.Config{{PollMin: time.Millisecond, PollMax: time.Microsecond}, {Failback: 7}, {ProbeInterval: -1}}
+	bad := []apm.Config{{PollMin: time.Millisecond, PollMax: time.Microsecond}, {Failback: 7}, {ProbeInterval: -1}, {MigrationPoll: -1}}
 	for _, c := range bad {
 		if _, err := apm.New(sim.New(sim.Config{}), c, &nopPeers{}, nil); err == nil {
 			t.Errorf("config %+v accepted", c)

@@ -9,8 +9,9 @@ import (
 )
 
 // Tick does the timed work that is due: ARMED polls after REARM (with
-// backoff), probes for a better alternate, and auto failback once the home
-// path has been armed for the hold-down time. It returns how long until
+// backoff), the migration poll of ARMED QPs, probes for a better
+// alternate, and auto failback once the home path has been armed for the
+// hold-down time. It returns how long until
 // more work is due, and whether any is scheduled at all (when not, the
 // caller may sleep until the next event).
 func (m *Manager) Tick() (wait time.Duration, pending bool) {
@@ -34,7 +35,12 @@ func (m *Manager) Tick() (wait time.Duration, pending bool) {
 					m.step(e, fsm.APMEvent{Kind: fsm.EvProbe})
 				}
 			case fsm.APMArmed:
-				m.armedWork(e, now)
+				if now >= e.nextMig {
+					m.pollMigrated(e, now)
+				}
+				if e.m.State == fsm.APMArmed {
+					m.armedWork(e, now)
+				}
 			case fsm.APMAwaitPeer:
 				if now >= e.peerUntil {
 					m.step(e, fsm.APMEvent{Kind: fsm.EvProbe})
@@ -48,6 +54,7 @@ func (m *Manager) Tick() (wait time.Duration, pending bool) {
 			case fsm.APMAwaitPeer:
 				due(e.peerUntil)
 			case fsm.APMArmed:
+				due(e.nextMig)
 				if e.m.WantsFailback() {
 					due(e.armedAt + m.cfg.FailbackHold)
 				} else if e.m.Primary != e.m.Home {
@@ -72,11 +79,40 @@ func (m *Manager) pollArmed(e *entry, now time.Duration) {
 		m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "QP is in ERR"})
 	case attr.PathMigState == verbs.MigArmed:
 		e.armedAt = now
+		e.nextMig = now + m.cfg.MigrationPoll
 		m.stats.Armed++
 		m.step(e, fsm.APMEvent{Kind: fsm.EvArmedObserved})
 	default:
 		e.gap = min(2*e.gap, m.cfg.PollMax)
 		e.nextPoll = now + e.gap
+	}
+}
+
+// pollMigrated queries an ARMED QP for what only a QP event would have
+// said: the HCA migrated it by itself (retries exhausted on the primary,
+// or the peer's MigReq on the alternate), or it failed. A migration found
+// this way is treated as one ibpath made: the QP waits for its peer to
+// follow (PeerFollowed, or PeerWait) before it re-arms, since nothing
+// says the peer has moved yet and re-arming would clear MigReq.
+func (m *Manager) pollMigrated(e *entry, now time.Duration) {
+	e.nextMig = now + m.cfg.MigrationPoll
+	attr, _, err := e.qp.Query(verbs.QPAttrState | verbs.QPAttrPathMigState | verbs.QPAttrPort | verbs.QPAttrAV)
+	switch {
+	case err != nil:
+		m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "ibv_query_qp: " + err.Error()})
+	case attr.QPState == verbs.QPSErr:
+		m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "QP is in ERR"})
+	case attr.PathMigState != verbs.MigMigrated:
+	case ref(attr) == e.m.Alt && e.m.HasAlt:
+		m.stats.HWMigrations++
+		m.stats.PolledMigrations++
+		e.migrations++
+		e.peerUntil = now + m.peerWait(e)
+		m.step(e, fsm.APMEvent{Kind: fsm.EvMigrated})
+	default:
+		// MIGRATED on a path the machine did not expect: take the QP's
+		// word and re-arm from there.
+		m.step(e, fsm.APMEvent{Kind: fsm.EvResync, Path: ref(attr)})
 	}
 }
 

@@ -28,6 +28,10 @@ type node struct {
 	byDev  map[string]verbs.Context
 	events []verbs.EventType
 	ho     *handovers
+	// qpDeaf: QP events are read but not given to the manager, as in a
+	// program that never reads its async events (the shim sees only port
+	// events, on a context of its own).
+	qpDeaf bool
 }
 
 type handovers struct{ got []string }
@@ -181,7 +185,9 @@ func (w *world) pump() {
 					break
 				}
 				n.events = append(n.events, ev.Type)
-				n.mgr.HandleEvent(c, ev)
+				if !n.qpDeaf || ev.Type.Scope() != verbs.ScopeQP {
+					n.mgr.HandleEvent(c, ev)
+				}
 				c.AckAsyncEvent(ev)
 			}
 		}
