@@ -388,3 +388,35 @@ func TestFailoverDivertFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestFailoverAdoptRefused: rings that contradict themselves (an inline
+// copy for a WR that is not inline) are refused by Shadow.Adopt: the QP
+// stays diverted without a Conn, as plain verbs, and the error completion
+// reaches the application unchanged.
+func TestFailoverAdoptRefused(t *testing.T) {
+	f := railFabric(t, 39)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	a.hp.corruptRings(func(r *Rings) {
+		r.Inline = make([][]byte, len(r.Sends))
+		r.Inline[0] = []byte("not inline")
+	})
+	hosts := []*l2host{a, b}
+	qa.total = 30
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 })
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) > 0 })
+	settled(t, f, a, b)
+	if qa.errs[0].Status != verbs.WCRetryExcErr {
+		t.Fatalf("first error %+v, want the retry error", qa.errs[0])
+	}
+	eachSignaledOnce(t, qa)
+	if s := qa.status(); !qa.diverted() || s.Layer != status.LayerNone || !strings.Contains(s.Reason, "Adopt") {
+		t.Fatalf("diverted %v, status %+v", qa.diverted(), s)
+	}
+}

@@ -35,7 +35,8 @@ type fakeHotpath struct {
 	qps map[uint32]*fakeQP
 	dcq map[verbs.CQ]bool // diverted CQs
 
-	divertErr error // injected: Divert fails with it
+	divertErr error        // injected: Divert fails with it
+	corrupt   func(*Rings) // injected: edits what Divert returns
 	released  []verbs.CQ
 	retired   map[uint32]int // Retire calls per QP
 	goPolls   int            // polls sent to Runtime.PollCQ
@@ -216,6 +217,9 @@ func (h *fakeHotpath) Divert(q AppQP) (Rings, error) {
 	}
 	r.Recvs = append(r.Recvs, fq.recvs...)
 	r.NotifsDone, r.RecvsDone = fq.notifs, fq.recvDone
+	if h.corrupt != nil {
+		h.corrupt(&r)
+	}
 	return r, nil
 }
 
@@ -244,6 +248,13 @@ func (h *fakeHotpath) failDivert(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.divertErr = err
+}
+
+// corruptRings makes Divert hand over rings edited by fn.
+func (h *fakeHotpath) corruptRings(fn func(*Rings)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.corrupt = fn
 }
 
 // state reads a QP's flags and ring sizes.
