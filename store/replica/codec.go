@@ -19,6 +19,9 @@ import (
 //	stamps:  n u32 × origin str, n u32 × stamp
 //	want:    refs
 //	repair:  records
+//	describe:  id u64, route (GID[16], LID u16)
+//	described: id u64, found u8 (0 or 1), then the hca when found, else
+//	           the reason (str)
 //
 //	str:     len u8, bytes
 //	ref:     kind u8 (1 QP, 2 MR), GID[16], LID u16, N u32
@@ -29,6 +32,9 @@ import (
 //	         backup (device str, port u8, GID[16], LID u16, QPN u32) and
 //	         for tag 2 the MR backup (rkey u32, addr u64, length u64)
 //	refs, records: n u32 × item
+//	hca:     name str, GUID u64, APM u8 (0 or 1), n u8 × port
+//	port:    num u8, state u8, link layer u8, LID u16, LMC u8,
+//	         n u8 × GID[16]
 //
 // decode accepts exactly this layout: it rejects an unknown magic,
 // version or type, a count larger than the bytes left could hold,
@@ -49,6 +55,10 @@ const (
 	msgStamps  msgType = 5 // anti-entropy: stamps of the origins whose digests differ
 	msgWant    msgType = 6 // anti-entropy: refs the sender is missing or behind on
 	msgRepair  msgType = 7 // anti-entropy: records the receiver is missing or behind on
+	// msgDescribe asks the node holding Route for the description of the
+	// adapter behind it (describe.go); msgDescribed answers it.
+	msgDescribe  msgType = 8
+	msgDescribed msgType = 9
 )
 
 // message is every peer message; which fields are meaningful depends on
@@ -63,6 +73,9 @@ type message struct {
 	Digests   []store.Digest
 	Origins   []string
 	Stamps    []store.Stamp
+	Route     Route  // msgDescribe
+	HCA       *HCA   // msgDescribed, found
+	Reason    string // msgDescribed, not found
 }
 
 var errDecode = errors.New("replica: bad peer message")
@@ -197,6 +210,12 @@ func encode(m message) ([]byte, error) {
 		refs()
 	case msgRepair:
 		err = records()
+	case msgDescribe:
+		b = binary.BigEndian.AppendUint64(b, m.ID)
+		b = appendRoute(b, m.Route)
+	case msgDescribed:
+		b = binary.BigEndian.AppendUint64(b, m.ID)
+		b, err = appendDescribed(b, m)
 	default:
 		return nil, fmt.Errorf("replica: encode: message type %d", m.Type)
 	}
@@ -364,6 +383,12 @@ func decode(b []byte) (message, error) {
 		m.Refs = r.refs()
 	case msgRepair:
 		m.Records = r.records()
+	case msgDescribe:
+		m.ID = r.u64()
+		m.Route = r.route()
+	case msgDescribed:
+		m.ID = r.u64()
+		r.described(&m)
 	default:
 		r.fail("message type %d", m.Type)
 	}

@@ -3,6 +3,7 @@ package replica
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/ibpath/ibpath/store"
@@ -23,7 +24,18 @@ func sampleMessages() []message {
 		{Type: msgStamps, From: "d", Origins: []string{"node1", "node2"}, Stamps: []store.Stamp{qp.Stamp, tomb.Stamp}},
 		{Type: msgWant, From: "e", Refs: refs},
 		{Type: msgRepair, From: "f", Records: []store.Record{mr, tomb}},
+		{Type: msgDescribe, From: "g", ID: 7, Route: Route{GID: nodeGID(2), LID: 102}},
+		{Type: msgDescribed, From: "h", ID: 7, HCA: sampleHCA()},
+		{Type: msgDescribed, From: "h", ID: 8, HCA: &HCA{Name: "x"}},
+		{Type: msgDescribed, From: "i", ID: 9, Reason: "no adapter holds LID 5"},
 	}
+}
+
+func sampleHCA() *HCA {
+	return &HCA{Name: "mlx5_0", GUID: 0x0002c90300a1b2c3, APM: true, Ports: []HCAPort{
+		{Num: 1, State: verbs.PortActive, LinkLayer: verbs.LinkLayerInfiniBand, LID: 101, LMC: 1, GIDs: []verbs.GID{nodeGID(1), {}, nodeGID(3)}},
+		{Num: 2, State: verbs.PortDown, LinkLayer: verbs.LinkLayerInfiniBand, LID: 0},
+	}}
 }
 
 func TestCodecRoundTrip(t *testing.T) {
@@ -64,6 +76,48 @@ func TestCodecRoundTrip(t *testing.T) {
 	if _, err := decode(huge); !errors.Is(err, errDecode) {
 		t.Fatalf("huge count: %v", err)
 	}
+}
+
+func TestCodecDescribe(t *testing.T) {
+	m := message{Type: msgDescribed, From: "n", ID: 1, HCA: sampleHCA()}
+	b, err := encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.HCA, m.HCA) {
+		t.Fatalf("described %+v, decoded %+v", m.HCA, got.HCA)
+	}
+	// The found flag and the APM flag are 0 or 1, nothing else.
+	flag := len(b) - len(encodeHCAForTest(t, *m.HCA)) - 1
+	for _, at := range []int{flag, flag + 1 + 1 + len("mlx5_0") + 8} {
+		bad := bytes.Clone(b)
+		bad[at] = 2
+		if _, err := decode(bad); !errors.Is(err, errDecode) {
+			t.Fatalf("flag byte %d set to 2: %v", at, err)
+		}
+	}
+	// Too many ports or GIDs for the bytes left are refused.
+	h, _ := appendHCA(nil, HCA{Name: "x", Ports: []HCAPort{{Num: 1}}})
+	h[1+1+8+1] = 200
+	if _, err := decode(append([]byte{'I', 'R', codecVersion, byte(msgDescribed), 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, h...)); !errors.Is(err, errDecode) {
+		t.Fatalf("200 ports in a few bytes: %v", err)
+	}
+	if _, err := encode(message{Type: msgDescribed, HCA: &HCA{Name: "x", Ports: make([]HCAPort, 256)}}); err == nil {
+		t.Fatal("encoded 256 ports")
+	}
+}
+
+func encodeHCAForTest(t *testing.T, h HCA) []byte {
+	t.Helper()
+	b, err := appendHCA(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // FuzzDecodeMessage: the decoder never panics, and what it accepts

@@ -62,6 +62,14 @@ type Config struct {
 	// Logger receives replication and memberlist logs; default
 	// slog.Default().
 	Logger *slog.Logger
+	// Describe describes this node's adapter that holds a route, for
+	// peers' DescribeHCA (and local routes). Nil: this node answers
+	// every describe request with ErrNoHCA.
+	Describe Describer
+	// DescribeTTL is how long a peer's adapter description is reused
+	// by DescribeHCA before it is asked again. Keep it short: port
+	// states change. Default DefaultDescribeTTL (1 s).
+	DescribeTTL time.Duration
 
 	// tune adjusts memberlist's configuration (tests: faster timers).
 	tune func(*memberlist.Config)
@@ -112,6 +120,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TombstoneTTL <= 0 {
 		c.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if c.DescribeTTL <= 0 {
+		c.DescribeTTL = DefaultDescribeTTL
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

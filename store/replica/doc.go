@@ -10,6 +10,7 @@
 //	r.PublishMR(owner, key, backup, remoteRoutes)
 //	r.LookupQP(ctx, key) / r.LookupMR(ctx, key)    // memory, else pull from the key's node
 //	r.RemoveOwner(owner)                           // local removal with tombstones, pushed
+//	r.DescribeHCA(ctx, route)                      // the adapter holding route, from its node (cached 1 s)
 //	r.Resolve(route), r.Members(), r.Stats(), r.Addr(), r.SetMeta(meta)
 //	r.Close()                                      // leave gracefully; the store stays open
 //
@@ -37,6 +38,13 @@
 // not authenticate with the key is refused, logged through slog and
 // counted in Stats.PeersRefused. Start refuses to run without a key
 // unless Config.Insecure is set.
+//
+// Adapter descriptions: DescribeHCA asks the member whose metadata holds
+// a route for the description of the adapter behind it (its ports'
+// states, LIDs, LMC, GIDs), which that node answers from Config.Describe;
+// a local route is answered locally. Answers are cached for DescribeTTL
+// (default 1 s: port states change). Layer 1 uses them to choose an
+// alternate path towards a peer.
 //
 // Reads never wait on the network unless the caller asks (LookupQP on a
 // miss): the failover path reads the store's memory. Goroutines: four

@@ -80,6 +80,10 @@ func (r *Replicator) handle(m message) {
 		r.onStamps(m)
 	case msgWant:
 		r.reply(m.From, msgRepair, 0, r.records(m.Refs))
+	case msgDescribe:
+		r.onDescribe(m)
+	case msgDescribed:
+		r.onDescribed(m)
 	case msgRepair:
 		n, err := r.apply(m.Records)
 		if err != nil {

@@ -47,7 +47,11 @@ type Replicator struct {
 
 	pullMu  sync.Mutex
 	pulls   map[uint64]chan []store.Record
-	pullSeq atomic.Uint64
+	pullSeq atomic.Uint64 // ids of pulls and describe requests
+
+	descMu    sync.Mutex
+	descs     map[uint64]chan message // describe requests waiting for their answer
+	descCache map[Route]describedHCA
 
 	inbox  chan []byte
 	stop   chan struct{}
@@ -70,6 +74,7 @@ func Start(st *store.Store, cfg Config) (*Replicator, error) {
 	r := &Replicator{
 		st: st, cfg: cfg, log: cfg.Logger.With("node", cfg.Name), meta: meta,
 		pulls: map[uint64]chan []store.Record{},
+		descs: map[uint64]chan message{}, descCache: map[Route]describedHCA{},
 		inbox: make(chan []byte, inboxSize),
 		stop:  make(chan struct{}),
 	}

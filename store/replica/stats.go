@@ -18,6 +18,10 @@ type Stats struct {
 	Rounds         uint64 // anti-entropy digest exchanges started here
 	PeersRefused   uint64 // packets or streams refused: not authenticated with the cluster key
 	BadMessages    uint64 // peer messages that did not decode, or were dropped on overload
+	// Describes counts adapter descriptions asked of peers,
+	// DescribesCached those DescribeHCA answered from its cache, and
+	// DescribesAnswered the peers' requests this node answered.
+	Describes, DescribesCached, DescribesAnswered uint64
 	// LagP50 and LagP99 are percentiles of the replication lag of the
 	// last LagSamples received pushes: from the commit at the origin to
 	// the commit here (origin and receiver wall clocks: meaningful when
@@ -32,6 +36,8 @@ type counters struct {
 	pushesSent, pushFailures, pushesReceived atomic.Uint64
 	pulls, pullHits, repairs, rounds         atomic.Uint64
 	refused, bad                             atomic.Uint64
+	describes, describesCached               atomic.Uint64
+	describesAnswered                        atomic.Uint64
 
 	mu   sync.Mutex
 	lags []time.Duration // ring of the last lagWindow samples
@@ -63,6 +69,10 @@ func (c *counters) snapshot() Stats {
 		Rounds:         c.rounds.Load(),
 		PeersRefused:   c.refused.Load(),
 		BadMessages:    c.bad.Load(),
+
+		Describes:         c.describes.Load(),
+		DescribesCached:   c.describesCached.Load(),
+		DescribesAnswered: c.describesAnswered.Load(),
 	}
 	c.mu.Lock()
 	lags := slices.Clone(c.lags)
