@@ -151,7 +151,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	d.refreshPorts()
-	d.repl, err = startRepl(filepath.Join(cfg.StateDir, "store.db"), cfg, d.localRoutes(), log.With("part", "replication"))
+	d.repl, err = startRepl(filepath.Join(cfg.StateDir, "store.db"), cfg, d.localRoutes(), d.describeForPeer, log.With("part", "replication"))
 	if err != nil {
 		d.closeFabric()
 		return nil, err

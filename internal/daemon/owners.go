@@ -166,6 +166,8 @@ func (d *Daemon) ownerLoop(o *owner, log *slog.Logger) error {
 			}
 		case ownerproto.TypeLookupQP, ownerproto.TypeLookupMR:
 			go d.lookup(o, m)
+		case ownerproto.TypeLookupHCA:
+			go d.lookupHCA(o, m)
 		case ownerproto.TypeResult:
 			o.mu.Lock()
 			ch := o.waiting[m.ID]

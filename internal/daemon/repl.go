@@ -13,6 +13,7 @@ import (
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/store"
 	"github.com/ibpath/ibpath/store/replica"
 )
@@ -42,6 +43,9 @@ type replicator interface {
 	// from the node that holds the key's route.
 	LookupQP(ctx context.Context, k store.QPKey) (store.QPBackup, error)
 	LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, error)
+	// DescribeHCA asks the node holding route for the description of
+	// the adapter behind it (replicated; cached briefly).
+	DescribeHCA(ctx context.Context, route ownerproto.Route) (pathsel.HCA, error)
 	Store() *store.Store
 	Peers() []status.Peer
 	Repl() status.Repl
@@ -73,6 +77,10 @@ func (l localOnly) LookupQP(_ context.Context, k store.QPKey) (store.QPBackup, e
 func (l localOnly) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, error) {
 	v, _, err := l.st.GetMR(k)
 	return v, err
+}
+
+func (l localOnly) DescribeHCA(_ context.Context, r ownerproto.Route) (pathsel.HCA, error) {
+	return pathsel.HCA{}, fmt.Errorf("no adapter of this node holds %s, and replication is off (%s): other nodes' adapters are unknown", routeName(r), l.reason)
 }
 func (l localOnly) Store() *store.Store   { return l.st }
 func (l localOnly) Peers() []status.Peer  { return nil }
@@ -140,6 +148,13 @@ func (p replicated) LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup
 	v, _, err := p.r.LookupMR(ctx, k)
 	return v, err
 }
+func (p replicated) DescribeHCA(ctx context.Context, r ownerproto.Route) (pathsel.HCA, error) {
+	h, err := p.r.DescribeHCA(ctx, route(r))
+	if err != nil {
+		return pathsel.HCA{}, err
+	}
+	return fromReplicaHCA(h), nil
+}
 func (p replicated) Store() *store.Store { return p.st }
 
 func (p replicated) Peers() []status.Peer {
@@ -194,7 +209,7 @@ func ReadClusterKey(path string) ([]byte, error) {
 }
 
 // startRepl opens the store and starts replication as configured.
-func startRepl(path string, cfg Config, routes []ownerproto.Route, log *slog.Logger) (replicator, error) {
+func startRepl(path string, cfg Config, routes []ownerproto.Route, describe replica.Describer, log *slog.Logger) (replicator, error) {
 	st, err := store.Open(path, store.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
@@ -209,7 +224,7 @@ func startRepl(path string, cfg Config, routes []ownerproto.Route, log *slog.Log
 		return localOnly{st, why}, nil
 	}
 	rc := replica.Config{Name: cfg.Node, Seeds: cfg.Repl.Join, Insecure: cfg.Repl.Insecure, Logger: log,
-		AntiEntropyInterval: cfg.Repl.AntiEntropy}
+		AntiEntropyInterval: cfg.Repl.AntiEntropy, Describe: describe}
 	host, port, err := net.SplitHostPort(cfg.Repl.Bind)
 	if err != nil {
 		st.Close()

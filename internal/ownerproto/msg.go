@@ -33,6 +33,7 @@ const (
 	TypeAck       = "ack"        // daemon -> owner: reply to a publish
 	TypeLookupQP  = "lookup_qp"  // owner -> daemon: the backup of a peer's QP
 	TypeLookupMR  = "lookup_mr"  // owner -> daemon: the backup rkey of a peer's MR
+	TypeLookupHCA = "lookup_hca" // owner -> daemon: the adapter holding a route, with its ports' states
 	TypeFound     = "found"      // daemon -> owner: reply to a lookup
 	TypeCommand   = "command"    // daemon -> owner: arm or migrate
 	TypeResult    = "result"     // owner -> daemon: reply to a command
@@ -90,16 +91,22 @@ type Ack struct {
 // Lookup asks for the backup of a peer's QP (QP set) or region (MR
 // set): from the daemon's memory, else pulled from the node that holds
 // the key's route. The shim looks up when a QP connects, so a failover
-// never waits for it.
+// never waits for it. With HCA set it asks for the description of the
+// adapter that holds that route (lookup_hca): described by the daemon
+// itself when the route is local, else by the node whose metadata holds
+// it (cached there for a second).
 type Lookup struct {
-	QP *store.QPKey `json:"qp,omitempty"`
-	MR *store.MRKey `json:"mr,omitempty"`
+	QP  *store.QPKey `json:"qp,omitempty"`
+	MR  *store.MRKey `json:"mr,omitempty"`
+	HCA *Route       `json:"hca,omitempty"`
 }
 
-// Found replies to a lookup: the entry, or Error ("not found: ...").
+// Found replies to a lookup: the entry (or adapter), or Error ("not
+// found: ...").
 type Found struct {
 	QP    *store.QPBackup `json:"qp,omitempty"`
 	MR    *store.MRBackup `json:"mr,omitempty"`
+	HCA   *HCA            `json:"hca,omitempty"`
 	Error string          `json:"error,omitempty"`
 }
 

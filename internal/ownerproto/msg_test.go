@@ -2,11 +2,14 @@ package ownerproto
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/store"
+	"github.com/ibpath/ibpath/verbs"
 )
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -24,6 +27,10 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{Type: TypeLookupMR, ID: 7, Lookup: &Lookup{MR: &store.MRKey{LID: 9, RKey: 3}}},
 		{Type: TypeFound, ID: 6, Found: &Found{QP: &store.QPBackup{Device: "mlx5_1", QPN: 4}}},
 		{Type: TypeFound, ID: 7, Found: &Found{Error: "not found"}},
+		{Type: TypeLookupHCA, ID: 8, Lookup: &Lookup{HCA: &Route{LID: 12}}},
+		{Type: TypeFound, ID: 8, Found: &Found{HCA: &HCA{Name: "mlx5_0", GUID: 0x2c9, APM: true, Ports: []HCAPort{
+			{Num: 1, State: verbs.PortActive, LinkLayer: verbs.LinkLayerInfiniBand, LID: 12, LMC: 1, GIDs: []verbs.GID{{0xfe, 0x80, 15: 1}}},
+			{Num: 2, State: verbs.PortDown, LinkLayer: verbs.LinkLayerInfiniBand}}}}},
 		{Type: TypeCommand, ID: 5, Command: &Command{Op: OpMigrate, Device: "mlx5_0", QPN: 0x1c3, DryRun: true}},
 		{Type: TypeResult, ID: 5, Result: &Result{OK: true, Before: "armed port 1", After: "rearm port 2"}},
 	}
@@ -63,6 +70,16 @@ func TestDecodeRefuses(t *testing.T) {
 		`{"type":"lookup_qp","id":1,"lookup":{"mr":{"rkey":1}}}`,
 		`{"type":"lookup_qp","id":1,"lookup":{"qp":{"qpn":1},"mr":{"rkey":1}}}`,
 		`{"type":"found","id":1,"found":{}}`,
+		`{"type":"lookup_hca","id":1,"lookup":{"hca":{}}}`,
+		`{"type":"lookup_hca","id":1,"lookup":{"hca":{"lid":1},"qp":{"qpn":1}}}`,
+		`{"type":"lookup_hca","lookup":{"hca":{"lid":1}}}`,
+		`{"type":"found","id":1,"found":{"hca":{"name":"m","ports":[]},"qp":{"qpn":1}}}`,
+		`{"type":"found","id":1,"found":{"hca":{"name":"","ports":[]}}}`,
+		`{"type":"found","id":1,"found":{"hca":{"name":"m","ports":[{"num":1},{"num":1}]}}}`,
+		`{"type":"found","id":1,"found":{"hca":{"name":"m","ports":[{"num":0}]}}}`,
+		`{"type":"found","id":1,"found":{"hca":{"name":"m","ports":[{"num":1,"lmc":8}]}}}`,
+		`{"type":"found","id":1,"found":{"hca":{"name":"m","ports":[{"num":1,"gids":["nope"]}]}}}`,
+		`{"type":"found","id":1,"found":{"hca":{"name":"m","ports":[{"num":1,"state":300}]}}}`,
 		`{"type":"publish_qp","id":1,"publish_qp":{"key":{"gid":"zz","qpn":1},"backup":{"device":"d","qpn":2}}}`,
 		`{"type":"ack","id":1,"ack":{}}` + strings.Repeat(" ", MaxLine),
 	} {
@@ -79,6 +96,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"qp","qp":{"device":"d","qpn":1,"layer":"apm"}}`))
 	f.Add([]byte(`{"type":"lookup_mr","id":2,"lookup":{"mr":{"gid":"fe80::1","rkey":7}}}`))
 	f.Add([]byte(`{"type":"found","id":2,"found":{"mr":{"rkey":8}}}`))
+	f.Add([]byte(`{"type":"lookup_hca","id":3,"lookup":{"hca":{"gid":"fe80::2","lid":4}}}`))
+	f.Add([]byte(`{"type":"found","id":3,"found":{"hca":{"name":"mlx5_0","guid":7,"apm":true,"ports":[{"num":1,"state":4,"link_layer":1,"lid":4,"lmc":1,"gids":["fe80::2"]}]}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b)
 		if err != nil {
@@ -96,3 +115,25 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestHCAConversion(t *testing.T) {
+	in := pathsel.HCA{Name: "mlx5_1", GUID: 9, APM: true, Ports: []pathsel.Port{
+		{Num: 1, State: verbs.PortActive, LinkLayer: verbs.LinkLayerInfiniBand, LID: 7, LMC: 2, GIDs: []verbs.GID{{0xfe, 0x80, 15: 7}, {}, {0xfe, 0x80, 15: 8}}},
+		{Num: 2, State: verbs.PortDown, LinkLayer: verbs.LinkLayerInfiniBand}}}
+	b, err := Encode(Msg{Type: TypeFound, ID: 1, Found: &Found{HCA: ptr(HCAFrom(in))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Found.HCA.Pathsel(); !reflect.DeepEqual(got, in) {
+		t.Fatalf("%+v came back as %+v", in, got)
+	}
+	if p, ok := m.Found.HCA.Pathsel().PortByLID(9); !ok || p.Num != 1 {
+		t.Fatal("the LMC range did not survive the trip")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

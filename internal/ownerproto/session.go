@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/store"
 )
 
@@ -249,6 +250,21 @@ func (s *Session) LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, 
 		return store.MRBackup{}, fmt.Errorf("%w: MR %+v: %s", ErrNotFound, k, foundErr(r))
 	}
 	return *r.Found.MR, nil
+}
+
+// LookupHCA returns the description of the adapter that holds route (a
+// GID, else a LID), with its ports' current states: the adapter at the
+// other end of a path, for layer 1's choice of an alternate. ErrNotFound
+// when no node describes it.
+func (s *Session) LookupHCA(ctx context.Context, route Route) (pathsel.HCA, error) {
+	var r Msg
+	if err := s.call(ctx, Msg{Type: TypeLookupHCA, Lookup: &Lookup{HCA: &route}}, &r); err != nil {
+		return pathsel.HCA{}, err
+	}
+	if r.Found == nil || r.Found.HCA == nil {
+		return pathsel.HCA{}, fmt.Errorf("%w: adapter of %s: %s", ErrNotFound, routeString(route), foundErr(r))
+	}
+	return r.Found.HCA.Pathsel(), nil
 }
 
 func foundErr(r Msg) string {

@@ -56,13 +56,32 @@ func (m Msg) Validate() error {
 	case TypeAck:
 		ok = m.Ack != nil
 	case TypeLookupQP:
-		ok = m.Lookup != nil && m.Lookup.QP != nil && m.Lookup.MR == nil
+		ok = m.Lookup != nil && m.Lookup.QP != nil && m.Lookup.MR == nil && m.Lookup.HCA == nil
 	case TypeLookupMR:
-		ok = m.Lookup != nil && m.Lookup.MR != nil && m.Lookup.QP == nil
+		ok = m.Lookup != nil && m.Lookup.MR != nil && m.Lookup.QP == nil && m.Lookup.HCA == nil
+	case TypeLookupHCA:
+		ok = m.Lookup != nil && m.Lookup.HCA != nil && m.Lookup.QP == nil && m.Lookup.MR == nil
+		if ok && m.Lookup.HCA.GID.IsZero() && m.Lookup.HCA.LID == 0 {
+			return bad("the route needs a GID or a LID")
+		}
 	case TypeFound:
 		ok = m.Found != nil
-		if ok && (m.Found.QP != nil) == (m.Found.MR != nil) && m.Found.Error == "" {
-			return bad("exactly one of qp and mr, or an error")
+		if !ok {
+			break
+		}
+		n := 0
+		for _, set := range []bool{m.Found.QP != nil, m.Found.MR != nil, m.Found.HCA != nil} {
+			if set {
+				n++
+			}
+		}
+		if n > 1 || (n == 0) == (m.Found.Error == "") {
+			return bad("exactly one of qp, mr and hca, or an error")
+		}
+		if m.Found.HCA != nil {
+			if err := m.Found.HCA.validate(); err != nil {
+				return bad("%v", err)
+			}
 		}
 	case TypeCommand:
 		ok = m.Command != nil
@@ -84,7 +103,7 @@ func (m Msg) Validate() error {
 		return bad("%d payloads, want 1", n)
 	}
 	needID := m.Type == TypePublishQP || m.Type == TypePublishMR || m.Type == TypeAck ||
-		m.Type == TypeLookupQP || m.Type == TypeLookupMR || m.Type == TypeFound ||
+		m.Type == TypeLookupQP || m.Type == TypeLookupMR || m.Type == TypeLookupHCA || m.Type == TypeFound ||
 		m.Type == TypeCommand || m.Type == TypeResult
 	if needID && m.ID == 0 {
 		return bad("an id is required")

@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/store/replica"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Adapter descriptions for layer 1 (lookup_hca): the adapter that holds a
+// route, with its ports' current states. A local route is described from
+// a fresh discovery of this node's devices (sysfs on hardware, the device
+// contexts on the simulated fabric), so port states are those of the
+// moment; any other route is asked of the node whose replication
+// metadata holds it, which answers the same way, and the answer is
+// cached here for replica.DefaultDescribeTTL (1 s).
+
+// errNotLocal: no adapter of this node holds the route.
+var errNotLocal = errors.New("no adapter of this node holds the route")
+
+// describeLocal describes this node's adapter that holds r.
+func (d *Daemon) describeLocal(r ownerproto.Route) (pathsel.HCA, error) {
+	inv, err := d.discover()
+	for _, h := range inv {
+		for _, p := range h.Ports {
+			if holds(p, r) {
+				return h.HCA(), nil
+			}
+		}
+	}
+	if err != nil {
+		return pathsel.HCA{}, fmt.Errorf("%s: %w (discovery: %w)", routeName(r), errNotLocal, err)
+	}
+	return pathsel.HCA{}, fmt.Errorf("%s: %w", routeName(r), errNotLocal)
+}
+
+// holds reports whether port p is the destination of r: r's GID when it
+// has one, else its LID (in the port's LMC range).
+func holds(p pathsel.PortInfo, r ownerproto.Route) bool {
+	if !r.GID.IsZero() {
+		for _, g := range p.GIDs {
+			if g.GID == r.GID {
+				return true
+			}
+		}
+		return false
+	}
+	return p.Port().HasLID(r.LID)
+}
+
+// describeForPeer answers a peer's describe request (replica.Describer).
+func (d *Daemon) describeForPeer(r replica.Route) (replica.HCA, error) {
+	h, err := d.describeLocal(ownerproto.Route{GID: r.GID, LID: r.LID})
+	if err != nil {
+		return replica.HCA{}, err
+	}
+	return toReplicaHCA(h), nil
+}
+
+// describe is lookup_hca's answer: local, else from the route's node.
+func (d *Daemon) describe(ctx context.Context, r ownerproto.Route) (pathsel.HCA, error) {
+	h, err := d.describeLocal(r)
+	if err == nil || !errors.Is(err, errNotLocal) {
+		return h, err
+	}
+	return d.repl.DescribeHCA(ctx, r)
+}
+
+// lookupHCA answers a lookup_hca, off the session's read loop: it may
+// wait for a peer.
+func (d *Daemon) lookupHCA(o *owner, m ownerproto.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	var f ownerproto.Found
+	if h, err := d.describe(ctx, *m.Lookup.HCA); err != nil {
+		f.Error = err.Error()
+	} else {
+		hca := ownerproto.HCAFrom(h)
+		f.HCA = &hca
+	}
+	if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeFound, ID: m.ID, Found: &f}); err != nil {
+		d.log.Warn("lookup_hca reply", "owner_pid", o.hello.PID, "err", err)
+	}
+}
+
+func routeName(r ownerproto.Route) string {
+	if !r.GID.IsZero() {
+		return "GID " + r.GID.String()
+	}
+	return fmt.Sprintf("LID %d", r.LID)
+}
+
+func toReplicaHCA(h pathsel.HCA) replica.HCA {
+	out := replica.HCA{Name: h.Name, GUID: h.GUID, APM: h.APM}
+	for _, p := range h.Ports {
+		out.Ports = append(out.Ports, replica.HCAPort{Num: p.Num, State: p.State, LinkLayer: p.LinkLayer, LID: p.LID, LMC: p.LMC,
+			GIDs: append([]verbs.GID(nil), p.GIDs...)})
+	}
+	return out
+}
+
+func fromReplicaHCA(h replica.HCA) pathsel.HCA {
+	out := pathsel.HCA{Name: h.Name, GUID: h.GUID, APM: h.APM}
+	for _, p := range h.Ports {
+		out.Ports = append(out.Ports, pathsel.Port{Num: p.Num, State: p.State, LinkLayer: p.LinkLayer, LID: p.LID, LMC: p.LMC,
+			GIDs: append([]verbs.GID(nil), p.GIDs...)})
+	}
+	return out
+}
