@@ -202,7 +202,8 @@ func (m *Manager) modifyToRTR(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr
 	}
 	a := *attr
 	a.AltAHAttr, a.AltPortNum, a.AltPKeyIndex, a.AltTimeout = alt.AH, alt.Port, alt.PKeyIndex, alt.Timeout
-	if err := qp.Modify(&a, mask|verbs.QPAttrAltPath); err == nil {
+	aerr := qp.Modify(&a, mask|verbs.QPAttrAltPath)
+	if aerr == nil {
 		e.preloaded = &alt
 		return nil
 	}
@@ -212,7 +213,18 @@ func (m *Manager) modifyToRTR(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr
 		return err
 	}
 	m.start(e, port)
+	m.refused(e, "INIT->RTR", alt, aerr)
 	return nil
+}
+
+// refused keeps why the device refused the alternate added to an
+// application's modify (which then went through without it).
+func (m *Manager) refused(e *entry, which string, alt pathsel.Alternate, err error) {
+	if e.m.State != fsm.APMUnprotected {
+		return
+	}
+	m.step(e, fsm.APMEvent{Kind: fsm.EvNoAlternate,
+		Reason: fmt.Sprintf("the device refused the %v alternate on port %d in the application's %s: %v", alt.Kind, alt.Port, which, err)})
 }
 
 func (m *Manager) modifyToRTS(e *entry, attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
@@ -234,10 +246,14 @@ func (m *Manager) modifyToRTS(e *entry, attr *verbs.QPAttr, mask verbs.QPAttrMas
 	alt := *e.preloaded
 	a.AltAHAttr, a.AltPortNum, a.AltPKeyIndex, a.AltTimeout = alt.AH, alt.Port, alt.PKeyIndex, attr.Timeout
 	add |= verbs.QPAttrAltPath
-	if err := e.qp.Modify(&a, mask|add); err != nil {
+	if aerr := e.qp.Modify(&a, mask|add); aerr != nil {
 		m.stats.ModifyFallbacks++
 		e.preloaded = nil
-		return e.qp.Modify(attr, mask)
+		if err := e.qp.Modify(attr, mask); err != nil {
+			return err
+		}
+		m.refused(e, "RTR->RTS", alt, aerr)
+		return nil
 	}
 	// The alternate is loaded with REARM in the application's own call.
 	e.preloaded = nil

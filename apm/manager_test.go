@@ -422,3 +422,42 @@ func TestNoMigrationOntoAPortWhosePortErrIsQueued(t *testing.T) {
 		t.Fatalf("the QP moved to port %d", a.port(t))
 	}
 }
+
+// refusingQP is a QP whose device refuses any alternate path.
+type refusingQP struct{ verbs.QP }
+
+func (q refusingQP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	if mask&verbs.QPAttrAltPath != 0 {
+		return &verbs.Error{Op: "ibv_modify_qp", Errno: verbs.EINVAL, Detail: "alternate path not supported"}
+	}
+	return q.QP.Modify(attr, mask)
+}
+
+func TestRefusedAlternateKeepsTheModifyAndTheReason(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	a, b := w.open(0, "mlx5_0"), w.open(1, "mlx5_0")
+	a.qp = refusingQP{a.qp}
+	w.connect(a, b, rcOpts{})
+	w.connect(b, a, rcOpts{})
+	if st := a.qp.State(); st != verbs.QPSRTS {
+		t.Fatalf("the application's QP is %v, want RTS: a refused alternate must not fail its modifies", st)
+	}
+	s := a.state(t)
+	if s.State != fsm.APMUnprotected || !strings.Contains(s.Reason, "refused the other-port alternate on port 2 in the application's RTR->RTS") ||
+		!strings.Contains(s.Reason, "alternate path not supported") {
+		t.Fatalf("%+v: want unprotected with the device's refusal", s)
+	}
+	if st := a.n.mgr.Stats(); st.ModifyFallbacks != 2 {
+		t.Fatalf("stats %+v: want both modifies retried without the alternate", st)
+	}
+	tr := &traffic{a: a, b: b}
+	w.runTraffic(tr, time.Millisecond, 50*time.Microsecond)
+	w.run(time.Millisecond)
+	tr.poll(t)
+	if tr.ok == 0 || len(tr.errs) != 0 {
+		t.Fatalf("traffic on the unprotected QP: ok %d errs %v", tr.ok, tr.errs)
+	}
+	if s := a.state(t); s.State != fsm.APMUnprotected || !strings.Contains(s.Reason, "alternate path not supported") {
+		t.Fatalf("after probes: %+v, want the refusal still as the reason", s)
+	}
+}
