@@ -135,6 +135,21 @@ func (c *Conn) MapLKey(defLKey, bakLKey uint32) {
 	c.keys.LKeys[defLKey] = bakLKey
 }
 
+// Surface gives up protection, for a QP whose outstanding WRs the caller
+// knows cannot be replayed: the error surfaces as plain verbs report it.
+// From now on WRs go to the default QP and its completions reach the
+// application as they are; a peer's fallback notification is refused, so
+// the peer surfaces too instead of waiting for an answer.
+func (c *Conn) Surface(reason string) {
+	if c.m.SQ == fsm.SQSurfaced {
+		return
+	}
+	// The machine has no event for a cause outside it; its final state is
+	// set directly, as its own surfacing does.
+	c.m.SQ, c.m.Reason = fsm.SQSurfaced, reason
+	c.surfaceHeld()
+}
+
 // State returns the send- and receive-queue states.
 func (c *Conn) State() (fsm.SQState, fsm.RQState) { return c.m.SQ, c.m.RQ }
 

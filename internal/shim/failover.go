@@ -178,15 +178,27 @@ func (r *Runtime) divert(q *l2qp) bool {
 	return true
 }
 
-// plainVerbs: q is diverted but cannot be replayed; it runs as plain
-// verbs (its completions, errors included, reach the application as the
-// provider gives them).
+// plainVerbs: q is diverted but its WRs cannot be replayed; it runs as
+// plain verbs (its completions, errors included, reach the application as
+// the provider gives them) through a Conn that surfaced at once, so that
+// a peer which failed over on its own is refused rather than left
+// waiting. Without such a Conn the runtime passes everything through
+// itself.
 func (r *Runtime) plainVerbs(q *l2qp, why string) {
 	q.surfaced = true
 	r.log.Warn("libibpath: layer 2 cannot fail over; the error reaches the application", "qpn", q.key.qpn, "reason", q.reason, "why", why)
 	r.setStatus(q, func(s *status.QP) {
 		s.Layer, s.CrossNIC, s.Reason = status.LayerNone, fsm.SQSurfaced.String(), "layer 2: "+why
 	})
+	r.l2mu.Lock()
+	conn, err := q.set.sh.Adopt(q.qp, q.leg, crossnic.Resume{})
+	r.l2mu.Unlock()
+	if err != nil {
+		r.log.Debug("libibpath: no Conn to refuse the peer's failover", "qpn", q.key.qpn, "err", err)
+		return
+	}
+	conn.Surface(why)
+	q.conn, q.lastSQ = conn, fsm.SQSurfaced
 }
 
 // cqs are the application's CQs of q (one when both queues share it).

@@ -306,8 +306,10 @@ func TestFailoverDestroyReleasesCQs(t *testing.T) {
 
 // TestFailoverUnreplayableSurfaces: an outstanding WR the hot path could
 // not record whole (more SGEs than a ring entry keeps) makes a replay
-// unsafe: the error completion reaches the application as plain verbs
-// report it.
+// unsafe: the error completion reaches A's application as plain verbs
+// report it. B, whose sends to A fail too, fails over on its own; A
+// refuses its notification, so B's error surfaces as well instead of B
+// waiting for an answer.
 func TestFailoverUnreplayableSurfaces(t *testing.T) {
 	f := railFabric(t, 37)
 	c := newCluster()
@@ -316,8 +318,8 @@ func TestFailoverUnreplayableSurfaces(t *testing.T) {
 	connectPair(t, qa, qb)
 	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
 	hosts := []*l2host{a, b}
-	qa.total = 4
-	drive(t, f, hosts, 5*time.Microsecond, finished(qa))
+	qa.total, qb.total = 4, 4
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
 	if err := f.SetLink(a.port, false); err != nil {
 		t.Fatal(err)
 	}
@@ -332,12 +334,18 @@ func TestFailoverUnreplayableSurfaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	qa.sendNext(t)
-	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= 3 })
+	qb.total = 6
+	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= 3 && len(qb.errs) > 0 })
+	settled(t, f, a, b)
 	if e := qa.errs[0]; e.WRID != 5555 || e.Status != verbs.WCRetryExcErr {
 		t.Fatalf("first error %+v, want the retry error of the WR with %d SGEs", e, fakeMaxSGE+1)
 	}
 	if s := qa.status(); !qa.diverted() || s.Layer != status.LayerNone || !strings.Contains(s.Reason, "cannot be replayed") {
 		t.Fatalf("diverted %v, status %+v", qa.diverted(), s)
+	}
+	eachSignaledOnce(t, qb)
+	if s := qb.status(); !qb.diverted() || s.Layer != status.LayerNone || !strings.Contains(s.Reason, "peer cannot fail over") {
+		t.Fatalf("B: diverted %v, status %+v", qb.diverted(), s)
 	}
 }
 
