@@ -420,6 +420,15 @@ func TestAdoptRefusesInconsistentState(t *testing.T) {
 	if _, err := c.PostSend([]verbs.SendWR{in}); !errors.Is(err, verbs.EINVAL) {
 		t.Fatalf("inline post without a memory reader: %v, want EINVAL", err)
 	}
+	// Surface gives the QP back to plain verbs: posts go to the default QP
+	// as they are.
+	c.Surface("the caller cannot replay")
+	if sq, _ := c.State(); sq != fsm.SQSurfaced || c.Reason() != "the caller cannot replay" {
+		t.Fatalf("after Surface: %v %q", sq, c.Reason())
+	}
+	if _, err := c.PostSend([]verbs.SendWR{in}); err != nil {
+		t.Fatalf("a surfaced Conn refused an inline post: %v", err)
+	}
 	// A shadow's backup QP is released with the application's QP.
 	must(t, a.shadow.DestroyQP(a.qp))
 	if _, _, ok := a.shadow.BackupOf(a.qp); ok {
