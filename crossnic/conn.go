@@ -102,12 +102,19 @@ func NewConn(def, bak Leg, keys *KeyMap, sqSigAll bool) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("crossnic: protect QP: %w", err)
 	}
-	c := &Conn{def: def, bak: bak, defQPN: def.QP.QPN(), peerQPN: attr.DestQPN, keys: keys, defHolds: true,
-		buf: make([]verbs.WC, 64), sges: make([]verbs.SGE, 0, max(init.Cap.MaxSendSGE, init.Cap.MaxRecvSGE, 1))}
-	if c.sring, err = NewSendRing(init.Cap, sqSigAll); err != nil {
+	return newConn(def, bak, keys, sqSigAll, init.Cap, attr.DestQPN)
+}
+
+// newConn is NewConn with the default QP's capabilities and remote QP
+// number given (a dead device cannot be queried).
+func newConn(def, bak Leg, keys *KeyMap, sqSigAll bool, qc verbs.QPCap, peerQPN uint32) (*Conn, error) {
+	c := &Conn{def: def, bak: bak, defQPN: def.QP.QPN(), peerQPN: peerQPN, keys: keys, defHolds: true,
+		buf: make([]verbs.WC, 64), sges: make([]verbs.SGE, 0, max(qc.MaxSendSGE, qc.MaxRecvSGE, 1))}
+	var err error
+	if c.sring, err = NewSendRing(qc, sqSigAll); err != nil {
 		return nil, err
 	}
-	if c.rring, err = NewRecvRing(init.Cap); err != nil {
+	if c.rring, err = NewRecvRing(qc); err != nil {
 		return nil, err
 	}
 	c.bakReady = bak.QP != nil

@@ -35,8 +35,9 @@ type Shadow struct {
 type shadowQP struct {
 	def, bak   verbs.QP
 	bakCQ      verbs.CQ
-	bakRecvCQ  verbs.CQ // nil: bakCQ serves both queues
-	ctrlPosted bool     // the control receive is on the backup QP
+	bakRecvCQ  verbs.CQ    // nil: bakCQ serves both queues
+	ctrlPosted bool        // the control receive is on the backup QP
+	cap        verbs.QPCap // of the default QP
 	sigAll     bool
 	local      Endpoint
 	remote     Endpoint
@@ -186,7 +187,7 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 	if err != nil {
 		return fmt.Errorf("crossnic: shadow QP to INIT: %w", err)
 	}
-	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, sigAll: init.SQSigAll}
+	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, cap: init.Cap, sigAll: init.SQSigAll}
 	s.byCQ[cq] = sq
 	if split {
 		sq.bakRecvCQ = rcq
@@ -368,7 +369,8 @@ func (s *Shadow) Ready(defQP verbs.QP) bool {
 // Conn protects defQP (completing into defCQ) with its connected backup.
 // The Conn's default leg polls defCQ for both of the QP's queues; its
 // backup leg has the backup's CQs. The control receive the backup needs
-// was posted when the shadow connected it.
+// was posted when the shadow connected it. The default QP is not queried
+// (its HCA may be dead): its capabilities are those given to CreateQP.
 func (s *Shadow) Conn(defQP verbs.QP, defCQ verbs.CQ) (*Conn, error) {
 	sq := s.qps[defQP]
 	if sq == nil || !sq.connected {
@@ -382,7 +384,10 @@ func (s *Shadow) Conn(defQP verbs.QP, defCQ verbs.CQ) (*Conn, error) {
 	keys := &KeyMap{LKeys: lkeys, RKey: func(rk uint32) (uint32, bool) {
 		return s.dir.LookupMR(MRRef{LID: lid, GID: gid, RKey: rk})
 	}}
-	return NewConn(Leg{Ctx: s.def, QP: defQP, CQ: defCQ}, Leg{Ctx: s.bak, QP: sq.bak, CQ: sq.bakCQ, RecvCQ: sq.bakRecvCQ}, keys, sq.sigAll)
+	// What the Conn needs of the default QP was known at its creation and
+	// connect: a default HCA that died cannot be queried any more.
+	return newConn(Leg{Ctx: s.def, QP: defQP, CQ: defCQ}, Leg{Ctx: s.bak, QP: sq.bak, CQ: sq.bakCQ, RecvCQ: sq.bakRecvCQ},
+		keys, sq.sigAll, sq.cap, sq.remote.QPN)
 }
 
 // BackupOf returns the backup QP of defQP (device, port and number) and

@@ -428,3 +428,28 @@ func TestFailoverAdoptRefused(t *testing.T) {
 		t.Fatalf("diverted %v, status %+v", qa.diverted(), s)
 	}
 }
+
+// TestFailoverOnDeviceFatal: A's default HCA dies (DEVICE_FATAL, every QP
+// flushed, every later verb failing). A's runtime fails over on the event
+// before the application polls the flushes; the exchange finishes on the
+// backup.
+func TestFailoverOnDeviceFatal(t *testing.T) {
+	f := railFabric(t, 40)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total, qb.total = 40, 40
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 && len(qb.sendDone) >= 10 })
+	if err := f.KillHCA(a.port.HCA()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A diverted on DEVICE_FATAL", qa.diverted)
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+	checkFailedOver(t, qa, `reason="DEVICE_FATAL on mlx5_0"`)
+	if !qb.diverted() || len(qb.errs) != 0 {
+		t.Fatalf("B: diverted %v, errors %v", qb.diverted(), qb.errs)
+	}
+}
