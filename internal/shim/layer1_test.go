@@ -241,7 +241,8 @@ func (q l1TypedQP) Query(mask verbs.QPAttrMask) (verbs.QPAttr, verbs.QPInitAttr,
 }
 
 // TestLayer1Lifecycle: non-RC QPs pass through, a reset or destroyed QP
-// is forgotten, and after Close every modify passes straight through.
+// and the QPs of a closed context are forgotten, and after Close every
+// modify passes straight through.
 func TestLayer1Lifecycle(t *testing.T) {
 	w := newL1World(t)
 	a, b := w.pair()
@@ -264,6 +265,15 @@ func TestLayer1Lifecycle(t *testing.T) {
 	w.connect(uc, w.open(1))
 	if _, ok := uc.status(); ok || uc.qp.State() != verbs.QPSRTS {
 		t.Fatalf("a UC QP: %s, state %v; want passed through to RTS", uc, uc.qp.State())
+	}
+	// Closing the application's context forgets its QPs.
+	e, _ := w.pair()
+	if !l1.Protects(l1Dev, e.qp.QPN()) {
+		t.Fatalf("%s: want protected", e)
+	}
+	l1.ContextClosed(a.p.app)
+	if _, ok := e.status(); ok {
+		t.Fatal("a QP of a closed context is still protected")
 	}
 	l1.Close()
 	c, d := w.open(0), w.open(1)
