@@ -33,9 +33,9 @@ func (d *Daemon) describeLocal(r ownerproto.Route) (pathsel.HCA, error) {
 		}
 	}
 	if err != nil {
-		return pathsel.HCA{}, fmt.Errorf("%s: %w (discovery: %w)", routeName(r), errNotLocal, err)
+		return pathsel.HCA{}, fmt.Errorf("%s: %w (discovery: %w)", r, errNotLocal, err)
 	}
-	return pathsel.HCA{}, fmt.Errorf("%s: %w", routeName(r), errNotLocal)
+	return pathsel.HCA{}, fmt.Errorf("%s: %w", r, errNotLocal)
 }
 
 // holds reports whether port p is the destination of r: r's GID when it
@@ -85,13 +85,6 @@ func (d *Daemon) lookupHCA(o *owner, m ownerproto.Msg) {
 	if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeFound, ID: m.ID, Found: &f}); err != nil {
 		d.log.Warn("lookup_hca reply", "owner_pid", o.hello.PID, "err", err)
 	}
-}
-
-func routeName(r ownerproto.Route) string {
-	if !r.GID.IsZero() {
-		return "GID " + r.GID.String()
-	}
-	return fmt.Sprintf("LID %d", r.LID)
 }
 
 func toReplicaHCA(h pathsel.HCA) replica.HCA {

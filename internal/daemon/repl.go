@@ -80,7 +80,7 @@ func (l localOnly) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, e
 }
 
 func (l localOnly) DescribeHCA(_ context.Context, r ownerproto.Route) (pathsel.HCA, error) {
-	return pathsel.HCA{}, fmt.Errorf("no adapter of this node holds %s, and replication is off (%s): other nodes' adapters are unknown", routeName(r), l.reason)
+	return pathsel.HCA{}, fmt.Errorf("no adapter of this node holds %s, and replication is off (%s): other nodes' adapters are unknown", r, l.reason)
 }
 func (l localOnly) Store() *store.Store   { return l.st }
 func (l localOnly) Peers() []status.Peer  { return nil }

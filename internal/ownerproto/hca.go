@@ -70,11 +70,3 @@ func (h HCA) validate() error {
 	}
 	return nil
 }
-
-// routeString names a route in messages: "GID fe80::1" or "LID 5".
-func routeString(r Route) string {
-	if !r.GID.IsZero() {
-		return "GID " + r.GID.String()
-	}
-	return fmt.Sprintf("LID %d", r.LID)
-}

@@ -67,6 +67,15 @@ type Route struct {
 	LID uint16    `json:"lid,omitempty"`
 }
 
+// String names the route as messages do: "GID fe80::1" when it has a
+// GID, else "LID 5".
+func (r Route) String() string {
+	if !r.GID.IsZero() {
+		return "GID " + r.GID.String()
+	}
+	return fmt.Sprintf("LID %d", r.LID)
+}
+
 // PublishQP asks the daemon to store (and replicate towards Remote, the
 // other end of the QP) a backup QP entry.
 type PublishQP struct {

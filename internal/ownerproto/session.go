@@ -262,7 +262,7 @@ func (s *Session) LookupHCA(ctx context.Context, route Route) (pathsel.HCA, erro
 		return pathsel.HCA{}, err
 	}
 	if r.Found == nil || r.Found.HCA == nil {
-		return pathsel.HCA{}, fmt.Errorf("%w: adapter of %s: %s", ErrNotFound, routeString(route), foundErr(r))
+		return pathsel.HCA{}, fmt.Errorf("%w: adapter of %s: %s", ErrNotFound, route, foundErr(r))
 	}
 	return r.Found.HCA.Pathsel(), nil
 }

@@ -65,13 +65,6 @@ func routeOfAH(ah verbs.AHAttr) ownerproto.Route {
 	return ownerproto.Route{LID: ah.DLID}
 }
 
-func routeText(r ownerproto.Route) string {
-	if !r.GID.IsZero() {
-		return "GID " + r.GID.String()
-	}
-	return fmt.Sprintf("LID %d", r.LID)
-}
-
 // setSession attaches (or with nil detaches) the session. Failed answers
 // are forgotten: a new session may know better.
 func (p *l1Peers) setSession(s HCALookup) {
@@ -105,7 +98,7 @@ func (p *l1Peers) Peer(ah verbs.AHAttr) (pathsel.HCA, error) {
 		return e.hca, e.err
 	case sess == nil:
 		p.mu.Unlock()
-		return pathsel.HCA{}, fmt.Errorf("layer 1: the adapter holding %s: %w", routeText(r), ErrNoSession)
+		return pathsel.HCA{}, fmt.Errorf("layer 1: the adapter holding %s: %w", r, ErrNoSession)
 	case e != nil && age < l1PeerStale:
 		if !e.refreshing && !p.closed {
 			e.refreshing = true
@@ -141,7 +134,7 @@ func (p *l1Peers) fetch(sess HCALookup, r ownerproto.Route) (pathsel.HCA, error)
 	h, err := sess.LookupHCA(ctx, r)
 	cancel()
 	if err != nil {
-		err = fmt.Errorf("layer 1: describe the adapter holding %s through ibpathd: %w", routeText(r), err)
+		err = fmt.Errorf("layer 1: describe the adapter holding %s through ibpathd: %w", r, err)
 	}
 	now := time.Now()
 	p.mu.Lock()
