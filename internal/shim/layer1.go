@@ -29,6 +29,18 @@ import (
 // Every method is safe for concurrent use; the manager is touched only
 // under one lock. Hooks (HandOver, Changed) are called without it, one at
 // a time, in the order the changes happened.
+//
+// Where the runtime calls it:
+//
+//	NewRuntime (IBPATH_APM on)        NewLayer1(Layer1Options{HandOver, Changed, Log})
+//	interposed ibv_modify_qp          Modify (the whole modify), then Runtime.Modified
+//	SetReporter(session) / (nil)      SetSession(session) / SetSession(nil)
+//	portEvent (the shim's context)    PortEvent, before layer 2 looks at the fault
+//	AsyncEvent (the application read) QPEvent for QP events
+//	Command                           Command; when it answers !ok, as before
+//	Destroying / Closed               Destroying / ContextClosed
+//	decideLayer1, Changed hook        Status(...).Apply(&qp.status), then report
+//	Close                             Close
 type Layer1 struct {
 	log    *slog.Logger
 	peers  *l1Peers
