@@ -95,7 +95,6 @@ void lip_quiesce(void)
 }
 
 static struct ibv_cq *dcq[LIP_DCQ_SLOTS];
-static int dcq_refs[LIP_DCQ_SLOTS];
 static pthread_mutex_t dcq_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static inline uint32_t cq_hash(const void *p)
@@ -118,18 +117,16 @@ int lip_cq_diverted(struct ibv_cq *cq)
 	return 0;
 }
 
-/* dcq_add counts one more diverted QP completing into cq. Called with
- * dcq_mu held. */
+/* dcq_add puts cq in the table (once: several diverted QPs may share
+ * it). Called with dcq_mu held. */
 static int dcq_add(struct ibv_cq *cq)
 {
 	uint32_t h = cq_hash(cq);
 	int hole = -1;
 	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
 		uint32_t k = (h + i) & (LIP_DCQ_SLOTS - 1);
-		if (dcq[k] == cq) {
-			dcq_refs[k]++;
+		if (dcq[k] == cq)
 			return 0;
-		}
 		if (dcq[k] == DCQ_DEAD && hole < 0)
 			hole = (int)k;
 		if (!dcq[k]) {
@@ -140,30 +137,33 @@ static int dcq_add(struct ibv_cq *cq)
 	}
 	if (hole < 0)
 		return -1;
-	dcq_refs[hole] = 1;
 	__atomic_store_n(&dcq[hole], cq, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&lip_ndcq, 1, __ATOMIC_SEQ_CST);
 	return 0;
 }
 
-/* lip_release_cq drops one diverted QP's hold on cq; the last one gives
- * the CQ back to the hot path. */
-void lip_release_cq(struct ibv_cq *cq)
+/* dcq_del takes cq out of the table. Called with dcq_mu held. */
+static void dcq_del(struct ibv_cq *cq)
 {
-	pthread_mutex_lock(&dcq_mu);
 	uint32_t h = cq_hash(cq);
 	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
 		uint32_t k = (h + i) & (LIP_DCQ_SLOTS - 1);
 		if (!dcq[k])
-			break;
+			return;
 		if (dcq[k] == cq) {
-			if (--dcq_refs[k] == 0) {
-				__atomic_store_n(&dcq[k], DCQ_DEAD, __ATOMIC_RELEASE);
-				__atomic_sub_fetch(&lip_ndcq, 1, __ATOMIC_SEQ_CST);
-			}
-			break;
+			__atomic_store_n(&dcq[k], DCQ_DEAD, __ATOMIC_RELEASE);
+			__atomic_sub_fetch(&lip_ndcq, 1, __ATOMIC_SEQ_CST);
+			return;
 		}
 	}
+}
+
+/* lip_release_cq gives cq back to the hot path: no diverted QP completes
+ * into it any more. */
+void lip_release_cq(struct ibv_cq *cq)
+{
+	pthread_mutex_lock(&dcq_mu);
+	dcq_del(cq);
 	pthread_mutex_unlock(&dcq_mu);
 }
 
@@ -182,14 +182,16 @@ int lip_divert(struct lip_qp *q)
 		errno = EALREADY;
 		return -1;
 	}
+	int had_send = lip_cq_diverted(q->send_cq);
 	if (dcq_add(q->send_cq)) {
 		pthread_mutex_unlock(&dcq_mu);
 		errno = ENOSPC;
 		return -1;
 	}
 	if (q->recv_cq != q->send_cq && dcq_add(q->recv_cq)) {
+		if (!had_send)
+			dcq_del(q->send_cq); /* a failed divert diverts nothing */
 		pthread_mutex_unlock(&dcq_mu);
-		lip_release_cq(q->send_cq);
 		errno = ENOSPC;
 		return -1;
 	}

@@ -50,7 +50,13 @@ func ibpathOpened(ctx *C.struct_ibv_context, name *C.char) {
 		}
 		ports = append(ports, shim.Port{Num: uint8(p), LinkLayer: verbs.LinkLayer(ll), LID: uint16(lid)})
 	}
-	rt.Opened(ctxID(ctx), C.GoString(name), ports, appCtx(ctx))
+	def := appCtx(ctx)
+	if lc := C.lip_ctx_of(ctx); lc != nil && def != nil {
+		// The shim's Go side posts and polls the application's objects
+		// through the provider's own functions, not the hot path.
+		def.UseDataOps(unsafe.Pointer(lc.post_send), unsafe.Pointer(lc.post_recv), unsafe.Pointer(lc.poll_cq))
+	}
+	rt.Opened(ctxID(ctx), C.GoString(name), ports, def)
 }
 
 //export ibpathClosed
@@ -66,7 +72,8 @@ func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) C.int {
 	c := appCtx(qp.context)
 	w, err := ibv.WrapQP(c, unsafe.Pointer(qp))
 	if err == nil {
-		rt.ShadowQP(ctxID(qp.context), w.PD(), w, verbs.QPInitAttr{QPType: verbs.QPTRC, SQSigAll: attr.sq_sig_all != 0,
+		scq, rcq := ibv.WrapCQ(c, unsafe.Pointer(qp.send_cq)), ibv.WrapCQ(c, unsafe.Pointer(qp.recv_cq))
+		rt.ShadowQP(ctxID(qp.context), w.PD(), w, scq, rcq, verbs.QPInitAttr{QPType: verbs.QPTRC, SQSigAll: attr.sq_sig_all != 0,
 			Cap: verbs.QPCap{MaxSendWR: int(attr.cap.max_send_wr), MaxRecvWR: int(attr.cap.max_recv_wr),
 				MaxSendSGE: int(attr.cap.max_send_sge), MaxRecvSGE: int(attr.cap.max_recv_sge), MaxInlineData: int(attr.cap.max_inline_data)}})
 	}
@@ -105,6 +112,11 @@ func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.i
 	if ret == 0 && m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTS {
 		rt.Connected(ctxID(qp.context), m.QPN)
 	}
+}
+
+//export ibpathDestroying
+func ibpathDestroying(ctx *C.struct_ibv_context, qpn C.uint32_t) {
+	rt.Destroying(ctxID(ctx), uint32(qpn))
 }
 
 //export ibpathDestroyed

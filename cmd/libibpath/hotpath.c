@@ -363,7 +363,8 @@ static void retire_send(struct lip_qp *q)
 		t++;
 		if (e->flags & LIP_SQE_VOID)
 			continue;
-		if (e->opcode == IBV_WR_SEND || e->opcode == IBV_WR_SEND_WITH_IMM || e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		if (e->opcode == IBV_WR_SEND || e->opcode == IBV_WR_SEND_WITH_IMM || e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+		    e->opcode == IBV_WR_SEND_WITH_INV)
 			q->notifs_done++;
 		if (q->sig_all || (e->send_flags & IBV_SEND_SIGNALED))
 			break;
@@ -427,7 +428,11 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 			if (__atomic_load_n(&last->armed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&last->diverted, __ATOMIC_ACQUIRE)) {
 				lip_leave(t);
 				lip_hooks.intercept(cq, wc + i, got - i);
-				return i;
+				if (__atomic_load_n(&last->diverted, __ATOMIC_ACQUIRE))
+					return i;
+				/* Layer 2 could not take the QP: nothing was taken,
+				 * the batch goes on as plain verbs. */
+				t = lip_enter();
 			}
 			continue;
 		}

@@ -15,6 +15,9 @@ int lip_enabled = 1;
 int lip_record = 1;
 int lip_single_poster = 0;
 
+/* Diverted QPs and CQs go to layer 2 in Go (diverted.go). */
+struct lip_hooks lip_hooks = {ibpathPostSend, ibpathPostRecv, ibpathPollCQ, ibpathIntercept};
+
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 /* The executable range of libibpath itself: a verb called from there (the
@@ -195,7 +198,7 @@ struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	ENTER();
 	int protect = ibpathCreated(qp, attr);
 	LEAVE();
-	if (protect && !lip_qp_add(qp, attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->sq_sig_all))
+	if (protect && !lip_qp_add(qp, attr))
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
 	return qp;
 }
@@ -230,6 +233,12 @@ int lip_destroy_qp(struct ibv_qp *qp)
 	PASS_IF_INSIDE(real_ibv_destroy_qp(qp));
 	struct ibv_context *ctx = qp->context;
 	uint32_t qpn = qp->qp_num;
+	if (lip_ctx_of(ctx)) {
+		/* layer 2 lets go of the QP (and its backup) while it exists */
+		ENTER();
+		ibpathDestroying(ctx, qpn);
+		LEAVE();
+	}
 	lip_qp_remove(qp);
 	int ret = real_ibv_destroy_qp(qp);
 	if (ret == 0) {

@@ -17,6 +17,8 @@ package main
 /*
 #cgo LDFLAGS: -libverbs -ldl
 #include "shim.h"
+
+static void *lip_addr(uint64_t a) { return (void *)(uintptr_t)a; }
 */
 import "C"
 
@@ -58,6 +60,17 @@ func ibpathInit() {
 	}
 	rt = shim.NewRuntime(cfg, log)
 	rt.SetProvider(provider{})
+	if cfg.Record {
+		// Inline payloads posted to a diverted QP are copied from the
+		// application's memory while its post is under way.
+		rt.SetMemReader(func(addr uint64, n uint32) []byte {
+			if addr == 0 || n == 0 {
+				return nil
+			}
+			return C.GoBytes(C.lip_addr(C.uint64_t(addr)), C.int(n))
+		})
+		rt.SetHotpath(hotpath{})
+	}
 	if cfg.Socket != "off" {
 		attacher = shim.Attach(rt, cfg.Socket)
 	}

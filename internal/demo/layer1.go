@@ -13,7 +13,11 @@ import (
 )
 
 // Layer-1 configuration of both hosts.
-var l1Config = apm.Config{Failback: fsm.FailbackAuto, FailbackHold: 100 * time.Millisecond}
+// The demo's loop feeds every QP event to the managers, so the migration
+// poll (for programs whose QP events nobody reads) is kept out of its
+// timeline: layer 2 flushes and resets QP B behind layer 1's back, and
+// the demo hands it back to layer 1 itself when it comes home.
+var l1Config = apm.Config{Failback: fsm.FailbackAuto, FailbackHold: 100 * time.Millisecond, MigrationPoll: time.Hour}
 
 // host is one node as ibpath runs it: the application process, its open
 // devices and its layer-1 manager.

@@ -170,6 +170,11 @@ func (s *scenario) protect(a, b *endpoint, bakA, bakB *device) error {
 		if err := toRTS(p.qp.Modify, fmt.Sprintf("%s (backup of %v)", p.bak, e), ahTo(bk.LID, bk.GID, 1), bk.QPN, 1); err != nil {
 			return err
 		}
+		// The peer's notification may arrive before this side faults: the
+		// control receive is posted as soon as the backup is connected.
+		if err := crossnic.PostControlRecv(p.qp); err != nil {
+			return fmt.Errorf("demo: %v: %w", e, err)
+		}
 		keys := &crossnic.KeyMap{LKeys: map[uint32]uint32{e.mr.LKey(): p.mr.LKey()},
 			RKey: func(rk uint32) (uint32, bool) {
 				return dir.LookupMR(crossnic.MRRef{LID: peer.LID, GID: peer.GID, RKey: rk})

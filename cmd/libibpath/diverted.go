@@ -1,0 +1,94 @@
+package main
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/ibv"
+)
+
+// The data path of diverted QPs: hotpath.c calls these (through
+// lip_hooks) for posts to a QP layer 2 took over and polls of its CQs.
+// They are slower than the hot path (a cgo call and conversions), which
+// only runs after a failover.
+
+var wcPool = sync.Pool{New: func() any { return new([]verbs.WC) }}
+
+func errnoOf(err error) C.int {
+	if e := verbs.ErrnoOf(err); e != 0 {
+		return C.int(e)
+	}
+	return C.int(verbs.EIO)
+}
+
+//export ibpathPostSend
+func ibpathPostSend(qp *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) C.int {
+	wrs := ibv.SendWRsFromC(unsafe.Pointer(wr), nil)
+	n, err := rt.PostSend(ctxID(qp.context), uint32(qp.qp_num), wrs)
+	if err == nil {
+		return 0
+	}
+	if bad != nil {
+		b := wr
+		for i := 0; i < n && b != nil; i++ {
+			b = b.next
+		}
+		*bad = b
+	}
+	return errnoOf(err)
+}
+
+//export ibpathPostRecv
+func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
+	wrs := ibv.RecvWRsFromC(unsafe.Pointer(wr), nil)
+	n, err := rt.PostRecv(ctxID(qp.context), uint32(qp.qp_num), wrs)
+	if err == nil {
+		return 0
+	}
+	if bad != nil {
+		b := wr
+		for i := 0; i < n && b != nil; i++ {
+			b = b.next
+		}
+		*bad = b
+	}
+	return errnoOf(err)
+}
+
+//export ibpathPollCQ
+func ibpathPollCQ(cq *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
+	if n <= 0 {
+		return 0
+	}
+	bp := wcPool.Get().(*[]verbs.WC)
+	defer wcPool.Put(bp)
+	if cap(*bp) < int(n) {
+		*bp = make([]verbs.WC, n)
+	}
+	buf := (*bp)[:n]
+	got, err := rt.PollCQ(ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)), buf)
+	if err != nil && got == 0 {
+		return -1
+	}
+	out := unsafe.Slice(wc, int(n))
+	for i := 0; i < got; i++ {
+		ibv.WCToC(&buf[i], unsafe.Pointer(&out[i]))
+	}
+	return C.int(got)
+}
+
+//export ibpathIntercept
+func ibpathIntercept(cq *C.struct_ibv_cq, wc *C.struct_ibv_wc, n C.int) {
+	in := unsafe.Slice(wc, int(n))
+	wcs := make([]verbs.WC, n)
+	for i := range wcs {
+		wcs[i] = ibv.WCFromC(unsafe.Pointer(&in[i]))
+	}
+	rt.Intercept(ctxID(cq.context), ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)), wcs)
+}
