@@ -20,6 +20,10 @@ Columns:
   tput      MB/s (bw programs, BW average; pingpong from its Mbit/s; mpi ring)
   lat       us: ib_write_lat t_typical (median) / t_avg; pingpong usec/iter;
             mpi iteration time
+  to_backup ms, shim rows with a cut: from the cut to the first good
+            completion on the backup path, on the cut guest's clock (its
+            eth0 seen down by a 2 ms poll, to the stamp of the shim's log
+            line); "d+" = the shim's own figure from the fault it detected
 """
 import json
 import os
@@ -53,6 +57,32 @@ def first_error(*outs):
             if l and ERR.search(l) and "IBPATH" not in l.upper():
                 return l[:110]
     return ""
+
+
+DUR = re.compile(r"since_fault=([\d.]+)(ns|µs|us|ms|s)\b")
+UNIT_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def failover(m, client, server):
+    """The shim's failover figures of a cut row: the time from the cut to
+    the first good completion on the backup path (cut guest's clock), and
+    the shim's own time from the fault it detected to that completion."""
+    f = {}
+    cut_guest = m["cut"].rsplit("-", 1)[-1]
+    for guest, out in (("g1", client), ("g2", server)):
+        for line in out.splitlines():
+            d = DUR.search(line)
+            if not d:
+                continue
+            ms = float(d.group(1)) * UNIT_MS[d.group(2)]
+            f.setdefault("detect_to_backup_ms", ms)
+            f["detect_to_backup_ms"] = min(f["detect_to_backup_ms"], ms)
+            st = STAMP.match(line)
+            seen = m.get("cut_seen_" + guest)
+            if guest == cut_guest and st and seen and "cut_to_backup_ms" not in f:
+                f["cut_to_backup_ms"] = (float(st.group(1)) - float(seen)) * 1e3
+            break
+    return f
 
 
 def parse(m, client, server):
@@ -124,6 +154,8 @@ def parse(m, client, server):
             r["detail"] = "cut came after the program ended (%.1f s)" % (cu - stamps[-1])
     if not r["finished"] and not r["detail"]:
         r["detail"] = first_error(c, server) or ("timed out" if m.get("client_rc") in ("124", "137") else "rc %s/%s" % (m.get("client_rc"), m.get("server_rc", "-")))
+    if m["cut"] != "none" and m["shim"] == "on":
+        r.update(failover(m, client, server))
     shimlines = len([l for l in (client + server).splitlines() if "ibpath" in l.lower()])
     r["shim_log_lines"] = shimlines
     return r
@@ -207,7 +239,7 @@ def main():
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
-            "recovered", "pause_ms", "pause_kind", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
+            "recovered", "pause_ms", "pause_kind", "cut_to_backup_ms", "detect_to_backup_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
             "shim_log_lines", "reason", "detail"]
     with open(os.path.join(out, "report.tsv"), "w") as f:
         f.write("\t".join(cols) + "\n")
@@ -216,12 +248,12 @@ def main():
 
     print("ibpath lab report  (%s, kernel %s, rdma-core %s, perftest %s, commit %s)" % (
         env.get("accel", "?"), env.get("kernel", "?"), env.get("rdma_core", "?"), env.get("perftest", "?"), env.get("commit", "?")))
-    h = "%-14s %-4s %-11s %-6s %-4s %-4s %-5s %-5s %-11s %-8s %-9s %-6s  %s"
-    print(h % ("program", "shim", "cut", "status", "fin", "ok", "recov", "cut@s", "pause ms", "MB/s", "lat us", "run s", "detail"))
-    print("-" * 118)
+    h = "%-14s %-4s %-11s %-6s %-4s %-4s %-5s %-5s %-11s %-9s %-8s %-9s %-6s  %s"
+    print(h % ("program", "shim", "cut", "status", "fin", "ok", "recov", "cut@s", "pause ms", "to_backup", "MB/s", "lat us", "run s", "detail"))
+    print("-" * 128)
     for r in rows:
         if r["status"] == "SKIP":
-            print(h % (r["prog"], r["shim"], r["cut"], "SKIP", "", "", "", "", "", "", "", "", r["reason"][:60]))
+            print(h % (r["prog"], r["shim"], r["cut"], "SKIP", "", "", "", "", "", "", "", "", "", r["reason"][:60]))
             continue
         pause = fmt(r.get("pause_ms"), "%.0f")
         if r.get("pause_kind") == "estimate":
@@ -232,11 +264,16 @@ def main():
         if r.get("lat_avg_us") is not None:
             latv += "/%.0f" % r["lat_avg_us"]
         cut_at = r.get("cut_at_s") or ""
+        tb = ""
+        if r.get("cut_to_backup_ms") is not None:
+            tb = "%.0f" % r["cut_to_backup_ms"]
+        elif r.get("detect_to_backup_ms") is not None:
+            tb = "d+%.0f" % r["detect_to_backup_ms"]
         print(h % (r["prog"], r["shim"], r["cut"], r["status"] if r["must_pass"] else r["status"].lower(),
                    "yes" if r["finished"] else "no", r["correct"], r.get("recovered") or "", cut_at and "%.1f" % float(cut_at),
-                   pause, fmt(r.get("tput_MBps"), "%.2f"), latv, fmt(r.get("elapsed_s") and float(r["elapsed_s"]), "%.1f"),
+                   pause, tb, fmt(r.get("tput_MBps"), "%.2f"), latv, fmt(r.get("elapsed_s") and float(r["elapsed_s"]), "%.1f"),
                    r.get("detail", "")[:60]))
-    print("-" * 118)
+    print("-" * 128)
     if ratios:
         print("ratios (with shim / without, same run, no cut): " + ", ".join("%s=%s" % kv for kv in ratios.items()))
     else:

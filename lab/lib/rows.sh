@@ -13,6 +13,12 @@
 # then the link is restored):
 #   setlink-g1 / setlink-g2   QEMU monitor "set_link n0 off" on that guest's end
 #   ipdown-g1 / ipdown-g2     "ip link set eth0 down" inside that guest
+#
+# Shim rows run with an ibpathd in each guest (lab/guest/daemon.sh): the
+# shim attaches to it, its backup QPs on rxe1 get connected through it,
+# and a cut of link A fails over onto link B. The cut guest watches its
+# eth0 go down (cutwatch), so the time from the cut to the first good
+# completion on the backup path is measured on one clock.
 
 LAB_CUT_AT=${LAB_CUT_AT:-1}
 LAB_CUT_FOR=${LAB_CUT_FOR:-2}
@@ -161,6 +167,9 @@ $SERVER")
 	jc=$(job_submit g1 "$name-client" "$LIMIT" "$envs
 $CLIENT")
 	if [ "$cut" != none ]; then
+		local cg=${cut#*-} jw
+		jw=$(job_submit "$cg" "$name-cutwatch" $((LIMIT + 20)) "for i in \$(seq 1 20000); do s=\$(cat /sys/class/net/eth0/operstate); if [ \"\$s\" != up ]; then echo \"CUT_SEEN \$(ts) \$s\"; exit 0; fi; sleep 0.002; done; echo CUT_NOT_SEEN")
+		wait_for 10 test -e "$jw.run" || true
 		if [ -n "$MARKER" ]; then
 			wait_for 20 grep -q -- "$MARKER" "$jc.out" 2>/dev/null || log "row $name: no '$MARKER' in the client output after 20 s; cutting anyway"
 		else
@@ -179,6 +188,8 @@ $CLIENT")
 		trest=$(now)
 		meta restore_time "$(elapsed "$t0")"
 		log "row $name: link A restored after $(echo "$trest - $tcut" | bc) s"
+		job_wait "$jw" 5 || job_kill "$jw"
+		meta cut_seen_$cg "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
 	fi
 	job_wait "$jc" $((LIMIT + 10)) || rc_c=$?
 	meta client_rc "$rc_c"
@@ -221,7 +232,7 @@ ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -p $(($2 + 1)) 10.77.1.2" >>"$ROW_DIR/reco
 }
 
 rows_run() {
-	local prog cut shim port=18700 t0 rc=0
+	local prog cut shim g port=18700 t0 rc=0
 	t0=$(now)
 	rm -rf "$LAB_OUT"
 	mkdir -p "$LAB_OUT/rows"
@@ -236,6 +247,15 @@ rows_run() {
 		echo "commit=$(git -C "$LAB_REPO" rev-parse --short HEAD 2>/dev/null)"
 		echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	} >"$LAB_OUT/env"
+	# shim rows attach to an ibpathd in each guest (their layer-2 backups)
+	local daemons=no
+	if grep -v '^ibpathd ' <<<"$LAB_ROW_LIST" | awk 'NF { print $1 ".on." $2 }' | grep -Eq -- "${LAB_ROWS:-.}" &&
+		[ "$(build_status daemon)" = ok ] && [ "$(build_status shim)" = ok ]; then
+		daemons=yes
+		for g in g1 g2; do gexec "$g" 20 "bash \$LAB_REPO/lab/guest/daemon.sh start" | sed "s/^/$g: /" || daemons=failed; done
+		log "rows: ibpathd in both guests for the shim rows: $daemons"
+	fi
+	echo "daemons=$daemons" >>"$LAB_OUT/env"
 	while read -r prog cut; do
 		[ -n "$prog" ] || continue
 		for shim in off on; do
@@ -258,6 +278,12 @@ rows_run() {
 			done
 		done
 	done
+	if [ "$daemons" != no ]; then
+		for g in g1 g2; do
+			gexec "$g" 10 "bash \$LAB_REPO/lab/guest/daemon.sh stop" >/dev/null || true
+			cp "$LAB_RUN/ibpathd-bg-$g.log" "$LAB_OUT/" 2>/dev/null || true
+		done
+	fi
 	log "rows: all done in $(elapsed "$t0") s"
 	python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" || rc=$?
 	return $rc

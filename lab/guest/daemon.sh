@@ -1,0 +1,39 @@
+#!/bin/bash
+# lab/guest/daemon.sh start|stop: the ibpathd every shim row of the lab
+# attaches to (the shim's default socket, /run/ibpath/ibpathd.sock). It
+# runs on the guest's real rxe devices and replicates with the other
+# guest's over link B (gossip port 7950, cluster key), so the shim's
+# backup QPs on rxe1 get connected and a cut of link A fails over onto
+# them. Its log is $LAB_RUN/ibpathd-bg-$LAB_ID.log.
+set -uo pipefail
+W=/tmp/ibpathd-bg
+pidf=$W/pid
+case ${1:-} in
+start)
+	mkdir -p "$W" /run/ibpath
+	printf '%s\n' 8899aabbccddeeff00112233445566778899aabbccddeeff0011223344556677 >"$W/key"
+	chmod 600 "$W/key"
+	n=${LAB_ID#g}
+	other=$((3 - n))
+	setsid "$LAB_BUILD/ibpathd" --fabric hardware --node "$LAB_ID" --state-dir "$W/state" \
+		--gossip-bind "10.77.1.$n:7950" --join "10.77.1.$other:7950" --cluster-key-file "$W/key" --dbus off \
+		--port-poll 200ms --anti-entropy 1s --config /dev/null </dev/null >"$LAB_RUN/ibpathd-bg-$LAB_ID.log" 2>&1 &
+	echo $! >"$pidf"
+	for _ in $(seq 1 100); do
+		"$LAB_BUILD/ibpath" status >/dev/null 2>&1 && { echo "ibpathd up in $LAB_ID"; exit 0; }
+		sleep 0.1
+	done
+	echo "ibpathd did not serve within 10 s in $LAB_ID:"
+	cat "$LAB_RUN/ibpathd-bg-$LAB_ID.log"
+	exit 1
+	;;
+stop)
+	[ -s "$pidf" ] && kill "$(cat "$pidf")" 2>/dev/null
+	rm -f "$pidf"
+	echo "ibpathd stopped in $LAB_ID"
+	;;
+*)
+	echo "usage: daemon.sh start|stop" >&2
+	exit 2
+	;;
+esac
