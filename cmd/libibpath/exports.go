@@ -92,14 +92,30 @@ func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access 
 //export ibpathDeregMR
 func ibpathDeregMR(mr *C.struct_ibv_mr) { rt.DeregMR(ctxID(mr.context), uint32(mr.lkey)) }
 
-//export ibpathBeforeModify
-func ibpathBeforeModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C.int {
-	// Layer 1 arms its alternate path here on InfiniBand; not in this build.
-	return mask
+//export ibpathLayer1Wants
+func ibpathLayer1Wants(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C.int {
+	if rt.Layer1Wants(ctxID(qp.context), uint32(qp.qp_num), verbs.QPAttrMask(mask), verbs.QPState(attr.qp_state)) {
+		return 1
+	}
+	return 0
 }
 
-//export ibpathAltRefused
-func ibpathAltRefused(qp *C.struct_ibv_qp, code C.int) {}
+// ibpathModify is the application's ibv_modify_qp through layer 1; it
+// returns what ibv_modify_qp returns (0 or an errno).
+//
+//export ibpathModify
+func ibpathModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C.int {
+	c := appCtx(qp.context)
+	w, err := ibv.WrapQP(c, unsafe.Pointer(qp))
+	if err != nil {
+		return C.int(verbs.EINVAL)
+	}
+	a := ibv.QPAttrFromC(unsafe.Pointer(attr))
+	if err := rt.ModifyQP(c, w, &a, verbs.QPAttrMask(mask)); err != nil {
+		return errnoOf(err)
+	}
+	return 0
+}
 
 //export ibpathAfterModify
 func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int, ret C.int) {

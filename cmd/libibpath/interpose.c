@@ -209,18 +209,15 @@ int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	REAL(ibv_modify_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int));
 	PASS_IF_INSIDE(real_ibv_modify_qp(qp, attr, mask));
 	ENTER();
-	/* Layer 1 may add its alternate path to the application's own
-	 * INIT->RTR or RTR->RTS: the Go side edits a copy, never the
-	 * application's attributes. */
-	struct ibv_qp_attr mine = *attr;
-	int mymask = ibpathBeforeModify(qp, &mine, mask);
-	int ret = real_ibv_modify_qp(qp, &mine, mymask);
-	if (ret && mymask != mask) {
-		/* The provider refused the alternate: do what the
-		 * application asked, and report that. */
-		ibpathAltRefused(qp, ret);
+	/* Layer 1 carries out the modifies of InfiniBand RC QPs (adding its
+	 * alternate path to the application's own INIT->RTR and RTR->RTS, and
+	 * retrying without it if the device refuses); it never changes the
+	 * application's attributes. Every other modify goes straight on. */
+	int ret;
+	if (ibpathLayer1Wants(qp, attr, mask))
+		ret = ibpathModify(qp, attr, mask);
+	else
 		ret = real_ibv_modify_qp(qp, attr, mask);
-	}
 	ibpathAfterModify(qp, attr, mask, ret);
 	LEAVE();
 	return ret;

@@ -9,6 +9,11 @@ import (
 // Command carries out an arm or migrate relayed by ibpathd. Layer 1 acts
 // only on QPs it armed; for any other QP the answer says why not.
 func (r *Runtime) Command(c ownerproto.Command) ownerproto.Result {
+	if r.l1 != nil {
+		if res, ok := r.l1.Command(c); ok {
+			return res
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, q := range r.qps {

@@ -150,6 +150,7 @@ func (r *Runtime) divert(q *l2qp) bool {
 		return false
 	}
 	q.diverted, q.intercepted = true, false
+	r.letGoL1(q.set.dev, q.key.qpn)
 	for _, cq := range q.cqs() {
 		rt := r.routeFor(cq, q.key.ctx)
 		rt.diverted = true
@@ -260,6 +261,9 @@ func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
 	for _, q := range r.fo.qps {
 		if !q.armed || q.diverted || q.intercepted || q.gone || q.set.dev != dev || (!fatal && q.port != ev.Port) {
 			continue
+		}
+		if !fatal && r.l1Protects(dev, q.key.qpn) {
+			continue // layer 1 migrates it; it hands over what it cannot save
 		}
 		reason := fmt.Sprintf("PORT_ERR on %s port %d", dev, ev.Port)
 		if fatal {

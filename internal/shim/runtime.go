@@ -50,6 +50,7 @@ type Reporter interface {
 type device struct {
 	name  string
 	ports map[uint8]Port
+	def   verbs.Context // the application's context as verbs (nil when not wrapped)
 }
 
 type qp struct {
@@ -80,6 +81,8 @@ type Runtime struct {
 	scanning bool
 	rescan   chan struct{}
 
+	l1 *Layer1 // nil: layer 1 off (IBPATH_APM=off, or it could not start)
+
 	fo failover // layer 2's failover (its own lock, taken before l2mu and mu)
 }
 
@@ -109,6 +112,13 @@ func (r *Runtime) SetReporter(rep Reporter) {
 		all = append(all, q.status)
 	}
 	r.mu.Unlock()
+	if r.l1 != nil {
+		if s, ok := rep.(HCALookup); ok {
+			r.l1.SetSession(s)
+		} else {
+			r.l1.SetSession(nil)
+		}
+	}
 	if rep == nil {
 		return
 	}
@@ -135,7 +145,7 @@ func (r *Runtime) report(q status.QP) {
 // nil, is that context as verbs (layer 2 mirrors its resources on a
 // backup device).
 func (r *Runtime) Opened(ctx uintptr, name string, ports []Port, def verbs.Context) {
-	d := &device{name: name, ports: map[uint8]Port{}}
+	d := &device{name: name, ports: map[uint8]Port{}, def: def}
 	for _, p := range ports {
 		d.ports[p.Num] = p
 	}
@@ -247,7 +257,11 @@ func (r *Runtime) decideLayer1(q *qp) {
 	case p.LinkLayer == verbs.LinkLayerEthernet:
 		s.APM, s.Reason = "unsupported", "RoCE has no automatic path migration"
 	default:
-		s.APM, s.Reason = "unprotected", "arming the alternate path is not in this build of the shim"
+		if st, ok := r.l1Status(q.dev.name, q.info.QPN); ok {
+			st.Apply(s)
+			return
+		}
+		s.APM, s.Reason = "unprotected", "layer 1 did not take the QP (see the shim's log)"
 	}
 	s.Layer = status.LayerNone
 }
@@ -261,6 +275,9 @@ func (r *Runtime) Destroyed(ctx uintptr, qpn uint32) {
 	delete(r.qps, qpKey{ctx, qpn})
 	rep := r.rep
 	r.mu.Unlock()
+	if q != nil && r.l1 != nil {
+		r.l1.Destroying(q.dev.name, qpn)
+	}
 	if q != nil && rep != nil {
 		if err := rep.QPGone(q.dev.name, qpn); err != nil {
 			r.log.Debug("libibpath: report QP gone", "qpn", qpn, "err", err)
@@ -277,6 +294,9 @@ func (r *Runtime) AsyncEvent(ctx uintptr, ev verbs.EventType, qpn uint32, port u
 		return
 	}
 	r.log.Info("libibpath: async event", "device", d.name, "event", ev.String(), "qpn", qpn, "port", port)
+	if r.l1 != nil && qpn != 0 {
+		r.l1.QPEvent(d.name, qpn, ev)
+	}
 }
 
 // QPs returns the status of every QP, by device and number.

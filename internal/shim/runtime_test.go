@@ -63,7 +63,7 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 		why  string
 		port uint8
 	}{
-		{ib, 0x10, "unprotected", "not in this build", 1},
+		{ib, 0x10, "unprotected", "layer 1 did not take the QP", 1},
 		{roce, 0x20, "unsupported", "RoCE has no automatic path migration", 1},
 	} {
 		r.Modified(c.ctx, Modify{QPN: c.qpn, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSInit, Port: c.port})

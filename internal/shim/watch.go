@@ -65,6 +65,9 @@ func (w *watcher) close() {
 // PORT_ERR and DEVICE_FATAL start layer 2's failover of the armed QPs
 // there.
 func (r *Runtime) portEvent(dev string, ev verbs.AsyncEvent) {
+	if r.l1 != nil {
+		r.l1.PortEvent(dev, ev) // layer 1 first: it migrates, and hands over what it cannot save
+	}
 	defer func() {
 		if ev.Type == verbs.EventPortErr || ev.Type == verbs.EventDeviceFatal {
 			r.deviceFault(dev, ev)
@@ -110,6 +113,9 @@ func (r *Runtime) Close() {
 	ws := r.watchers
 	r.watchers = map[string]*watcher{}
 	r.mu.Unlock()
+	if r.l1 != nil {
+		r.l1.Close()
+	}
 	r.l2mu.Lock()
 	for _, s := range r.shadows {
 		s.closed = true

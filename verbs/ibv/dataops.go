@@ -120,3 +120,7 @@ func sgesFromC(p *C.struct_ibv_sge, n int) []verbs.SGE {
 	}
 	return out
 }
+
+// QPAttrFromC converts the struct ibv_qp_attr at p (an application's
+// attributes, seen by a shim).
+func QPAttrFromC(p unsafe.Pointer) verbs.QPAttr { return qpAttrFromC((*C.struct_ibv_qp_attr)(p)) }

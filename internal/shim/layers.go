@@ -1,0 +1,145 @@
+package shim
+
+import (
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// How the runtime joins layer 1 (Layer1, InfiniBand APM) and layer 2 (the
+// failover onto a backup device): layer 1 arms what it can in the
+// application's own modifies; a QP it can no longer protect is handed to
+// layer 2 (l1HandOver); a QP layer 2 took over is let go by layer 1, so
+// its migration poll does not act on a QP layer 2 flushed (letGoL1).
+
+// startLayer1 creates layer 1 when IBPATH_APM is on.
+func (r *Runtime) startLayer1() {
+	if !r.cfg.APM {
+		return
+	}
+	l1, err := NewLayer1(Layer1Options{HandOver: r.l1HandOver, Changed: r.l1Changed, Log: r.log})
+	if err != nil {
+		r.log.Warn("libibpath: layer 1 cannot start; InfiniBand QPs are not armed", "err", err)
+		return
+	}
+	r.l1 = l1
+}
+
+// Layer1Wants says whether layer 1 must carry out the application's
+// modify of a QP (the C side then calls ModifyQP): an INIT->RTR of an RC
+// QP on an InfiniBand port, or any modify of a QP layer 1 knows. Every
+// other modify goes straight to the provider.
+func (r *Runtime) Layer1Wants(ctx uintptr, qpn uint32, mask verbs.QPAttrMask, state verbs.QPState) bool {
+	if r.l1 == nil {
+		return false
+	}
+	r.mu.Lock()
+	q := r.qps[qpKey{ctx, qpn}]
+	var dev string
+	var ib bool
+	if q != nil {
+		dev = q.dev.name
+		p, ok := q.dev.ports[q.status.Port]
+		ib = ok && p.LinkLayer == verbs.LinkLayerInfiniBand && q.info.Type == verbs.QPTRC
+	}
+	r.mu.Unlock()
+	if q == nil {
+		return false
+	}
+	if _, known := r.l1.Status(dev, qpn); known {
+		return true
+	}
+	return ib && mask&verbs.QPAttrState != 0 && state == verbs.QPSRTR && mask&verbs.QPAttrAV != 0
+}
+
+// ModifyQP carries out the application's modify through layer 1 (after
+// Layer1Wants said so): def and qp call the provider directly. The error
+// is the application's, as the provider gave it.
+func (r *Runtime) ModifyQP(def verbs.Context, qp verbs.QP, attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	if r.l1 == nil {
+		return qp.Modify(attr, mask)
+	}
+	return r.l1.Modify(def, qp, attr, mask)
+}
+
+// l1Changed copies layer 1's view of a QP into its status and reports it;
+// a migration is also an event for ibpathd.
+func (r *Runtime) l1Changed(c Layer1Change) {
+	r.mu.Lock()
+	var snap *status.QP
+	for k, q := range r.qps {
+		if q.dev.name != c.Device || k.qpn != c.QPN {
+			continue
+		}
+		if q.status.Layer == status.LayerCrossNIC {
+			break // layer 2 carries it now
+		}
+		c.Status.Apply(&q.status)
+		s := q.status
+		snap = &s
+		break
+	}
+	rep := r.rep
+	r.mu.Unlock()
+	if snap != nil {
+		r.report(*snap)
+	}
+	if c.Migrated != nil && rep != nil {
+		ev := status.Event{Kind: status.EvPathMigrated, At: c.Migrated.At, Device: c.Device, Port: c.Migrated.Port,
+			QPN: c.QPN, From: c.Migrated.From, To: c.Migrated.To}
+		if err := rep.Event(ev); err != nil {
+			r.log.Debug("libibpath: send event to ibpathd", "kind", ev.Kind, "qpn", c.QPN, "err", err)
+		}
+	}
+}
+
+// l1HandOver: layer 1 can no longer protect a QP; layer 2 fails it over
+// when its backup is connected, else the error reaches the application.
+func (r *Runtime) l1HandOver(h Layer1HandOver) {
+	r.log.Info("libibpath: layer 1 hands the QP over", "device", h.Device, "qpn", h.QPN, "reason", h.Reason)
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	if r.fo.hp == nil {
+		return
+	}
+	for _, q := range r.fo.qps {
+		if q.set.dev != h.Device || q.key.qpn != h.QPN {
+			continue
+		}
+		if !q.armed || q.diverted || q.intercepted || q.gone {
+			return
+		}
+		q.startFault("layer 1 handed over: " + h.Reason)
+		if !r.divert(q) {
+			return
+		}
+		if q.conn != nil {
+			q.conn.HandOver(q.qp, h.Reason)
+		}
+		r.runConn(q)
+		r.settle()
+		return
+	}
+}
+
+// l1Protects reports whether layer 1 protects dev's QP qpn now: layer 2
+// then leaves PORT_ERR to it (layer 1 migrates, and hands over only what
+// it cannot save).
+func (r *Runtime) l1Protects(dev string, qpn uint32) bool {
+	return r.l1 != nil && r.l1.Protects(dev, qpn)
+}
+
+// letGoL1 tells layer 1 that layer 2 took a QP over (diverted it): layer
+// 1 forgets it. Called without fo.mu.
+func (r *Runtime) letGoL1(dev string, qpn uint32) {
+	if r.l1 != nil {
+		r.l1.Destroying(dev, qpn)
+	}
+}
+
+// l1Status is layer 1's view of a QP, when it knows it.
+func (r *Runtime) l1Status(dev string, qpn uint32) (Layer1Status, bool) {
+	if r.l1 == nil {
+		return Layer1Status{}, false
+	}
+	return r.l1.Status(dev, qpn)
+}
