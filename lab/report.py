@@ -21,9 +21,10 @@ Columns:
   lat       us: ib_write_lat t_typical (median) / t_avg; pingpong usec/iter;
             mpi iteration time
   to_backup ms, shim rows with a cut: from the cut to the first good
-            completion on the backup path, on the cut guest's clock (its
-            eth0 seen down by a 2 ms poll, to the stamp of the shim's log
-            line); "d+" = the shim's own figure from the fault it detected
+            completion on the backup path, on the cut guest's wall clock
+            (its eth0 seen down by a 2 ms poll, to the at_unix_ns of the
+            shim's log line); "d+" = the shim's own figure from the fault
+            it detected
 """
 import json
 import os
@@ -63,24 +64,28 @@ DUR = re.compile(r"since_fault=([\d.]+)(ns|µs|us|ms|s)\b")
 UNIT_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
+AT_NS = re.compile(r"at_unix_ns=(\d+)")
+
+
 def failover(m, client, server):
     """The shim's failover figures of a cut row: the time from the cut to
-    the first good completion on the backup path (cut guest's clock), and
-    the shim's own time from the fault it detected to that completion."""
+    the first good completion on the backup path, on the cut guest's wall
+    clock (its eth0 seen down by a 2 ms poll, to the shim's at_unix_ns),
+    and the shim's own time from the fault it detected to that
+    completion (the smaller of the two sides)."""
     f = {}
     cut_guest = m["cut"].rsplit("-", 1)[-1]
     for guest, out in (("g1", client), ("g2", server)):
         for line in out.splitlines():
-            d = DUR.search(line)
-            if not d:
+            if "first good completion on the backup" not in line:
                 continue
-            ms = float(d.group(1)) * UNIT_MS[d.group(2)]
-            f.setdefault("detect_to_backup_ms", ms)
-            f["detect_to_backup_ms"] = min(f["detect_to_backup_ms"], ms)
-            st = STAMP.match(line)
-            seen = m.get("cut_seen_" + guest)
-            if guest == cut_guest and st and seen and "cut_to_backup_ms" not in f:
-                f["cut_to_backup_ms"] = (float(st.group(1)) - float(seen)) * 1e3
+            d = DUR.search(line)
+            if d:
+                ms = float(d.group(1)) * UNIT_MS[d.group(2)]
+                f["detect_to_backup_ms"] = min(f.get("detect_to_backup_ms", ms), ms)
+            at, seen = AT_NS.search(line), m.get("cut_seen_ns_" + guest)
+            if guest == cut_guest and at and seen:
+                f["cut_to_backup_ms"] = (int(at.group(1)) - int(seen)) / 1e6
             break
     return f
 

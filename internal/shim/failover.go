@@ -34,6 +34,7 @@ type failover struct {
 	cqCtx map[verbs.CQ]uintptr  // the context of every CQ of a shadowed QP
 	todo  []*l2qp               // QPs whose error completion a pump took, to divert
 	out   []verbs.WC            // scratch for Conn.Poll
+	polls uint64                // PollCQ calls (debug log sampling)
 
 	// sent once mu is released (reporting may block on ibpathd's socket)
 	reports []status.QP

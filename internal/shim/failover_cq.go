@@ -1,6 +1,9 @@
 package shim
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"syscall"
 
 	"github.com/ibpath/ibpath/verbs"
@@ -106,6 +109,11 @@ func (r *Runtime) runConn(q *l2qp) error {
 	}
 	for {
 		n, err := q.conn.Poll(r.fo.out)
+		if n > 0 && r.log.Enabled(context.Background(), slog.LevelDebug) {
+			sq, rq := q.conn.State()
+			r.log.Debug("libibpath: layer 2 completions for the application", "qpn", q.key.qpn, "n", n,
+				"first_wr_id", r.fo.out[0].WRID, "first_status", r.fo.out[0].Status.String(), "first_opcode", r.fo.out[0].Opcode, "sq", sq.String(), "rq", rq.String())
+		}
 		for _, wc := range r.fo.out[:n] {
 			r.toApp(q, legWC{wc: wc, recv: q.split() && wc.Opcode&verbs.WCRecv != 0})
 		}
@@ -174,6 +182,10 @@ func (r *Runtime) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 	r.settle()
 	n := copy(wc, rt.queue)
 	rt.queue = rt.queue[:copy(rt.queue, rt.queue[n:])]
+	r.fo.polls++
+	if (n > 0 || r.fo.polls&0xffff == 0) && r.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.log.Debug("libibpath: layer 2 poll_cq", "returned", n, "queued", len(rt.queue), "qps", len(rt.qps), "polls", r.fo.polls, "err", perr)
+	}
 	r.maybeRelease(rt)
 	if n == 0 && perr != nil {
 		return 0, verbsErr("ibv_poll_cq", verbs.EIO, perr)
@@ -197,6 +209,10 @@ func (r *Runtime) PostSend(ctx uintptr, qpn uint32, wrs []verbs.SendWR) (int, er
 		n, err = q.qp.PostSend(wrs)
 	} else {
 		n, err = q.conn.PostSend(wrs)
+		if r.log.Enabled(context.Background(), slog.LevelDebug) {
+			sq, rq := q.conn.State()
+			r.log.Debug("libibpath: layer 2 post_send", "qpn", qpn, "n", len(wrs), "posted", n, "err", err, "sq", sq.String(), "rq", rq.String(), "stats", fmt.Sprintf("%+v", q.conn.Stats()))
+		}
 		r.observe(q)
 	}
 	r.settle()

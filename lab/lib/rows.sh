@@ -30,7 +30,7 @@ LAB_MPI_SECONDS=${LAB_MPI_SECONDS:-6}
 # rows with a cut run longer, so that the cut and the restore fall inside the traffic
 LAB_CUT_BW_SECONDS=${LAB_CUT_BW_SECONDS:-8}
 LAB_CUT_LAT_ITERS=${LAB_CUT_LAT_ITERS:-20000}
-LAB_CUT_PP_ITERS=${LAB_CUT_PP_ITERS:-4000}
+LAB_CUT_PP_ITERS=${LAB_CUT_PP_ITERS:-2000}
 LAB_CUT_MPI_SECONDS=${LAB_CUT_MPI_SECONDS:-10}
 
 # The row list: "program cut" pairs; every pair runs without, then with the shim.
@@ -150,7 +150,7 @@ row_run() {
 		log "row $name: SKIP ($st)"
 		return 0
 	fi
-	[ "$shim" = on ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=info"
+	[ "$shim" = on ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info}"
 	prog_cmds "$prog" "$port" "$cut"
 	# a cut row that hangs (no completion after a local ip-down) must not eat the CI budget
 	[ "$cut" = none ] || [ "$LIMIT" -le "${LAB_CUT_LIMIT:-30}" ] || LIMIT=${LAB_CUT_LIMIT:-30}
@@ -168,7 +168,7 @@ $SERVER")
 $CLIENT")
 	if [ "$cut" != none ]; then
 		local cg=${cut#*-} jw
-		jw=$(job_submit "$cg" "$name-cutwatch" $((LIMIT + 20)) "for i in \$(seq 1 20000); do s=\$(cat /sys/class/net/eth0/operstate); if [ \"\$s\" != up ]; then echo \"CUT_SEEN \$(ts) \$s\"; exit 0; fi; sleep 0.002; done; echo CUT_NOT_SEEN")
+		jw=$(job_submit "$cg" "$name-cutwatch" $((LIMIT + 20)) "for i in \$(seq 1 20000); do s=\$(cat /sys/class/net/eth0/operstate); if [ \"\$s\" != up ]; then echo \"CUT_SEEN \$(ts) \$(date +%s%N) \$s\"; exit 0; fi; sleep 0.002; done; echo CUT_NOT_SEEN")
 		wait_for 10 test -e "$jw.run" || true
 		if [ -n "$MARKER" ]; then
 			wait_for 20 grep -q -- "$MARKER" "$jc.out" 2>/dev/null || log "row $name: no '$MARKER' in the client output after 20 s; cutting anyway"
@@ -190,6 +190,7 @@ $CLIENT")
 		log "row $name: link A restored after $(echo "$trest - $tcut" | bc) s"
 		job_wait "$jw" 5 || job_kill "$jw"
 		meta cut_seen_$cg "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
+		meta cut_seen_ns_$cg "$(awk '/^CUT_SEEN/ {print $3}' "$jw.out" 2>/dev/null)"
 	fi
 	job_wait "$jc" $((LIMIT + 10)) || rc_c=$?
 	meta client_rc "$rc_c"
