@@ -209,18 +209,44 @@ void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv)
 	*recv = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE) - __atomic_load_n(&q->rtail, __ATOMIC_ACQUIRE);
 }
 
-/* reserve takes n ring slots. With lip_single_poster (each QP posted to by
- * one thread at a time, IBPATH_SINGLE_POSTER=1) a plain load and store
- * do; otherwise an atomic add, since verbs lets several threads post to
- * one QP. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+/* Posters of one queue are serialised by a spin lock held from the slot
+ * reservation to the provider's return, so the ring's order is the order
+ * the provider queued the WRs in (what a rewind replays). Providers lock
+ * the queue inside post_send anyway; uncontended, this costs the same one
+ * atomic exchange the reservation would. With lip_single_poster (each QP
+ * posted to by one thread at a time, IBPATH_SINGLE_POSTER=1) no lock is
+ * taken. */
+static inline void qlock(int *l)
+{
+	if (lip_single_poster)
+		return;
+	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(l, __ATOMIC_RELAXED))
+			cpu_relax();
+}
+
+static inline void qunlock(int *l)
+{
+	if (!lip_single_poster)
+		__atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
+/* reserve takes n ring slots (under the queue's lock, or by its only
+ * poster). */
 static inline uint64_t reserve(uint64_t *head, uint64_t n)
 {
-	if (lip_single_poster) {
-		uint64_t h = __atomic_load_n(head, __ATOMIC_RELAXED);
-		__atomic_store_n(head, h + n, __ATOMIC_RELEASE);
-		return h;
-	}
-	return __atomic_fetch_add(head, n, __ATOMIC_ACQ_REL);
+	uint64_t h = __atomic_load_n(head, __ATOMIC_RELAXED);
+	__atomic_store_n(head, h + n, __ATOMIC_RELEASE);
+	return h;
 }
 
 static inline void copy_sges(struct ibv_sge *dst, const struct ibv_sge *src, int n, uint32_t *flags)
@@ -267,6 +293,7 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 	uint64_t n = 1;
 	for (struct ibv_send_wr *w = wr->next; w; w = w->next)
 		n++;
+	qlock(&q->slock);
 	uint64_t first = reserve(&q->shead, n);
 	if (first + n - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
 		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
@@ -305,6 +332,7 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 				q->sq[k & q->smask].flags |= LIP_SQE_VOID;
 		}
 	}
+	qunlock(&q->slock);
 	lip_leave(t);
 	return ret;
 }
@@ -325,6 +353,7 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	uint64_t n = 1;
 	for (struct ibv_recv_wr *w = wr->next; w; w = w->next)
 		n++;
+	qlock(&q->rlock);
 	uint64_t first = reserve(&q->rhead, n);
 	uint64_t k = first;
 	for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
@@ -345,6 +374,7 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 				q->rq[k & q->rmask].flags |= LIP_SQE_VOID;
 		}
 	}
+	qunlock(&q->rlock);
 	lip_leave(t);
 	return ret;
 }

@@ -44,7 +44,8 @@ struct lip_rqe {
 };
 
 /* One protected QP: its shadow rings. Heads are advanced by posters
- * (atomically: several threads may post to one QP), tails by pollers. */
+ * (under slock / rlock: several threads may post to one QP), tails by
+ * pollers. */
 struct lip_qp {
 	struct ibv_qp *qp;
 	struct lip_ctx *ctx;
@@ -61,6 +62,7 @@ struct lip_qp {
 	uint32_t inl_max;       /* inline bytes kept per send entry */
 	uint8_t *inl;           /* (smask+1) * inl_max bytes */
 	struct ibv_cq *send_cq, *recv_cq;
+	int slock, rlock;       /* serialise posters of the send / receive queue */
 	int armed;              /* layer 2 can take over: error completions go to it */
 	int diverted;           /* layer 2 took over: posts and polls go to it */
 };

@@ -31,7 +31,10 @@ func buildHotpathCheck(tb testing.TB) string {
 
 // TestHotPathRings runs the C checks of the shadow rings: recording,
 // retirement by signaled completions, refused WRs, receives, partial
-// entries, error completions, removal and restoring the provider's ops.
+// entries, error completions, the handshake counters, inline copies,
+// interception and diversion (a divert waits for a post in progress),
+// ring order with two threads posting to one QP, removal and restoring
+// the provider's ops.
 func TestHotPathRings(t *testing.T) {
 	bin := buildHotpathCheck(t)
 	for _, single := range []string{"0", "1"} {

@@ -22,8 +22,19 @@ static unsigned rhead, rtail;
 
 static volatile int slow_inside, slow_release;
 
+/* the order in which the provider queued WRs of QP 0x3c5 (multi-poster check) */
+#define MP_QPN 0x3c5
+#define MP_N 20000
+static uint64_t mp_order[2 * MP_N];
+static int mp_n;
+
 static int stub_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
+	if (qp->qp_num == MP_QPN) { /* a provider queues under its own lock, as ours is held here */
+		for (; wr; wr = wr->next)
+			mp_order[mp_n++] = wr->wr_id;
+		return 0;
+	}
 	for (; wr; wr = wr->next) {
 		if (wr->wr_id == 0x5105105ull) { /* a post that stays in the provider until released */
 			slow_inside = 1;
@@ -306,6 +317,45 @@ static int test_quiesce(void)
 	return 0;
 }
 
+/* multi-poster: two threads post to one QP at once; the shadow ring must
+ * hold their WRs in the order the provider queued them. */
+static struct ibv_qp mpqp;
+
+static void *mp_post(void *arg)
+{
+	uint64_t base = (uintptr_t)arg;
+	for (int i = 0; i < MP_N; i++) {
+		struct ibv_send_wr w = {.wr_id = base + i, .opcode = IBV_WR_RDMA_WRITE}, *bad;
+		ctx.ops.post_send(&mpqp, &w, &bad);
+	}
+	return NULL;
+}
+
+static int test_multi_poster(void)
+{
+	if (lip_single_poster)
+		return 0; /* by contract one poster at a time */
+	mpqp = (struct ibv_qp){.context = &ctx, .qp_num = MP_QPN, .send_cq = &cq, .recv_cq = &cq};
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 2 * MP_N, .max_recv_wr = 1}};
+	struct lip_qp *q = lip_qp_add(&mpqp, &a);
+	CHECK(q != NULL, "add the multi-poster QP");
+	if (!q)
+		return 1;
+	pthread_t t1, t2;
+	pthread_create(&t1, NULL, mp_post, (void *)(uintptr_t)0);
+	pthread_create(&t2, NULL, mp_post, (void *)(uintptr_t)1000000);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	CHECK(mp_n == 2 * MP_N && q->shead == 2 * MP_N, "%d queued, %lu recorded", mp_n, (unsigned long)q->shead);
+	int bad = 0;
+	for (int i = 0; i < mp_n; i++)
+		if (q->sq[i & q->smask].wr_id != mp_order[i])
+			bad++;
+	CHECK(bad == 0, "%d of %d ring entries are not in the provider's order", bad, mp_n);
+	lip_qp_remove(&mpqp);
+	return 0;
+}
+
 static double now_ns(void)
 {
 	struct timespec t;
@@ -363,6 +413,7 @@ int main(int argc, char **argv)
 		return bench(argc > 2 ? atol(argv[2]) : 4000000, argc > 3 ? atoi(argv[3]) : 5);
 	test();
 	test_quiesce();
+	test_multi_poster();
 	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
 	return fails != 0;
 }
