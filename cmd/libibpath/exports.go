@@ -64,8 +64,20 @@ func ibpathClosed(ctx *C.struct_ibv_context) { rt.Closed(ctxID(ctx)) }
 
 //export ibpathCreated
 func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) C.int {
+	return created(qp, attr, false)
+}
+
+// ibpathCreatedEx: a QP made through ibv_create_qp_ex; wrAPI when it posts
+// through the ibv_wr_* API.
+//
+//export ibpathCreatedEx
+func ibpathCreatedEx(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI C.int) C.int {
+	return created(qp, attr, wrAPI != 0)
+}
+
+func created(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI bool) C.int {
 	info := shim.QPInfo{QPN: uint32(qp.qp_num), Type: verbs.QPType(attr.qp_type), SRQ: attr.srq != nil,
-		SendCap: uint32(attr.cap.max_send_wr), RecvCap: uint32(attr.cap.max_recv_wr)}
+		SendCap: uint32(attr.cap.max_send_wr), RecvCap: uint32(attr.cap.max_recv_wr), WRAPI: wrAPI}
 	if !rt.Created(ctxID(qp.context), info) {
 		return 0
 	}

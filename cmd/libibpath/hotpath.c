@@ -57,6 +57,11 @@ void lip_ctx_remove(struct ibv_context *ctx)
 			ctx->ops.post_send = c->post_send;
 			ctx->ops.post_recv = c->post_recv;
 			ctx->ops.poll_cq = c->poll_cq;
+			if (c->create_qp_ex) {
+				struct verbs_context *v = verbs_get_ctx(ctx);
+				if (v)
+					v->create_qp_ex = c->create_qp_ex;
+			}
 			__atomic_store_n(&ctxs[i], NULL, __ATOMIC_RELEASE);
 			/* c is leaked on purpose: a racing poster may still
 			 * read it; contexts are closed a handful of times. */

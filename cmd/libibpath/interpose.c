@@ -100,6 +100,8 @@ static __thread int lip_inside;
 #define ENTER() (lip_inside = 1)
 #define LEAVE() (lip_inside = 0)
 
+static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+
 struct ibv_context *lip_open_device(struct ibv_device *dev) __asm__("ibv_open_device");
 struct ibv_context *lip_open_device(struct ibv_device *dev)
 {
@@ -108,9 +110,18 @@ struct ibv_context *lip_open_device(struct ibv_device *dev)
 	struct ibv_context *ctx = real_ibv_open_device(dev);
 	if (!ctx)
 		return ctx;
-	if (!lip_ctx_add(ctx)) {
+	struct lip_ctx *c = lip_ctx_add(ctx);
+	if (!c) {
 		fprintf(stderr, "libibpath: %s: too many open contexts; this one is not protected\n", ibv_get_device_name(dev));
 		return ctx;
+	}
+	/* ibv_create_qp_ex is inline in verbs.h and calls the context's
+	 * create_qp_ex (librdmacm's rdma_create_qp among its users): the
+	 * shim takes that slot too. */
+	struct verbs_context *v = verbs_get_ctx(ctx);
+	if (v && verbs_get_ctx_op(ctx, create_qp_ex)) {
+		c->create_qp_ex = v->create_qp_ex;
+		v->create_qp_ex = lip_create_qp_ex;
 	}
 	ENTER();
 	ibpathOpened(ctx, (char *)ibv_get_device_name(dev));
@@ -199,6 +210,30 @@ struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	int protect = ibpathCreated(qp, attr);
 	LEAVE();
 	if (protect && !lip_qp_add(qp, attr))
+		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
+	return qp;
+}
+
+/* lip_create_qp_ex stands in for the provider's create_qp_ex. A QP that
+ * posts through the ibv_wr_* API (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) is
+ * seen but not protected: those posts do not pass through the hot path. */
+static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
+{
+	struct lip_ctx *c = lip_ctx_of(context);
+	if (!c || !c->create_qp_ex) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct ibv_qp *qp = c->create_qp_ex(context, attr);
+	if (!qp || lip_inside || !lip_enabled)
+		return qp;
+	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
+		.srq = attr->srq, .cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all};
+	int wr_api = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+	ENTER();
+	int protect = ibpathCreatedEx(qp, &a, wr_api);
+	LEAVE();
+	if (protect && !lip_qp_add(qp, &a))
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
 	return qp;
 }

@@ -74,6 +74,8 @@ struct lip_ctx {
 	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
 	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+	/* the provider's verbs_context create_qp_ex, when swapped (interpose.c) */
+	struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
 	pthread_mutex_t mu;     /* serialises inserts into slots */
 	struct lip_qp *slots[LIP_QP_SLOTS];
 };

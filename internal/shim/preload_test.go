@@ -105,6 +105,32 @@ func TestPreloadIsTransparent(t *testing.T) {
 	}
 }
 
+// TestPreloadCreateQPEx: a QP made through the inline ibv_create_qp_ex
+// (the provider's create_qp_ex, which the shim takes over at open) is seen
+// and protected like one from ibv_create_qp; one that asks for the
+// ibv_wr_* send API is seen and left unprotected, with the reason.
+func TestPreloadCreateQPEx(t *testing.T) {
+	b := buildBed(t)
+	for _, mode := range []struct {
+		arg, want string
+	}{
+		{"ex", "protected=true"},
+		{"exwr", "protected=false"},
+	} {
+		plain, _ := b.run(t, nil, "200", mode.arg)
+		if !strings.Contains(plain, "sends 50 recvs 200") {
+			t.Fatalf("%s: the probe itself misbehaves: %s", mode.arg, plain)
+		}
+		shimmed, errs := b.run(t, []string{"IBPATH_LOG=debug", "IBPATH_SOCKET=off"}, "200", mode.arg)
+		if shimmed != plain {
+			t.Fatalf("%s: the shim changed what the program saw:\nwithout: %s\nwith:    %s", mode.arg, plain, shimmed)
+		}
+		if !strings.Contains(errs, "QP created") || !strings.Contains(errs, mode.want) {
+			t.Errorf("%s: the shim's log lacks the QP (%s):\n%s", mode.arg, mode.want, errs)
+		}
+	}
+}
+
 // TestPreloadSeesPortEvents: the program never reads async events, yet
 // the shim sees the port go down and up, on a context of its own, and
 // the program's output is unchanged.

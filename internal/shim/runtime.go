@@ -25,6 +25,7 @@ type QPInfo struct {
 	SRQ     bool
 	SendCap uint32
 	RecvCap uint32
+	WRAPI   bool // made by ibv_create_qp_ex to post through the ibv_wr_* API
 }
 
 // Modify is a successful (or failed) ibv_modify_qp of the application.
@@ -91,15 +92,18 @@ type qpKey struct {
 	qpn uint32
 }
 
-// NewRuntime returns an empty runtime.
+// NewRuntime returns an empty runtime, with layer 1 running when
+// cfg.APM is on.
 func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
+	r := &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
 		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{},
 		rescan: make(chan struct{}, 1),
 		fo:     failover{qps: map[qpKey]*l2qp{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64)}}
+	r.startLayer1()
+	return r
 }
 
 // SetReporter attaches (or, with nil, detaches) the daemon session, and
@@ -194,12 +198,14 @@ func (r *Runtime) Created(ctx uintptr, info QPInfo) bool {
 	}
 	q := &qp{dev: d, info: info}
 	q.status = status.QP{Device: d.name, QPN: info.QPN, Layer: status.LayerNone, APM: "-", Primary: "-", Alternate: "-", Home: "-"}
-	protect := r.cfg.Record && info.Type == verbs.QPTRC && !info.SRQ
+	protect := r.cfg.Record && info.Type == verbs.QPTRC && !info.SRQ && !info.WRAPI
 	switch {
 	case info.Type != verbs.QPTRC:
 		q.status.Reason = fmt.Sprintf("%v QP: only RC QPs are protected", info.Type)
 	case info.SRQ:
 		q.status.Reason = "the QP uses a shared receive queue, which the shadow rings do not follow"
+	case info.WRAPI:
+		q.status.Reason = "the QP posts through the ibv_wr_* API, which the shim does not follow: layer 2 cannot replay it"
 	}
 	r.qps[qpKey{ctx, info.QPN}] = q
 	r.log.Debug("libibpath: QP created", "device", d.name, "qpn", info.QPN, "type", info.Type, "protected", protect)

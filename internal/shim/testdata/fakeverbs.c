@@ -101,9 +101,20 @@ static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return i;
 }
 
+static struct ibv_qp *fake_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
+{
+	return ibv_create_qp(attr->pd, (struct ibv_qp_init_attr *)attr);
+}
+
+/* Contexts are verbs_contexts, as rdma-core's providers make them, so the
+ * inline ibv_create_qp_ex finds create_qp_ex. */
 struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
-	struct ibv_context *ctx = calloc(1, sizeof(*ctx));
+	struct verbs_context *v = calloc(1, sizeof(*v));
+	struct ibv_context *ctx = &v->context;
+	v->sz = sizeof(*v);
+	v->create_qp_ex = fake_create_qp_ex;
+	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	ctx->device = dev;
 	int p[2];
 	if (pipe(p))
@@ -129,7 +140,7 @@ int ibv_close_device(struct ibv_context *ctx)
 			close(write_fds[i]);
 		}
 	close(ctx->async_fd);
-	free(ctx);
+	free(verbs_get_ctx(ctx));
 	return 0;
 }
 

@@ -15,12 +15,29 @@ int main(int argc, char **argv)
 	int n = argc > 1 ? atoi(argv[1]) : 100;
 	int wait = argc > 2 && strcmp(argv[2], "wait") == 0;
 	int event = argc > 2 && strcmp(argv[2], "event") == 0;
+	/* "ex": the QP comes from ibv_create_qp_ex; "exwr": from
+	 * ibv_create_qp_ex asking for the ibv_wr_* send API */
+	int ex = argc > 2 && strncmp(argv[2], "ex", 2) == 0;
+	int exwr = argc > 2 && strcmp(argv[2], "exwr") == 0;
 	struct ibv_context *ctx = ibv_open_device(fake_device());
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
 	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	struct ibv_qp *qp;
+	if (ex) {
+		struct ibv_qp_init_attr_ex iax = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .cap = ia.cap, .pd = pd,
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS};
+		if (exwr) {
+			iax.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+			iax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+		}
+		qp = ibv_create_qp_ex(ctx, &iax);
+	} else {
+		qp = ibv_create_qp(pd, &ia);
+	}
+	if (!qp)
+		return 5;
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		return 1;
