@@ -21,10 +21,12 @@ Columns:
   lat       us: ib_write_lat t_typical (median) / t_avg; pingpong usec/iter;
             mpi iteration time
   to_backup ms, shim rows with a cut: from the cut to the first good
-            completion on the backup path, on the cut guest's wall clock
-            (its eth0 seen down by a 2 ms poll, to the at_unix_ns of the
-            shim's log line); "d+" = the shim's own figure from the fault
-            it detected
+            completion on the backup path (the at_unix_ns of the shim's
+            log line), on the cut guest's wall clock: for ip-down cuts
+            from the guest's clock just before the command; for set_link
+            cuts from the earlier of eth0 seen down (a polling loop) and
+            the shim's PORT_ERR line, both at or after the cut (marked *);
+            "d+" = the shim's own figure from the fault it detected
 """
 import json
 import os
@@ -67,15 +69,40 @@ UNIT_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
 AT_NS = re.compile(r"at_unix_ns=(\d+)")
 
 
+PORT_ERR_AT = re.compile(r"time=(\S+) level=INFO msg=\"libibpath: rxe0 PORT_ERR")
+
+
+def wall_ns(iso):
+    """ns since the epoch of a slog time= value (2026-11-22T08:29:53.936Z)."""
+    import datetime
+    t = datetime.datetime.strptime(iso.rstrip("Z")[:26], "%Y-%m-%dT%H:%M:%S.%f")
+    return int((t.replace(tzinfo=datetime.timezone.utc).timestamp()) * 1e9)
+
+
 def failover(m, client, server):
     """The shim's failover figures of a cut row: the time from the cut to
     the first good completion on the backup path, on the cut guest's wall
-    clock (its eth0 seen down by a 2 ms poll, to the shim's at_unix_ns),
-    and the shim's own time from the fault it detected to that
-    completion (the smaller of the two sides)."""
+    clock, and the shim's own time from the fault it detected to that
+    completion (the smaller of the two sides). The cut's time: for ip-down
+    cuts the guest's clock just before the command (cut_from "command");
+    for set_link cuts (issued by the host) the earlier of the guest's eth0
+    seen down by a polling loop and the shim's PORT_ERR log line
+    (cut_from "port_err" or "operstate"), both at or after the cut."""
     f = {}
     cut_guest = m["cut"].rsplit("-", 1)[-1]
     for guest, out in (("g1", client), ("g2", server)):
+        cut, src = None, ""
+        if m.get("cut_ns_" + guest):
+            cut, src = int(m["cut_ns_" + guest]), "command"
+        else:
+            seen = m.get("cut_seen_ns_" + guest)
+            if seen:
+                cut, src = int(seen), "operstate"
+            pe = PORT_ERR_AT.search(out)
+            if pe:
+                pns = wall_ns(pe.group(1))
+                if cut is None or pns < cut:
+                    cut, src = pns, "port_err"
         for line in out.splitlines():
             if "first good completion on the backup" not in line:
                 continue
@@ -83,9 +110,10 @@ def failover(m, client, server):
             if d:
                 ms = float(d.group(1)) * UNIT_MS[d.group(2)]
                 f["detect_to_backup_ms"] = min(f.get("detect_to_backup_ms", ms), ms)
-            at, seen = AT_NS.search(line), m.get("cut_seen_ns_" + guest)
-            if guest == cut_guest and at and seen:
-                f["cut_to_backup_ms"] = (int(at.group(1)) - int(seen)) / 1e6
+            at = AT_NS.search(line)
+            if guest == cut_guest and at and cut:
+                f["cut_to_backup_ms"] = (int(at.group(1)) - cut) / 1e6
+                f["cut_from"] = src
             break
     return f
 
@@ -244,7 +272,7 @@ def main():
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
-            "recovered", "pause_ms", "pause_kind", "cut_to_backup_ms", "detect_to_backup_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
+            "recovered", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
             "shim_log_lines", "reason", "detail"]
     with open(os.path.join(out, "report.tsv"), "w") as f:
         f.write("\t".join(cols) + "\n")
@@ -271,7 +299,7 @@ def main():
         cut_at = r.get("cut_at_s") or ""
         tb = ""
         if r.get("cut_to_backup_ms") is not None:
-            tb = "%.0f" % r["cut_to_backup_ms"]
+            tb = "%.0f%s" % (r["cut_to_backup_ms"], "" if r.get("cut_from") == "command" else "*")
         elif r.get("detect_to_backup_ms") is not None:
             tb = "d+%.0f" % r["detect_to_backup_ms"]
         print(h % (r["prog"], r["shim"], r["cut"], r["status"] if r["must_pass"] else r["status"].lower(),

@@ -65,8 +65,9 @@ mpi-verbs setlink-g2
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
-# line that says the traffic runs; empty: LAB_CUT_AT counts from the start)
-# and LIMIT (seconds the client may take).
+# line that says the traffic runs; empty: LAB_CUT_AT counts from the start),
+# SMARKER (server output line that says it listens; empty: 1 s after its
+# start) and LIMIT (seconds the client may take).
 prog_cmds() {
 	local p=$2 common
 	local LAB_BW_SECONDS=$LAB_BW_SECONDS LAB_LAT_ITERS=$LAB_LAT_ITERS LAB_PP_ITERS=$LAB_PP_ITERS LAB_MPI_SECONDS=$LAB_MPI_SECONDS
@@ -74,11 +75,11 @@ prog_cmds() {
 		LAB_BW_SECONDS=$LAB_CUT_BW_SECONDS LAB_LAT_ITERS=$LAB_CUT_LAT_ITERS
 		LAB_PP_ITERS=$LAB_CUT_PP_ITERS LAB_MPI_SECONDS=$LAB_CUT_MPI_SECONDS
 	fi
-	SERVER="" MARKER="#bytes" LIMIT=$((LAB_BW_SECONDS + 30))
+	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" LIMIT=$((LAB_BW_SECONDS + 30))
 	case $1 in
 	pingpong)
 		common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $LAB_PP_ITERS -p $p"
-		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" LIMIT=60 ;;
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60 ;;
 	write_bw | send_bw | read_bw)
 		common="ib_$1 -d rxe0 -x 1 -F --use_old_post_send -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
@@ -110,14 +111,14 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
 		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
 		SERVER="bash \$LAB_REPO/lab/guest/ibpathd.sh server $p"
 		CLIENT="bash \$LAB_REPO/lab/guest/ibpathd.sh client $p"
-		MARKER="" LIMIT=300 ;;
+		MARKER="" SMARKER="" LIMIT=300 ;;
 	ibvtest-local)
 		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 stamp ./ibv.test -test.run '^TestLabLocal' -test.v -test.timeout 60s"
 		MARKER="" LIMIT=70 ;;
 	ibvtest-pair)
 		SERVER="cd \$LAB_BUILD && IBPATH_LAB=1 IBPATH_LAB_ROLE=server IBPATH_LAB_LISTEN=10.77.1.2:$p stamp ./ibv.test -test.run '^TestLabPair' -test.v -test.timeout 60s"
 		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 IBPATH_LAB_ROLE=client IBPATH_LAB_PEER=10.77.1.2:$p stamp ./ibv.test -test.run '^TestLabPair' -test.v -test.timeout 60s"
-		MARKER="" LIMIT=70 ;;
+		MARKER="" SMARKER="" LIMIT=70 ;;
 	*) die "unknown program $1" ;;
 	esac
 }
@@ -127,7 +128,7 @@ cut_apply() {
 	local g=${1#*-} state=$2
 	case $1 in
 	setlink-*) monitor "$g" "set_link n0 $state" ;;
-	ipdown-*) gexec "$g" 10 "ip link set eth0 $([ "$state" = off ] && echo down || echo up)" ;;
+	ipdown-*) gexec "$g" 10 "echo CUT_NS \$(date +%s%N); ip link set eth0 $([ "$state" = off ] && echo down || echo up)" ;;
 	esac
 }
 
@@ -166,6 +167,10 @@ row_run() {
 		js=$(job_submit g2 "$name-server" $((LIMIT + 5)) "$envs
 $SERVER")
 		wait_for 10 test -e "$js.run" || true
+		if [ -n "$SMARKER" ]; then
+			# under the shim a server starts in seconds (TCG): wait until it listens
+			wait_for 30 grep -q -- "$SMARKER" "$js.out" 2>/dev/null || log "row $name: no '$SMARKER' from the server after 30 s"
+		fi
 		sleep 1
 	fi
 	jc=$(job_submit g1 "$name-client" "$LIMIT" "$envs
@@ -195,6 +200,8 @@ $CLIENT")
 		job_wait "$jw" 5 || job_kill "$jw"
 		meta cut_seen_$cg "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
 		meta cut_seen_ns_$cg "$(awk '/^CUT_SEEN/ {print $3}' "$jw.out" 2>/dev/null)"
+		# ip-down cuts: the guest's wall clock just before the command
+		meta cut_ns_$cg "$(awk '/^CUT_NS/ {print $2; exit}' "$ROW_DIR/cut.log" 2>/dev/null)"
 	fi
 	job_wait "$jc" $((LIMIT + 10)) || rc_c=$?
 	meta client_rc "$rc_c"
