@@ -129,7 +129,10 @@ func (r *Runtime) armConnected() {
 		r.fo.hp.Arm(q.app, true)
 		r.setStatus(q, func(s *status.QP) {
 			q.port = s.Port
-			s.Layer, s.CrossNIC = status.LayerCrossNIC, fsm.SQDefault.String()
+			if s.Layer != status.LayerAPM { // layer 1 comes first; layer 2 takes what it hands over
+				s.Layer = status.LayerCrossNIC
+			}
+			s.CrossNIC = fsm.SQDefault.String()
 		})
 		r.log.Debug("libibpath: layer 2 armed", "qpn", q.key.qpn, "device", q.set.dev, "backup", q.set.backup)
 	}

@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 )
@@ -62,7 +63,8 @@ func (r *Runtime) ModifyQP(def verbs.Context, qp verbs.QP, attr *verbs.QPAttr, m
 }
 
 // l1Changed copies layer 1's view of a QP into its status and reports it;
-// a migration is also an event for ibpathd.
+// a migration is also an event for ibpathd. While layer 1 does not
+// protect a QP that layer 2 has armed, the QP's layer is layer 2's.
 func (r *Runtime) l1Changed(c Layer1Change) {
 	r.mu.Lock()
 	var snap *status.QP
@@ -70,10 +72,18 @@ func (r *Runtime) l1Changed(c Layer1Change) {
 		if q.dev.name != c.Device || k.qpn != c.QPN {
 			continue
 		}
-		if q.status.Layer == status.LayerCrossNIC {
-			break // layer 2 carries it now
+		// Layer 2 carries a QP layer 1 let go of. Asked under r.mu (then
+		// layer 1's lock, as decideLayer1 does): divert lets go before
+		// it edits the status under r.mu, so this change never writes
+		// over the status layer 2 gives the QP.
+		if _, held := r.l1.Status(c.Device, c.QPN); !held {
+			break
 		}
+		l2armed := q.status.CrossNIC == fsm.SQDefault.String()
 		c.Status.Apply(&q.status)
+		if l2armed && q.status.Layer != status.LayerAPM {
+			q.status.Layer = status.LayerCrossNIC
+		}
 		s := q.status
 		snap = &s
 		break

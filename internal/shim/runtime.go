@@ -137,9 +137,14 @@ func (r *Runtime) SetReporter(rep Reporter) {
 	}
 }
 
+// report sends q to the session, if any. Called without r.mu: layer 1's
+// goroutine reports too, while SetReporter may swap the session.
 func (r *Runtime) report(q status.QP) {
-	if r.rep != nil {
-		if err := r.rep.ReportQP(q); err != nil {
+	r.mu.Lock()
+	rep := r.rep
+	r.mu.Unlock()
+	if rep != nil {
+		if err := rep.ReportQP(q); err != nil {
 			r.log.Debug("libibpath: report QP to ibpathd", "qpn", q.QPN, "err", err)
 		}
 	}
