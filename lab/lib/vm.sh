@@ -23,6 +23,7 @@ vm_start() {
 	*) accel=(-accel tcg,thread=multi -cpu max -bios /usr/share/qemu/qboot.rom) ;;
 	esac
 	rm -f "$LAB_RUN/$g.ready" "$LAB_RUN/$g.mon"
+	rm -rf "$LAB_RUN/q/$g" # jobs left by an interrupted run (a poweroff among them) must not reach the new guest
 	mkdir -p "$LAB_RUN/q/$g"
 	# shellcheck disable=SC2046
 	setsid timeout -k 5 "$LAB_DEADLINE" qemu-system-x86_64 "${accel[@]}" -smp 1 -m "$LAB_MEM" \
