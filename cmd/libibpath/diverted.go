@@ -35,13 +35,17 @@ func ibpathPostSend(qp *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struc
 		return 0
 	}
 	if bad != nil {
-		b := wr
-		for i := 0; i < n && b != nil; i++ {
-			b = b.next
-		}
-		*bad = b
+		*bad = nth(wr, n, func(w *C.struct_ibv_send_wr) *C.struct_ibv_send_wr { return w.next })
 	}
 	return errnoOf(err)
+}
+
+// nth is the n-th WR of a chain (the bad_wr of a post that took n).
+func nth[T any](p *T, n int, next func(*T) *T) *T {
+	for i := 0; i < n && p != nil; i++ {
+		p = next(p)
+	}
+	return p
 }
 
 //export ibpathPostRecv
@@ -52,11 +56,7 @@ func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struc
 		return 0
 	}
 	if bad != nil {
-		b := wr
-		for i := 0; i < n && b != nil; i++ {
-			b = b.next
-		}
-		*bad = b
+		*bad = nth(wr, n, func(w *C.struct_ibv_recv_wr) *C.struct_ibv_recv_wr { return w.next })
 	}
 	return errnoOf(err)
 }

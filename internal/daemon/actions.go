@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"github.com/ibpath/ibpath/pathsel"
 
 	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/internal/api"
@@ -81,6 +82,12 @@ func (d *Daemon) resolve(t api.Target) ([]target, error) {
 }
 
 func (d *Daemon) hasPort(dev string, port uint8) bool {
+	_, ok := d.portInfo(dev, port)
+	return ok
+}
+
+// portInfo is port n of device dev in the inventory.
+func (d *Daemon) portInfo(dev string, n uint8) (pathsel.PortInfo, bool) {
 	d.invMu.Lock()
 	defer d.invMu.Unlock()
 	for _, h := range d.inv {
@@ -88,12 +95,12 @@ func (d *Daemon) hasPort(dev string, port uint8) bool {
 			continue
 		}
 		for _, p := range h.Ports {
-			if p.Num == port {
-				return true
+			if p.Num == n {
+				return p, true
 			}
 		}
 	}
-	return false
+	return pathsel.PortInfo{}, false
 }
 
 func (d *Daemon) act(ctx context.Context, c api.Caller, op string, req api.ActionRequest) (api.ActionResult, error) {

@@ -15,20 +15,11 @@ import (
 // invPort returns the inventory's port n of device dev.
 func (d *Daemon) invPort(t *testing.T, dev string, n uint8) pathsel.PortInfo {
 	t.Helper()
-	d.invMu.Lock()
-	defer d.invMu.Unlock()
-	for _, h := range d.inv {
-		if h.Name != dev {
-			continue
-		}
-		for _, p := range h.Ports {
-			if p.Num == n {
-				return p
-			}
-		}
+	p, ok := d.portInfo(dev, n)
+	if !ok {
+		t.Fatalf("no %s port %d in %s's inventory", dev, n, d.cfg.Node)
 	}
-	t.Fatalf("no %s port %d in %s's inventory", dev, n, d.cfg.Node)
-	return pathsel.PortInfo{}
+	return p
 }
 
 // TestLookupHCAAcrossNodes: two ibpathd on the simulated fabric,
