@@ -247,7 +247,7 @@ func (s *Shadow) BackupLKey(defLKey uint32) (uint32, bool) {
 }
 
 // Connected records that the application connected defQP (call it after
-// its RTS): the peer's default endpoint is known now. The local mapping is
+// its RTR): the peer's default endpoint is known now. The local mapping is
 // published and the backup QP connected if the peer's is known.
 func (s *Shadow) Connected(defQP verbs.QP) error {
 	sq := s.qps[defQP]
@@ -350,6 +350,20 @@ func (s *Shadow) backupRTS(sq *shadowQP) error {
 	da, _, err := sq.def.Query(verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrMaxQPRdAtomic)
 	if err != nil {
 		return err
+	}
+	// The application may connect its QP only to RTR (a QP that only
+	// receives) or not be at RTS yet: its RTS attributes are then unset,
+	// and the backup takes common values instead.
+	if da.Timeout == 0 {
+		da.Timeout = 14 // 4.096 us * 2^14 = 67 ms
+	}
+	if da.RetryCnt == 0 {
+		da.RetryCnt = 7
+	}
+	if da.MaxRdAtomic == 0 {
+		if a, err := s.bak.QueryDevice(); err == nil {
+			da.MaxRdAtomic = uint8(min(a.MaxQPRdAtom, 16))
+		}
 	}
 	if err := sq.bak.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: da.Timeout, RetryCnt: da.RetryCnt,
 		RNRRetry: 7, MaxRdAtomic: da.MaxRdAtomic},

@@ -179,3 +179,69 @@ func testShadow(t *testing.T, ll verbs.LinkLayer) {
 
 func TestShadowSetsUpTheBackupInfiniBand(t *testing.T) { testShadow(t, verbs.LinkLayerInfiniBand) }
 func TestShadowSetsUpTheBackupRoCE(t *testing.T)       { testShadow(t, verbs.LinkLayerEthernet) }
+
+// TestShadowConnectedAtRTR: a QP that only receives is taken to RTR and
+// no further (the server of ib_write_bw). Its shadow is told at RTR; its
+// backup QP still reaches RTS (the default QP has no RTS attributes to
+// copy), and a failover of the sender runs over the two backups.
+func TestShadowConnectedAtRTR(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 9}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	must(t, err)
+	dir := crossnic.NewMemDirectory()
+	a, b := newApp(t, f.Host("node0"), dir), newApp(t, f.Host("node1"), dir)
+	connectApp(t, a, b, false)
+	// b: INIT and RTR only
+	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	pa, err := a.ctx.QueryPort(1)
+	must(t, err)
+	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
+		DestQPN: a.qp.QPN(), RQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	must(t, b.shadow.Connected(b.qp))
+	if !b.shadow.Ready(b.qp) {
+		t.Fatal("the receiver's backup is not connected after its RTR")
+	}
+	if n := a.shadow.Scan(); n != 1 {
+		t.Fatalf("the sender's rescan connected %d backups", n)
+	}
+	// The receiver's backup QP went to RTS although its default QP has no
+	// RTS attributes: the failover's control messages need it.
+	for _, x := range []*app{a, b} {
+		c, err := x.shadow.Conn(x.qp, x.cq)
+		must(t, err)
+		x.conn = c
+	}
+	for k := 0; k < 8; k++ {
+		_, err := b.conn.PostRecv([]verbs.RecvWR{{WRID: uint64(k)}})
+		must(t, err)
+	}
+	// Cut the sender's default link: the failover runs over the backups,
+	// whose control messages need both backup QPs at RTS.
+	_, err = a.conn.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
+		ImmData: 1, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(),
+		SGList: []verbs.SGE{{Addr: a.mr.Addr(), Length: slot, LKey: a.mr.LKey()}}}})
+	must(t, err)
+	must(t, f.SetLink(a.ctx.(*sim.Context).HCA().Port(1), false))
+	got := false
+	wc := make([]verbs.WC, 8)
+	for i := 0; i < 4000 && !got; i++ {
+		f.RunFor(50 * time.Microsecond)
+		if _, err := a.conn.Poll(wc); err != nil {
+			t.Fatal(err)
+		}
+		n, err := b.conn.Poll(wc)
+		must(t, err)
+		for _, c := range wc[:n] {
+			if c.Status == verbs.WCSuccess && c.ImmData == 1 {
+				got = true
+			}
+		}
+	}
+	if !got {
+		sa, _ := a.conn.State()
+		sb, _ := b.conn.State()
+		t.Fatalf("the receiver never got the write over the backups (sender %v, receiver %v, stats %+v / %+v)", sa, sb, a.conn.Stats(), b.conn.Stats())
+	}
+}

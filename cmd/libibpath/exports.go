@@ -137,7 +137,10 @@ func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.i
 	gid := C.GoBytes(unsafe.Pointer(&attr.ah_attr.grh.dgid), 16)
 	copy(m.DGID[:], gid)
 	rt.Modified(ctxID(qp.context), m)
-	if ret == 0 && m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTS {
+	// Connected at RTR: the peer's address and QP number are known then,
+	// and a QP that only receives (the server of ib_write_bw) never goes
+	// further.
+	if ret == 0 && m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTR {
 		rt.Connected(ctxID(qp.context), m.QPN)
 	}
 }

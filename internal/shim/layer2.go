@@ -176,7 +176,7 @@ func (r *Runtime) ShadowQP(ctx uintptr, pd verbs.PD, qp verbs.QP, sendCQ, recvCQ
 }
 
 // Connected tells layer 2 the application connected a QP (after its
-// RTS): its mapping is published, and its backup connected when the
+// RTR): its mapping is published, and its backup connected when the
 // peer's is known.
 func (r *Runtime) Connected(ctx uintptr, qpn uint32) {
 	r.l2mu.Lock()

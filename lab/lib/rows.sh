@@ -32,8 +32,8 @@ LAB_PERF_REPS=${LAB_PERF_REPS:-3}
 LAB_PP_ITERS=${LAB_PP_ITERS:-800}
 LAB_MPI_SECONDS=${LAB_MPI_SECONDS:-6}
 # rows with a cut run longer, so that the cut and the restore fall inside the traffic
-LAB_CUT_BW_SECONDS=${LAB_CUT_BW_SECONDS:-8}
-LAB_CUT_LAT_ITERS=${LAB_CUT_LAT_ITERS:-20000}
+LAB_CUT_BW_SECONDS=${LAB_CUT_BW_SECONDS:-20}
+LAB_CUT_LAT_ITERS=${LAB_CUT_LAT_ITERS:-5000}
 LAB_CUT_PP_ITERS=${LAB_CUT_PP_ITERS:-1000}
 LAB_CUT_MPI_SECONDS=${LAB_CUT_MPI_SECONDS:-10}
 
@@ -158,7 +158,7 @@ row_run() {
 	[ "$shim" = on ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info}"
 	prog_cmds "$prog" "$port" "$cut"
 	# a cut row that hangs (no completion after a local ip-down) must not eat the CI budget
-	[ "$cut" = none ] || [ "$LIMIT" -le "${LAB_CUT_LIMIT:-45}" ] || LIMIT=${LAB_CUT_LIMIT:-45}
+	[ "$cut" = none ] || [ "$LIMIT" -le "${LAB_CUT_LIMIT:-60}" ] || LIMIT=${LAB_CUT_LIMIT:-60}
 	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
 	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
 	log "row $name: start"
