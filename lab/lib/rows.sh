@@ -113,12 +113,12 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
 		CLIENT="bash \$LAB_REPO/lab/guest/ibpathd.sh client $p"
 		MARKER="" SMARKER="" LIMIT=300 ;;
 	ibvtest-local)
-		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 stamp ./ibv.test -test.run '^TestLabLocal' -test.v -test.timeout 60s"
-		MARKER="" LIMIT=70 ;;
+		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 stamp ./ibv.test -test.run '^TestLabLocal' -test.v -test.timeout 120s"
+		MARKER="" LIMIT=150 ;;
 	ibvtest-pair)
-		SERVER="cd \$LAB_BUILD && IBPATH_LAB=1 IBPATH_LAB_ROLE=server IBPATH_LAB_LISTEN=10.77.1.2:$p stamp ./ibv.test -test.run '^TestLabPair' -test.v -test.timeout 60s"
-		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 IBPATH_LAB_ROLE=client IBPATH_LAB_PEER=10.77.1.2:$p stamp ./ibv.test -test.run '^TestLabPair' -test.v -test.timeout 60s"
-		MARKER="" SMARKER="" LIMIT=70 ;;
+		SERVER="cd \$LAB_BUILD && IBPATH_LAB=1 IBPATH_LAB_ROLE=server IBPATH_LAB_LISTEN=10.77.1.2:$p stamp ./ibv.test -test.run '^TestLabPair' -test.v -test.timeout 120s"
+		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 IBPATH_LAB_ROLE=client IBPATH_LAB_PEER=10.77.1.2:$p stamp ./ibv.test -test.run '^TestLabPair' -test.v -test.timeout 120s"
+		MARKER="" SMARKER="" LIMIT=150 ;;
 	*) die "unknown program $1" ;;
 	esac
 }
