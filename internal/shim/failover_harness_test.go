@@ -398,21 +398,28 @@ func drive(t *testing.T, f *sim.Fabric, hosts []*l2host, step time.Duration, don
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out at virtual %v: %s", f.Now(), progress(hosts))
 		}
-		for _, x := range hosts {
-			for _, q := range x.qps {
-				q.fillRecvs(t)
-				if q.sent < q.total && q.sent-len(q.sendDone) < l2Window && len(q.errs) == 0 {
-					q.sendNext(t)
-				}
-			}
-		}
-		for _, x := range hosts {
-			x.poll(t)
-		}
+		trafficStep(t, hosts)
 		f.RunFor(step)
 		if i%8 == 0 {
 			time.Sleep(100 * time.Microsecond)
 		}
+	}
+}
+
+// trafficStep keeps every application QP's receives posted and its sends
+// going (a window of l2Window), then polls every host once.
+func trafficStep(t *testing.T, hosts []*l2host) {
+	t.Helper()
+	for _, x := range hosts {
+		for _, q := range x.qps {
+			q.fillRecvs(t)
+			if q.sent < q.total && q.sent-len(q.sendDone) < l2Window && len(q.errs) == 0 {
+				q.sendNext(t)
+			}
+		}
+	}
+	for _, x := range hosts {
+		x.poll(t)
 	}
 }
 

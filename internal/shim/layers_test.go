@@ -270,17 +270,7 @@ func lyRun(t *testing.T, what string, hosts []*l2host, done func() bool) {
 			}
 			t.Fatalf("timed out waiting for %s: %s; %s", what, progress(hosts), strings.Join(st, "; "))
 		}
-		for _, x := range hosts {
-			for _, q := range x.qps {
-				q.fillRecvs(t)
-				if q.sent < q.total && q.sent-len(q.sendDone) < l2Window && len(q.errs) == 0 {
-					q.sendNext(t)
-				}
-			}
-		}
-		for _, x := range hosts {
-			x.poll(t)
-		}
+		trafficStep(t, hosts)
 		for _, x := range hosts {
 			for _, q := range x.qps {
 				if len(q.errs) != 0 {
