@@ -219,20 +219,7 @@ func connectPair(t *testing.T, a, b *appQP) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps := []struct {
-			a    verbs.QPAttr
-			mask verbs.QPAttrMask
-		}{
-			{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic},
-				verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-			{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
-				DestQPN: peer.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
-				verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-					verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-			{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-				verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
-					verbs.QPAttrMaxQPRdAtomic},
-		}
+		steps := rcSteps(pa.LID, peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
 		for _, s := range steps {
 			if err := x.qp.Modify(&s.a, s.mask); err != nil {
 				t.Fatal(err)

@@ -123,20 +123,7 @@ func (x *host) connect(t *testing.T, peer *host) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := []struct {
-		a    verbs.QPAttr
-		mask verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
-			DestQPN: peer.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
-			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
-				verbs.QPAttrMaxQPRdAtomic},
-	}
+	steps := rcSteps(pa.LID, peer.qp.QPN(), verbs.AccessRemoteWrite)
 	for _, s := range steps {
 		if err := x.qp.Modify(&s.a, s.mask); err != nil {
 			t.Fatal(err)
@@ -243,5 +230,27 @@ func TestLayer2PublishesWhenTheSessionComesLate(t *testing.T) {
 	defer c.mu.Unlock()
 	if len(c.qps) != 2 || len(c.mrs) != 2 {
 		t.Fatalf("after attach: QPs %v MRs %v", c.qps, c.mrs)
+	}
+}
+
+// connectStep is one modify of an application's RC connect.
+type connectStep struct {
+	a    verbs.QPAttr
+	mask verbs.QPAttrMask
+}
+
+// rcSteps are the INIT, RTR and RTS modifies of an RC connect to the QP
+// destQPN behind LID dlid, as the tests' applications make them.
+func rcSteps(dlid uint16, destQPN uint32, access verbs.AccessFlags) []connectStep {
+	return []connectStep{
+		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: access},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: dlid, PortNum: 1}, PathMTU: verbs.MTU1024,
+			DestQPN: destQPN, MaxDestRdAtomic: 1, MinRNRTimer: 1},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
+				verbs.QPAttrMaxQPRdAtomic},
 	}
 }

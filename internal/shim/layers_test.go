@@ -214,28 +214,6 @@ func (x *l2host) modify(t *testing.T, qp verbs.QP, attr verbs.QPAttr, mask verbs
 	return wants
 }
 
-// rcSteps are an RC QP's modifies from RESET to RTS towards (dlid, dqpn)
-// on port 1, as connectPair makes them.
-func rcSteps(dlid uint16, dqpn uint32) []struct {
-	a    verbs.QPAttr
-	mask verbs.QPAttrMask
-} {
-	return []struct {
-		a    verbs.QPAttr
-		mask verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic},
-			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: dlid, PortNum: 1}, PathMTU: verbs.MTU1024,
-			DestQPN: dqpn, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
-				verbs.QPAttrMaxQPRdAtomic},
-	}
-}
-
 // lyConnect connects a and b as the applications do, every modify
 // through the interposed ibv_modify_qp; it returns, per side, which of
 // the three modifies layer 1 carried out.
@@ -247,7 +225,7 @@ func lyConnect(t *testing.T, a, b *appQP) [2][3]bool {
 		x, peer := p[0], p[1]
 		pa, err := peer.x.ctx.QueryPort(1)
 		l1Must(t, err)
-		for j, s := range rcSteps(pa.LID, peer.qp.QPN()) {
+		for j, s := range rcSteps(pa.LID, peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) {
 			wanted[i][j] = x.x.modify(t, x.qp, s.a, s.mask)
 		}
 	}
@@ -400,7 +378,7 @@ func TestLayersArmInApplicationModify(t *testing.T) {
 	if a.rt.Created(a.id, QPInfo{QPN: ud.QPN(), Type: verbs.QPTUD}) {
 		t.Fatal("a UD QP is protected")
 	}
-	for _, s := range rcSteps(b.hca.Port(1).LID(), qb.qp.QPN()) {
+	for _, s := range rcSteps(b.hca.Port(1).LID(), qb.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) {
 		if a.modify(t, ud, s.a, s.mask) {
 			t.Fatalf("layer 1 carried out the UD QP's modify to %v", s.a.QPState)
 		}
@@ -464,7 +442,7 @@ func TestLayersRoCE(t *testing.T) {
 	peer := mk(peerCtx)
 	gid, err := peerCtx.QueryGID(1, 1)
 	l1Must(t, err)
-	steps := rcSteps(0, peer.QPN())
+	steps := rcSteps(0, peer.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
 	steps[1].a.AHAttr = verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}, PortNum: 1}
 	for _, s := range steps {
 		if x.modify(t, qp, s.a, s.mask) {
