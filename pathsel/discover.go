@@ -216,11 +216,11 @@ func readHCA(src source, dir, name string) (HCAInfo, error) {
 		return h, err
 	}
 	for _, pn := range portNames {
-		n, err := strconv.ParseUint(pn, 10, 8)
-		if err != nil || n == 0 {
-			return h, fmt.Errorf("%s: %w: port directory %q is not a port number 1-255", filepath.Join(dir, "ports"), ErrMalformed, pn)
+		n, err := parsePortDir(dir, pn)
+		if err != nil {
+			return h, err
 		}
-		p, err := readPort(filepath.Join(dir, "ports", pn), uint8(n))
+		p, err := readPort(filepath.Join(dir, "ports", pn), n)
 		if err != nil {
 			return h, err
 		}
@@ -231,32 +231,20 @@ func readHCA(src source, dir, name string) (HCAInfo, error) {
 	return h, nil
 }
 
-// readPort reads the port whose sysfs directory is dir.
+// readPort reads the port whose sysfs directory is dir: the run-time
+// attributes ReadPortStates also reads, then the link layer and the GID
+// table.
 func readPort(dir string, num uint8) (PortInfo, error) {
 	p := PortInfo{Num: num}
-	var err error
-	if p.State, err = parseAttr(filepath.Join(dir, "state"), parsePortState); err != nil {
+	rt, err := readPortRuntime(dir, num)
+	if err != nil {
 		return p, err
 	}
-	if p.PhysState, err = parseAttr(filepath.Join(dir, "phys_state"), parsePhysState); err != nil {
-		return p, err
+	p.State, p.PhysState, p.LID, p.LMC, p.SMLID, p.Rate = rt.State, rt.PhysState, rt.LID, rt.LMC, rt.SMLID, rt.Rate
+	if p.RateGbps, err = parseRate(p.Rate); err != nil {
+		return p, fmt.Errorf("%s: %w", filepath.Join(dir, "rate"), err)
 	}
 	if p.LinkLayer, err = parseAttr(filepath.Join(dir, "link_layer"), parseLinkLayer); err != nil {
-		return p, err
-	}
-	if p.LID, err = parseAttr(filepath.Join(dir, "lid"), parseLID); err != nil {
-		return p, err
-	}
-	if p.LMC, err = parseAttr(filepath.Join(dir, "lid_mask_count"), parseLMC); err != nil {
-		return p, err
-	}
-	if p.SMLID, err = parseAttr(filepath.Join(dir, "sm_lid"), parseLID); err != nil {
-		return p, err
-	}
-	if p.RateGbps, err = parseAttr(filepath.Join(dir, "rate"), parseRate); err != nil {
-		return p, err
-	}
-	if p.Rate, err = readAttr(filepath.Join(dir, "rate")); err != nil {
 		return p, err
 	}
 	if p.GIDs, err = readGIDs(dir); err != nil {

@@ -38,7 +38,7 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "sim-qps", Value: d.Sim.QPs, Usage: "RC QPs of the simulated workload to the next host"},
 		&cli.StringSliceFlag{Name: "operator", Usage: "user (name or uid) or @group allowed to arm and migrate any QP, like root (repeatable)"},
 		&cli.DurationFlag{Name: "command-timeout", Value: d.CommandTimeout, Usage: "how long to wait for a QP's owner to carry out a relayed command"},
-		&cli.DurationFlag{Name: "port-poll", Value: d.PortPoll, Usage: "how often ports are re-read for state changes"},
+		&cli.DurationFlag{Name: "port-poll", Value: d.PortPoll, Usage: "how often port states are re-read (GID tables: on a change, and every 30 s at least)"},
 		&cli.StringFlag{Name: "metrics-listen", Usage: "also serve Prometheus /metrics on this TCP address (e.g. :9470); always on the socket at " + api.PathMetrics},
 		&cli.StringFlag{Name: "gossip-bind", Value: "0.0.0.0:7946", Usage: "replication (memberlist) address host:port"},
 		&cli.StringFlag{Name: "gossip-advertise", Usage: "address peers should use, when --gossip-bind is a wildcard"},

@@ -6,9 +6,11 @@ package main
 import "C"
 
 import (
+	"errors"
 	"sync"
 	"unsafe"
 
+	"github.com/ibpath/ibpath/internal/shim"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/ibv"
 )
@@ -31,8 +33,11 @@ func errnoOf(err error) C.int {
 func ibpathPostSend(qp *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) C.int {
 	wrs := ibv.SendWRsFromC(unsafe.Pointer(wr), nil)
 	n, err := rt.PostSend(ctxID(qp.context), uint32(qp.qp_num), wrs)
-	if err == nil {
+	switch {
+	case err == nil:
 		return 0
+	case errors.Is(err, shim.ErrExpress):
+		return C.LIP_AGAIN
 	}
 	if bad != nil {
 		*bad = nth(wr, n, func(w *C.struct_ibv_send_wr) *C.struct_ibv_send_wr { return w.next })
@@ -52,8 +57,11 @@ func nth[T any](p *T, n int, next func(*T) *T) *T {
 func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
 	wrs := ibv.RecvWRsFromC(unsafe.Pointer(wr), nil)
 	n, err := rt.PostRecv(ctxID(qp.context), uint32(qp.qp_num), wrs)
-	if err == nil {
+	switch {
+	case err == nil:
 		return 0
+	case errors.Is(err, shim.ErrExpress):
+		return C.LIP_AGAIN
 	}
 	if bad != nil {
 		*bad = nth(wr, n, func(w *C.struct_ibv_recv_wr) *C.struct_ibv_recv_wr { return w.next })
@@ -73,6 +81,9 @@ func ibpathPollCQ(cq *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
 	}
 	buf := (*bp)[:n]
 	got, err := rt.PollCQ(ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)), buf)
+	if errors.Is(err, shim.ErrExpress) {
+		return C.LIP_AGAIN
+	}
 	if err != nil && got == 0 {
 		return -1
 	}

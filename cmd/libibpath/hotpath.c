@@ -1,7 +1,7 @@
 /* The Default-state hot path: record, then call the provider. No
- * allocation, no lock on the post path (a QP's ring slots are reserved
- * with an atomic add), no call into Go. A QP layer 2 diverted (divert.c)
- * goes to lip_hooks instead. */
+ * allocation, no call into Go. A QP layer 2 diverted (divert.c) goes to
+ * layer 2 (lip_hooks) or, once its failover settled, to the express lane
+ * (express.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "shim.h"
@@ -292,7 +292,7 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 	struct lip_thr *t = lip_enter();
 	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
 		lip_leave(t);
-		return lip_hooks.post_send(qp, wr, bad);
+		return lip_diverted_post_send(q, wr, bad);
 	}
 	struct lip_ctx *c = q->ctx;
 	uint64_t n = 1;
@@ -352,7 +352,7 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	struct lip_thr *t = lip_enter();
 	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
 		lip_leave(t);
-		return lip_hooks.post_recv(qp, wr, bad);
+		return lip_diverted_post_recv(q, wr, bad);
 	}
 	struct lip_ctx *c = q->ctx;
 	uint64_t n = 1;
@@ -446,7 +446,7 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	struct lip_thr *t = lip_enter();
 	if (__builtin_expect(__atomic_load_n(&lip_ndcq, __ATOMIC_RELAXED) != 0, 0) && lip_cq_diverted(cq)) {
 		lip_leave(t);
-		return lip_hooks.poll_cq(cq, n, wc);
+		return lip_diverted_poll_cq(c, cq, n, wc);
 	}
 	int got = c->poll_cq(cq, n, wc);
 	struct lip_qp *last = NULL;

@@ -16,7 +16,7 @@ int lip_record = 1;
 int lip_single_poster = 0;
 
 /* Diverted QPs and CQs go to layer 2 in Go (diverted.go). */
-struct lip_hooks lip_hooks = {ibpathPostSend, ibpathPostRecv, ibpathPollCQ, ibpathIntercept};
+struct lip_hooks lip_hooks = {ibpathPostSend, ibpathPostRecv, ibpathPollCQ, ibpathIntercept, ibpathExpressSurfaced};
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 

@@ -9,7 +9,9 @@
 // (symbol version IBVERBS_1.1, forwarded with dlvsym(RTLD_NEXT)), and
 // swaps each opened context's post_send, post_recv and poll_cq (inline in
 // verbs.h) for C wrappers that record every work request of an RC QP in a
-// shadow ring before calling the provider. The Go side (internal/shim)
+// shadow ring before calling the provider; once a QP's failover onto its
+// backup has settled, the express lane (express.c) posts and polls it on
+// the backup in C. The Go side (internal/shim)
 // tracks devices and QPs, decides what each layer does, and reports to
 // ibpathd when it runs. See docs/SHIM.md.
 package main

@@ -65,6 +65,8 @@ struct lip_qp {
 	int slock, rlock;       /* serialise posters of the send / receive queue */
 	int armed;              /* layer 2 can take over: error completions go to it */
 	int diverted;           /* layer 2 took over: posts and polls go to it */
+	int express;            /* diverted, and on the express lane (express.c) */
+	struct lip_xl *xl;      /* the express lane, set before express */
 };
 
 #define LIP_SLOT_DEAD ((struct lip_qp *)1)
@@ -119,8 +121,68 @@ struct lip_hooks {
 	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
 	/* an error completion of an armed QP, then the rest of its batch */
 	void (*intercept)(struct ibv_cq *, struct ibv_wc *, int);
+	/* an express QP surfaced its error: the completion that made it */
+	void (*surfaced)(struct ibv_qp *, struct ibv_wc *);
 };
 extern struct lip_hooks lip_hooks;
+
+/* A hook's answer (post or poll): the QP or CQ moved to the express lane
+ * meanwhile, dispatch the call again. Never a verbs return value. */
+#define LIP_AGAIN (-0x4c4950)
+
+/* Reserved wr_ids of layer 2's control WRs on a backup QP (crossnic). */
+#define LIP_CTRL_SEND_WRID (~0ull - 1)
+#define LIP_CTRL_RECV_WRID (~0ull - 2)
+
+/* A key translation table: default key -> backup key. Insert-only
+ * open addressing; readers need no lock (used is stored last). */
+struct lip_key {
+	uint32_t used, from, to;
+};
+struct lip_keytab {
+	uint32_t mask, n;
+	struct lip_key e[];
+};
+
+/* The express lane of one diverted QP whose failover settled on the
+ * backup (steady Fallback): its posts and the polls of its CQs run here,
+ * in C, straight on the backup QP (express.c). */
+struct lip_xl {
+	struct ibv_qp *bqp;
+	struct ibv_cq *bcq, *brcq;      /* backup CQs of the send and receive queues */
+	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
+	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+	uint32_t peer_qpn;              /* the peer's default QP: src_qp of receives */
+	struct lip_keytab *lk, *rk;     /* local lkeys, the peer's rkeys */
+	int surfaced;                   /* the backup failed too: plain verbs on the default QP */
+	uint64_t sends, recvs, completions, hidden, misses;
+};
+
+#define LIP_XL_WRS 16       /* WRs per express post chunk */
+#define LIP_XL_SGE 64       /* SGEs per express post chunk (and per WR) */
+#define LIP_XCQ_QPS 16      /* express QPs completing into one CQ */
+
+/* An application CQ on the express lane: the QPs whose backup CQs its
+ * polls drain. Immutable once published (replaced whole). */
+struct lip_xcq {
+	struct ibv_cq *cq;
+	int n;
+	struct lip_qp *q[LIP_XCQ_QPS];
+};
+
+/* express.c */
+struct lip_xl *lip_xl_new(struct ibv_qp *bqp, struct ibv_cq *bcq, struct ibv_cq *brcq, uint32_t peer_qpn);
+void lip_xl_free(struct lip_xl *x);
+int lip_xl_key(struct lip_xl *x, int remote, uint32_t from, uint32_t to);
+int lip_xl_lookup(struct lip_xl *x, int remote, uint32_t from, uint32_t *to);
+void lip_express_on(struct lip_qp *q, struct lip_xl *x);
+void lip_express_off(struct lip_qp *q);
+void lip_express_surface(struct lip_qp *q);
+int lip_express_cq(struct ibv_cq *cq, struct lip_qp **qs, int n);
+int lip_diverted_post_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int lip_diverted_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int lip_diverted_poll_cq(struct lip_ctx *c, struct ibv_cq *cq, int n, struct ibv_wc *wc);
 
 /* divert.c */
 extern int lip_ndcq;        /* diverted CQs; 0 keeps polls off the table */

@@ -36,7 +36,9 @@ type Config struct {
 	// CommandTimeout bounds the wait for an owner's answer to a relayed
 	// command.
 	CommandTimeout time.Duration
-	// PortPoll is how often ports are re-read for state changes.
+	// PortPoll is how often ports are re-read for state changes. On
+	// hardware most polls make the light read (pathsel.ReadPortStates);
+	// see refreshPorts.
 	PortPoll time.Duration
 	// MetricsListen, when set, also serves /metrics on this TCP address.
 	MetricsListen string
@@ -110,6 +112,7 @@ type Daemon struct {
 	invMu  sync.Mutex
 	inv    []pathsel.HCAInfo // last discovery, for status and PortStateChanged
 	invErr error             // why the last discovery failed, if it did
+	poll   portPoll          // hardware port poll: light reads between full ones
 
 	owners owners
 	repl   replicator
@@ -143,6 +146,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, log: log, policy: pol, started: time.Now(), stop: make(chan struct{}),
 		owners: owners{byID: map[int]*owner{}}}
+	d.poll.every = fullReadEvery(cfg.PortPoll)
 	if err := d.pickFabric(); err != nil {
 		return nil, err
 	}

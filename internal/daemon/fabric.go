@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
@@ -66,9 +67,66 @@ func (d *Daemon) discover() ([]pathsel.HCAInfo, error) {
 	return out, nil
 }
 
+// fullReadInterval is how often, at the most, the port poll on hardware
+// goes without a full discovery. Between two full reads a poll reads only
+// what changes at run time (pathsel.ReadPortStates: node GUIDs, port
+// state, phys_state, LID, LMC, SM LID, rate; no GID table); a GID change
+// alone (RoCE GIDs follow the netdev's IP addresses) shows within this
+// interval.
+const fullReadInterval = 30 * time.Second
+
+// fullReadEvery is how many port polls make fullReadInterval: 30 at the
+// default 1 s poll, 1 (every poll) for polls of 30 s or longer.
+func fullReadEvery(poll time.Duration) int {
+	if poll <= 0 {
+		return 1
+	}
+	return max(1, int(fullReadInterval/poll))
+}
+
+// portPoll is the port watcher's state between polls on hardware. Only
+// refreshPorts, which New and then the port watcher call one at a time,
+// uses it.
+type portPoll struct {
+	every int // a full discovery at least every this many polls
+	since int // polls since the last full discovery
+	// fullReads and lightReads count full discoveries and light reads
+	// (tests).
+	fullReads, lightReads atomic.Uint64
+}
+
+// needFullRead decides, on hardware, whether this poll must re-read the
+// whole inventory: on the first poll, when the last one failed, every
+// fullReadEvery polls, and when the light read fails or differs from the
+// last inventory. Otherwise the devices, their ports and the ports'
+// run-time attributes are as in the last inventory: what DiffPorts could
+// still report (a GID table, or a link layer, which does not change while
+// a device is registered) is left to the periodic full read.
+func (d *Daemon) needFullRead() bool {
+	d.invMu.Lock()
+	old, oldErr := d.inv, d.invErr
+	d.invMu.Unlock()
+	d.poll.since++
+	if old == nil || oldErr != nil || d.poll.since >= d.poll.every {
+		return true
+	}
+	light, err := pathsel.ReadPortStates(pathsel.DiscoverOptions{SysfsRoot: d.cfg.Sysfs})
+	d.poll.lightReads.Add(1)
+	return err != nil || pathsel.PortStatesDiffer(old, light)
+}
+
 // refreshPorts re-reads the devices, emits PortStateChanged for every
-// port whose state changed, and keeps the result for status.
+// port whose state changed, and keeps the result for status. On hardware
+// a poll first makes the light read (needFullRead) and stops there when
+// nothing changed; the events come from two full inventories either way.
 func (d *Daemon) refreshPorts() {
+	if d.sim == nil {
+		if !d.needFullRead() {
+			return
+		}
+		d.poll.since = 0
+		d.poll.fullReads.Add(1)
+	}
 	inv, err := d.discover()
 	d.invMu.Lock()
 	old := d.inv

@@ -25,6 +25,10 @@ type Config struct {
 	// without an atomic instruction. Wrong for programs that post to one
 	// QP from several threads at once: their rings would lose entries.
 	SinglePoster bool
+	// Express (IBPATH_EXPRESS=on|off, default on): once a QP's failover
+	// has settled on the backup, its posts and polls run in C (the
+	// express lane) instead of through layer 2's Go side.
+	Express bool
 	// Backup (IBPATH_BACKUP=auto|<device>): the backup device policy of
 	// layer 2.
 	Backup string
@@ -40,6 +44,7 @@ const (
 	EnvAPM     = "IBPATH_APM"
 	EnvRecord  = "IBPATH_RECORD"
 	EnvSingle  = "IBPATH_SINGLE_POSTER"
+	EnvExpress = "IBPATH_EXPRESS"
 	EnvBackup  = "IBPATH_BACKUP"
 	EnvSocket  = "IBPATH_SOCKET"
 	EnvLog     = "IBPATH_LOG"
@@ -52,7 +57,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	c := Config{APM: true, Record: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
+	c := Config{APM: true, Record: true, Express: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
 	var err error
 	if c.Disabled, err = boolEnv(getenv, EnvDisable, false); err != nil {
 		return c, err
@@ -64,6 +69,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.SinglePoster, err = boolEnv(getenv, EnvSingle, false); err != nil {
+		return c, err
+	}
+	if c.Express, err = boolEnv(getenv, EnvExpress, true); err != nil {
 		return c, err
 	}
 	if v := getenv(EnvBackup); v != "" {
@@ -103,7 +111,7 @@ func (c Config) Banner(pid int) string {
 		daemon = "not used"
 	}
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
-		"shadow rings %s%s; layer 2 (cross-NIC) failover %s; backup device %s; ibpathd %s",
+		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (express lane %s); backup device %s; ibpathd %s",
 		pid, onoff[c.APM], onoff[c.Record], map[bool]string{true: " (single poster per QP)", false: ""}[c.SinglePoster],
-		onoff[c.Record], c.Backup, daemon)
+		onoff[c.Record], onoff[c.Express && c.Record], c.Backup, daemon)
 }

@@ -32,3 +32,27 @@ func TestFromEnv(t *testing.T) {
 		t.Errorf("banner %q", b)
 	}
 }
+
+func TestFromEnvExpress(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "on": true, "1": true, "off": false, "0": false, "OFF": false} {
+		c, err := FromEnv(env(map[string]string{EnvExpress: v}))
+		if err != nil || c.Express != want {
+			t.Errorf("%s=%q: express %v, %v; want %v", EnvExpress, v, c.Express, err, want)
+		}
+	}
+	if _, err := FromEnv(env(map[string]string{EnvExpress: "fast"})); err == nil || !strings.Contains(err.Error(), EnvExpress) {
+		t.Errorf("%s=fast: %v, want an error naming it", EnvExpress, err)
+	}
+	on, _ := FromEnv(env(nil))
+	off, _ := FromEnv(env(map[string]string{EnvExpress: "off"}))
+	if b := on.Banner(7); !strings.Contains(b, "failover on (express lane on)") {
+		t.Errorf("banner %q", b)
+	}
+	if b := off.Banner(7); !strings.Contains(b, "failover on (express lane off)") {
+		t.Errorf("banner %q", b)
+	}
+	// Without the shadow rings there is no failover, hence no lane.
+	if b := (Config{Express: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "failover off (express lane off)") {
+		t.Errorf("banner %q", b)
+	}
+}

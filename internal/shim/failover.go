@@ -53,6 +53,8 @@ type l2qp struct {
 	armed       bool
 	intercepted bool // an error completion was taken by a pump; to divert
 	diverted    bool
+	express     bool // on the express lane (express.go)
+	noExpress   bool // the lane refused it once: stays on the Go data path
 	gone        bool
 	conn        *crossnic.Conn // nil once diverted: no replay, plain verbs
 
@@ -125,6 +127,16 @@ func (r *Runtime) armConnected() {
 	}
 	r.l2mu.Unlock()
 	for _, q := range ready {
+		if r.onLane(q) {
+			if !q.noExpress {
+				q.noExpress = true
+				r.log.Warn("libibpath: layer 2 does not arm a QP whose CQ is on the express lane; its errors surface", "qpn", q.key.qpn)
+				r.setStatus(q, func(s *status.QP) {
+					s.Reason = "layer 2: its CQ carries failed-over QPs on the express lane"
+				})
+			}
+			continue
+		}
 		q.armed = true
 		r.fo.hp.Arm(q.app, true)
 		r.setStatus(q, func(s *status.QP) {
@@ -396,6 +408,7 @@ func (r *Runtime) unlockFO() {
 func (r *Runtime) forget(q *l2qp) {
 	q.gone = true
 	delete(r.fo.qps, q.key)
+	r.leaveExpress(q)
 	if q.conn != nil {
 		if err := q.conn.Close(); err != nil {
 			r.log.Warn("libibpath: layer 2 release", "qpn", q.key.qpn, "err", err)
@@ -476,6 +489,11 @@ func (r *Runtime) mapNewMR(ctx uintptr, defLKey, bakLKey uint32) {
 	for k, q := range r.fo.qps {
 		if k.ctx == ctx && q.conn != nil {
 			q.conn.MapLKey(defLKey, bakLKey)
+			if x := r.express(); x != nil && q.express {
+				if err := x.ExpressKey(q.app, false, defLKey, bakLKey); err != nil {
+					r.log.Warn("libibpath: layer 2 express lane key", "qpn", q.key.qpn, "err", err)
+				}
+			}
 		}
 	}
 }

@@ -19,6 +19,7 @@ type cqRoute struct {
 	cq       verbs.CQ
 	ctx      uintptr
 	diverted bool       // the hot path routes the application's polls here
+	express  bool       // on the express lane: polled in C (express.go)
 	qps      []*l2qp    // the diverted QPs completing into it
 	queue    []verbs.WC // completions owed to the application, in order
 	buf      []verbs.WC
@@ -96,8 +97,11 @@ func (r *Runtime) toApp(q *l2qp, w legWC) {
 
 // runConn gives q's Conn what its CQs hold and queues what the
 // application is owed. A diverted QP without a Conn runs as plain verbs.
+// A QP on the express lane is left alone: the lane polls its CQs and its
+// backup's (an event of its backup CQ read before it went on the lane
+// may still bring the notifier here).
 func (r *Runtime) runConn(q *l2qp) error {
-	if q.gone || !q.diverted {
+	if q.gone || !q.diverted || q.express {
 		return nil
 	}
 	if q.conn == nil {
@@ -160,6 +164,9 @@ func (r *Runtime) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 		}
 		rt = r.routeFor(cq, ctx) // given back meanwhile: polled here once more
 	}
+	if rt.express {
+		return 0, ErrExpress
+	}
 	var perr error
 	if len(rt.queue) < len(wc) {
 		for i := 0; i < pollBatches; i++ {
@@ -183,6 +190,9 @@ func (r *Runtime) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 	n := copy(wc, rt.queue)
 	rt.queue = rt.queue[:copy(rt.queue, rt.queue[n:])]
 	r.fo.polls++
+	if len(rt.queue) == 0 {
+		r.tryExpress(rt)
+	}
 	if (n > 0 || r.fo.polls&0xffff == 0) && r.log.Enabled(context.Background(), slog.LevelDebug) {
 		r.log.Debug("libibpath: layer 2 poll_cq", "returned", n, "queued", len(rt.queue), "qps", len(rt.qps), "polls", r.fo.polls, "err", perr)
 	}
@@ -202,6 +212,10 @@ func (r *Runtime) PostSend(ctx uintptr, qpn uint32, wrs []verbs.SendWR) (int, er
 	q := r.fo.qps[qpKey{ctx, qpn}]
 	if q == nil || !q.diverted {
 		return 0, verbs.Errorf("ibv_post_send", verbs.EINVAL, "QP %#x is not diverted to layer 2", qpn)
+	}
+	if q.express {
+		lkeys, rkeys := laneKeysOf(wrs)
+		return 0, r.expressKeys(q, lkeys, rkeys)
 	}
 	var n int
 	var err error
@@ -226,6 +240,15 @@ func (r *Runtime) PostRecv(ctx uintptr, qpn uint32, wrs []verbs.RecvWR) (int, er
 	q := r.fo.qps[qpKey{ctx, qpn}]
 	if q == nil || !q.diverted {
 		return 0, verbs.Errorf("ibv_post_recv", verbs.EINVAL, "QP %#x is not diverted to layer 2", qpn)
+	}
+	if q.express {
+		var lkeys []uint32
+		for _, w := range wrs {
+			for _, s := range w.SGList {
+				lkeys = append(lkeys, s.LKey)
+			}
+		}
+		return 0, r.expressKeys(q, lkeys, nil)
 	}
 	var n int
 	var err error

@@ -63,9 +63,11 @@ func (p refusingProvider) Open(name string) (verbs.Context, error) {
 }
 
 type l2opts struct {
-	noWatch   bool // no port event of the default device reaches the runtime
-	noPublish bool // no ibpathd session: backups never connect
-	noHotpath bool // layer 2 failover off (plain verbs)
+	noWatch   bool              // no port event of the default device reaches the runtime
+	noPublish bool              // no ibpathd session: backups never connect
+	noHotpath bool              // layer 2 failover off (plain verbs)
+	express   bool              // the hot path has the express lane (withExpress)
+	env       map[string]string // the shim's environment (IBPATH_*), read by FromEnv
 }
 
 type l2host struct {
@@ -123,7 +125,10 @@ func railFabric(t *testing.T, seed uint64) *sim.Fabric {
 
 func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o l2opts) *l2host {
 	t.Helper()
-	cfg, _ := FromEnv(env(nil))
+	cfg, err := FromEnv(env(o.env))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lb := &syncBuf{}
 	rt := NewRuntime(cfg, slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(rt.Close)
@@ -139,11 +144,14 @@ func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o
 	x := &l2host{name: name, side: side, rt: rt, log: lb, id: 1, buf: make([]byte, l2QPs*3*l2Slots*l2Slot+8),
 		port: h.HCA("mlx5_0").Port(1)}
 	x.hp = newFakeHotpath(rt, x.id, x.read)
-	if !o.noHotpath {
+	switch {
+	case o.noHotpath:
+	case o.express:
+		rt.SetHotpath(withExpress(x.hp))
+	default:
 		rt.SetHotpath(x.hp)
 	}
 	rt.SetMemReader(x.read)
-	var err error
 	if x.ctx, err = h.Open("mlx5_0"); err != nil {
 		t.Fatal(err)
 	}

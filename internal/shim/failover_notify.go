@@ -92,6 +92,9 @@ func (r *Runtime) backupEvents(s *shadowSet) (n int, ok bool) {
 		// it is polled, so nothing that completes later goes unnoticed.
 		s.ch.AckCQEvents(cq, 1)
 		qp, known := s.sh.DefaultOf(cq)
+		if known && s.express[qp.QPN()] {
+			known = false // the lane polls it; its events are of no use
+		}
 		if known {
 			if err := cq.ReqNotify(false); err != nil {
 				r.log.Warn("libibpath: arm a backup CQ", "backup", s.backup, "err", err)

@@ -24,7 +24,9 @@ import (
 //     waits for) and the poll returns what came before it, unless the QP
 //     is still not diverted when Intercept returns: then the batch goes to
 //     the application whole;
-//   - posts to a diverted QP and polls of a diverted CQ go to the Runtime;
+//   - posts to a diverted QP and polls of a diverted CQ go to the Runtime,
+//     or to the express lane (fakeexpress_test.go) when a test gave the
+//     fake one (withExpress) and the QP or CQ is on it;
 //   - Divert waits for the posts and polls inside the hot path (mu).
 type fakeHotpath struct {
 	mu  sync.Mutex // held for each post or poll inside the hot path
@@ -41,6 +43,7 @@ type fakeHotpath struct {
 	retired   map[uint32]int // Retire calls per QP
 	goPolls   int            // polls sent to Runtime.PollCQ
 	intercept int            // Intercept calls
+	x         *fakeExpress   // the express lane; nil unless withExpress
 }
 
 const fakeMaxSGE = 4 // SGEs a ring entry keeps (LIP_MAX_SGE)
@@ -87,7 +90,7 @@ func (h *fakeHotpath) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
 	h.mu.Lock()
 	if q.diverted {
 		h.mu.Unlock()
-		return h.rt.PostSend(h.ctx, q.app.QPN, wrs)
+		return h.divertedPostSend(q, wrs)
 	}
 	defer h.mu.Unlock()
 	start := len(q.sends)
@@ -115,7 +118,7 @@ func (h *fakeHotpath) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
 	h.mu.Lock()
 	if q.diverted {
 		h.mu.Unlock()
-		return h.rt.PostRecv(h.ctx, q.app.QPN, wrs)
+		return h.divertedPostRecv(q, wrs)
 	}
 	defer h.mu.Unlock()
 	start := len(q.recvs)
@@ -133,9 +136,8 @@ func (h *fakeHotpath) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
 func (h *fakeHotpath) pollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 	h.mu.Lock()
 	if h.dcq[cq] {
-		h.goPolls++
 		h.mu.Unlock()
-		return h.rt.PollCQ(cq, wc)
+		return h.divertedPollCQ(cq, wc)
 	}
 	n, err := cq.Poll(wc)
 	for i := 0; i < n; i++ {

@@ -73,3 +73,47 @@ type Hotpath interface {
 	// many diverted QPs completed into it.
 	Release(cq verbs.CQ)
 }
+
+// ExpressLane is what the hot path's express lane needs to carry a
+// diverted QP whose failover settled on the backup.
+type ExpressLane struct {
+	BackupQP     verbs.QP
+	BackupCQ     verbs.CQ
+	BackupRecvCQ verbs.CQ // nil: BackupCQ serves both queues
+	PeerQPN      uint32   // src_qp of the receive completions
+	LKeys        map[uint32]uint32
+}
+
+// ExpressStats counts what the express lane did for one QP.
+type ExpressStats struct {
+	Sends, Recvs uint64 // WRs posted on the backup
+	Completions  uint64 // successful backup completions handed to the application
+	Hidden       uint64 // default-QP flushes kept from the application
+	Misses       uint64 // posts that missed a key and came to the runtime
+	Surfaced     bool
+}
+
+// Express is the hot path's express lane (express.c in cmd/libibpath):
+// the C data path of diverted QPs whose failover settled. Its methods
+// are called with the runtime's failover lock held, as Hotpath's.
+type Express interface {
+	// ExpressOn puts a diverted QP on the lane: its posts go straight
+	// to lane.BackupQP with keys translated. Keys it misses come to the
+	// runtime's PostSend/PostRecv, which answer ErrExpress once they
+	// added them (ExpressKey) or surfaced the QP.
+	ExpressOn(q AppQP, lane ExpressLane) error
+	// ExpressKey adds a translation (remote: the peer's rkey).
+	ExpressKey(q AppQP, remote bool, from, to uint32) error
+	// ExpressCQ sets the lane QPs whose backup CQs the polls of cq
+	// drain; none takes cq off the lane (its polls come to the runtime
+	// again).
+	ExpressCQ(cq verbs.CQ, qps []AppQP) error
+	// ExpressSurface: the runtime surfaced the QP's error; its posts go
+	// to the default QP from now on.
+	ExpressSurface(q AppQP)
+	// ExpressOff takes the QP off the lane before its backup is
+	// destroyed; it returns once no post or poll uses the lane.
+	ExpressOff(q AppQP)
+	// ExpressStats reads the lane's counters of the QP.
+	ExpressStats(q AppQP) ExpressStats
+}

@@ -40,9 +40,12 @@ type shadowSet struct {
 	sh     *crossnic.Shadow
 	dir    *sessionDir
 	qps    map[uint32]verbs.QP // by QPN, the QPs created through the shadow
-	ch     verbs.CompChannel   // of the backup CQs; nil: none
-	wait   *fdWait             // on ch's fd; nil: ch is polled
-	closed bool                // the runtime closed: ch is not read any more
+	// express: QPNs on the express lane, whose backup CQs the lane polls
+	// (the completion channel is not re-armed for them)
+	express map[uint32]bool
+	ch      verbs.CompChannel // of the backup CQs; nil: none
+	wait    *fdWait           // on ch's fd; nil: ch is polled
+	closed  bool              // the runtime closed: ch is not read any more
 }
 
 // SetProvider gives the runtime the devices of the node (verbs/ibv in the
@@ -106,7 +109,7 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 		r.log.Warn("libibpath: layer 2 shadow", "device", dev, "backup", name, "err", err)
 		return
 	}
-	set := &shadowSet{ctx: ctx, dev: dev, backup: name, def: def, bak: bak, sh: sh, dir: dir, qps: map[uint32]verbs.QP{}}
+	set := &shadowSet{ctx: ctx, dev: dev, backup: name, def: def, bak: bak, sh: sh, dir: dir, qps: map[uint32]verbs.QP{}, express: map[uint32]bool{}}
 	r.l2mu.Lock()
 	r.startNotify(set) // before any backup CQ exists
 	r.shadows[ctx] = set
@@ -325,6 +328,13 @@ type sessionDir struct {
 	mu  sync.Mutex
 	qps []ownerproto.PublishQP // everything published, for a session that attaches later
 	mrs []ownerproto.PublishMR
+	// pushed are the routes every MR published so far was pushed to. An
+	// MR is usually registered before any QP is connected, when no peer
+	// is known: it goes to a peer's node when the first QP to that peer
+	// is published (pushMRs), else the peer could fail over before
+	// replication brings it the rkey mapping (an RDMA WRITE's replay
+	// needs it).
+	pushed map[ownerproto.Route]bool
 }
 
 // republish sends everything published so far to a session that has just
@@ -397,7 +407,42 @@ func (d *sessionDir) PublishQP(def crossnic.Endpoint, b crossnic.Backup) error {
 	defer cancel()
 	err := p.PublishQP(ctx, pub)
 	d.r.log.Debug("libibpath: published a backup QP", "qpn", def.QPN, "backup", b.QPN, "push_to", pub.Remote, "err", err)
+	if err == nil {
+		d.pushMRs(p, pub.Remote)
+	}
 	return err
+}
+
+// pushMRs publishes every MR published so far to route r's node, once
+// per route.
+func (d *sessionDir) pushMRs(p Publisher, r ownerproto.Route) {
+	if (r == ownerproto.Route{}) {
+		return
+	}
+	d.mu.Lock()
+	if d.pushed == nil {
+		d.pushed = map[ownerproto.Route]bool{}
+	}
+	if d.pushed[r] {
+		d.mu.Unlock()
+		return
+	}
+	d.pushed[r] = true
+	mrs := append([]ownerproto.PublishMR(nil), d.mrs...)
+	d.mu.Unlock()
+	for _, m := range mrs {
+		m.Remotes = []ownerproto.Route{r}
+		ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
+		err := p.PublishMR(ctx, m)
+		cancel()
+		if err != nil {
+			d.r.log.Warn("libibpath: push backup MRs to the peer's node", "route", r, "err", err)
+			d.mu.Lock()
+			delete(d.pushed, r) // the next publication to r tries again
+			d.mu.Unlock()
+			return
+		}
+	}
 }
 
 func (d *sessionDir) LookupQP(def crossnic.Endpoint) (crossnic.Backup, bool) {

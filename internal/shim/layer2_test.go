@@ -20,8 +20,9 @@ type cluster struct {
 	mu     sync.Mutex
 	qps    map[store.QPKey]store.QPBackup
 	mrs    map[store.MRKey]store.MRBackup
-	push   []ownerproto.Route // the push target of every QP publication
-	events []status.Event     // every event the processes sent
+	push   []ownerproto.Route                 // the push target of every QP publication
+	mrPush map[store.MRKey][]ownerproto.Route // the push targets of each MR's publications
+	events []status.Event                     // every event the processes sent
 }
 
 type node struct {
@@ -48,6 +49,10 @@ func (n *node) PublishMR(_ context.Context, p ownerproto.PublishMR) error {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
 	n.c.mrs[p.Key] = p.Backup
+	if n.c.mrPush == nil {
+		n.c.mrPush = map[store.MRKey][]ownerproto.Route{}
+	}
+	n.c.mrPush[p.Key] = append(n.c.mrPush[p.Key], p.Remotes...)
 	return nil
 }
 func (n *node) LookupQP(_ context.Context, k store.QPKey) (store.QPBackup, error) {
@@ -180,6 +185,21 @@ func TestLayer2ShadowThroughTheDaemon(t *testing.T) {
 	pb, _ := b.ctx.QueryPort(1)
 	if c.push[0] != (ownerproto.Route{LID: pb.LID}) {
 		t.Fatalf("a's mapping was pushed towards %+v, want b's port (LID %d)", c.push[0], pb.LID)
+	}
+	// The MRs were registered before any QP was connected (no peer known
+	// then); publishing a QP pushes them to its peer's node, once.
+	pa, _ := a.ctx.QueryPort(1)
+	for k, routes := range c.mrPush {
+		want := ownerproto.Route{LID: pb.LID} // a's MR goes to b's node
+		if k.LID == pb.LID {
+			want = ownerproto.Route{LID: pa.LID}
+		}
+		if len(routes) != 1 || routes[0] != want {
+			t.Fatalf("MR %+v pushed to %v, want once to %+v", k, routes, want)
+		}
+	}
+	if len(c.mrPush) != 2 {
+		t.Fatalf("MR pushes %v, want both hosts' MRs", c.mrPush)
 	}
 }
 

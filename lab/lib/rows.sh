@@ -155,10 +155,13 @@ row_run() {
 		log "row $name: SKIP ($st)"
 		return 0
 	fi
-	[ "$shim" = on ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info}"
+	[ "$shim" = on ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info} ${LAB_SHIM_ENV:-}"
 	prog_cmds "$prog" "$port" "$cut"
-	# a cut row that hangs (no completion after a local ip-down) must not eat the CI budget
-	[ "$cut" = none ] || [ "$LIMIT" -le "${LAB_CUT_LIMIT:-60}" ] || LIMIT=${LAB_CUT_LIMIT:-60}
+	# a cut row that hangs (no completion after a local ip-down) must not eat the
+	# CI budget: at most 60 s, or exactly LAB_CUT_LIMIT seconds when it is set
+	if [ "$cut" != none ]; then
+		if [ -n "${LAB_CUT_LIMIT:-}" ]; then LIMIT=$LAB_CUT_LIMIT; elif [ "$LIMIT" -gt 60 ]; then LIMIT=60; fi
+	fi
 	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
 	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
 	log "row $name: start"

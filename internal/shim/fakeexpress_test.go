@@ -1,0 +1,516 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// The Go stand-in of the express lane (express.c in cmd/libibpath) for
+// fakeHotpath, with the same semantics as seen from the Runtime:
+//
+//   - a post to a QP on the lane goes to its backup QP with the lkeys of
+//     non-inline SGEs and the rkeys of RDMA (not zero-length WRITEs) and
+//     atomic WRs translated; at the first key it misses, the WRs before it
+//     are posted and the rest goes to the Runtime, whose ErrExpress makes
+//     the post dispatch again (at most fakeTries times, as DIVERTED_POST);
+//     once the QP surfaced, posts go to its default QP;
+//   - a poll of a CQ on the lane drains, alternating which goes first, the
+//     backup CQs of its lane QPs (qp_num rewritten, src_qp of receives set
+//     to the peer's QPN, control WRs dropped, an error completion or the
+//     peer's refusal surfacing the QP: reported to
+//     Runtime.ExpressSurfaced once, after the poll left the hot path) and
+//     the CQ itself (flush errors of lane QPs hidden until they surfaced,
+//     completions of undiverted QPs retired in their rings);
+//   - a poll of a diverted CQ off the lane goes to the Runtime, and its
+//     ErrExpress makes the poll dispatch again.
+//
+// A test opts in by handing withExpress(h) to Runtime.SetHotpath; without
+// it h.x is nil and diverted QPs and CQs always go to the Runtime.
+
+const (
+	fakeCtrlSend = ^uint64(0) - 1 // LIP_CTRL_SEND_WRID
+	fakeCtrlRecv = ^uint64(0) - 2 // LIP_CTRL_RECV_WRID
+	fakeTries    = 8              // dispatches of one diverted post or poll
+	fakeXCQQPs   = 16             // LIP_XCQ_QPS
+)
+
+// errFakeAgain is the lane's LIP_AGAIN: a key missed.
+var errFakeAgain = errors.New("fake express lane: a key missed")
+
+// fakeLane is one QP on the lane (struct lip_xl).
+type fakeLane struct {
+	app    AppQP
+	lane   ExpressLane
+	on     bool // lip_qp.express
+	lk, rk map[uint32]uint32
+	st     ExpressStats
+}
+
+// fakeExpress is the lane's state and what the tests read of it.
+type fakeExpress struct {
+	lanes map[uint32]*fakeLane  // by application QPN
+	cqs   map[verbs.CQ][]uint32 // the lane QPs each CQ's polls drain (emptied, never removed)
+	turn  int
+	onErr error // injected: ExpressOn fails with it
+
+	ons                                       []ExpressLane // every ExpressOn that succeeded, in order
+	onQPs                                     []uint32
+	tries, keys, cqSets, offs, surfaces, reps int // calls (tries: of ExpressOn), reports
+}
+
+// expressHotpath is fakeHotpath with the express lane.
+type expressHotpath struct{ *fakeHotpath }
+
+var _ Express = expressHotpath{}
+
+// withExpress gives h an express lane; hand the result to SetHotpath.
+func withExpress(h *fakeHotpath) expressHotpath {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.x = &fakeExpress{lanes: map[uint32]*fakeLane{}, cqs: map[verbs.CQ][]uint32{}}
+	return expressHotpath{h}
+}
+
+// laneOf is the lane of a QP that is on it, else nil. h.mu held.
+func (h *fakeHotpath) laneOf(qpn uint32) *fakeLane {
+	if h.x == nil {
+		return nil
+	}
+	if l := h.x.lanes[qpn]; l != nil && l.on {
+		return l
+	}
+	return nil
+}
+
+// divertedPost dispatches a post of n WRs to a diverted QP: to the lane
+// while the QP is on it, else to the Runtime, again after LIP_AGAIN or
+// ErrExpress, from the first WR not posted yet.
+func (h *fakeHotpath) divertedPost(q *fakeQP, n int, lane func(*fakeLane, int) (int, error), hook func(int) (int, error)) (int, error) {
+	done := 0
+	for try := 0; try < fakeTries; try++ {
+		h.mu.Lock()
+		if l := h.laneOf(q.app.QPN); l != nil {
+			k, err := lane(l, done)
+			h.mu.Unlock()
+			done += k
+			if !errors.Is(err, errFakeAgain) {
+				return done, err
+			}
+		} else {
+			h.mu.Unlock()
+		}
+		k, err := hook(done)
+		if !errors.Is(err, ErrExpress) {
+			return done + k, err
+		}
+	}
+	return done, verbs.Errorf("ibv_post", verbs.EIO, "layer 2 neither resolved the keys nor surfaced (%d of %d posted)", done, n)
+}
+
+func (h *fakeHotpath) divertedPostSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
+	return h.divertedPost(q, len(wrs),
+		func(l *fakeLane, from int) (int, error) { return l.postSend(q, wrs[from:]) },
+		func(from int) (int, error) { return h.rt.PostSend(h.ctx, q.app.QPN, wrs[from:]) })
+}
+
+func (h *fakeHotpath) divertedPostRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+	return h.divertedPost(q, len(wrs),
+		func(l *fakeLane, from int) (int, error) { return l.postRecv(q, wrs[from:]) },
+		func(from int) (int, error) { return h.rt.PostRecv(h.ctx, q.app.QPN, wrs[from:]) })
+}
+
+// translate is wr with its keys moved to the backup; false when a key
+// is not in the tables.
+func (l *fakeLane) translate(wr verbs.SendWR) (verbs.SendWR, bool) {
+	d := wr
+	d.SGList = append([]verbs.SGE(nil), wr.SGList...)
+	var n uint64
+	for i := range d.SGList {
+		n += uint64(d.SGList[i].Length)
+		if wr.SendFlags&verbs.SendInline != 0 {
+			continue
+		}
+		k, ok := l.lk[d.SGList[i].LKey]
+		if !ok {
+			return d, false
+		}
+		d.SGList[i].LKey = k
+	}
+	switch wr.Opcode {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		if n == 0 {
+			break // a zero-length WRITE checks no rkey
+		}
+		fallthrough
+	case verbs.WRRDMARead, verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAdd:
+		k, ok := l.rk[wr.RKey]
+		if !ok {
+			return d, false
+		}
+		d.RKey = k
+	}
+	return d, true
+}
+
+// postSend is xl_post_send. h.mu held.
+func (l *fakeLane) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
+	if l.st.Surfaced {
+		return q.qp.PostSend(wrs)
+	}
+	var out []verbs.SendWR
+	for _, w := range wrs {
+		d, ok := l.translate(w)
+		if !ok {
+			break
+		}
+		out = append(out, d)
+	}
+	return l.posted(len(out) < len(wrs), &l.st.Sends, func() (int, error) {
+		if len(out) == 0 {
+			return 0, nil
+		}
+		return l.lane.BackupQP.PostSend(out)
+	})
+}
+
+// postRecv is xl_post_recv. h.mu held.
+func (l *fakeLane) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+	if l.st.Surfaced {
+		return q.qp.PostRecv(wrs)
+	}
+	var out []verbs.RecvWR
+	for _, w := range wrs {
+		d := verbs.RecvWR{WRID: w.WRID, SGList: append([]verbs.SGE(nil), w.SGList...)}
+		ok := true
+		for i := range d.SGList {
+			if d.SGList[i].LKey, ok = l.lk[d.SGList[i].LKey]; !ok {
+				break
+			}
+		}
+		if !ok {
+			break
+		}
+		out = append(out, d)
+	}
+	return l.posted(len(out) < len(wrs), &l.st.Recvs, func() (int, error) {
+		if len(out) == 0 {
+			return 0, nil
+		}
+		return l.lane.BackupQP.PostRecv(out)
+	})
+}
+
+// posted posts the translated WRs, counting them, and says LIP_AGAIN
+// after them when a key missed.
+func (l *fakeLane) posted(miss bool, count *uint64, post func() (int, error)) (int, error) {
+	n, err := post()
+	if err != nil {
+		return n, err
+	}
+	*count += uint64(n)
+	if miss {
+		l.st.Misses++
+		return n, errFakeAgain
+	}
+	return n, nil
+}
+
+// fakeSurf is a QP that surfaced during a poll, reported after it.
+type fakeSurf struct {
+	qpn uint32
+	wc  verbs.WC
+}
+
+// divertedPollCQ is lip_diverted_poll_cq.
+func (h *fakeHotpath) divertedPollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
+	for try := 0; try < fakeTries; try++ {
+		h.mu.Lock()
+		if h.x != nil && len(h.x.cqs[cq]) > 0 {
+			var surf []fakeSurf
+			n, err := h.lanePoll(cq, wc, &surf)
+			h.mu.Unlock()
+			for _, s := range surf {
+				h.rt.ExpressSurfaced(h.ctx, s.qpn, s.wc)
+			}
+			return n, err
+		}
+		h.goPolls++
+		h.mu.Unlock()
+		n, err := h.rt.PollCQ(cq, wc)
+		if !errors.Is(err, ErrExpress) {
+			return n, err
+		}
+	}
+	return 0, errors.New("fake hot path: layer 2 kept answering again without putting the CQ on the lane")
+}
+
+// lanePoll is xl_poll. h.mu held.
+func (h *fakeHotpath) lanePoll(cq verbs.CQ, wc []verbs.WC, surf *[]fakeSurf) (int, error) {
+	h.x.turn++
+	defFirst := h.x.turn&1 == 1
+	got := 0
+	if defFirst {
+		k, err := h.laneDefault(cq, wc)
+		if err != nil {
+			return 0, err
+		}
+		got = k
+	}
+	if got < len(wc) {
+		k, err := h.laneBackups(cq, wc[got:], surf)
+		if err != nil && got == 0 {
+			return 0, err
+		}
+		got += k
+	}
+	if !defFirst && got < len(wc) {
+		k, err := h.laneDefault(cq, wc[got:])
+		if err != nil && got == 0 {
+			return 0, err
+		}
+		got += k
+	}
+	return got, nil
+}
+
+// laneDefault polls the application's CQ itself (default_wcs).
+func (h *fakeHotpath) laneDefault(cq verbs.CQ, wc []verbs.WC) (int, error) {
+	k, err := cq.Poll(wc)
+	if err != nil {
+		return 0, err
+	}
+	kept := 0
+	for _, w := range wc[:k] {
+		if l := h.laneOf(w.QPNum); l != nil {
+			if w.Status != verbs.WCSuccess && !l.st.Surfaced {
+				l.st.Hidden++
+				continue
+			}
+		} else if q := h.qps[w.QPNum]; q != nil && !q.diverted && w.Status == verbs.WCSuccess {
+			h.retireLocked(q, w)
+		}
+		wc[kept] = w
+		kept++
+	}
+	return kept, nil
+}
+
+// laneBackups drains the backup CQs of cq's lane QPs (poll_backups).
+func (h *fakeHotpath) laneBackups(cq verbs.CQ, wc []verbs.WC, surf *[]fakeSurf) (int, error) {
+	got := 0
+	for _, qpn := range h.x.cqs[cq] {
+		l := h.laneOf(qpn)
+		if l == nil {
+			continue
+		}
+		brcq := l.lane.BackupRecvCQ
+		if brcq == nil {
+			brcq = l.lane.BackupCQ
+		}
+		var bcqs []verbs.CQ
+		if l.app.SendCQ == cq {
+			bcqs = append(bcqs, l.lane.BackupCQ)
+		}
+		if l.app.RecvCQ == cq && (len(bcqs) == 0 || brcq != l.lane.BackupCQ) {
+			bcqs = append(bcqs, brcq)
+		}
+		for _, b := range bcqs {
+			if got == len(wc) {
+				return got, nil
+			}
+			k, err := b.Poll(wc[got:])
+			if err != nil {
+				return got, err
+			}
+			got += h.x.backupWCs(l, wc[got:got+k], surf)
+		}
+	}
+	return got, nil
+}
+
+// backupWCs turns completions of l's backup QP into what the
+// application sees, in place (backup_wcs); it returns how many it keeps.
+func (x *fakeExpress) backupWCs(l *fakeLane, wc []verbs.WC, surf *[]fakeSurf) int {
+	kept := 0
+	for _, w := range wc {
+		ctrl := w.WRID == fakeCtrlSend || w.WRID == fakeCtrlRecv
+		switch {
+		case w.Status != verbs.WCSuccess:
+			x.surface(l, w, surf)
+			if ctrl {
+				continue
+			}
+		case ctrl:
+			if w.WRID == fakeCtrlRecv && w.Opcode&verbs.WCRecv != 0 && w.ImmData>>30 == 0 {
+				x.surface(l, w, surf) // the peer's refusal
+			}
+			continue
+		default:
+			l.st.Completions++
+			if w.Opcode&verbs.WCRecv != 0 {
+				w.SrcQP = l.lane.PeerQPN
+			}
+		}
+		w.QPNum = l.app.QPN
+		wc[kept] = w
+		kept++
+	}
+	return kept
+}
+
+func (x *fakeExpress) surface(l *fakeLane, w verbs.WC, surf *[]fakeSurf) {
+	if l.st.Surfaced {
+		return // already surfaced: layer 2 knows
+	}
+	l.st.Surfaced = true
+	x.reps++
+	*surf = append(*surf, fakeSurf{qpn: l.app.QPN, wc: w})
+}
+
+func (e expressHotpath) ExpressOn(q AppQP, lane ExpressLane) error {
+	h := e.fakeHotpath
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.x.tries++
+	if h.x.onErr != nil {
+		return h.x.onErr
+	}
+	if fq := h.qps[q.QPN]; fq == nil || !fq.diverted {
+		return fmt.Errorf("express lane for QP %#x: the hot path has not diverted it", q.QPN)
+	}
+	l := &fakeLane{app: q, lane: lane, on: true, lk: map[uint32]uint32{}, rk: map[uint32]uint32{}}
+	for k, v := range lane.LKeys {
+		l.lk[k] = v
+	}
+	h.x.lanes[q.QPN] = l
+	h.x.ons = append(h.x.ons, lane)
+	h.x.onQPs = append(h.x.onQPs, q.QPN)
+	return nil
+}
+
+func (e expressHotpath) ExpressKey(q AppQP, remote bool, from, to uint32) error {
+	h := e.fakeHotpath
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.x.lanes[q.QPN]
+	if l == nil {
+		return fmt.Errorf("express key for QP %#x: not on the lane", q.QPN)
+	}
+	if remote {
+		l.rk[from] = to
+	} else {
+		l.lk[from] = to
+	}
+	h.x.keys++
+	return nil
+}
+
+func (e expressHotpath) ExpressCQ(cq verbs.CQ, qps []AppQP) error {
+	h := e.fakeHotpath
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(qps) > fakeXCQQPs {
+		return fmt.Errorf("express lane CQ: %d QPs", len(qps))
+	}
+	qpns := []uint32{}
+	for _, q := range qps {
+		if h.x.lanes[q.QPN] == nil {
+			return fmt.Errorf("express lane CQ: QP %#x is not on the lane", q.QPN)
+		}
+		qpns = append(qpns, q.QPN)
+	}
+	h.x.cqs[cq] = qpns
+	h.x.cqSets++
+	return nil
+}
+
+func (e expressHotpath) ExpressSurface(q AppQP) {
+	h := e.fakeHotpath
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.x.lanes[q.QPN]; l != nil {
+		l.st.Surfaced = true
+	}
+	h.x.surfaces++
+}
+
+func (e expressHotpath) ExpressOff(q AppQP) {
+	h := e.fakeHotpath
+	h.mu.Lock() // no post or poll is on the lane once it is held
+	defer h.mu.Unlock()
+	if l := h.x.lanes[q.QPN]; l != nil {
+		l.on = false
+	}
+	h.x.offs++
+}
+
+func (e expressHotpath) ExpressStats(q AppQP) ExpressStats {
+	h := e.fakeHotpath
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.x.lanes[q.QPN]; l != nil {
+		return l.st
+	}
+	return ExpressStats{}
+}
+
+// expressCounts is what the tests read of the lane.
+type expressCounts struct {
+	ons                                       []ExpressLane
+	onQPs                                     []uint32
+	tries, keys, cqSets, offs, surfaces, reps int
+}
+
+func (h *fakeHotpath) expressCounts() expressCounts {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	x := h.x
+	return expressCounts{ons: append([]ExpressLane(nil), x.ons...), onQPs: append([]uint32(nil), x.onQPs...),
+		tries: x.tries, keys: x.keys, cqSets: x.cqSets, offs: x.offs, surfaces: x.surfaces, reps: x.reps}
+}
+
+// laneCQ returns the lane QPs the polls of cq drain, and whether the lane
+// was ever told about cq.
+func (h *fakeHotpath) laneCQ(cq verbs.CQ) ([]uint32, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q, ok := h.x.cqs[cq]
+	return append([]uint32(nil), q...), ok
+}
+
+// laneKey is the lane's translation of a key of QP qpn.
+func (h *fakeHotpath) laneKey(qpn uint32, remote bool, from uint32) (uint32, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.x.lanes[qpn]
+	if l == nil {
+		return 0, false
+	}
+	m := l.lk
+	if remote {
+		m = l.rk
+	}
+	k, ok := m[from]
+	return k, ok
+}
+
+// dropLaneKey makes the lane miss a key of QP qpn.
+func (h *fakeHotpath) dropLaneKey(qpn uint32, remote bool, from uint32) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.x.lanes[qpn]; l != nil {
+		delete(map[bool]map[uint32]uint32{false: l.lk, true: l.rk}[remote], from)
+	}
+}
+
+// laneStats reads the lane's counters of QP qpn.
+func (h *fakeHotpath) laneStats(qpn uint32) ExpressStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.x.lanes[qpn]; l != nil {
+		return l.st
+	}
+	return ExpressStats{}
+}
