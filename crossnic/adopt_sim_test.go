@@ -180,6 +180,12 @@ func (x *adoptApp) pollConn(t *testing.T) []verbs.WC {
 // adoptPair: two connected applications, B's receives posted, with
 // traffic from A posted straight on the default QPs.
 func adoptPair(t *testing.T, seed uint64) (*sim.Fabric, *adoptApp, *adoptApp) {
+	f, a, b, _ := adoptPairDir(t, seed)
+	return f, a, b
+}
+
+// adoptPairDir is adoptPair with the directory the two publish into.
+func adoptPairDir(t *testing.T, seed uint64) (*sim.Fabric, *adoptApp, *adoptApp, *crossnic.MemDirectory) {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
 	dir := crossnic.NewMemDirectory()
@@ -192,7 +198,7 @@ func adoptPair(t *testing.T, seed uint64) (*sim.Fabric, *adoptApp, *adoptApp) {
 	for k := 0; k < 16; k++ {
 		b.recvDirect(t, k)
 	}
-	return f, a, b
+	return f, a, b, dir
 }
 
 // TestAdoptMidStream: A's application posts rounds straight on its

@@ -25,18 +25,8 @@ func (x *adoptApp) pollConnN(t *testing.T, n int) []verbs.WC {
 // Lane and BackupKey then describe the backup data path, and a Conn that
 // may switch back is never settled.
 func TestConnSettlesAndHandsOver(t *testing.T) {
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 24}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
-	must(t, err)
-	dir := crossnic.NewMemDirectory()
-	a, b := newAdoptApp(t, f.Host("node0"), dir), newAdoptApp(t, f.Host("node1"), dir)
-	connectApp(t, a.app, b.app, false)
-	connectApp(t, b.app, a.app, false)
-	if a.shadow.Scan() != 1 || !a.shadow.Ready(a.qp) || !b.shadow.Ready(b.qp) {
-		t.Fatal("backups not connected")
-	}
-	for k := 0; k < 16; k++ {
-		b.recvDirect(t, k)
-	}
+	f, a, b, dir := adoptPairDir(t, 24)
+	var err error
 	a.recvDirect(t, 0) // A's receive queue has something to move too
 	a.conn, err = a.shadow.Adopt(a.qp, a.cq, a.direct.resume())
 	must(t, err)

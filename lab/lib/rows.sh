@@ -94,7 +94,7 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
   --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 \\
   \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
-		MARKER="" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
+		MARKER="MPI_CHECK started" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
 	mpi-verbs)
 		# Open MPI's ofi MTL over libfabric's verbs provider (with ofi_rxm
 		# for reliable datagrams) on rxe0: MPI traffic through verbs
@@ -105,7 +105,7 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
   -x FI_PROVIDER='verbs;ofi_rxm' -x FI_VERBS_IFACE=eth0 -x FI_UNIVERSE_SIZE=4 -x FI_LOG_LEVEL=warn \\
   \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
-		MARKER="" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
+		MARKER="MPI_CHECK started" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
 	ibpathd)
 		# ibpathd on the real rxe devices of both guests, replicating over
 		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
@@ -235,8 +235,8 @@ row_recovery() {
 	meta port_active_s "$(elapsed "$t0")"
 	js=$(job_submit g2 "$1-recheck-server" 30 "$3
 ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -p $(($2 + 1))")
-	wait_for 10 test -e "$js.run" || true
-	sleep 1
+	# the server listens once it printed its address (seconds under the shim)
+	wait_for 20 grep -qs "local address" "$js.out" || true
 	if ! gexec g1 20 "$3
 ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -p $(($2 + 1)) 10.77.1.2" >>"$ROW_DIR/recovery.log" 2>&1; then
 		ok=no
