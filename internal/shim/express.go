@@ -54,6 +54,19 @@ func (r *Runtime) tryExpress(rt *cqRoute) {
 	if x == nil || rt.express || len(rt.qps) == 0 {
 		return
 	}
+	for _, q := range rt.qps {
+		if !r.laneReady(q) {
+			return // the usual case until the failover settles: cheap
+		}
+	}
+	// The scan of every QP below runs at most every 64th poll while it
+	// finds the CQ cannot go on the lane (a QP sharing it that did not
+	// fail over can keep it off for good).
+	if rt.laneWait > 0 {
+		rt.laneWait--
+		return
+	}
+	rt.laneWait = 63
 	cqs := map[verbs.CQ]*cqRoute{rt.cq: rt}
 	var qs []*l2qp
 	seen := map[*l2qp]bool{}

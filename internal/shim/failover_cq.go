@@ -20,6 +20,7 @@ type cqRoute struct {
 	ctx      uintptr
 	diverted bool       // the hot path routes the application's polls here
 	express  bool       // on the express lane: polled in C (express.go)
+	laneWait int        // polls before tryExpress scans again
 	qps      []*l2qp    // the diverted QPs completing into it
 	queue    []verbs.WC // completions owed to the application, in order
 	buf      []verbs.WC
