@@ -13,18 +13,19 @@ import (
 
 // Adapter descriptions for layer 1 (lookup_hca): the adapter that holds a
 // route, with its ports' current states. A local route is described from
-// a fresh discovery of this node's devices (sysfs on hardware, the device
-// contexts on the simulated fabric), so port states are those of the
-// moment; any other route is asked of the node whose replication
-// metadata holds it, which answers the same way, and the answer is
-// cached here for replica.DefaultDescribeTTL (1 s).
+// this node's devices with the port states of the moment (currentInventory:
+// on hardware the port poll's inventory once a light read found the ports
+// unchanged, a full discovery otherwise; the device contexts on the
+// simulated fabric); any other route is asked of the node whose
+// replication metadata holds it, which answers the same way, and the
+// answer is cached here for replica.DefaultDescribeTTL (1 s).
 
 // errNotLocal: no adapter of this node holds the route.
 var errNotLocal = errors.New("no adapter of this node holds the route")
 
 // describeLocal describes this node's adapter that holds r.
 func (d *Daemon) describeLocal(r ownerproto.Route) (pathsel.HCA, error) {
-	inv, err := d.discover()
+	inv, err := d.currentInventory()
 	for _, h := range inv {
 		for _, p := range h.Ports {
 			if holds(p, r) {
@@ -103,4 +104,28 @@ func fromReplicaHCA(h replica.HCA) pathsel.HCA {
 			GIDs: append([]verbs.GID(nil), p.GIDs...)})
 	}
 	return out
+}
+
+// currentInventory is this node's devices with their ports' states of the
+// moment. On hardware it is the port poll's last inventory when a light
+// read (pathsel.ReadPortStates: a few files per port) finds every port as
+// it was; only a change, or no inventory yet, costs a full discovery,
+// which reads every GID table (a thousand files per RoCE port). Shims ask
+// for descriptions at every probe of their QPs' peers, so this is on a
+// busy path. The GID tables may be up to the poll's full-read interval old.
+func (d *Daemon) currentInventory() ([]pathsel.HCAInfo, error) {
+	if d.sim != nil {
+		return d.discover()
+	}
+	d.invMu.Lock()
+	inv, invErr := d.inv, d.invErr
+	d.invMu.Unlock()
+	if inv == nil || invErr != nil {
+		return d.discover()
+	}
+	light, err := pathsel.ReadPortStates(pathsel.DiscoverOptions{SysfsRoot: d.cfg.Sysfs})
+	if err != nil || pathsel.PortStatesDiffer(inv, light) {
+		return d.discover()
+	}
+	return inv, nil
 }

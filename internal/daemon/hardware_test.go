@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs"
 )
 
 // fixture copies a sysfs fixture tree of pathsel (symlinks kept) so a
@@ -234,5 +237,63 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content+"\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDescribeLocalWithoutAFullRead: a shim's lookup_hca of a local route
+// is answered from the port poll's inventory while a light read finds the
+// ports unchanged (no GID table is read: here the GID tables are made
+// unreadable and the answer still comes), and from a full discovery, with
+// the port's state of the moment, once a port changed.
+func TestDescribeLocalWithoutAFullRead(t *testing.T) {
+	root := fixture(t, "mlx4-dual")
+	d, _ := testDaemon(t, func(cfg *Config) { cfg.Fabric = "hardware"; cfg.Sysfs = root; cfg.PortPoll = time.Hour })
+	d.invMu.Lock()
+	inv := d.inv
+	d.invMu.Unlock()
+	var num uint8
+	var lid uint16
+	for _, p := range inv[0].Ports {
+		if p.LID != 0 {
+			num, lid = p.Num, p.LID
+		}
+	}
+	if lid == 0 {
+		t.Fatalf("no port with a LID in %+v", inv)
+	}
+	route := ownerproto.Route{LID: lid}
+	ports := filepath.Join(root, "class", "infiniband", "mlx4_0", "ports")
+	var gids []string
+	for _, p := range inv[0].Ports {
+		g := filepath.Join(ports, itoa(p.Num), "gids")
+		if err := os.Rename(g, g+".away"); err != nil {
+			t.Fatal(err)
+		}
+		gids = append(gids, g)
+	}
+	if _, err := pathsel.Discover(pathsel.DiscoverOptions{SysfsRoot: root}); err == nil {
+		t.Fatal("a full discovery works without the GID tables: the test shows nothing")
+	}
+	h, err := d.describeLocal(route)
+	if err != nil {
+		t.Fatalf("describe without a change needed a full read: %v", err)
+	}
+	if p, ok := h.PortByLID(lid); !ok || p.State != verbs.PortActive {
+		t.Fatalf("described %+v", h)
+	}
+	// A port changed: the answer comes from a full read, with its state.
+	for _, g := range gids {
+		if err := os.Rename(g+".away", g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ports, itoa(num), "state"), []byte("1: DOWN\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = d.describeLocal(route); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := h.PortByLID(lid); !ok || p.State != verbs.PortDown {
+		t.Fatalf("after the port went down, described %+v", h)
 	}
 }
