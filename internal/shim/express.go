@@ -67,6 +67,7 @@ func (r *Runtime) tryExpress(rt *cqRoute) {
 		return
 	}
 	rt.laneWait = 63
+	r.fo.laneScans++
 	cqs := map[verbs.CQ]*cqRoute{rt.cq: rt}
 	var qs []*l2qp
 	seen := map[*l2qp]bool{}

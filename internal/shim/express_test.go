@@ -273,6 +273,17 @@ func TestExpressSharedCQWithArmedQP(t *testing.T) {
 	if x := a.hp.expressCounts(); len(x.ons) != 0 || x.cqSets != 0 {
 		t.Fatalf("A's shared CQ went on the lane: %+v", x)
 	}
+	// The scan that finds the shared CQ cannot go on the lane runs at most
+	// every 64th poll of it.
+	a.rt.fo.mu.Lock()
+	scans := a.rt.fo.laneScans
+	a.rt.fo.mu.Unlock()
+	a.hp.mu.Lock()
+	polls := a.hp.goPolls
+	a.hp.mu.Unlock()
+	if scans < 1 || scans > polls/64+1 {
+		t.Fatalf("%d scans of every QP in %d polls of A's shared CQ, want 1 to %d", scans, polls, polls/64+1)
+	}
 	if x := b.hp.expressCounts(); len(x.ons) != 1 || x.onQPs[0] != qb1.qp.QPN() {
 		t.Fatalf("B's lane: %+v", x)
 	}

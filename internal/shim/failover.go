@@ -26,15 +26,16 @@ import (
 // Conn, the routing of every diverted CQ). Lock order: failover.mu, then
 // Runtime.l2mu, then Runtime.mu.
 type failover struct {
-	mu    sync.Mutex
-	hp    Hotpath
-	read  crossnic.MemReader
-	qps   map[qpKey]*l2qp
-	cqs   map[verbs.CQ]*cqRoute // CQs polled here
-	cqCtx map[verbs.CQ]uintptr  // the context of every CQ of a shadowed QP
-	todo  []*l2qp               // QPs whose error completion a pump took, to divert
-	out   []verbs.WC            // scratch for Conn.Poll
-	polls uint64                // PollCQ calls (debug log sampling)
+	mu        sync.Mutex
+	hp        Hotpath
+	read      crossnic.MemReader
+	qps       map[qpKey]*l2qp
+	cqs       map[verbs.CQ]*cqRoute // CQs polled here
+	cqCtx     map[verbs.CQ]uintptr  // the context of every CQ of a shadowed QP
+	todo      []*l2qp               // QPs whose error completion a pump took, to divert
+	out       []verbs.WC            // scratch for Conn.Poll
+	polls     uint64                // PollCQ calls (debug log sampling)
+	laneScans int                   // tryExpress scans of every QP (tests)
 
 	// sent once mu is released (reporting may block on ibpathd's socket)
 	reports []status.QP
