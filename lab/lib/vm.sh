@@ -25,8 +25,14 @@ vm_start() {
 	rm -f "$LAB_RUN/$g.ready" "$LAB_RUN/$g.mon"
 	rm -rf "$LAB_RUN/q/$g" # jobs left by an interrupted run (a poweroff among them) must not reach the new guest
 	mkdir -p "$LAB_RUN/q/$g"
+	# LAB_PIN=1: each guest's QEMU on a host CPU of its own (g1 on CPU 0,
+	# g2 on CPU 1), for steadier with/without ratios
+	local pin=()
+	if [ "${LAB_PIN:-0}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+		pin=(taskset -c "$((${g#g} - 1))")
+	fi
 	# shellcheck disable=SC2046
-	setsid timeout -k 5 "$LAB_DEADLINE" qemu-system-x86_64 "${accel[@]}" -smp 1 -m "$LAB_MEM" \
+	setsid "${pin[@]}" timeout -k 5 "$LAB_DEADLINE" qemu-system-x86_64 "${accel[@]}" -smp 1 -m "$LAB_MEM" \
 		-nographic -no-reboot -nodefaults -serial stdio -machine pc,graphics=off \
 		-kernel "$LAB_BUILD/vmlinux" -initrd "$LAB_BUILD/initramfs.gz" \
 		-append "console=ttyS0 quiet panic=-1 ibpath.id=$g ibpath.work=$LAB_WORK ibpath.repo=$LAB_REPO" \
