@@ -343,9 +343,7 @@ func TestLayersArmInApplicationModify(t *testing.T) {
 	if attr.AltPortNum != 2 || attr.PathMigState == verbs.MigMigrated {
 		t.Fatalf("after the application's connect: alternate port %d, %v; want port 2 loaded in its own modifies", attr.AltPortNum, attr.PathMigState)
 	}
-	hosts := []*l2host{a.l2host, b.l2host}
-	qa.total, qb.total = lyForever, lyForever
-	lyRun(t, "both layers armed on both ends", hosts, bothArmed(qa, qb))
+	hosts := lyTrafficArmed(t, a, b, qa, qb)
 	s := qa.status()
 	if s.Layer != status.LayerAPM || s.APM != "armed" || s.Primary != "port 1" || s.Alternate != "port 2" || s.Home != "port 1" ||
 		s.Port != 1 || s.Reason != "" || s.Remote != fmt.Sprintf("lid %d qpn %#x", b.hca.Port(1).LID(), qb.qp.QPN()) {
@@ -470,13 +468,7 @@ func TestLayersRoCE(t *testing.T) {
 // port; layer 2 sees the same PORT_ERR on a QP it has armed and leaves it
 // to layer 1: nothing is diverted, and the application sees nothing.
 func TestLayersCableCutLayer1Migrates(t *testing.T) {
-	w := newLyWorld(t)
-	a, b := w.host("node0", 0, lyOpts{}), w.host("node1", 1, lyOpts{})
-	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
-	lyConnect(t, qa, qb)
-	hosts := []*l2host{a.l2host, b.l2host}
-	qa.total, qb.total = lyForever, lyForever
-	lyRun(t, "both layers armed on both ends", hosts, bothArmed(qa, qb))
+	w, a, qa, qb, hosts := lyArmedPair(t)
 
 	l1Must(t, w.f.SetLink(a.hca.Port(1), false))
 	lyRun(t, "node0's QP re-armed on port 2 with traffic going on", hosts,
@@ -533,13 +525,7 @@ func TestLayersBothPortsDown(t *testing.T) {
 }
 
 func bothPortsDown(t *testing.T, migrateFirst bool) {
-	w := newLyWorld(t)
-	a, b := w.host("node0", 0, lyOpts{}), w.host("node1", 1, lyOpts{})
-	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
-	lyConnect(t, qa, qb)
-	hosts := []*l2host{a.l2host, b.l2host}
-	qa.total, qb.total = lyForever, lyForever
-	lyRun(t, "both layers armed on both ends", hosts, bothArmed(qa, qb))
+	w, a, qa, qb, hosts := lyArmedPair(t)
 
 	if migrateFirst {
 		l1Must(t, w.f.SetLink(a.hca.Port(1), false))
@@ -600,9 +586,7 @@ func TestLayersRelayedCommands(t *testing.T) {
 	idle := a.addQP(t, qpOpts{}) // created, never connected: no traffic
 	a.qps = a.qps[:1]
 	lyConnect(t, qa, qb)
-	hosts := []*l2host{a.l2host, b.l2host}
-	qa.total, qb.total = lyForever, lyForever
-	lyRun(t, "both layers armed on both ends", hosts, bothArmed(qa, qb))
+	hosts := lyTrafficArmed(t, a, b, qa, qb)
 
 	cmd := ownerproto.Command{Op: ownerproto.OpMigrate, Device: lyDev, QPN: qa.qp.QPN(), DryRun: true}
 	if r := a.rt.Command(cmd); !r.OK || r.Error != "" || r.After != "would move to port 2" || !qa.l1Is("armed", "port 1") {
@@ -720,4 +704,25 @@ func lastReport(s *lySession, qpn uint32) status.QP {
 		}
 	}
 	return status.QP{}
+}
+
+// lyTrafficArmed starts endless traffic between qa (on a) and qb (on b)
+// and runs it until both layers armed both QPs.
+func lyTrafficArmed(t *testing.T, a, b *lyHost, qa, qb *appQP) []*l2host {
+	t.Helper()
+	hosts := []*l2host{a.l2host, b.l2host}
+	qa.total, qb.total = lyForever, lyForever
+	lyRun(t, "both layers armed on both ends", hosts, bothArmed(qa, qb))
+	return hosts
+}
+
+// lyArmedPair: node0's and node1's QPs connected through the runtimes,
+// traffic going on, both layers armed on both ends.
+func lyArmedPair(t *testing.T) (*lyWorld, *lyHost, *appQP, *appQP, []*l2host) {
+	t.Helper()
+	w := newLyWorld(t)
+	a, b := w.host("node0", 0, lyOpts{}), w.host("node1", 1, lyOpts{})
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	lyConnect(t, qa, qb)
+	return w, a, qa, qb, lyTrafficArmed(t, a, b, qa, qb)
 }
