@@ -33,6 +33,8 @@ func TestMain(m *testing.M) {
 		os.Exit(leavingOwner(os.Getenv("IBPATHD_TEST_SOCKET")))
 	case "user":
 		os.Exit(userClient(os.Getenv("IBPATHD_TEST_SOCKET"), os.Stdout))
+	case "steady-owner":
+		os.Exit(steadyOwner(os.Getenv("IBPATHD_TEST_SOCKET")))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", os.Getenv(roleEnv))
 		os.Exit(2)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -42,7 +43,12 @@ type Config struct {
 	PortPoll time.Duration
 	// MetricsListen, when set, also serves /metrics on this TCP address.
 	MetricsListen string
-	Repl          ReplConfig
+	// PprofListen, when set, serves the Go runtime's profiles
+	// (net/http/pprof, under /debug/pprof/) on this TCP address. Off by
+	// default: the profiles show the daemon's internals to whoever
+	// reaches the address.
+	PprofListen string
+	Repl        ReplConfig
 }
 
 // DefaultConfig holds the defaults.
@@ -113,6 +119,9 @@ type Daemon struct {
 	inv    []pathsel.HCAInfo // last discovery, for status and PortStateChanged
 	invErr error             // why the last discovery failed, if it did
 	poll   portPoll          // hardware port poll: light reads between full ones
+	// describeReads counts the reads of the devices made to describe a
+	// local route (currentInventory; tests).
+	describeReads atomic.Uint64
 
 	owners owners
 	repl   replicator
@@ -123,11 +132,16 @@ type Daemon struct {
 	ln      net.Listener
 	srv     *http.Server
 	metrics *http.Server
+	pprof   *http.Server
 	stop    chan struct{}
 	wg      sync.WaitGroup // port watcher and owner sessions
 	life    sync.Mutex     // orders wg.Add of a new session against Close
 	closing bool
 	once    sync.Once
+
+	// pprofAddr is the address the profiles are served on (PprofListen
+	// with the port chosen; tests).
+	pprofAddr string
 }
 
 // New builds a daemon: picks the fabric, opens the store and starts
@@ -177,19 +191,27 @@ func (d *Daemon) Serve(ctx context.Context, ready func() error) error {
 	}
 	d.ln = ln
 	d.srv = &http.Server{Handler: d.handler(), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3) // one per server: the socket, metrics, pprof
 	go func() { errc <- d.srv.Serve(ln) }()
 	if d.cfg.MetricsListen != "" {
-		mln, err := net.Listen("tcp", d.cfg.MetricsListen)
-		if err != nil {
-			d.srv.Close()
-			return fmt.Errorf("metrics: listen %s: %w", d.cfg.MetricsListen, err)
-		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /metrics", d.serveMetrics)
-		d.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- d.metrics.Serve(mln) }()
-		d.log.Info("metrics listening", "addr", mln.Addr().String())
+		var addr string
+		if d.metrics, addr, err = serveTCP("metrics", d.cfg.MetricsListen, mux, errc); err != nil {
+			d.srv.Close()
+			return err
+		}
+		d.log.Info("metrics listening", "addr", addr)
+	}
+	if d.cfg.PprofListen != "" {
+		if d.pprof, d.pprofAddr, err = serveTCP("pprof", d.cfg.PprofListen, pprofHandler(), errc); err != nil {
+			d.srv.Close()
+			if d.metrics != nil {
+				d.metrics.Close()
+			}
+			return err
+		}
+		d.log.Warn("Go profiles served: anyone who reaches this address sees the daemon's internals", "addr", d.pprofAddr, "path", "/debug/pprof/")
 	}
 	d.wg.Add(1)
 	go d.watchPorts()
@@ -211,6 +233,30 @@ func (d *Daemon) Serve(ctx context.Context, ready func() error) error {
 	}
 	d.Close()
 	return nil
+}
+
+// serveTCP serves h on the TCP address addr (what="metrics", "pprof")
+// until the server is closed; Serve's error goes to errc. It returns the
+// server and the address it listens on.
+func serveTCP(what, addr string, h http.Handler, errc chan<- error) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: listen %s: %w", what, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { errc <- srv.Serve(ln) }()
+	return srv, ln.Addr().String(), nil
+}
+
+// pprofHandler serves net/http/pprof's pages under /debug/pprof/.
+func pprofHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // listenUnix listens on path, replacing a stale socket left by a dead
@@ -254,6 +300,9 @@ func (d *Daemon) Close() {
 		}
 		if d.metrics != nil {
 			d.metrics.Close()
+		}
+		if d.pprof != nil {
+			d.pprof.Close()
 		}
 		for _, o := range d.owners.list() {
 			o.c.Close()

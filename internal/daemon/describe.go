@@ -12,19 +12,37 @@ import (
 )
 
 // Adapter descriptions for layer 1 (lookup_hca): the adapter that holds a
-// route, with its ports' current states. A local route is described from
-// this node's devices with the port states of the moment (currentInventory:
-// on hardware the port poll's inventory once a light read found the ports
-// unchanged, a full discovery otherwise; the device contexts on the
-// simulated fabric); any other route is asked of the node whose
-// replication metadata holds it, which answers the same way, and the
-// answer is cached here for replica.DefaultDescribeTTL (1 s).
+// route, with its ports' current states. Whether a route is this node's is
+// decided from the port poll's last inventory, without reading anything:
+// a shim asks for the other end of its QPs' paths, on another node in all
+// but loopback tests, as often as every probe of a peer (layer 1 probes
+// every 50 ms a QP away from home or without an alternate; its cache keeps
+// an answer 250 ms), so a read per request would be paid per session and
+// per probe. A local route is described from this node's devices with the
+// port states of the moment (currentInventory: on hardware the port poll's
+// inventory once a light read found the ports unchanged, a full discovery
+// otherwise; the device contexts on the simulated fabric); any other route
+// is asked of the node whose replication metadata holds it, which answers
+// the same way, and the answer is cached here for
+// replica.DefaultDescribeTTL (1 s).
 
 // errNotLocal: no adapter of this node holds the route.
 var errNotLocal = errors.New("no adapter of this node holds the route")
 
-// describeLocal describes this node's adapter that holds r.
+// describeLocal describes this node's adapter that holds r. A route that
+// no port of the port poll's last good inventory holds is not local, and
+// nothing is read to say so: routes change only with a port's LID or LMC
+// (which the poll's light read sees, and answers with a full read: such a
+// route is local from the next poll on) or its GID table (which only full
+// reads see: from the next one on, within fullReadInterval, as the GIDs a
+// description carries).
 func (d *Daemon) describeLocal(r ownerproto.Route) (pathsel.HCA, error) {
+	d.invMu.Lock()
+	last, lastErr := d.inv, d.invErr
+	d.invMu.Unlock()
+	if last != nil && lastErr == nil && !inventoryHolds(last, r) {
+		return pathsel.HCA{}, fmt.Errorf("%s: %w", r, errNotLocal)
+	}
 	inv, err := d.currentInventory()
 	for _, h := range inv {
 		for _, p := range h.Ports {
@@ -37,6 +55,18 @@ func (d *Daemon) describeLocal(r ownerproto.Route) (pathsel.HCA, error) {
 		return pathsel.HCA{}, fmt.Errorf("%s: %w (discovery: %w)", r, errNotLocal, err)
 	}
 	return pathsel.HCA{}, fmt.Errorf("%s: %w", r, errNotLocal)
+}
+
+// inventoryHolds reports whether a port of inv is the destination of r.
+func inventoryHolds(inv []pathsel.HCAInfo, r ownerproto.Route) bool {
+	for _, h := range inv {
+		for _, p := range h.Ports {
+			if holds(p, r) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // holds reports whether port p is the destination of r: r's GID when it
@@ -110,10 +140,13 @@ func fromReplicaHCA(h replica.HCA) pathsel.HCA {
 // moment. On hardware it is the port poll's last inventory when a light
 // read (pathsel.ReadPortStates: a few files per port) finds every port as
 // it was; only a change, or no inventory yet, costs a full discovery,
-// which reads every GID table (a thousand files per RoCE port). Shims ask
-// for descriptions at every probe of their QPs' peers, so this is on a
-// busy path. The GID tables may be up to the poll's full-read interval old.
+// which reads every GID table (a thousand files per RoCE port). Only
+// routes this node holds get here (describeLocal): a peer's describe
+// request, at most once per route per replica.DefaultDescribeTTL from each
+// peer, and a shim's lookup_hca of a path to this node. The GID tables may
+// be up to the poll's full-read interval old.
 func (d *Daemon) currentInventory() ([]pathsel.HCAInfo, error) {
+	d.describeReads.Add(1)
 	if d.sim != nil {
 		return d.discover()
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // invPort returns the inventory's port n of device dev.
-func (d *Daemon) invPort(t *testing.T, dev string, n uint8) pathsel.PortInfo {
+func (d *Daemon) invPort(t testing.TB, dev string, n uint8) pathsel.PortInfo {
 	t.Helper()
 	p, ok := d.portInfo(dev, n)
 	if !ok {

@@ -15,7 +15,7 @@ import (
 	"github.com/ibpath/ibpath/store"
 )
 
-func selfHello(t *testing.T) ownerproto.Hello {
+func selfHello(t testing.TB) ownerproto.Hello {
 	t.Helper()
 	inc, err := ownerproto.StartTime(os.Getpid())
 	if err != nil {
