@@ -38,7 +38,13 @@ import sys
 
 # programs whose QPs layer 2 protects in the lab (RC, ibv_post_send):
 # with the shim their cut rows must finish with correct results.
-PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat")
+PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev")
+
+
+def kind(prog):
+    """The program a row runs, without the -ev of its event-driven variant
+    (the same program sleeping on its completion channel)."""
+    return prog[:-3] if prog.endswith("-ev") else prog
 
 
 def read_meta(d):
@@ -128,7 +134,7 @@ def failover(m, client, server):
 def parse(m, client, server):
     r = {"finished": False, "correct": "no", "tput_MBps": None, "lat_us": None, "lat_avg_us": None,
          "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
-    prog = m["prog"]
+    prog = kind(m["prog"])
     rc_ok = m.get("client_rc") == "0" and m.get("server_rc", "0") == "0"
     c = "\n".join(STAMP.sub("", l) for l in client.splitlines())
     # perftest checks the CPU clock it times with; under TCG the check
@@ -141,8 +147,8 @@ def parse(m, client, server):
             r["tput_MBps"] = float(mm.group(4))
         r["finished"] = rc_ok and mm is not None
         r["correct"] = "n/c" if r["finished"] else "no"
-        if r["finished"] and r["tput_MBps"] is not None:
-            r["work"] = float(m.get("duration", 0)) * r["tput_MBps"]  # MB moved
+        if r["finished"] and r["tput_MBps"] is not None and m.get("duration"):
+            r["work"] = float(m["duration"]) * r["tput_MBps"]  # MB moved (duration mode only)
     elif prog == "write_lat":
         num = r"([\d.]+|inf|-?nan)"
         mm = re.search(r"^\s*\d+\s+(\d+)" + (r"\s+" + num) * 4, c, re.M)
@@ -253,7 +259,7 @@ def main():
         base = ref.get((r["prog"], r["shim"]))
         if not base or base.get("work") is None:
             continue
-        if r["prog"] == "pingpong":
+        if kind(r["prog"]) == "pingpong":
             r["pause_ms"] = max(0.0, (r["work"] - base["work"]) * 1e3)
         elif r["tput_MBps"] and base["tput_MBps"]:
             d = float(r.get("duration") or 0) or r["work"] / r["tput_MBps"]

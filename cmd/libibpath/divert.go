@@ -28,7 +28,10 @@ import (
 // hotpath is hotpath.c and divert.c as layer 2 drives them.
 type hotpath struct{}
 
-var _ shim.Hotpath = hotpath{}
+var (
+	_ shim.Hotpath = hotpath{}
+	_ shim.Waker   = hotpath{}
+)
 
 func lipQP(q shim.AppQP) *C.struct_lip_qp {
 	return C.lip_qp_by(C.uintptr_t(q.Ctx), C.uint32_t(q.QPN))
@@ -125,5 +128,13 @@ func (hotpath) Retire(ctx uintptr, wc verbs.WC) {
 func (hotpath) Release(cq verbs.CQ) {
 	if c, ok := cq.(*ibv.CQ); ok {
 		C.lip_release_cq((*C.struct_ibv_cq)(c.CPtr()))
+	}
+}
+
+// Wake delivers an event of cq to an application waiting on its
+// completion channel (channel.c).
+func (hotpath) Wake(cq verbs.CQ) {
+	if c, ok := cq.(*ibv.CQ); ok {
+		C.lip_chan_wake((*C.struct_ibv_cq)(c.CPtr()))
 	}
 }

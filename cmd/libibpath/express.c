@@ -211,7 +211,37 @@ int lip_express_cq(struct ibv_cq *cq, struct lip_qp **qs, int n)
 		lip_quiesce();
 		free(old);
 	}
+	if (n && lip_chan_armed(cq))
+		lip_express_arm(cq); /* the application waits for an event of cq */
 	return 0;
+}
+
+static void arm_backup(struct ibv_cq *b)
+{
+	if (b && b->context->ops.req_notify_cq)
+		b->context->ops.req_notify_cq(b, 0);
+}
+
+/* lip_express_arm requests the next event of the backup CQs behind cq
+ * on the lane: the application armed cq (channel.c), and its completions
+ * come from them. Their events reach layer 2's notifier, which wakes cq
+ * (lip_chan_wake). */
+void lip_express_arm(struct ibv_cq *cq)
+{
+	struct lip_thr *t = lip_enter();
+	struct lip_xcq **slot = xcq_slot(cq, 0);
+	struct lip_xcq *x = slot ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : NULL;
+	for (int i = 0; x && i < x->n; i++) {
+		struct lip_qp *q = x->q[i];
+		struct lip_xl *l = q->xl;
+		if (!l || !__atomic_load_n(&q->express, __ATOMIC_ACQUIRE))
+			continue;
+		if (q->send_cq == cq)
+			arm_backup(l->bcq);
+		if (q->recv_cq == cq)
+			arm_backup(l->brcq ? l->brcq : l->bcq);
+	}
+	lip_leave(t);
 }
 
 /* ---- posting ---- */

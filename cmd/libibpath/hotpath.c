@@ -45,6 +45,10 @@ struct lip_ctx *lip_ctx_add(struct ibv_context *ctx)
 	ctx->ops.post_send = lip_post_send;
 	ctx->ops.post_recv = lip_post_recv;
 	ctx->ops.poll_cq = lip_poll_cq;
+	if (lip_channels && ctx->ops.req_notify_cq) {
+		c->req_notify_cq = ctx->ops.req_notify_cq;
+		ctx->ops.req_notify_cq = lip_req_notify_cq;
+	}
 	return c;
 }
 
@@ -57,11 +61,13 @@ void lip_ctx_remove(struct ibv_context *ctx)
 			ctx->ops.post_send = c->post_send;
 			ctx->ops.post_recv = c->post_recv;
 			ctx->ops.poll_cq = c->poll_cq;
-			if (c->create_qp_ex) {
-				struct verbs_context *v = verbs_get_ctx(ctx);
-				if (v)
-					v->create_qp_ex = c->create_qp_ex;
-			}
+			if (c->req_notify_cq)
+				ctx->ops.req_notify_cq = c->req_notify_cq;
+			struct verbs_context *v = verbs_get_ctx(ctx);
+			if (v && c->create_qp_ex)
+				v->create_qp_ex = c->create_qp_ex;
+			if (v && c->create_cq_ex)
+				v->create_cq_ex = c->create_cq_ex;
 			__atomic_store_n(&ctxs[i], NULL, __ATOMIC_RELEASE);
 			/* c is leaked on purpose: a racing poster may still
 			 * read it; contexts are closed a handful of times. */

@@ -69,11 +69,11 @@ static inline void lip_init(void)
 	pthread_once(&init_once, do_init);
 }
 
-static void *real(const char *name)
+static void *real(const char *name, const char *version)
 {
-	void *f = dlvsym(RTLD_NEXT, name, "IBVERBS_1.1");
+	void *f = dlvsym(RTLD_NEXT, name, version);
 	if (!f) {
-		fprintf(stderr, "libibpath: %s@IBVERBS_1.1 not found in the next library (is libibverbs loaded?): %s\n", name, dlerror());
+		fprintf(stderr, "libibpath: %s@%s not found in the next library (is libibverbs loaded?): %s\n", name, version, dlerror());
 		abort();
 	}
 	return f;
@@ -85,11 +85,13 @@ static void *real(const char *name)
  * goes straight to libibverbs. */
 static __thread int lip_inside;
 
-#define REAL(name, ret, args) \
+#define REAL_V(name, version, ret, args) \
 	lip_init(); \
 	static ret(*real_##name) args; \
 	if (!real_##name) \
-		real_##name = (ret(*) args)real(#name)
+		real_##name = (ret(*) args)real(#name, version)
+
+#define REAL(name, ret, args) REAL_V(name, "IBVERBS_1.1", ret, args)
 
 #define PASS_IF_INSIDE(call) \
 	do { \
@@ -101,6 +103,7 @@ static __thread int lip_inside;
 #define LEAVE() (lip_inside = 0)
 
 static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+static struct ibv_cq_ex *lip_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 
 struct ibv_context *lip_open_device(struct ibv_device *dev) __asm__("ibv_open_device");
 struct ibv_context *lip_open_device(struct ibv_device *dev)
@@ -122,6 +125,11 @@ struct ibv_context *lip_open_device(struct ibv_device *dev)
 	if (v && verbs_get_ctx_op(ctx, create_qp_ex)) {
 		c->create_qp_ex = v->create_qp_ex;
 		v->create_qp_ex = lip_create_qp_ex;
+	}
+	/* ibv_create_cq_ex is inline too: its channel must be the real one */
+	if (v && lip_channels && verbs_get_ctx_op(ctx, create_cq_ex)) {
+		c->create_cq_ex = v->create_cq_ex;
+		v->create_cq_ex = lip_create_cq_ex;
 	}
 	ENTER();
 	ibpathOpened(ctx, (char *)ibv_get_device_name(dev));
@@ -309,4 +317,73 @@ int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 		LEAVE();
 	}
 	return ret;
+}
+
+/* Completion channels (channel.c): the application gets a channel whose
+ * fd the shim can make readable when a backup device completes its work;
+ * libibverbs and the kernel keep seeing the real one. */
+struct ibv_comp_channel *lip_create_comp_channel(struct ibv_context *ctx) __asm__("ibv_create_comp_channel");
+struct ibv_comp_channel *lip_create_comp_channel(struct ibv_context *ctx)
+{
+	REAL_V(ibv_create_comp_channel, "IBVERBS_1.0", struct ibv_comp_channel *, (struct ibv_context *));
+	PASS_IF_INSIDE(real_ibv_create_comp_channel(ctx));
+	struct ibv_comp_channel *ch = real_ibv_create_comp_channel(ctx);
+	if (!ch || !lip_channels || !lip_ctx_of(ctx))
+		return ch;
+	struct ibv_comp_channel *w = lip_chan_new(ch);
+	if (!w) {
+		perror("libibpath: wrap a completion channel (events of backup completions will not reach it)");
+		return ch;
+	}
+	return w;
+}
+
+int lip_destroy_comp_channel(struct ibv_comp_channel *ch) __asm__("ibv_destroy_comp_channel");
+int lip_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	REAL_V(ibv_destroy_comp_channel, "IBVERBS_1.0", int, (struct ibv_comp_channel *));
+	int ret = lip_chan_destroy(ch, real_ibv_destroy_comp_channel);
+	return ret == -1 ? real_ibv_destroy_comp_channel(ch) : ret;
+}
+
+int lip_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx) __asm__("ibv_get_cq_event");
+int lip_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx)
+{
+	REAL(ibv_get_cq_event, int, (struct ibv_comp_channel *, struct ibv_cq **, void **));
+	int ret = lip_chan_get_event(ch, cq, cq_ctx, real_ibv_get_cq_event);
+	return ret == -2 ? real_ibv_get_cq_event(ch, cq, cq_ctx) : ret;
+}
+
+struct ibv_cq *lip_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch, int vec) __asm__("ibv_create_cq");
+struct ibv_cq *lip_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch, int vec)
+{
+	REAL(ibv_create_cq, struct ibv_cq *, (struct ibv_context *, int, void *, struct ibv_comp_channel *, int));
+	struct ibv_comp_channel *real_ch = lip_chan_real(ch);
+	struct ibv_cq *cq = real_ibv_create_cq(ctx, cqe, cq_ctx, real_ch, vec);
+	if (cq && real_ch != ch)
+		lip_chan_cq_created(cq, ch);
+	return cq;
+}
+
+static struct ibv_cq_ex *lip_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
+{
+	struct lip_ctx *c = lip_ctx_of(context);
+	if (!c || !c->create_cq_ex) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct ibv_comp_channel *ch = attr->channel, *real_ch = lip_chan_real(ch);
+	attr->channel = real_ch;
+	struct ibv_cq_ex *cq = c->create_cq_ex(context, attr);
+	attr->channel = ch;
+	if (cq && real_ch != ch)
+		lip_chan_cq_created(ibv_cq_ex_to_cq(cq), ch);
+	return cq;
+}
+
+int lip_destroy_cq(struct ibv_cq *cq) __asm__("ibv_destroy_cq");
+int lip_destroy_cq(struct ibv_cq *cq)
+{
+	REAL(ibv_destroy_cq, int, (struct ibv_cq *));
+	return lip_chan_cq_destroy(cq, real_ibv_destroy_cq);
 }

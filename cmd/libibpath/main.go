@@ -5,8 +5,11 @@
 //	go build -buildmode=c-shared -o libibpath.so ./cmd/libibpath
 //
 // It interposes the control verbs ibv_open_device, ibv_close_device,
-// ibv_create_qp, ibv_modify_qp, ibv_destroy_qp and ibv_get_async_event
-// (symbol version IBVERBS_1.1, forwarded with dlvsym(RTLD_NEXT)), and
+// ibv_create_qp, ibv_modify_qp, ibv_destroy_qp, ibv_get_async_event, the
+// memory registrations and the completion channel verbs (symbol versions
+// IBVERBS_1.1, 1.8 and 1.0, forwarded with dlvsym(RTLD_NEXT); channel.c
+// hands the application channels the shim can signal for completions a
+// backup device delivers), and
 // swaps each opened context's post_send, post_recv and poll_cq (inline in
 // verbs.h) for C wrappers that record every work request of an RC QP in a
 // shadow ring before calling the provider; once a QP's failover onto its
@@ -72,6 +75,9 @@ func ibpathInit() {
 			return C.GoBytes(C.lip_addr(C.uint64_t(addr)), C.int(n))
 		})
 		rt.SetHotpath(hotpath{})
+		if cfg.Channels {
+			C.lip_channels = 1
+		}
 	}
 	if cfg.Socket != "off" {
 		attacher = shim.Attach(rt, cfg.Socket)

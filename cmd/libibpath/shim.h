@@ -16,6 +16,8 @@
 #define LIP_PTR_SLOTS 16384 /* QPs of the process (open addressing on the ibv_qp address) */
 #define LIP_MAX_INLINE 1024 /* inline bytes kept per shadow entry; more marks the entry partial */
 #define LIP_DCQ_SLOTS 1024  /* diverted CQs (open addressing on the ibv_cq address) */
+#define LIP_MAX_CHAN 256    /* completion channels of the application wrapped (channel.c) */
+#define LIP_CHAN_CQS 4096   /* CQs on those channels (open addressing on the ibv_cq address) */
 
 /* A send work request as recorded for replay. */
 struct lip_sqe {
@@ -76,8 +78,12 @@ struct lip_ctx {
 	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
 	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
-	/* the provider's verbs_context create_qp_ex, when swapped (interpose.c) */
+	/* the provider's req_notify_cq, when swapped (lip_channels) */
+	int (*req_notify_cq)(struct ibv_cq *, int);
+	/* the provider's verbs_context create_qp_ex and create_cq_ex, when
+	 * swapped (interpose.c) */
 	struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
+	struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *, struct ibv_cq_init_attr_ex *);
 	pthread_mutex_t mu;     /* serialises inserts into slots */
 	struct lip_qp *slots[LIP_QP_SLOTS];
 };
@@ -183,6 +189,21 @@ int lip_express_cq(struct ibv_cq *cq, struct lip_qp **qs, int n);
 int lip_diverted_post_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int lip_diverted_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int lip_diverted_poll_cq(struct lip_ctx *c, struct ibv_cq *cq, int n, struct ibv_wc *wc);
+void lip_express_arm(struct ibv_cq *cq);
+
+/* channel.c */
+extern int lip_channels;    /* 1: the application's completion channels are wrapped */
+struct ibv_comp_channel *lip_chan_new(struct ibv_comp_channel *real);
+struct ibv_comp_channel *lip_chan_real(struct ibv_comp_channel *ch);
+int lip_chan_destroy(struct ibv_comp_channel *ch, int (*destroy)(struct ibv_comp_channel *));
+void lip_chan_cq_created(struct ibv_cq *cq, struct ibv_comp_channel *ch);
+int lip_chan_cq_destroy(struct ibv_cq *cq, int (*destroy)(struct ibv_cq *));
+int lip_chan_arm(struct ibv_cq *cq);
+int lip_chan_armed(struct ibv_cq *cq);
+int lip_chan_wake(struct ibv_cq *cq);
+int lip_chan_get_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx,
+		       int (*get)(struct ibv_comp_channel *, struct ibv_cq **, void **));
+int lip_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 
 /* divert.c */
 extern int lip_ndcq;        /* diverted CQs; 0 keeps polls off the table */

@@ -29,6 +29,11 @@ type Config struct {
 	// has settled on the backup, its posts and polls run in C (the
 	// express lane) instead of through layer 2's Go side.
 	Express bool
+	// Channels (IBPATH_CHANNELS=on|off, default on): hand the application
+	// completion channels of the shim, which it makes readable when a
+	// backup device completes the application's work (the kernel's event
+	// file only carries the events of the default device).
+	Channels bool
 	// Backup (IBPATH_BACKUP=auto|<device>): the backup device policy of
 	// layer 2.
 	Backup string
@@ -40,14 +45,15 @@ type Config struct {
 
 // Env names.
 const (
-	EnvDisable = "IBPATH_DISABLE"
-	EnvAPM     = "IBPATH_APM"
-	EnvRecord  = "IBPATH_RECORD"
-	EnvSingle  = "IBPATH_SINGLE_POSTER"
-	EnvExpress = "IBPATH_EXPRESS"
-	EnvBackup  = "IBPATH_BACKUP"
-	EnvSocket  = "IBPATH_SOCKET"
-	EnvLog     = "IBPATH_LOG"
+	EnvDisable  = "IBPATH_DISABLE"
+	EnvAPM      = "IBPATH_APM"
+	EnvRecord   = "IBPATH_RECORD"
+	EnvSingle   = "IBPATH_SINGLE_POSTER"
+	EnvExpress  = "IBPATH_EXPRESS"
+	EnvChannels = "IBPATH_CHANNELS"
+	EnvBackup   = "IBPATH_BACKUP"
+	EnvSocket   = "IBPATH_SOCKET"
+	EnvLog      = "IBPATH_LOG"
 )
 
 // FromEnv reads the configuration. A value it does not understand is an
@@ -57,7 +63,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	c := Config{APM: true, Record: true, Express: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
+	c := Config{APM: true, Record: true, Express: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
 	var err error
 	if c.Disabled, err = boolEnv(getenv, EnvDisable, false); err != nil {
 		return c, err
@@ -72,6 +78,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.Express, err = boolEnv(getenv, EnvExpress, true); err != nil {
+		return c, err
+	}
+	if c.Channels, err = boolEnv(getenv, EnvChannels, true); err != nil {
 		return c, err
 	}
 	if v := getenv(EnvBackup); v != "" {
@@ -111,7 +120,7 @@ func (c Config) Banner(pid int) string {
 		daemon = "not used"
 	}
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
-		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (express lane %s); backup device %s; ibpathd %s",
+		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (express lane %s, completion channels %s); backup device %s; ibpathd %s",
 		pid, onoff[c.APM], onoff[c.Record], map[bool]string{true: " (single poster per QP)", false: ""}[c.SinglePoster],
-		onoff[c.Record], onoff[c.Express && c.Record], c.Backup, daemon)
+		onoff[c.Record], onoff[c.Express && c.Record], onoff[c.Channels && c.Record], c.Backup, daemon)
 }

@@ -45,14 +45,34 @@ func TestFromEnvExpress(t *testing.T) {
 	}
 	on, _ := FromEnv(env(nil))
 	off, _ := FromEnv(env(map[string]string{EnvExpress: "off"}))
-	if b := on.Banner(7); !strings.Contains(b, "failover on (express lane on)") {
+	if b := on.Banner(7); !strings.Contains(b, "failover on (express lane on,") {
 		t.Errorf("banner %q", b)
 	}
-	if b := off.Banner(7); !strings.Contains(b, "failover on (express lane off)") {
+	if b := off.Banner(7); !strings.Contains(b, "failover on (express lane off,") {
 		t.Errorf("banner %q", b)
 	}
 	// Without the shadow rings there is no failover, hence no lane.
-	if b := (Config{Express: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "failover off (express lane off)") {
+	if b := (Config{Express: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "failover off (express lane off,") {
+		t.Errorf("banner %q", b)
+	}
+}
+
+func TestFromEnvChannels(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "on": true, "off": false, "0": false} {
+		c, err := FromEnv(env(map[string]string{EnvChannels: v}))
+		if err != nil || c.Channels != want {
+			t.Errorf("%s=%q: channels %v, %v; want %v", EnvChannels, v, c.Channels, err, want)
+		}
+	}
+	if _, err := FromEnv(env(map[string]string{EnvChannels: "maybe"})); err == nil || !strings.Contains(err.Error(), EnvChannels) {
+		t.Errorf("%s=maybe: %v, want an error naming it", EnvChannels, err)
+	}
+	on, _ := FromEnv(env(nil))
+	off, _ := FromEnv(env(map[string]string{EnvChannels: "off"}))
+	if b := on.Banner(7); !strings.Contains(b, "completion channels on") {
+		t.Errorf("banner %q", b)
+	}
+	if b := off.Banner(7); !strings.Contains(b, "completion channels off") {
 		t.Errorf("banner %q", b)
 	}
 }

@@ -40,6 +40,7 @@ type failover struct {
 	// sent once mu is released (reporting may block on ibpathd's socket)
 	reports []status.QP
 	events  []status.Event
+	wakes   []verbs.CQ // CQs with completions queued for the application (Waker)
 }
 
 // l2qp is one RC QP layer 2 mirrored on the backup device.
@@ -377,9 +378,15 @@ func (r *Runtime) setStatus(q *l2qp, edit func(*status.QP)) {
 
 // unlockFO releases fo.mu and sends the reports and events queued under it.
 func (r *Runtime) unlockFO() {
-	reports, events := r.fo.reports, r.fo.events
-	r.fo.reports, r.fo.events = nil, nil
+	reports, events, wakes := r.fo.reports, r.fo.events, r.fo.wakes
+	r.fo.reports, r.fo.events, r.fo.wakes = nil, nil, nil
+	w, _ := r.fo.hp.(Waker)
 	r.fo.mu.Unlock()
+	if w != nil {
+		for _, cq := range wakes {
+			w.Wake(cq)
+		}
+	}
 	if len(reports) == 0 && len(events) == 0 {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"syscall"
 
 	"github.com/ibpath/ibpath/verbs"
@@ -94,6 +95,15 @@ func (r *Runtime) toApp(q *l2qp, w legWC) {
 	}
 	rt := r.routeFor(cq, q.key.ctx)
 	rt.queue = append(rt.queue, w.wc)
+	r.wake(cq)
+}
+
+// wake has the application woken for cq once the failover lock is
+// released (unlockFO).
+func (r *Runtime) wake(cq verbs.CQ) {
+	if !slices.Contains(r.fo.wakes, cq) {
+		r.fo.wakes = append(r.fo.wakes, cq)
+	}
 }
 
 // runConn gives q's Conn what its CQs hold and queues what the

@@ -92,8 +92,11 @@ func (r *Runtime) backupEvents(s *shadowSet) (n int, ok bool) {
 		// it is polled, so nothing that completes later goes unnoticed.
 		s.ch.AckCQEvents(cq, 1)
 		qp, known := s.sh.DefaultOf(cq)
-		if known && s.express[qp.QPN()] {
-			known = false // the lane polls it; its events are of no use
+		lane := known && s.express[qp.QPN()]
+		if lane {
+			// The lane polls it; the application may wait for an event
+			// (the C side armed the backup CQ when it asked for one).
+			known = false
 		}
 		if known {
 			if err := cq.ReqNotify(false); err != nil {
@@ -102,10 +105,26 @@ func (r *Runtime) backupEvents(s *shadowSet) (n int, ok bool) {
 		}
 		r.l2mu.Unlock()
 		n++
-		if known {
+		switch {
+		case known:
 			r.onBackupEvent(s, qp)
+		case lane:
+			r.onLaneEvent(s, qp)
 		}
 	}
+}
+
+// onLaneEvent: a backup CQ of qp, on the express lane, has completions;
+// the application is woken for its CQs.
+func (r *Runtime) onLaneEvent(s *shadowSet, qp verbs.QP) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	q := r.fo.qps[qpKey{s.ctx, qp.QPN()}]
+	if q == nil || q.gone || !q.express {
+		return
+	}
+	r.wake(q.app.SendCQ)
+	r.wake(q.app.RecvCQ)
 }
 
 // onBackupEvent: something completed on the backup of qp.

@@ -44,6 +44,9 @@ type fakeHotpath struct {
 	goPolls   int            // polls sent to Runtime.PollCQ
 	intercept int            // Intercept calls
 	x         *fakeExpress   // the express lane; nil unless withExpress
+
+	wakeMu sync.Mutex
+	wakes  map[verbs.CQ]int // Wake calls per CQ (Waker)
 }
 
 const fakeMaxSGE = 4 // SGEs a ring entry keeps (LIP_MAX_SGE)
@@ -67,7 +70,8 @@ type fakeSend struct {
 }
 
 func newFakeHotpath(rt *Runtime, ctx uintptr, mem func(uint64, uint32) []byte) *fakeHotpath {
-	return &fakeHotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*fakeQP{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{}}
+	return &fakeHotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*fakeQP{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
+		wakes: map[verbs.CQ]int{}}
 }
 
 // add records a QP the application created (lip_qp_add).

@@ -74,6 +74,18 @@ type Hotpath interface {
 	Release(cq verbs.CQ)
 }
 
+// Waker is a hot path that delivers completion events (channel.c in
+// cmd/libibpath): the kernel signals an application's completion channel
+// for its default device only, so the runtime says when the application
+// has completions of a diverted QP to poll.
+type Waker interface {
+	// Wake: the runtime queued completions for the application on cq,
+	// or a backup CQ whose completions the express lane hands out on cq
+	// has some. An application that requested an event of cq
+	// (ibv_req_notify_cq) gets one. Called without the runtime's locks.
+	Wake(cq verbs.CQ)
+}
+
 // ExpressLane is what the hot path's express lane needs to carry a
 // diverted QP whose failover settled on the backup.
 type ExpressLane struct {

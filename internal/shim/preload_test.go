@@ -235,3 +235,59 @@ func TestPreloadReportsToIbpathd(t *testing.T) {
 		t.Fatalf("the shim did not say it attached:\n%s", stderr.String())
 	}
 }
+
+// TestPreloadCompletionChannel: a program that waits for its completions
+// on a completion channel (poll(2) on the channel's fd, blocking
+// ibv_get_cq_event while another thread posts, a non-blocking get with
+// nothing pending, ibv_ack_cq_events, EBUSY for a channel still in use,
+// every event acknowledged when its CQ is destroyed) sees exactly what it
+// sees without the shim, with the CQ from ibv_create_cq or from the
+// inline ibv_create_cq_ex (the context's create_cq_ex slot). With
+// completion channels on, its channel is the shim's (an epoll fd); with
+// IBPATH_CHANNELS=off, libibverbs's own. The shim is also built with its
+// symbol versions (build.sh's way), whose IBVERBS_1.0 verbs must still
+// bind.
+func TestPreloadCompletionChannel(t *testing.T) {
+	b := buildBed(t)
+	versioned := filepath.Join(b.dir, "libibpath-versioned.so")
+	mapFile, _ := filepath.Abs(filepath.Join("..", "..", "cmd", "libibpath", "libibpath.map"))
+	build := exec.Command("go", "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,--version-script="+mapFile,
+		"-o", versioned, "./cmd/libibpath")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the shim with its symbol versions: %v\n%s", err, out)
+	}
+	const epollFD, pipeFD = "probe: channel fd is anon_inode:[eventpoll]", "probe: channel fd is pipe"
+	for _, mode := range []string{"chan", "chanex"} {
+		plain, errs := b.run(t, nil, "300", mode)
+		for _, want := range []string{"sends 75 recvs 300 sum 300056175", "events 300 (blocking 6)",
+			"non-blocking get with none pending: EAGAIN",
+			"destroy channel with its CQ: EBUSY", "done"} {
+			if !strings.Contains(plain, want) {
+				t.Fatalf("%s: the probe itself misbehaves (no %q):\n%s\nstderr:\n%s", mode, want, plain, errs)
+			}
+		}
+		if !strings.Contains(errs, pipeFD) {
+			t.Fatalf("%s: without the shim the channel's fd is not the stand-in's pipe:\n%s", mode, errs)
+		}
+		for _, run := range []struct {
+			name, shim string
+			env        []string
+			fd, banner string
+		}{
+			{"shim", b.shim, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, epollFD, "completion channels on"},
+			{"shim IBPATH_CHANNELS=off", b.shim, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off", "IBPATH_CHANNELS=off"}, pipeFD, "completion channels off"},
+			{"versioned shim", versioned, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, epollFD, "completion channels on"},
+		} {
+			bed := b
+			bed.shim = run.shim
+			out, errs := bed.run(t, run.env, "300", mode)
+			if out != plain {
+				t.Errorf("%s, %s: the shim changed what the program saw:\nwithout: %s\nwith:    %s\nstderr:\n%s", mode, run.name, plain, out, errs)
+			}
+			if !strings.Contains(errs, run.fd) || !strings.Contains(errs, run.banner) {
+				t.Errorf("%s, %s: want %q and %q on stderr:\n%s", mode, run.name, run.fd, run.banner, errs)
+			}
+		}
+	}
+}

@@ -30,6 +30,7 @@ LAB_BW_SECONDS=${LAB_BW_SECONDS:-3}
 LAB_LAT_ITERS=${LAB_LAT_ITERS:-4000}
 LAB_PERF_REPS=${LAB_PERF_REPS:-3}
 LAB_PP_ITERS=${LAB_PP_ITERS:-800}
+LAB_EV_ITERS=${LAB_EV_ITERS:-1000}
 LAB_MPI_SECONDS=${LAB_MPI_SECONDS:-6}
 # rows with a cut run longer, so that the cut and the restore fall inside the traffic
 LAB_CUT_BW_SECONDS=${LAB_CUT_BW_SECONDS:-20}
@@ -40,8 +41,10 @@ LAB_CUT_MPI_SECONDS=${LAB_CUT_MPI_SECONDS:-10}
 # The row list: "program cut" pairs; every pair runs without, then with the shim.
 LAB_ROW_LIST="
 pingpong none
+pingpong-ev none
 write_bw none
 send_bw none
+send_bw-ev none
 read_bw none
 write_lat none
 mpi none
@@ -55,6 +58,9 @@ write_bw setlink-g2
 write_bw ipdown-g1
 send_bw setlink-g1
 send_bw ipdown-g1
+pingpong-ev setlink-g1
+pingpong-ev ipdown-g2
+send_bw-ev setlink-g2
 read_bw setlink-g2
 read_bw ipdown-g2
 write_lat setlink-g1
@@ -77,12 +83,21 @@ prog_cmds() {
 	fi
 	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" LIMIT=$((LAB_BW_SECONDS + 30))
 	case $1 in
-	pingpong)
+	pingpong | pingpong-ev)
+		# -ev: the same program sleeping on its completion channel (-e)
 		common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $LAB_PP_ITERS -p $p"
+		# sleeping frees the guest's vCPU: -e runs about three times faster
+		# under TCG, so three times the iterations keep the cut inside
+		[ "$1" = pingpong-ev ] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_PP_ITERS * 3)) -p $p -e"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60 ;;
 	write_bw | send_bw | read_bw)
 		common="ib_$1 -d rxe0 -x 1 -F --use_old_post_send -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
+	send_bw-ev)
+		# sleeping on its completion channel (-e); perftest has no
+		# duration mode with events: a count of 64 KiB messages
+		common="ib_send_bw -d rxe0 -x 1 -F --use_old_post_send -e -n $LAB_EV_ITERS -p $p"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" LIMIT=60 ;;
 	write_lat)
 		common="ib_write_lat -d rxe0 -x 1 -F --use_old_post_send -n $LAB_LAT_ITERS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" LIMIT=60 ;;

@@ -4,13 +4,14 @@
  *   express_check bench   ns per post_send / poll_cq: the backup provider
  *                         called directly vs through the express lane
  * Built by internal/shim's tests:
- *   gcc -O2 -I.. express_check.c ../hotpath.c ../divert.c ../express.c -lpthread */
+ *   gcc -O2 -I.. express_check.c ../hotpath.c ../divert.c ../express.c ../channel.c -lpthread */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "shim.h"
 
 int lip_enabled = 1;
@@ -396,6 +397,47 @@ static int bench(long n, int rounds)
 	return 0;
 }
 
+/* A CQ on the lane whose application waits for its event (channel.c)
+ * arms the backup CQs behind it: their events wake the application. */
+static int arm_b, arm_br;
+
+static int stub_notify(struct ibv_cq *cq, int solicited)
+{
+	if (cq == &bcq)
+		arm_b++;
+	else if (cq == &brcq)
+		arm_br++;
+	return 0;
+}
+
+static void check_arm(void)
+{
+	bak.ctx.ops.req_notify_cq = stub_notify;
+	int p[2];
+	if (pipe(p)) {
+		perror("pipe");
+		exit(2);
+	}
+	struct ibv_comp_channel real = {.context = &app.ctx, .fd = p[0]};
+	struct ibv_comp_channel *ch = lip_chan_new(&real);
+	CHECK(ch != NULL, "lip_chan_new");
+	lip_chan_cq_created(&acq, ch);
+	struct lip_qp *qs[1] = {lq};
+	lip_express_cq(&acq, NULL, 0);
+	lip_express_on(lq, lip_xl_new(&bqp, &bcq, &brcq, 0x77));
+	CHECK(lip_express_cq(&acq, qs, 1) == 0 && arm_b == 0 && arm_br == 0, "nothing armed while the application does not wait");
+	lip_express_cq(&acq, NULL, 0);
+	lip_chan_arm(&acq);
+	CHECK(lip_express_cq(&acq, qs, 1) == 0 && arm_b == 1 && arm_br == 1,
+	      "a CQ the application armed arms its backup CQs as it goes on the lane: %d %d", arm_b, arm_br);
+	lip_express_arm(&acq);
+	CHECK(arm_b == 2 && arm_br == 2, "arming the lane CQ: %d %d", arm_b, arm_br);
+	lip_express_off(lq);
+	lip_express_arm(&acq);
+	CHECK(arm_b == 2 && arm_br == 2, "a QP off the lane: its backup is not armed: %d %d", arm_b, arm_br);
+	lip_express_cq(&acq, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
 	setup();
@@ -407,6 +449,7 @@ int main(int argc, char **argv)
 	check_polls();
 	check_refusal_and_off();
 	check_keys();
+	check_arm();
 	printf(fails ? "FAIL\n" : "PASS\n");
 	return fails != 0;
 }

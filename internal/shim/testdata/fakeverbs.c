@@ -3,9 +3,19 @@
  * every work request at once (sends into the send CQ, receives matched
  * against sends of the peer QP in the same process). It exports the
  * IBVERBS_1.1 symbols the shim forwards to, and fake_device() for the
- * probe program. */
+ * probe program.
+ *
+ * Completion channels work as libibverbs and the kernel make them: the
+ * channel's fd is the read end of a pipe (blocking, as the uverbs event
+ * file); a CQ armed by req_notify_cq writes one event (the CQ's address,
+ * as struct ib_uverbs_comp_event_desc) when its next completion arrives;
+ * ibv_destroy_cq compares the acknowledged events with the reported ones
+ * (where libibverbs would wait forever, it says so and fails with EIO). */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,10 +24,23 @@
 #define CQ_DEPTH 4096
 
 struct fake_cq {
-	struct ibv_cq cq;
+	union {
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx; /* from create_cq_ex: the same leading fields */
+	};
 	struct ibv_wc wc[CQ_DEPTH];
 	unsigned head, tail;
+	int armed;         /* req_notify_cq since the last event (under cq.mutex) */
+	uint32_t reported; /* events written to the channel (under cq.mutex) */
 };
+
+struct fake_chan {
+	struct ibv_comp_channel ch; /* fd: the pipe's read end */
+	int wfd;
+};
+
+/* channels' refcnt (the real one takes the context's mutex) */
+static pthread_mutex_t chan_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static struct ibv_device fake_dev;
 static uint32_t next_qpn = 0x100;
@@ -70,6 +93,25 @@ static void push(struct fake_cq *c, uint64_t wr_id, uint32_t qpn, enum ibv_wc_op
 	w->qp_num = qpn;
 	w->opcode = op;
 	w->status = st;
+	/* an armed CQ gets one event for its next completion, as the kernel's */
+	pthread_mutex_lock(&c->cq.mutex);
+	if (c->armed && c->cq.channel) {
+		uint64_t ev = (uintptr_t)&c->cq;
+		if (write(((struct fake_chan *)c->cq.channel)->wfd, &ev, sizeof(ev)) != sizeof(ev))
+			abort();
+		c->reported++;
+		c->armed = 0;
+	}
+	pthread_mutex_unlock(&c->cq.mutex);
+}
+
+static int fake_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	struct fake_cq *c = (struct fake_cq *)cq;
+	pthread_mutex_lock(&cq->mutex);
+	c->armed = 1;
+	pthread_mutex_unlock(&cq->mutex);
+	return 0;
 }
 
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
@@ -106,14 +148,42 @@ static struct ibv_qp *fake_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_i
 	return ibv_create_qp(attr->pd, (struct ibv_qp_init_attr *)attr);
 }
 
+/* new_cq is the provider's create_cq and libibverbs's verbs_init_cq. */
+static struct fake_cq *new_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch)
+{
+	struct fake_cq *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->cq.context = ctx;
+	c->cq.cqe = cqe;
+	c->cq.cq_context = cq_ctx;
+	c->cq.channel = ch;
+	pthread_mutex_init(&c->cq.mutex, NULL);
+	pthread_cond_init(&c->cq.cond, NULL);
+	if (ch) {
+		pthread_mutex_lock(&chan_mu);
+		ch->refcnt++;
+		pthread_mutex_unlock(&chan_mu);
+	}
+	return c;
+}
+
+static struct ibv_cq_ex *fake_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+	struct fake_cq *c = new_cq(ctx, attr->cqe, attr->cq_context, attr->channel);
+	return c ? &c->cqx : NULL;
+}
+
 /* Contexts are verbs_contexts, as rdma-core's providers make them, so the
- * inline ibv_create_qp_ex finds create_qp_ex. */
+ * inline ibv_create_qp_ex and ibv_create_cq_ex find create_qp_ex and
+ * create_cq_ex. */
 struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
 	struct verbs_context *v = calloc(1, sizeof(*v));
 	struct ibv_context *ctx = &v->context;
 	v->sz = sizeof(*v);
 	v->create_qp_ex = fake_create_qp_ex;
+	v->create_cq_ex = fake_create_cq_ex;
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	ctx->device = dev;
 	int p[2];
@@ -129,6 +199,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	ctx->ops.post_send = fake_post_send;
 	ctx->ops.post_recv = fake_post_recv;
 	ctx->ops.poll_cq = fake_poll_cq;
+	ctx->ops.req_notify_cq = fake_req_notify_cq;
 	return ctx;
 }
 
@@ -173,13 +244,84 @@ int ibv_dealloc_pd(struct ibv_pd *pd) { free(pd); return 0; }
 
 struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch, int vec)
 {
-	struct fake_cq *c = calloc(1, sizeof(*c));
-	c->cq.context = ctx;
-	c->cq.cqe = cqe;
-	return &c->cq;
+	struct fake_cq *c = new_cq(ctx, cqe, cq_ctx, ch);
+	return c ? &c->cq : NULL;
 }
 
-int ibv_destroy_cq(struct ibv_cq *cq) { free(cq); return 0; }
+/* libibverbs waits until every event the kernel reported is acknowledged:
+ * a program (or shim) that miscounts would hang there. */
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct fake_cq *c = (struct fake_cq *)cq;
+	struct ibv_comp_channel *ch = cq->channel;
+	pthread_mutex_lock(&cq->mutex);
+	uint32_t acked = cq->comp_events_completed, reported = c->reported;
+	pthread_mutex_unlock(&cq->mutex);
+	if (acked != reported) {
+		fprintf(stderr, "fakeverbs: ibv_destroy_cq: %u events acknowledged, %u reported: libibverbs would wait forever\n",
+			acked, reported);
+		return EIO;
+	}
+	pthread_mutex_destroy(&cq->mutex);
+	pthread_cond_destroy(&cq->cond);
+	free(c);
+	if (ch) {
+		pthread_mutex_lock(&chan_mu);
+		ch->refcnt--;
+		pthread_mutex_unlock(&chan_mu);
+	}
+	return 0;
+}
+
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct fake_chan *c = calloc(1, sizeof(*c));
+	int p[2];
+	if (!c)
+		return NULL;
+	if (pipe2(p, O_CLOEXEC)) {
+		int err = errno;
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	c->ch.context = ctx;
+	c->ch.fd = p[0];
+	c->wfd = p[1];
+	return &c->ch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	struct fake_chan *c = (struct fake_chan *)ch;
+	pthread_mutex_lock(&chan_mu);
+	int busy = ch->refcnt != 0;
+	pthread_mutex_unlock(&chan_mu);
+	if (busy)
+		return EBUSY;
+	close(ch->fd);
+	close(c->wfd);
+	free(c);
+	return 0;
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx)
+{
+	uint64_t ev;
+	if (read(ch->fd, &ev, sizeof(ev)) != sizeof(ev))
+		return -1;
+	*cq = (struct ibv_cq *)(uintptr_t)ev;
+	*cq_ctx = (*cq)->cq_context;
+	return 0;
+}
+
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += n;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
@@ -223,11 +365,7 @@ void ibv_ack_async_event(struct ibv_async_event *ev) {}
 
 /* Stubs of the other verbs the shim's own code links against (verbs/ibv):
  * the stand-in does not implement them. */
-struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx) { errno = ENOSYS; return NULL; }
-int ibv_destroy_comp_channel(struct ibv_comp_channel *ch) { return ENOSYS; }
-void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n) {}
 int ibv_dereg_mr(struct ibv_mr *mr) { return ENOSYS; }
-int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx) { errno = ENOSYS; return -1; }
 __be64 ibv_get_device_guid(struct ibv_device *d) { return 0; }
 int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid) { memset(gid, 0, sizeof(*gid)); return 0; }
 int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *ia) { return ENOSYS; }

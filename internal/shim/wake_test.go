@@ -1,0 +1,143 @@
+package shim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/verbs"
+)
+
+var _ Waker = (*fakeHotpath)(nil)
+
+// Wake counts the runtime's wake-ups per CQ (channel.c delivers them as
+// completion events to an application that asked for one).
+func (h *fakeHotpath) Wake(cq verbs.CQ) {
+	h.wakeMu.Lock()
+	defer h.wakeMu.Unlock()
+	h.wakes[cq]++
+}
+
+func (h *fakeHotpath) wakesOf(cq verbs.CQ) int {
+	h.wakeMu.Lock()
+	defer h.wakeMu.Unlock()
+	return h.wakes[cq]
+}
+
+// armLane requests the next event of the backup CQs behind cq on the
+// lane, as the shim's req_notify_cq does for an application arming cq
+// (lip_express_arm).
+func (h *fakeHotpath) armLane(t *testing.T, cq verbs.CQ) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.x == nil {
+		return
+	}
+	for _, qpn := range h.x.cqs[cq] {
+		l := h.laneOf(qpn)
+		if l == nil {
+			continue
+		}
+		for _, b := range []verbs.CQ{l.lane.BackupCQ, l.lane.BackupRecvCQ} {
+			if b != nil {
+				if err := b.ReqNotify(false); err != nil {
+					t.Fatalf("arm a backup CQ: %v", err)
+				}
+			}
+		}
+	}
+}
+
+// eventStep runs the applications as programs that sleep in
+// ibv_get_cq_event: each keeps its receives posted and its sends going,
+// and polls a CQ the hot path did not divert as usual (the kernel's
+// events cover it) but a diverted one only after a wake-up since its
+// last poll, then arms it (the lane's backup CQs with it) and polls it
+// once more, the pattern verbs programs follow.
+func eventStep(t *testing.T, hosts []*l2host, seen map[verbs.CQ]int) {
+	t.Helper()
+	for _, x := range hosts {
+		for _, q := range x.qps {
+			q.fillRecvs(t)
+			if q.sent < q.total && q.sent-len(q.sendDone) < l2Window && len(q.errs) == 0 {
+				q.sendNext(t)
+			}
+		}
+	}
+	wc := make([]verbs.WC, 8)
+	drain := func(x *l2host, cq verbs.CQ) {
+		for {
+			n, err := x.hp.pollCQ(cq, wc)
+			if err != nil {
+				t.Fatalf("%s: poll: %v", x.name, err)
+			}
+			if n == 0 {
+				return
+			}
+			for _, c := range wc[:n] {
+				x.onWC(t, cq, c)
+			}
+		}
+	}
+	for _, x := range hosts {
+		for _, q := range x.qps {
+			for _, cq := range []verbs.CQ{q.scq, q.rcq} {
+				x.hp.mu.Lock()
+				diverted := x.hp.dcq[cq]
+				x.hp.mu.Unlock()
+				if !diverted {
+					drain(x, cq)
+					continue
+				}
+				last, ok := seen[cq]
+				w := x.hp.wakesOf(cq)
+				if ok && w == last {
+					continue // asleep
+				}
+				seen[cq] = w
+				drain(x, cq)
+				x.hp.armLane(t, cq)
+				drain(x, cq)
+			}
+		}
+	}
+}
+
+// TestWakeSleepingApplication: after the failover both applications
+// sleep on their completion channels and poll a diverted CQ only when
+// the runtime wakes it. Every message still arrives once, in order: the
+// runtime wakes a CQ whenever it queued completions for it (the Go data
+// path, B following A's notification while asleep) or a backup CQ on
+// the express lane has some.
+func TestWakeSleepingApplication(t *testing.T) {
+	for _, express := range []bool{false, true} {
+		name := map[bool]string{false: "go-path", true: "express-lane"}[express]
+		t.Run(name, func(t *testing.T) {
+			f, hosts, qa, qb := expressWorld(t, 61, l2opts{express: express})
+			qa.total, qb.total = 120, 120
+			seen := map[verbs.CQ]int{}
+			deadline := time.Now().Add(60 * time.Second)
+			for i := 0; !finished(qa, qb)(); i++ {
+				if time.Now().After(deadline) {
+					t.Fatalf("the sleeping applications stalled at virtual %v: %s", f.Now(), progress(hosts))
+				}
+				eventStep(t, hosts, seen)
+				f.RunFor(5 * time.Microsecond)
+				if i%8 == 0 {
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			for _, q := range []*appQP{qa, qb} {
+				if len(q.errs) > 0 {
+					t.Fatalf("%s: errors %+v", q.x.name, q.errs)
+				}
+				if q.x.hp.wakesOf(q.rcq) == 0 {
+					t.Errorf("%s: its receive CQ was never woken", q.x.name)
+				}
+			}
+			if express && !(qa.onLane() && qb.onLane()) {
+				t.Errorf("the QPs did not reach the lane")
+			}
+		})
+	}
+}
