@@ -242,32 +242,28 @@ int lip_chan_cq_destroy(struct ibv_cq *cq, int (*destroy)(struct ibv_cq *))
 	return ret;
 }
 
-/* lip_chan_arm: the application requested cq's next event. 1 when cq is
- * on a shim channel. */
-int lip_chan_arm(struct ibv_cq *cq)
+/* ccq_flag reads cq's armed flag, setting it first with set: -1 when cq
+ * is not on a shim channel. */
+static int ccq_flag(struct ibv_cq *cq, int set)
 {
 	if (!__atomic_load_n(&nccq, __ATOMIC_RELAXED))
-		return 0;
+		return -1;
 	pthread_mutex_lock(&chan_mu);
 	struct lip_ccq **s = ccq_slot(cq, 0);
-	if (s)
+	if (s && set)
 		(*s)->armed = 1;
-	pthread_mutex_unlock(&chan_mu);
-	return s != NULL;
-}
-
-/* lip_chan_armed: whether cq waits for an event (the express lane arms
- * the backup CQs of a CQ it takes on when it does). */
-int lip_chan_armed(struct ibv_cq *cq)
-{
-	if (!__atomic_load_n(&nccq, __ATOMIC_RELAXED))
-		return 0;
-	pthread_mutex_lock(&chan_mu);
-	struct lip_ccq **s = ccq_slot(cq, 0);
-	int armed = s && (*s)->armed;
+	int armed = s ? (*s)->armed : -1;
 	pthread_mutex_unlock(&chan_mu);
 	return armed;
 }
+
+/* lip_chan_arm: the application requested cq's next event. 1 when cq is
+ * on a shim channel. */
+int lip_chan_arm(struct ibv_cq *cq) { return ccq_flag(cq, 1) == 1; }
+
+/* lip_chan_armed: whether cq waits for an event (the express lane arms
+ * the backup CQs of a CQ it takes on when it does). */
+int lip_chan_armed(struct ibv_cq *cq) { return ccq_flag(cq, 0) == 1; }
 
 /* lip_chan_wake: layer 2 has completions for the application on cq. An
  * armed CQ gets an event of the shim; 1 when it did. */

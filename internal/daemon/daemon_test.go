@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
 )
 
@@ -30,21 +31,41 @@ func testDaemon(t *testing.T, mod func(*Config)) (*Daemon, *api.Client) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	serve(t, d)
+	return d, api.NewClient(cfg.Socket, 5*time.Second)
+}
+
+// serve runs d until the test ends, returning once it is ready.
+func serve(tb testing.TB, d *Daemon) {
+	tb.Helper()
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- d.Serve(context.Background(), func() error { close(ready); return nil }) }()
 	select {
 	case <-ready:
 	case err := <-done:
-		t.Fatalf("Serve: %v", err)
+		tb.Fatalf("Serve: %v", err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		d.Close()
 		if err := <-done; err != nil {
-			t.Errorf("Serve returned %v", err)
+			tb.Errorf("Serve returned %v", err)
 		}
 	})
-	return d, api.NewClient(cfg.Socket, 5*time.Second)
+}
+
+// dialOwner attaches an owner session to d as this process, for the
+// test's duration; ctx bounds its requests.
+func dialOwner(t *testing.T, d *Daemon) (ctx context.Context, s *ownerproto.Session) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	s, err := ownerproto.Dial(ctx, d.cfg.Socket, selfHello(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return ctx, s
 }
 
 // eventually polls cond for up to 10 s.

@@ -38,13 +38,7 @@ func TestLookupHCAAcrossNodes(t *testing.T) {
 		}
 		return false
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := ownerproto.Dial(ctx, d0.cfg.Socket, selfHello(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := dialOwner(t, d0)
 
 	local := d0.invPort(t, "mlx5_1", 2)
 	h, err := s.LookupHCA(ctx, ownerproto.Route{LID: local.LID})

@@ -50,15 +50,7 @@ func hwPair(tb testing.TB, poll time.Duration) (*Daemon, *Daemon) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		ready := make(chan struct{})
-		done := make(chan error, 1)
-		go func() { done <- d.Serve(context.Background(), func() error { close(ready); return nil }) }()
-		select {
-		case <-ready:
-		case err := <-done:
-			tb.Fatalf("Serve: %v", err)
-		}
-		tb.Cleanup(func() { d.Close(); <-done })
+		serve(tb, d)
 		return d
 	}
 	d0 := start("node0", "mlx4-dual", nil)
@@ -84,13 +76,7 @@ func hwPair(tb testing.TB, poll time.Duration) (*Daemon, *Daemon) {
 // states of the moment, one read per request.
 func TestLookupHCAOfAnotherNodeReadsNoDevice(t *testing.T) {
 	d0, d1 := hwPair(t, time.Hour)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := ownerproto.Dial(ctx, d0.cfg.Socket, selfHello(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := dialOwner(t, d0)
 	remote := d1.invPort(t, "mlx5_1", 1)
 	for i := range 50 {
 		h, err := s.LookupHCA(ctx, ownerproto.Route{LID: remote.LID + uint16(i%4)})
@@ -125,13 +111,7 @@ func TestLookupHCAOfAnotherNodeReadsNoDevice(t *testing.T) {
 // written, pushed or pulled.
 func TestIdleOwnersAddNoPeriodicWork(t *testing.T) {
 	d0, _ := hwPair(t, 10*time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := ownerproto.Dial(ctx, d0.cfg.Socket, selfHello(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := dialOwner(t, d0)
 	for q := uint32(0x40); q < 0x44; q++ {
 		if err := s.ReportQP(status.QP{Device: "mlx4_0", QPN: q, Port: 1, APM: "armed"}); err != nil {
 			t.Fatal(err)

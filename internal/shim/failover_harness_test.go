@@ -325,19 +325,25 @@ func (x *l2host) poll(t *testing.T) {
 			}
 		}
 	}
-	wc := make([]verbs.WC, 8)
 	for _, cq := range cqs {
-		for {
-			n, err := x.hp.pollCQ(cq, wc)
-			if err != nil {
-				t.Fatalf("%s: poll: %v", x.name, err)
-			}
-			if n == 0 {
-				break
-			}
-			for _, c := range wc[:n] {
-				x.onWC(t, cq, c)
-			}
+		x.drain(t, cq)
+	}
+}
+
+// drain polls cq until it is empty, handling each completion.
+func (x *l2host) drain(t *testing.T, cq verbs.CQ) {
+	t.Helper()
+	wc := make([]verbs.WC, 8)
+	for {
+		n, err := x.hp.pollCQ(cq, wc)
+		if err != nil {
+			t.Fatalf("%s: poll: %v", x.name, err)
+		}
+		if n == 0 {
+			return
+		}
+		for _, c := range wc[:n] {
+			x.onWC(t, cq, c)
 		}
 	}
 }
@@ -405,6 +411,16 @@ func drive(t *testing.T, f *sim.Fabric, hosts []*l2host, step time.Duration, don
 // going (a window of l2Window), then polls every host once.
 func trafficStep(t *testing.T, hosts []*l2host) {
 	t.Helper()
+	postStep(t, hosts)
+	for _, x := range hosts {
+		x.poll(t)
+	}
+}
+
+// postStep keeps every application QP's receives posted and its sends
+// going (a window of l2Window, none after an error).
+func postStep(t *testing.T, hosts []*l2host) {
+	t.Helper()
 	for _, x := range hosts {
 		for _, q := range x.qps {
 			q.fillRecvs(t)
@@ -412,9 +428,6 @@ func trafficStep(t *testing.T, hosts []*l2host) {
 				q.sendNext(t)
 			}
 		}
-	}
-	for _, x := range hosts {
-		x.poll(t)
 	}
 }
 

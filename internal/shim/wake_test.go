@@ -56,29 +56,7 @@ func (h *fakeHotpath) armLane(t *testing.T, cq verbs.CQ) {
 // once more, the pattern verbs programs follow.
 func eventStep(t *testing.T, hosts []*l2host, seen map[verbs.CQ]int) {
 	t.Helper()
-	for _, x := range hosts {
-		for _, q := range x.qps {
-			q.fillRecvs(t)
-			if q.sent < q.total && q.sent-len(q.sendDone) < l2Window && len(q.errs) == 0 {
-				q.sendNext(t)
-			}
-		}
-	}
-	wc := make([]verbs.WC, 8)
-	drain := func(x *l2host, cq verbs.CQ) {
-		for {
-			n, err := x.hp.pollCQ(cq, wc)
-			if err != nil {
-				t.Fatalf("%s: poll: %v", x.name, err)
-			}
-			if n == 0 {
-				return
-			}
-			for _, c := range wc[:n] {
-				x.onWC(t, cq, c)
-			}
-		}
-	}
+	postStep(t, hosts)
 	for _, x := range hosts {
 		for _, q := range x.qps {
 			for _, cq := range []verbs.CQ{q.scq, q.rcq} {
@@ -86,7 +64,7 @@ func eventStep(t *testing.T, hosts []*l2host, seen map[verbs.CQ]int) {
 				diverted := x.hp.dcq[cq]
 				x.hp.mu.Unlock()
 				if !diverted {
-					drain(x, cq)
+					x.drain(t, cq)
 					continue
 				}
 				last, ok := seen[cq]
@@ -95,9 +73,9 @@ func eventStep(t *testing.T, hosts []*l2host, seen map[verbs.CQ]int) {
 					continue // asleep
 				}
 				seen[cq] = w
-				drain(x, cq)
+				x.drain(t, cq)
 				x.hp.armLane(t, cq)
-				drain(x, cq)
+				x.drain(t, cq)
 			}
 		}
 	}
