@@ -38,13 +38,15 @@ import sys
 
 # programs whose QPs layer 2 protects in the lab (RC, ibv_post_send):
 # with the shim their cut rows must finish with correct results.
-PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev")
+PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
+             "write_bw-wr", "send_bw-wr")
 
 
 def kind(prog):
-    """The program a row runs, without the -ev of its event-driven variant
-    (the same program sleeping on its completion channel)."""
-    return prog[:-3] if prog.endswith("-ev") else prog
+    """The program a row runs, without the suffix of its variant: -ev (the
+    same program sleeping on its completion channel), -wr (perftest
+    posting through the ibv_wr_* API, its default)."""
+    return prog[:-3] if prog.endswith(("-ev", "-wr")) else prog
 
 
 def read_meta(d):

@@ -68,7 +68,7 @@ func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) C.int {
 }
 
 // ibpathCreatedEx: a QP made through ibv_create_qp_ex; wrAPI when it posts
-// through the ibv_wr_* API.
+// through ibv_wr_* operations the shim does not follow (wrapi.c).
 //
 //export ibpathCreatedEx
 func ibpathCreatedEx(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI C.int) C.int {

@@ -194,6 +194,8 @@ fail:
 	return NULL;
 }
 
+uint64_t lip_qp_gen; /* QPs removed: caches of lookups (wrapi.c) compare it */
+
 void lip_qp_remove(struct ibv_qp *qp)
 {
 	struct lip_ctx *c = lip_ctx_of(qp->context);
@@ -212,6 +214,7 @@ void lip_qp_remove(struct ibv_qp *qp)
 	}
 	pthread_mutex_unlock(&c->mu);
 	by_ptr_remove(qp);
+	__atomic_add_fetch(&lip_qp_gen, 1, __ATOMIC_RELEASE);
 }
 
 void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv)
@@ -229,9 +232,10 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Posters of one queue are serialised by a spin lock held from the slot
- * reservation to the provider's return, so the ring's order is the order
- * the provider queued the WRs in (what a rewind replays). Providers lock
+/* Posters of one queue are serialised by a spin lock held around the
+ * whole post (taken before the hot path's section: send_locked), so the
+ * ring's order is the order the provider queued the WRs in (what a rewind
+ * replays). Providers lock
  * the queue inside post_send anyway; uncontended, this costs the same one
  * atomic exchange the reservation would. With lip_single_poster (each QP
  * posted to by one thread at a time, IBPATH_SINGLE_POSTER=1) no lock is
@@ -288,23 +292,16 @@ static inline void copy_inline(struct lip_qp *q, uint64_t k, struct lip_sqe *e, 
 	e->inline_len = n;
 }
 
-int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+/* post_recorded records wr's WRs in q's send ring, then issues them: to
+ * the provider's post_send, or (wrapi) through the provider's ibv_wr_*
+ * functions (wrapi.c). WRs the provider refused are marked void. Called
+ * with the queue's lock held, inside the hot path's section, q not
+ * diverted. */
+static inline int post_recorded(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad, int wrapi)
 {
-	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
-	if (!q) {
-		struct lip_ctx *c = lip_ctx_of(qp->context);
-		return c ? c->post_send(qp, wr, bad) : EINVAL;
-	}
-	struct lip_thr *t = lip_enter();
-	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
-		lip_leave(t);
-		return lip_diverted_post_send(q, wr, bad);
-	}
-	struct lip_ctx *c = q->ctx;
 	uint64_t n = 1;
 	for (struct ibv_send_wr *w = wr->next; w; w = w->next)
 		n++;
-	qlock(&q->slock);
 	uint64_t first = reserve(&q->shead, n);
 	if (first + n - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
 		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
@@ -331,7 +328,7 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		if (w->send_flags & IBV_SEND_INLINE)
 			copy_inline(q, k, e, w);
 	}
-	int ret = c->post_send(qp, wr, bad);
+	int ret = wrapi ? lip_wr_issue(q, wr, bad) : q->ctx->post_send(q->qp, wr, bad);
 	if (ret && bad && *bad) {
 		/* WRs from *bad on were not posted. */
 		k = first;
@@ -343,10 +340,59 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 				q->sq[k & q->smask].flags |= LIP_SQE_VOID;
 		}
 	}
-	qunlock(&q->slock);
+	return ret;
+}
+
+/* send_locked posts wr to q, whose send queue's lock the caller holds:
+ * recorded and issued, or to layer 2 once q is diverted. The lock is
+ * taken before the hot path's section is entered, never inside it: a
+ * divert waits for the threads inside their section, and one of them
+ * waiting for this lock could wait for a thread that waits for the
+ * divert (wr_start to wr_complete holds the lock while the application
+ * may poll a diverted CQ). */
+static inline int send_locked(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad, int wrapi)
+{
+	struct lip_thr *t = lip_enter();
+	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
+		lip_leave(t);
+		return lip_diverted_post_send(q, wr, bad);
+	}
+	int ret = post_recorded(q, wr, bad, wrapi);
 	lip_leave(t);
 	return ret;
 }
+
+int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
+	if (!q) {
+		struct lip_ctx *c = lip_ctx_of(qp->context);
+		return c ? c->post_send(qp, wr, bad) : EINVAL;
+	}
+	qlock(&q->slock);
+	int ret = send_locked(q, wr, bad, 0);
+	qunlock(&q->slock);
+	return ret;
+}
+
+/* lip_wr_post is wr_complete's post of a QP that posts through the
+ * ibv_wr_* API (wrapi.c): the batch it built, as a chain, with the
+ * queue's lock held since wr_start (released here, once the chain, which
+ * the next batch reuses, was posted). */
+int lip_wr_post(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	int ret = send_locked(q, wr, bad, 1);
+	qunlock(&q->slock);
+	return ret;
+}
+
+/* lip_qp_lock / lip_qp_unlock: wr_start to wr_complete or wr_abort
+ * (wrapi.c) hold the send queue's lock, as providers do. */
+void lip_qp_lock(struct lip_qp *q) { qlock(&q->slock); }
+void lip_qp_unlock(struct lip_qp *q) { qunlock(&q->slock); }
+
+/* lip_qp_of is the protected QP of the application's struct ibv_qp. */
+struct lip_qp *lip_qp_of(struct ibv_qp *qp) { return qp_of(qp); }
 
 int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {

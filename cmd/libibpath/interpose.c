@@ -222,9 +222,23 @@ struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	return qp;
 }
 
+/* qp_ex_of is ibv_qp_to_qp_ex (IBVERBS_1.6), looked up rather than
+ * linked: a libibverbs without it leaves such QPs unprotected. */
+static struct ibv_qp_ex *qp_ex_of(struct ibv_qp *qp)
+{
+	static struct ibv_qp_ex *(*to_ex)(struct ibv_qp *);
+	static int looked;
+	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		to_ex = (struct ibv_qp_ex * (*)(struct ibv_qp *)) dlvsym(RTLD_NEXT, "ibv_qp_to_qp_ex", "IBVERBS_1.6");
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	return to_ex ? to_ex(qp) : NULL;
+}
+
 /* lip_create_qp_ex stands in for the provider's create_qp_ex. A QP that
- * posts through the ibv_wr_* API (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) is
- * seen but not protected: those posts do not pass through the hot path. */
+ * posts through the ibv_wr_* API (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) gets
+ * the shim's ibv_wr_* functions (wrapi.c) when it asks only for the
+ * operations they follow; otherwise it is seen but not protected. */
 static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
 {
 	struct lip_ctx *c = lip_ctx_of(context);
@@ -238,11 +252,22 @@ static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_q
 	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
 		.srq = attr->srq, .cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all};
 	int wr_api = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+	struct ibv_qp_ex *qpx = NULL;
+	if (wr_api && lip_record && lip_wr_follows(attr->send_ops_flags))
+		qpx = qp_ex_of(qp);
+	int follow = qpx != NULL;
 	ENTER();
-	int protect = ibpathCreatedEx(qp, &a, wr_api);
+	int protect = ibpathCreatedEx(qp, &a, wr_api && !follow);
 	LEAVE();
-	if (protect && !lip_qp_add(qp, &a))
+	if (!protect)
+		return qp;
+	struct lip_qp *q = lip_qp_add(qp, &a);
+	if (!q) {
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
+	} else if (follow && lip_wr_attach(q, qpx, &attr->cap)) {
+		perror("libibpath: take over the ibv_wr_* functions of a QP (it is not protected)");
+		lip_qp_remove(qp);
+	}
 	return qp;
 }
 

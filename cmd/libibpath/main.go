@@ -12,7 +12,9 @@
 // backup device delivers), and
 // swaps each opened context's post_send, post_recv and poll_cq (inline in
 // verbs.h) for C wrappers that record every work request of an RC QP in a
-// shadow ring before calling the provider; once a QP's failover onto its
+// shadow ring before calling the provider (a QP posting through the
+// ibv_wr_* API gets the shim's wr_* functions instead, wrapi.c, which
+// record its batches the same way); once a QP's failover onto its
 // backup has settled, the express lane (express.c) posts and polls it on
 // the backup in C. The Go side (internal/shim)
 // tracks devices and QPs, decides what each layer does, and reports to

@@ -69,6 +69,7 @@ struct lip_qp {
 	int diverted;           /* layer 2 took over: posts and polls go to it */
 	int express;            /* diverted, and on the express lane (express.c) */
 	struct lip_xl *xl;      /* the express lane, set before express */
+	struct lip_wrb *wrb;    /* the ibv_wr_* batch of a QP posting through that API (wrapi.c) */
 };
 
 #define LIP_SLOT_DEAD ((struct lip_qp *)1)
@@ -227,6 +228,18 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 /* outstanding entries of a QP (posted, not retired) */
 void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv);
+
+/* wrapi.c */
+struct lip_wrb;
+int lip_wr_follows(uint64_t send_ops_flags);
+int lip_wr_attach(struct lip_qp *q, struct ibv_qp_ex *qpx, const struct ibv_qp_cap *cap);
+int lip_wr_issue(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+/* hotpath.c, for wrapi.c */
+int lip_wr_post(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+void lip_qp_lock(struct lip_qp *q);
+void lip_qp_unlock(struct lip_qp *q);
+struct lip_qp *lip_qp_of(struct ibv_qp *qp);
+extern uint64_t lip_qp_gen; /* bumped by lip_qp_remove */
 
 /* interpose.c */
 extern int lip_enabled;     /* 0: pure pass-through (IBPATH_DISABLE=1) */

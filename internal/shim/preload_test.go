@@ -107,27 +107,72 @@ func TestPreloadIsTransparent(t *testing.T) {
 
 // TestPreloadCreateQPEx: a QP made through the inline ibv_create_qp_ex
 // (the provider's create_qp_ex, which the shim takes over at open) is seen
-// and protected like one from ibv_create_qp; one that asks for the
-// ibv_wr_* send API is seen and left unprotected, with the reason.
+// and protected like one from ibv_create_qp. One that posts through the
+// ibv_wr_* API is protected when it asks only for the operations the
+// shim follows ("exwr": the shim's ibv_wr_* functions build the batches,
+// record them and issue them through the provider's), and seen but left
+// alone, with the provider's functions, when it asks for another
+// ("exinv": local invalidate). Either way the program sees what it sees
+// without the shim, and so does the provider: the WRs it executed, in
+// order, with their wr_id, flags, operands and payload bytes (inline
+// data as given, though the program scribbles over its sources at once),
+// an aborted batch and a refused one posting nothing of themselves.
 func TestPreloadCreateQPEx(t *testing.T) {
 	b := buildBed(t)
 	for _, mode := range []struct {
 		arg, want string
+		wrIn      string // where the QP's ibv_wr_* functions are under the shim
 	}{
-		{"ex", "protected=true"},
-		{"exwr", "protected=false"},
+		{"ex", "protected=true", ""},
+		{"exwr", "protected=true", "libibpath.so"},
+		{"exinv", "protected=false", "libibverbs.so.1"},
 	} {
-		plain, _ := b.run(t, nil, "200", mode.arg)
-		if !strings.Contains(plain, "sends 50 recvs 200") {
-			t.Fatalf("%s: the probe itself misbehaves: %s", mode.arg, plain)
+		plain, errs := b.run(t, nil, "200", mode.arg)
+		want := []string{"sends 50 recvs 200 sum 200024950 refused 12 bad_is_wr 1", "done"}
+		if mode.wrIn != "" {
+			// 200 steps and the WR after the refusal; not the aborted
+			// batch, the empty one or the refused one
+			want = []string{"sends 50 recvs 200 sum 200024950 refused 12 none_posted 1",
+				"after the refusal: complete 0, completions 1", "wire: wrs 201 ", "done"}
+			if lib := "wr_start in libibverbs.so.1, wr_rdma_write in libibverbs.so.1, wr_complete in libibverbs.so.1"; !strings.Contains(errs, lib) {
+				t.Fatalf("%s: without the shim the QP's ibv_wr_* functions are not the stand-in's (%q):\n%s", mode.arg, lib, errs)
+			}
+		}
+		for _, w := range want {
+			if !strings.Contains(plain, w) {
+				t.Fatalf("%s: the probe itself misbehaves (no %q):\n%s\nstderr:\n%s", mode.arg, w, plain, errs)
+			}
 		}
 		shimmed, errs := b.run(t, []string{"IBPATH_LOG=debug", "IBPATH_SOCKET=off"}, "200", mode.arg)
 		if shimmed != plain {
-			t.Fatalf("%s: the shim changed what the program saw:\nwithout: %s\nwith:    %s", mode.arg, plain, shimmed)
+			t.Fatalf("%s: the shim changed what the program or the provider saw:\nwithout: %s\nwith:    %s\nstderr:\n%s", mode.arg, plain, shimmed, errs)
 		}
 		if !strings.Contains(errs, "QP created") || !strings.Contains(errs, mode.want) {
 			t.Errorf("%s: the shim's log lacks the QP (%s):\n%s", mode.arg, mode.want, errs)
 		}
+		if mode.wrIn != "" {
+			lib := fmt.Sprintf("wr_start in %[1]s, wr_rdma_write in %[1]s, wr_complete in %[1]s", mode.wrIn)
+			if !strings.Contains(errs, lib) {
+				t.Errorf("%s: under the shim want the QP's ibv_wr_* functions in %s:\n%s", mode.arg, mode.wrIn, errs)
+			}
+		}
+	}
+
+	// "exwrmt": eight threads post one-WR batches to one such QP at once.
+	// wr_start to wr_complete hold the queue's lock, the shim's as the
+	// provider's: every batch reaches the provider. (A batch emptied
+	// after the lock's release lost another thread's WRs, or failed them,
+	// about once in a million batches on two CPUs: this catches such a
+	// race most runs, not every run.)
+	const batches = 250000
+	plain, errs := b.run(t, nil, fmt.Sprint(batches), "exwrmt")
+	want := fmt.Sprintf("threads 8 batches %d failed 0; wire: wrs %d bytes %d", 8*batches, 8*batches, 8*8*batches)
+	if !strings.Contains(plain, want) {
+		t.Fatalf("exwrmt: the probe itself misbehaves (no %q):\n%s\nstderr:\n%s", want, plain, errs)
+	}
+	shimmed, errs := b.run(t, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, fmt.Sprint(batches), "exwrmt")
+	if shimmed != plain || !strings.Contains(errs, "wr_start in libibpath.so") {
+		t.Fatalf("exwrmt: the shim lost or failed batches of threads posting at once:\nwithout: %s\nwith:    %s\nstderr:\n%s", plain, shimmed, errs)
 	}
 }
 

@@ -25,7 +25,11 @@ type QPInfo struct {
 	SRQ     bool
 	SendCap uint32
 	RecvCap uint32
-	WRAPI   bool // made by ibv_create_qp_ex to post through the ibv_wr_* API
+	// WRAPI: made by ibv_create_qp_ex to post through ibv_wr_* operations
+	// the shim does not follow (local invalidate, memory windows, SEND
+	// with invalidate, TSO, atomic write, flush); the others it follows
+	// as it follows ibv_post_send.
+	WRAPI bool
 }
 
 // Modify is a successful (or failed) ibv_modify_qp of the application.
@@ -210,7 +214,7 @@ func (r *Runtime) Created(ctx uintptr, info QPInfo) bool {
 	case info.SRQ:
 		q.status.Reason = "the QP uses a shared receive queue, which the shadow rings do not follow"
 	case info.WRAPI:
-		q.status.Reason = "the QP posts through the ibv_wr_* API, which the shim does not follow: layer 2 cannot replay it"
+		q.status.Reason = "the QP asks for ibv_wr_* operations the shim does not follow (local invalidate, memory windows, SEND with invalidate, TSO, atomic write or flush): layer 2 cannot replay it"
 	}
 	r.qps[qpKey{ctx, info.QPN}] = q
 	r.log.Debug("libibpath: QP created", "device", d.name, "qpn", info.QPN, "type", info.Type, "protected", protect)

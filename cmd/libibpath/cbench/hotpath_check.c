@@ -3,7 +3,7 @@
  *   hotpath_check test    the shadow rings' accounting, diverting a QP
  *   hotpath_check bench   ns per post_send / poll_cq, direct vs through the shim
  * Built by internal/shim's tests:
- *   gcc -O2 -I.. hotpath_check.c ../hotpath.c ../divert.c ../express.c ../channel.c -lpthread */
+ *   gcc -O2 -I.. hotpath_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c -lpthread */
 #include <pthread.h>
 #include <unistd.h>
 #include <stdio.h>

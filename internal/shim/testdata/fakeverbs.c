@@ -5,6 +5,22 @@
  * IBVERBS_1.1 symbols the shim forwards to, and fake_device() for the
  * probe program.
  *
+ * A QP from create_qp_ex that asks for IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+ * posts through the ibv_wr_* API as with rdma-core's providers: its
+ * struct ibv_qp_ex (ibv_qp_to_qp_ex@IBVERBS_1.6) has the wr_* functions
+ * of the operations asked for; wr_start begins a batch (taking the send
+ * queue's lock), each operation starts a WR with the QP's wr_id and
+ * wr_flags of that moment, wr_set_* describe its data (inline data copied
+ * at once), wr_complete posts the batch, all of it or, with an error,
+ * none, and wr_abort drops it.
+ *
+ * Everything the provider executes, through post_send or wr_complete,
+ * goes "on the wire": fake_wire() gives the number of WRs, their payload
+ * bytes and a hash over both in order (wr_id, opcode, flags, immediate,
+ * remote address and key, atomic operands, SGE lengths and keys, and the
+ * bytes of the payload, read at post time, or inline as copied), for a
+ * program to print what the provider was given whatever posted it.
+ *
  * Completion channels work as libibverbs and the kernel make them: the
  * channel's fd is the read end of a pipe (blocking, as the uverbs event
  * file); a CQ armed by req_notify_cq writes one event (the CQ's address,
@@ -14,6 +30,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,17 +131,322 @@ static int fake_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 	return 0;
 }
 
+/* The QPs: a struct ibv_qp_ex first (only its qp_base for a QP without
+ * the ibv_wr_* API), then the batch of the ibv_wr_* API. */
+#define FAKE_MAX_SGE 16
+#define FAKE_MAX_INLINE 1024
+
+struct fake_wr {
+	uint64_t wr_id;
+	enum ibv_wr_opcode op;
+	unsigned int flags;
+	__be32 imm;
+	uint32_t rkey;          /* or the invalidated rkey */
+	uint64_t raddr, compare_add, swap;
+	int num_sge;
+	struct ibv_sge sge[FAKE_MAX_SGE];
+	int inl;                /* the data is inl_data, copied at wr_set_inline_data */
+	uint32_t inl_len;
+	uint8_t inl_data[FAKE_MAX_INLINE];
+};
+
+struct fake_qp {
+	struct ibv_qp_ex qpx;   /* qpx.qp_base: what the application gets */
+	int wr_api;             /* created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS */
+	uint32_t max_wr, max_sge, max_inline;
+	pthread_mutex_t sq;     /* the send queue's lock: wr_start to wr_complete / wr_abort */
+	int err;                /* what wr_complete returns: a WR the batch cannot carry */
+	uint32_t n;             /* WRs of the batch */
+	struct fake_wr *batch;  /* max_wr */
+};
+
+/* The wire: what the provider executed, in order. */
+static pthread_mutex_t wire_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t wire_wrs, wire_bytes, wire_hash = 0xcbf29ce484222325ull;
+
+static void fnv(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++)
+		wire_hash = (wire_hash ^ b[i]) * 0x100000001b3ull;
+}
+
+static void fnv64(uint64_t v) { fnv(&v, sizeof(v)); }
+
+void fake_wire(uint64_t *wrs, uint64_t *bytes, uint64_t *hash)
+{
+	pthread_mutex_lock(&wire_mu);
+	*wrs = wire_wrs;
+	*bytes = wire_bytes;
+	*hash = wire_hash;
+	pthread_mutex_unlock(&wire_mu);
+}
+
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		return IBV_WC_SEND;
+	case IBV_WR_RDMA_READ:
+		return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return IBV_WC_FETCH_ADD;
+	case IBV_WR_LOCAL_INV:
+		return IBV_WC_LOCAL_INV;
+	default:
+		return IBV_WC_RDMA_WRITE;
+	}
+}
+
+/* execute puts one WR on the wire and, signaled, completes it. */
+static void execute(struct ibv_qp *qp, const struct fake_wr *w)
+{
+	int carries = w->op == IBV_WR_RDMA_WRITE || w->op == IBV_WR_RDMA_WRITE_WITH_IMM || w->op == IBV_WR_SEND ||
+		      w->op == IBV_WR_SEND_WITH_IMM;
+	pthread_mutex_lock(&wire_mu);
+	wire_wrs++;
+	fnv64(qp->qp_num);
+	fnv64(w->wr_id);
+	fnv64(w->op);
+	fnv64(w->flags & ~IBV_SEND_INLINE);
+	fnv64(w->inl);
+	if (w->op == IBV_WR_SEND_WITH_IMM || w->op == IBV_WR_RDMA_WRITE_WITH_IMM)
+		fnv64(w->imm);
+	if (w->op != IBV_WR_SEND && w->op != IBV_WR_SEND_WITH_IMM) {
+		fnv64(w->rkey);
+		fnv64(w->raddr);
+	}
+	if (w->op == IBV_WR_ATOMIC_CMP_AND_SWP || w->op == IBV_WR_ATOMIC_FETCH_AND_ADD)
+		fnv64(w->compare_add);
+	if (w->op == IBV_WR_ATOMIC_CMP_AND_SWP)
+		fnv64(w->swap);
+	if (w->inl) {
+		fnv64(w->inl_len);
+		fnv(w->inl_data, w->inl_len);
+		wire_bytes += w->inl_len;
+	} else if (w->op != IBV_WR_LOCAL_INV) {
+		fnv64(w->num_sge);
+		for (int i = 0; i < w->num_sge; i++) {
+			fnv64(w->sge[i].length);
+			fnv64(w->sge[i].lkey);
+			if (carries) {
+				/* the payload as the HCA reads it: at post time */
+				fnv((const void *)(uintptr_t)w->sge[i].addr, w->sge[i].length);
+				wire_bytes += w->sge[i].length;
+			}
+		}
+	}
+	pthread_mutex_unlock(&wire_mu);
+	if (w->flags & IBV_SEND_SIGNALED)
+		push((struct fake_cq *)qp->send_cq, w->wr_id, qp->qp_num, wc_opcode(w->op), IBV_WC_SUCCESS);
+}
+
+/* refused is the test's way to make the provider refuse a WR. */
+static int refused(uint64_t wr_id) { return wr_id == 0xbad; }
+
+/* fake_post_send executes the WRs up to one it refuses. */
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	for (; wr; wr = wr->next) {
-		if (wr->wr_id == 0xbad) { /* the test's way to make the provider refuse a WR */
+		if (refused(wr->wr_id)) {
 			*bad = wr;
 			return ENOMEM;
 		}
-		if (wr->send_flags & IBV_SEND_SIGNALED)
-			push((struct fake_cq *)qp->send_cq, wr->wr_id, qp->qp_num, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS);
+		struct fake_wr w = {.wr_id = wr->wr_id, .op = wr->opcode, .flags = wr->send_flags, .imm = wr->imm_data};
+		if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			w.rkey = wr->wr.atomic.rkey;
+			w.raddr = wr->wr.atomic.remote_addr;
+			w.compare_add = wr->wr.atomic.compare_add;
+			w.swap = wr->wr.atomic.swap;
+		} else if (wr->opcode == IBV_WR_LOCAL_INV) {
+			w.rkey = wr->invalidate_rkey;
+		} else {
+			w.rkey = wr->wr.rdma.rkey;
+			w.raddr = wr->wr.rdma.remote_addr;
+		}
+		if (wr->num_sge > FAKE_MAX_SGE) {
+			*bad = wr;
+			return EINVAL;
+		}
+		if (wr->send_flags & IBV_SEND_INLINE) {
+			/* copied into the WQE: the same bytes as the wr API's */
+			w.inl = 1;
+			for (int i = 0; i < wr->num_sge; i++) {
+				if (wr->sg_list[i].length > FAKE_MAX_INLINE - w.inl_len) {
+					*bad = wr;
+					return EINVAL;
+				}
+				memcpy(w.inl_data + w.inl_len, (const void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+				w.inl_len += wr->sg_list[i].length;
+			}
+		} else {
+			w.num_sge = wr->num_sge;
+			memcpy(w.sge, wr->sg_list, (size_t)wr->num_sge * sizeof(*wr->sg_list));
+		}
+		execute(qp, &w);
 	}
 	return 0;
+}
+
+/* The ibv_wr_* API. None of these calls another through the struct
+ * ibv_qp_ex: whoever holds the struct may have replaced them. */
+static inline struct fake_qp *fq(struct ibv_qp_ex *qpx) { return (struct fake_qp *)qpx; }
+
+static void wr_start(struct ibv_qp_ex *qpx)
+{
+	struct fake_qp *q = fq(qpx);
+	pthread_mutex_lock(&q->sq);
+	q->n = 0;
+	q->err = 0;
+}
+
+static void wr_abort(struct ibv_qp_ex *qpx)
+{
+	struct fake_qp *q = fq(qpx);
+	q->n = 0;
+	pthread_mutex_unlock(&q->sq);
+}
+
+static int wr_complete(struct ibv_qp_ex *qpx)
+{
+	struct fake_qp *q = fq(qpx);
+	int err = q->err;
+	for (uint32_t i = 0; i < q->n && !err; i++)
+		if (refused(q->batch[i].wr_id))
+			err = ENOMEM; /* post_send's refusal: here the whole batch */
+	for (uint32_t i = 0; i < q->n && !err; i++)
+		execute(&qpx->qp_base, &q->batch[i]);
+	q->n = 0;
+	pthread_mutex_unlock(&q->sq);
+	return err;
+}
+
+/* wr_new starts the batch's next WR. */
+static struct fake_wr *wr_new(struct ibv_qp_ex *qpx, enum ibv_wr_opcode op)
+{
+	struct fake_qp *q = fq(qpx);
+	if (q->n == q->max_wr) {
+		q->err = ENOMEM;
+		return NULL;
+	}
+	struct fake_wr *w = &q->batch[q->n++];
+	memset(w, 0, offsetof(struct fake_wr, inl_data));
+	w->wr_id = qpx->wr_id;
+	w->flags = qpx->wr_flags;
+	w->op = op;
+	return w;
+}
+
+/* wr_cur is the WR wr_set_* describe. */
+static struct fake_wr *wr_cur(struct ibv_qp_ex *qpx)
+{
+	struct fake_qp *q = fq(qpx);
+	if (q->n == 0) {
+		q->err = EINVAL;
+		return NULL;
+	}
+	return &q->batch[q->n - 1];
+}
+
+static void wr_rdma_write(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t raddr)
+{
+	struct fake_wr *w = wr_new(qpx, IBV_WR_RDMA_WRITE);
+	if (w)
+		w->rkey = rkey, w->raddr = raddr;
+}
+
+static void wr_rdma_write_imm(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t raddr, __be32 imm)
+{
+	struct fake_wr *w = wr_new(qpx, IBV_WR_RDMA_WRITE_WITH_IMM);
+	if (w)
+		w->rkey = rkey, w->raddr = raddr, w->imm = imm;
+}
+
+static void wr_rdma_read(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t raddr)
+{
+	struct fake_wr *w = wr_new(qpx, IBV_WR_RDMA_READ);
+	if (w)
+		w->rkey = rkey, w->raddr = raddr;
+}
+
+static void wr_send(struct ibv_qp_ex *qpx) { wr_new(qpx, IBV_WR_SEND); }
+
+static void wr_send_imm(struct ibv_qp_ex *qpx, __be32 imm)
+{
+	struct fake_wr *w = wr_new(qpx, IBV_WR_SEND_WITH_IMM);
+	if (w)
+		w->imm = imm;
+}
+
+static void wr_atomic_cmp_swp(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t raddr, uint64_t compare, uint64_t swap)
+{
+	struct fake_wr *w = wr_new(qpx, IBV_WR_ATOMIC_CMP_AND_SWP);
+	if (w)
+		w->rkey = rkey, w->raddr = raddr, w->compare_add = compare, w->swap = swap;
+}
+
+static void wr_atomic_fetch_add(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t raddr, uint64_t add)
+{
+	struct fake_wr *w = wr_new(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	if (w)
+		w->rkey = rkey, w->raddr = raddr, w->compare_add = add;
+}
+
+static void wr_local_inv(struct ibv_qp_ex *qpx, uint32_t rkey)
+{
+	struct fake_wr *w = wr_new(qpx, IBV_WR_LOCAL_INV);
+	if (w)
+		w->rkey = rkey;
+}
+
+static void wr_set_sge_list(struct ibv_qp_ex *qpx, size_t n, const struct ibv_sge *sge)
+{
+	struct fake_qp *q = fq(qpx);
+	struct fake_wr *w = wr_cur(qpx);
+	if (!w)
+		return;
+	if (n > q->max_sge || n > FAKE_MAX_SGE) {
+		q->err = EINVAL;
+		return;
+	}
+	memcpy(w->sge, sge, n * sizeof(*sge));
+	w->num_sge = (int)n;
+	w->inl = 0;
+}
+
+static void wr_set_sge(struct ibv_qp_ex *qpx, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge s = {.addr = addr, .length = length, .lkey = lkey};
+	wr_set_sge_list(qpx, 1, &s);
+}
+
+static void wr_set_inline_data_list(struct ibv_qp_ex *qpx, size_t n, const struct ibv_data_buf *buf)
+{
+	struct fake_qp *q = fq(qpx);
+	struct fake_wr *w = wr_cur(qpx);
+	if (!w)
+		return;
+	uint32_t len = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (buf[i].length > q->max_inline - len || buf[i].length > FAKE_MAX_INLINE - len) {
+			q->err = ENOMEM; /* as mlx5: more than max_inline_data */
+			return;
+		}
+		memcpy(w->inl_data + len, buf[i].addr, buf[i].length);
+		len += buf[i].length;
+	}
+	w->inl = 1;
+	w->inl_len = len;
+	w->num_sge = 0;
+}
+
+static void wr_set_inline_data(struct ibv_qp_ex *qpx, void *addr, size_t length)
+{
+	struct ibv_data_buf d = {.addr = addr, .length = length};
+	wr_set_inline_data_list(qpx, 1, &d);
 }
 
 static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -143,9 +465,101 @@ static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return i;
 }
 
+static struct fake_qp *new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct fake_qp *q = calloc(1, sizeof(*q));
+	if (!q)
+		return NULL;
+	struct ibv_qp *qp = &q->qpx.qp_base;
+	qp->context = pd->context;
+	qp->pd = pd;
+	qp->qp_context = attr->qp_context;
+	qp->send_cq = attr->send_cq;
+	qp->recv_cq = attr->recv_cq;
+	qp->qp_num = next_qpn++;
+	qp->qp_type = attr->qp_type;
+	qp->state = IBV_QPS_RESET;
+	return q;
+}
+
+static void free_qp(struct fake_qp *q)
+{
+	if (q->wr_api)
+		pthread_mutex_destroy(&q->sq);
+	free(q->batch);
+	free(q);
+}
+
+/* The send_ops_flags the stand-in has operations for. */
+#define FAKE_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+		  IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
+		  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV)
+
+/* fake_create_qp_ex is the provider's create_qp_ex (not ibv_create_qp,
+ * which a preloaded shim interposes). */
 static struct ibv_qp *fake_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
 {
-	return ibv_create_qp(attr->pd, (struct ibv_qp_init_attr *)attr);
+	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	int wr_api = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+	uint64_t ops = wr_api ? attr->send_ops_flags : 0;
+	if (ops & ~(uint64_t)FAKE_OPS) {
+		errno = EOPNOTSUPP; /* as a provider asked for operations it has not */
+		return NULL;
+	}
+	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
+		.srq = attr->srq, .cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all};
+	struct fake_qp *q = new_qp(attr->pd, &a);
+	if (!q)
+		return NULL;
+	if (!wr_api)
+		return &q->qpx.qp_base;
+	q->wr_api = 1;
+	q->max_wr = attr->cap.max_send_wr ? attr->cap.max_send_wr : 1;
+	q->max_sge = attr->cap.max_send_sge;
+	q->max_inline = attr->cap.max_inline_data;
+	q->batch = calloc(q->max_wr, sizeof(*q->batch));
+	if (!q->batch) {
+		free(q);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&q->sq, NULL);
+	struct ibv_qp_ex *x = &q->qpx;
+	x->wr_start = wr_start;
+	x->wr_complete = wr_complete;
+	x->wr_abort = wr_abort;
+	x->wr_set_sge = wr_set_sge;
+	x->wr_set_sge_list = wr_set_sge_list;
+	x->wr_set_inline_data = wr_set_inline_data;
+	x->wr_set_inline_data_list = wr_set_inline_data_list;
+	if (ops & IBV_QP_EX_WITH_RDMA_WRITE)
+		x->wr_rdma_write = wr_rdma_write;
+	if (ops & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)
+		x->wr_rdma_write_imm = wr_rdma_write_imm;
+	if (ops & IBV_QP_EX_WITH_SEND)
+		x->wr_send = wr_send;
+	if (ops & IBV_QP_EX_WITH_SEND_WITH_IMM)
+		x->wr_send_imm = wr_send_imm;
+	if (ops & IBV_QP_EX_WITH_RDMA_READ)
+		x->wr_rdma_read = wr_rdma_read;
+	if (ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)
+		x->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+	if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+		x->wr_atomic_fetch_add = wr_atomic_fetch_add;
+	if (ops & IBV_QP_EX_WITH_LOCAL_INV)
+		x->wr_local_inv = wr_local_inv;
+	return &x->qp_base;
+}
+
+/* ibv_qp_to_qp_ex, as libibverbs's: the struct ibv_qp_ex of a QP made for
+ * the ibv_wr_* API, NULL for another. */
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	struct fake_qp *q = (struct fake_qp *)qp;
+	return q->wr_api ? &q->qpx : NULL;
 }
 
 /* new_cq is the provider's create_cq and libibverbs's verbs_init_cq. */
@@ -325,15 +739,8 @@ void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n)
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	struct ibv_qp *qp = calloc(1, sizeof(*qp));
-	qp->context = pd->context;
-	qp->pd = pd;
-	qp->send_cq = attr->send_cq;
-	qp->recv_cq = attr->recv_cq;
-	qp->qp_num = next_qpn++;
-	qp->qp_type = attr->qp_type;
-	qp->state = IBV_QPS_RESET;
-	return qp;
+	struct fake_qp *q = new_qp(pd, attr);
+	return q ? &q->qpx.qp_base : NULL;
 }
 
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
@@ -345,7 +752,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	return 0;
 }
 
-int ibv_destroy_qp(struct ibv_qp *qp) { free(qp); return 0; }
+int ibv_destroy_qp(struct ibv_qp *qp) { free_qp((struct fake_qp *)qp); return 0; }
 
 int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {

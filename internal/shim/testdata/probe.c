@@ -5,13 +5,31 @@
  * completions on a completion channel: poll(2) on the channel's fd, or
  * for every 50th post a blocking ibv_get_cq_event while another thread
  * posts; at the end a get on the fd made non-blocking, with nothing
- * pending. */
+ * pending.
+ *
+ * With "exwr" the QP comes from ibv_create_qp_ex asking for the ibv_wr_*
+ * send API with the operations a shim may follow, and the program posts
+ * its sends through that API: batches of one to four WRs of every
+ * operation asked for, their data as one SGE, an SGE list, inline data or
+ * an inline list (whose sources it scribbles over as soon as they are
+ * given), one batch it aborts, one empty, and a refused batch
+ * (ibv_wr_complete's error; nothing of it may be posted). "exinv" asks
+ * for RDMA WRITE and local invalidate (which a shim may not follow) and
+ * posts only RDMA WRITEs. Both print what the stand-in provider put on
+ * the wire (fake_wire) and the completions in the order polled; on
+ * stderr, the library whose ibv_wr_* functions the QP has. "exwrmt" is
+ * "exwr"'s QP with eight threads posting one-WR batches to it at once
+ * (n each), unsignaled: every WR must reach the provider. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +38,13 @@
 
 struct ibv_device *fake_device(void);
 void fake_raise_port(int type, int port);
+void fake_wire(uint64_t *wrs, uint64_t *bytes, uint64_t *hash);
 
 #define EVENT_TIMEOUT_MS 5000
 
 static long sends, recvs, sum;
+/* the completions in the order polled: wr_id, opcode, status */
+static uint64_t polled = 0xcbf29ce484222325ull;
 
 static void drain(struct ibv_cq *cq)
 {
@@ -36,6 +57,8 @@ static void drain(struct ibv_cq *cq)
 			else
 				sends++;
 			sum += wc[k].wr_id;
+			polled = (polled ^ wc[k].wr_id) * 0x100000001b3ull;
+			polled = (polled ^ ((uint64_t)wc[k].opcode << 8 | wc[k].status)) * 0x100000001b3ull;
 		}
 }
 
@@ -50,6 +73,219 @@ static int post(struct ibv_qp *qp, int i)
 	if (ibv_post_send(qp, &sw, &sbad))
 		return 3;
 	return 0;
+}
+
+/* The ibv_wr_* traffic. Remote addresses and keys are made up: the
+ * stand-in executes nothing but reads the local payload. */
+#define RKEY 0x5151
+#define LKEY 0x1717
+#define RBASE 0x100000ull
+
+static uint8_t payload[4096];      /* the SGEs' data: untouched until completion */
+static uint8_t landing[64 * 32];   /* where READs and atomics land */
+static uint8_t inl_a[48], inl_b[40]; /* inline sources: scribbled over once given */
+
+/* wr_one adds step i's WR to the batch: its operation (only RDMA WRITE
+ * with writes_only) and the way its data is given vary with i. */
+static void wr_one(struct ibv_qp_ex *qpx, int i, int writes_only)
+{
+	static const enum ibv_wr_opcode ops[] = {IBV_WR_RDMA_WRITE, IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE,
+		IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD,
+		IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_RDMA_WRITE};
+	enum ibv_wr_opcode op = writes_only ? IBV_WR_RDMA_WRITE : ops[i % 9];
+	unsigned int flags = i % 4 == 3 ? IBV_SEND_SIGNALED : 0;
+	if ((op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM) && i % 3 == 0)
+		flags |= IBV_SEND_SOLICITED;
+	if (op == IBV_WR_RDMA_READ)
+		flags |= IBV_SEND_FENCE;
+	qpx->wr_id = i;
+	qpx->wr_flags = flags;
+	uint64_t raddr = RBASE + (uint64_t)i * 64;
+	__be32 imm = htobe32(0xa5000000u | (uint32_t)i);
+	uint8_t *land = landing + (size_t)(i % 64) * 32;
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+		ibv_wr_rdma_write(qpx, RKEY, raddr);
+		break;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		ibv_wr_rdma_write_imm(qpx, RKEY, raddr, imm);
+		break;
+	case IBV_WR_SEND:
+		ibv_wr_send(qpx);
+		break;
+	case IBV_WR_SEND_WITH_IMM:
+		ibv_wr_send_imm(qpx, imm);
+		break;
+	case IBV_WR_RDMA_READ:
+		ibv_wr_rdma_read(qpx, RKEY, raddr);
+		ibv_wr_set_sge(qpx, LKEY, (uintptr_t)land, 32);
+		return;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		ibv_wr_atomic_fetch_add(qpx, RKEY, raddr, (uint64_t)i);
+		ibv_wr_set_sge(qpx, LKEY, (uintptr_t)land, 8);
+		return;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		ibv_wr_atomic_cmp_swp(qpx, RKEY, raddr, (uint64_t)i, ~(uint64_t)i);
+		ibv_wr_set_sge(qpx, LKEY, (uintptr_t)land, 8);
+		return;
+	default:
+		abort();
+	}
+	size_t off = (size_t)i * 37 % 2048, la = 1 + (size_t)i % sizeof(inl_a), lb = 1 + (size_t)i * 7 % sizeof(inl_b);
+	switch (i / 2 % 4) {
+	case 0:
+		ibv_wr_set_sge(qpx, LKEY, (uintptr_t)payload + off, (uint32_t)la * 8);
+		break;
+	case 1: {
+		struct ibv_sge l[4];
+		size_t n = 2 + (size_t)i % 3;
+		for (size_t k = 0; k < n; k++)
+			l[k] = (struct ibv_sge){.addr = (uintptr_t)payload + off + k * 512, .length = (uint32_t)(la + k * 3), .lkey = LKEY + (uint32_t)k};
+		ibv_wr_set_sge_list(qpx, n, l);
+		break;
+	}
+	case 2:
+		for (size_t k = 0; k < la; k++)
+			inl_a[k] = (uint8_t)(i * 13 + k);
+		ibv_wr_set_inline_data(qpx, inl_a, la);
+		memset(inl_a, 0xee, sizeof(inl_a));
+		break;
+	case 3: {
+		for (size_t k = 0; k < la; k++)
+			inl_a[k] = (uint8_t)(i * 13 + k);
+		for (size_t k = 0; k < lb; k++)
+			inl_b[k] = (uint8_t)(i * 29 + k * 5);
+		struct ibv_data_buf d[2] = {{inl_a, la}, {inl_b, lb}};
+		ibv_wr_set_inline_data_list(qpx, 2, d);
+		memset(inl_a, 0xee, sizeof(inl_a));
+		memset(inl_b, 0xdd, sizeof(inl_b));
+		break;
+	}
+	}
+}
+
+/* wr_traffic is the traffic of n steps through the ibv_wr_* API: a
+ * receive per step (ibv_post_recv), the steps' WRs in batches of one to
+ * four (every 4th signaled, as post's), drained after each batch. After
+ * the 4th batch, one the program aborts and one with nothing in it. 0, or
+ * the exit code. */
+static int wr_traffic(struct ibv_qp *qp, struct ibv_qp_ex *qpx, struct ibv_cq *cq, int n, int writes_only)
+{
+	for (size_t k = 0; k < sizeof(payload); k++)
+		payload[k] = (uint8_t)(k * 131 + 7);
+	for (int i = 0, b = 0; i < n; b++) {
+		int k = 1 + b % 4;
+		if (k > n - i)
+			k = n - i;
+		for (int j = 0; j < k; j++) {
+			struct ibv_recv_wr rw = {.wr_id = 1000000 + i + j}, *rbad;
+			if (ibv_post_recv(qp, &rw, &rbad))
+				return 2;
+		}
+		ibv_wr_start(qpx);
+		for (int j = 0; j < k; j++)
+			wr_one(qpx, i + j, writes_only);
+		int ret = ibv_wr_complete(qpx);
+		if (ret) {
+			fprintf(stderr, "probe: ibv_wr_complete of steps %d..%d: %s\n", i, i + k - 1, strerror(ret));
+			return 3;
+		}
+		i += k;
+		drain(cq);
+		if (b == 3) {
+			ibv_wr_start(qpx);
+			qpx->wr_id = 0xab0;
+			qpx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_rdma_write(qpx, RKEY, RBASE);
+			ibv_wr_set_inline_data(qpx, (void *)"aborted", 7);
+			qpx->wr_id = 0xab1;
+			ibv_wr_rdma_write(qpx, RKEY, RBASE + 64);
+			ibv_wr_set_sge(qpx, LKEY, (uintptr_t)payload, 64);
+			ibv_wr_abort(qpx);
+			ibv_wr_start(qpx);
+			if ((ret = ibv_wr_complete(qpx))) {
+				fprintf(stderr, "probe: ibv_wr_complete of an empty batch: %s\n", strerror(ret));
+				return 3;
+			}
+		}
+	}
+	return 0;
+}
+
+/* wr_refused posts a batch of a good WR (signaled) and one the provider
+ * refuses (wr_id 0xbad): ibv_wr_complete's error. *none: nothing of it
+ * completed. */
+static int wr_refused(struct ibv_qp_ex *qpx, struct ibv_cq *cq, int *none)
+{
+	ibv_wr_start(qpx);
+	qpx->wr_id = 7777;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qpx, RKEY, RBASE);
+	ibv_wr_set_sge(qpx, LKEY, (uintptr_t)payload, 16);
+	qpx->wr_id = 0xbad;
+	qpx->wr_flags = 0;
+	ibv_wr_rdma_write(qpx, RKEY, RBASE + 64);
+	ibv_wr_set_sge(qpx, LKEY, (uintptr_t)payload + 16, 16);
+	int ret = ibv_wr_complete(qpx);
+	long before = sends;
+	drain(cq);
+	*none = sends == before;
+	return ret;
+}
+
+/* The threads of "exwrmt": wr_start serialises them. */
+#define MT_THREADS 8
+
+struct mt {
+	struct ibv_qp_ex *qpx;
+	int id, n;
+	long errors;
+};
+
+static void *mt_post(void *arg)
+{
+	struct mt *m = arg;
+	for (int i = 0; i < m->n; i++) {
+		ibv_wr_start(m->qpx);
+		m->qpx->wr_id = ((uint64_t)(m->id + 1) << 32) + (uint64_t)i;
+		m->qpx->wr_flags = 0;
+		ibv_wr_rdma_write(m->qpx, RKEY, RBASE + (uint64_t)i * 64);
+		ibv_wr_set_sge(m->qpx, LKEY, (uintptr_t)payload + (size_t)m->id * 64, 8);
+		if (ibv_wr_complete(m->qpx))
+			m->errors++;
+	}
+	return NULL;
+}
+
+/* mt_traffic runs MT_THREADS threads of n batches each; *errors: the
+ * failed ibv_wr_complete. 0, or the exit code. */
+static int mt_traffic(struct ibv_qp_ex *qpx, int n, long *errors)
+{
+	struct mt m[MT_THREADS];
+	pthread_t th[MT_THREADS];
+	for (int t = 0; t < MT_THREADS; t++) {
+		m[t] = (struct mt){.qpx = qpx, .id = t, .n = n};
+		if (pthread_create(&th[t], NULL, mt_post, &m[t]))
+			return 20;
+	}
+	*errors = 0;
+	for (int t = 0; t < MT_THREADS; t++) {
+		pthread_join(th[t], NULL);
+		*errors += m[t].errors;
+	}
+	return 0;
+}
+
+/* lib names the library of an ibv_wr_* function */
+static const char *lib(void *f)
+{
+	Dl_info di;
+	if (!f)
+		return "(none)";
+	if (!dladdr(f, &di) || !di.dli_fname)
+		return "?";
+	const char *b = strrchr(di.dli_fname, '/');
+	return b ? b + 1 : di.dli_fname;
 }
 
 struct late_post {
@@ -178,10 +414,14 @@ int main(int argc, char **argv)
 	int n = argc > 1 ? atoi(argv[1]) : 100;
 	int wait = argc > 2 && strcmp(argv[2], "wait") == 0;
 	int event = argc > 2 && strcmp(argv[2], "event") == 0;
-	/* "ex": the QP comes from ibv_create_qp_ex; "exwr": from
-	 * ibv_create_qp_ex asking for the ibv_wr_* send API */
+	/* "ex": the QP comes from ibv_create_qp_ex; "exwr" and "exinv": from
+	 * ibv_create_qp_ex asking for the ibv_wr_* send API, which they post
+	 * through */
 	int ex = argc > 2 && strncmp(argv[2], "ex", 2) == 0;
 	int exwr = argc > 2 && strcmp(argv[2], "exwr") == 0;
+	int exinv = argc > 2 && strcmp(argv[2], "exinv") == 0;
+	int mt = argc > 2 && strcmp(argv[2], "exwrmt") == 0;
+	int wrapi = exwr || exinv || mt;
 	int chan = argc > 2 && strncmp(argv[2], "chan", 4) == 0;
 	int chanex = argc > 2 && strcmp(argv[2], "chanex") == 0;
 	struct ibv_context *ctx = ibv_open_device(fake_device());
@@ -216,19 +456,36 @@ int main(int argc, char **argv)
 	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
 	struct ibv_qp *qp;
+	struct ibv_qp_ex *qpx = NULL;
 	if (ex) {
 		struct ibv_qp_init_attr_ex iax = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .cap = ia.cap, .pd = pd,
 			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS};
-		if (exwr) {
+		if (wrapi) {
 			iax.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-			iax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+			iax.cap.max_send_sge = 4;
+			iax.cap.max_inline_data = 128;
 		}
+		if (exwr || mt)
+			iax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+					     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+					     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+		if (exinv)
+			iax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_LOCAL_INV;
 		qp = ibv_create_qp_ex(ctx, &iax);
 	} else {
 		qp = ibv_create_qp(pd, &ia);
 	}
 	if (!qp)
 		return 5;
+	if (wrapi) {
+		qpx = ibv_qp_to_qp_ex(qp);
+		if (!qpx) {
+			fprintf(stderr, "probe: ibv_qp_to_qp_ex gave no struct ibv_qp_ex\n");
+			return 5;
+		}
+		fprintf(stderr, "probe: wr_start in %s, wr_rdma_write in %s, wr_complete in %s\n", lib((void *)qpx->wr_start),
+			lib((void *)qpx->wr_rdma_write), lib((void *)qpx->wr_complete));
+	}
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		return 1;
@@ -263,6 +520,19 @@ int main(int argc, char **argv)
 		}
 		if ((ret = events(qp, cq, &cq_tag, ch, n, &nev, &nblock, &nb_err)))
 			return ret;
+	} else if (mt) {
+		long errors;
+		int ret = mt_traffic(qpx, n, &errors);
+		if (ret)
+			return ret;
+		uint64_t wrs, bytes, hash;
+		fake_wire(&wrs, &bytes, &hash);
+		printf("threads %d batches %ld failed %ld; wire: wrs %llu bytes %llu\n", MT_THREADS, (long)MT_THREADS * n, errors,
+		       (unsigned long long)wrs, (unsigned long long)bytes);
+	} else if (wrapi) {
+		int ret = wr_traffic(qp, qpx, cq, n, exinv);
+		if (ret)
+			return ret;
 	} else {
 		for (int i = 0; i < n; i++) {
 			int ret = post(qp, i);
@@ -272,9 +542,32 @@ int main(int argc, char **argv)
 		}
 	}
 	/* a WR the provider refuses: the application sees the provider's error */
-	struct ibv_send_wr bw = {.wr_id = 0xbad, .opcode = IBV_WR_RDMA_WRITE}, *bbad = NULL;
-	int ret = ibv_post_send(qp, &bw, &bbad);
-	printf("qpn %#x sends %ld recvs %ld sum %ld refused %d bad_is_wr %d\n", qp->qp_num, sends, recvs, sum, ret, bbad == &bw);
+	int ret;
+	if (mt) {
+		/* the wire's order is the threads': nothing more to compare */
+	} else if (wrapi) {
+		int none;
+		ret = wr_refused(qpx, cq, &none);
+		printf("qpn %#x sends %ld recvs %ld sum %ld refused %d none_posted %d\n", qp->qp_num, sends, recvs, sum, ret, none);
+		/* the queue works on */
+		ibv_wr_start(qpx);
+		qpx->wr_id = 0x600d;
+		qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(qpx, RKEY, RBASE);
+		ibv_wr_set_sge(qpx, LKEY, (uintptr_t)payload, 32);
+		ret = ibv_wr_complete(qpx);
+		long before = sends;
+		drain(cq);
+		printf("after the refusal: complete %d, completions %ld\n", ret, sends - before);
+		uint64_t wrs, bytes, hash;
+		fake_wire(&wrs, &bytes, &hash);
+		printf("wire: wrs %llu bytes %llu hash %016llx; completions polled: hash %016llx\n", (unsigned long long)wrs,
+		       (unsigned long long)bytes, (unsigned long long)hash, (unsigned long long)polled);
+	} else {
+		struct ibv_send_wr bw = {.wr_id = 0xbad, .opcode = IBV_WR_RDMA_WRITE}, *bbad = NULL;
+		ret = ibv_post_send(qp, &bw, &bbad);
+		printf("qpn %#x sends %ld recvs %ld sum %ld refused %d bad_is_wr %d\n", qp->qp_num, sends, recvs, sum, ret, bbad == &bw);
+	}
 	if (chan) {
 		printf("events %d (blocking %d); a non-blocking get with none pending: %s\n", nev, nblock, errname(nb_err));
 		/* as libibverbs: a channel is not destroyed while a CQ uses it */
