@@ -257,7 +257,7 @@ static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_q
 		qpx = qp_ex_of(qp);
 	int follow = qpx != NULL;
 	ENTER();
-	int protect = ibpathCreatedEx(qp, &a, wr_api && !follow);
+	int protect = ibpathCreatedEx(qp, &a, wr_api && lip_record && !follow);
 	LEAVE();
 	if (!protect)
 		return qp;
