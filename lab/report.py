@@ -39,13 +39,13 @@ import sys
 # programs whose QPs layer 2 protects in the lab (RC, ibv_post_send):
 # with the shim their cut rows must finish with correct results.
 PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
-             "write_bw-wr", "send_bw-wr")
+             "pingpong-wr")
 
 
 def kind(prog):
     """The program a row runs, without the suffix of its variant: -ev (the
-    same program sleeping on its completion channel), -wr (perftest
-    posting through the ibv_wr_* API, its default)."""
+    same program sleeping on its completion channel), -wr (the same
+    program posting through the ibv_wr_* API)."""
     return prog[:-3] if prog.endswith(("-ev", "-wr")) else prog
 
 

@@ -123,6 +123,12 @@ func (r *Runtime) onLaneEvent(s *shadowSet, qp verbs.QP) {
 	if q == nil || q.gone || !q.express {
 		return
 	}
+	r.wakeLane(q)
+}
+
+// wakeLane wakes the application for the CQs of q, on the lane. Called
+// with fo.mu held.
+func (r *Runtime) wakeLane(q *l2qp) {
 	r.wake(q.app.SendCQ)
 	r.wake(q.app.RecvCQ)
 }
@@ -133,6 +139,12 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP) {
 	defer r.unlockFO()
 	q := r.fo.qps[qpKey{s.ctx, qp.QPN()}]
 	if q == nil || q.gone || r.fo.hp == nil {
+		return
+	}
+	if q.express {
+		// The QP went on the lane after the event was read: the lane
+		// polls the completion, the application must be woken for it.
+		r.wakeLane(q)
 		return
 	}
 	if !q.diverted && !q.intercepted {

@@ -119,3 +119,23 @@ func TestWakeSleepingApplication(t *testing.T) {
 		})
 	}
 }
+
+// TestWakeLaneLateBackupEvent: a backup CQ's event read while the QP was
+// still on the Go data path, and handled once it is on the lane (the
+// notifier reads the event, then waits for the failover lock the lane's
+// hand-over holds), wakes the application for the QP's CQs: the lane
+// polls that completion, and a program asleep on its channel would
+// otherwise never poll it.
+func TestWakeLaneLateBackupEvent(t *testing.T) {
+	f, hosts, qa, qb := expressWorld(t, 62, l2opts{express: true})
+	a := hosts[0]
+	bothOnLane(t, f, hosts, qa, qb)
+	before := a.hp.wakesOf(qa.scq) + a.hp.wakesOf(qa.rcq)
+	a.rt.l2mu.Lock()
+	s := a.rt.shadows[a.id]
+	a.rt.l2mu.Unlock()
+	a.rt.onBackupEvent(s, qa.qp)
+	if after := a.hp.wakesOf(qa.scq) + a.hp.wakesOf(qa.rcq); after < before+2 {
+		t.Fatalf("wakes of the lane QP's CQs: %d before the late event, %d after; want both CQs woken", before, after)
+	}
+}

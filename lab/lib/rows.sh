@@ -45,8 +45,7 @@ pingpong-ev none
 write_bw none
 send_bw none
 send_bw-ev none
-write_bw-wr none
-send_bw-wr none
+pingpong-wr none
 read_bw none
 write_lat none
 mpi none
@@ -63,8 +62,8 @@ send_bw ipdown-g1
 pingpong-ev setlink-g1
 pingpong-ev ipdown-g2
 send_bw-ev setlink-g2
-write_bw-wr setlink-g2
-send_bw-wr ipdown-g1
+pingpong-wr setlink-g1
+pingpong-wr ipdown-g2
 read_bw setlink-g2
 read_bw ipdown-g2
 write_lat setlink-g1
@@ -87,19 +86,17 @@ prog_cmds() {
 	fi
 	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" LIMIT=$((LAB_BW_SECONDS + 30))
 	case $1 in
-	pingpong | pingpong-ev)
+	pingpong | pingpong-ev | pingpong-wr)
 		# -ev: the same program sleeping on its completion channel (-e)
 		common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $LAB_PP_ITERS -p $p"
 		# sleeping frees the guest's vCPU: -e runs about three times faster
 		# under TCG, so three times the iterations keep the cut inside
 		[ "$1" = pingpong-ev ] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_PP_ITERS * 3)) -p $p -e"
+		# -wr: posting through the ibv_wr_* API (-N)
+		[ "$1" = pingpong-wr ] && common="$common -N"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60 ;;
 	write_bw | send_bw | read_bw)
 		common="ib_$1 -d rxe0 -x 1 -F --use_old_post_send -D $LAB_BW_SECONDS -p $p"
-		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
-	write_bw-wr | send_bw-wr)
-		# perftest's default: posts through the ibv_wr_* API
-		common="ib_${1%-wr} -d rxe0 -x 1 -F -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
 	send_bw-ev)
 		# sleeping on its completion channel (-e); perftest has no
@@ -186,7 +183,7 @@ row_run() {
 		if [ -n "${LAB_CUT_LIMIT:-}" ]; then LIMIT=$LAB_CUT_LIMIT; elif [ "$LIMIT" -gt 60 ]; then LIMIT=60; fi
 	fi
 	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
-	case $prog in *_bw | *_bw-wr) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
+	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
 	log "row $name: start"
 	t0=$(now)
 	if [ -n "$SERVER" ]; then
