@@ -7,7 +7,8 @@
 # them. Its log is $LAB_RUN/ibpathd-bg-$LAB_ID.log. It polls ports every
 # second and runs anti-entropy every 10 s: each guest has one TCG vCPU,
 # which the programs measured share with it (the shim learns of port
-# events from its own context, not from ibpathd).
+# events from its own context, not from ibpathd). LAB_DAEMON_ARGS adds
+# flags (e.g. --pprof-addr 127.0.0.1:6060 to profile it).
 set -uo pipefail
 W=/tmp/ibpathd-bg
 pidf=$W/pid
@@ -20,7 +21,7 @@ start)
 	other=$((3 - n))
 	setsid "$LAB_BUILD/ibpathd" --fabric hardware --node "$LAB_ID" --state-dir "$W/state" \
 		--gossip-bind "10.77.1.$n:7950" --join "10.77.1.$other:7950" --cluster-key-file "$W/key" --dbus off \
-		--port-poll 1s --anti-entropy 10s --config /dev/null </dev/null >"$LAB_RUN/ibpathd-bg-$LAB_ID.log" 2>&1 &
+		--port-poll 1s --anti-entropy 10s --config /dev/null ${LAB_DAEMON_ARGS:-} </dev/null >"$LAB_RUN/ibpathd-bg-$LAB_ID.log" 2>&1 &
 	echo $! >"$pidf"
 	for _ in $(seq 1 100); do
 		"$LAB_BUILD/ibpath" status >/dev/null 2>&1 && { echo "ibpathd up in $LAB_ID"; exit 0; }

@@ -287,7 +287,10 @@ rows_run() {
 	if grep -v '^ibpathd ' <<<"$LAB_ROW_LIST" | awk 'NF { print $1 ".on." $2 }' | grep -Eq -- "${LAB_ROWS:-.}" &&
 		[ "$(build_status daemon)" = ok ] && [ "$(build_status shim)" = ok ]; then
 		daemons=yes
-		for g in g1 g2; do gexec "$g" 20 "bash \$LAB_REPO/lab/guest/daemon.sh start" | sed "s/^/$g: /" || daemons=failed; done
+		for g in g1 g2; do
+			gexec "$g" 20 "LAB_DAEMON_ARGS=$(printf %q "${LAB_DAEMON_ARGS:-}") bash \$LAB_REPO/lab/guest/daemon.sh start" |
+				sed "s/^/$g: /" || daemons=failed
+		done
 		log "rows: ibpathd in both guests for the shim rows: $daemons"
 	fi
 	echo "daemons=$daemons" >>"$LAB_OUT/env"
