@@ -76,10 +76,14 @@ static inline struct lip_qp *wq(struct ibv_qp_ex *qpx)
 	return q;
 }
 
-/* cur is the batch's last WR (the one set_* calls describe), or NULL
- * with b->err set when there is none. */
-static struct ibv_send_wr *cur(struct lip_wrb *b)
+/* cur is the last WR of qpx's batch (the one set_* calls describe), with
+ * the batch in *bp; NULL when there is none (the batch's error set). */
+static struct ibv_send_wr *cur(struct ibv_qp_ex *qpx, struct lip_wrb **bp)
 {
+	struct lip_qp *q = wq(qpx);
+	if (!q)
+		return NULL;
+	struct lip_wrb *b = *bp = q->wrb;
 	if (b->n == 0) {
 		b->err = EINVAL;
 		return NULL;
@@ -160,11 +164,8 @@ static void x_fetch_add(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr, uin
 
 static void x_set_sge_list(struct ibv_qp_ex *qpx, size_t n, const struct ibv_sge *sge)
 {
-	struct lip_qp *q = wq(qpx);
-	if (!q)
-		return;
-	struct lip_wrb *b = q->wrb;
-	struct ibv_send_wr *w = cur(b);
+	struct lip_wrb *b;
+	struct ibv_send_wr *w = cur(qpx, &b);
 	if (!w)
 		return;
 	if (n > b->max_sge) {
@@ -184,11 +185,8 @@ static void x_set_sge(struct ibv_qp_ex *qpx, uint32_t lkey, uint64_t addr, uint3
 
 static void x_set_inline_data_list(struct ibv_qp_ex *qpx, size_t n, const struct ibv_data_buf *buf)
 {
-	struct lip_qp *q = wq(qpx);
-	if (!q)
-		return;
-	struct lip_wrb *b = q->wrb;
-	struct ibv_send_wr *w = cur(b);
+	struct lip_wrb *b;
+	struct ibv_send_wr *w = cur(qpx, &b);
 	if (!w)
 		return;
 	uint8_t *dst = b->inl + (size_t)(w - b->w) * b->max_inl;
