@@ -95,6 +95,20 @@ func benchHotPath(b *testing.B, single string) {
 	}
 }
 
+// benchC runs "<name> bench" of a C check b.N times and reports its
+// lines (reportCBench).
+func benchC(b *testing.B, name string) {
+	bin := buildCCheck(b, name)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		out, err := exec.Command(bin, "bench").CombinedOutput()
+		if err != nil {
+			b.Fatalf("%s bench: %v\n%s", name, err, out)
+		}
+		reportCBench(b, string(out))
+	}
+}
+
 // reportCBench reports the lines of a C bench ("post_send direct_ns X
 // shim_ns Y added_ns Z") as metrics.
 func reportCBench(b *testing.B, out string) {
@@ -117,17 +131,7 @@ func reportCBench(b *testing.B, out string) {
 // and poll_cq over calling the backup provider directly with the keys
 // already translated, side by side in one C program (best of 5
 // alternating rounds of 2M calls).
-func BenchmarkExpressLane(b *testing.B) {
-	bin := buildCCheck(b, "express_check")
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		out, err := exec.Command(bin, "bench").CombinedOutput()
-		if err != nil {
-			b.Fatalf("express_check bench: %v\n%s", err, out)
-		}
-		reportCBench(b, string(out))
-	}
-}
+func BenchmarkExpressLane(b *testing.B) { benchC(b, "express_check") }
 
 // TestCompletionChannelsC runs the C checks of the shim's completion
 // channels (channel.c) against a stand-in event file: kernel events
@@ -153,17 +157,7 @@ func TestCompletionChannelsC(t *testing.T) {
 // over libibverbs's stand-in called directly, side by side in one C
 // program (best of 5 alternating rounds of 200k calls; a get includes
 // the write of the event record, the same in both).
-func BenchmarkCompletionChannel(b *testing.B) {
-	bin := buildCCheck(b, "channel_check")
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		out, err := exec.Command(bin, "bench").CombinedOutput()
-		if err != nil {
-			b.Fatalf("channel_check bench: %v\n%s", err, out)
-		}
-		reportCBench(b, string(out))
-	}
-}
+func BenchmarkCompletionChannel(b *testing.B) { benchC(b, "channel_check") }
 
 // TestWrAPIC runs the C checks of the shim's ibv_wr_* functions (wrapi.c)
 // against a provider stub: which operations are followed; a batch
@@ -190,14 +184,4 @@ func TestWrAPIC(t *testing.T) {
 // one-WR batch (wr_start, an RDMA WRITE with one SGE, wr_complete) over
 // the provider's functions called directly, side by side in one C
 // program (best of 5 alternating rounds of 1M batches).
-func BenchmarkWrAPI(b *testing.B) {
-	bin := buildCCheck(b, "wrapi_check")
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		out, err := exec.Command(bin, "bench").CombinedOutput()
-		if err != nil {
-			b.Fatalf("wrapi_check bench: %v\n%s", err, out)
-		}
-		reportCBench(b, string(out))
-	}
-}
+func BenchmarkWrAPI(b *testing.B) { benchC(b, "wrapi_check") }
