@@ -62,12 +62,20 @@ type Conn struct {
 	bakAttr   verbs.QPAttr
 	defUsable bool
 	probing   bool
+	probesOut int // probes posted on the default QP and not completed (a timed-out one may still be)
 	nextProbe time.Duration
 	faultAt   time.Duration
 	fenceIdx  uint64
 	holdFrom  uint64
 	holdAt    time.Duration
 	bakDirty  bool // stale receives wait on the backup QP
+	// collecting: the receives are moving home and the backup's last
+	// data completions are being collected (repostRecvsDefault)
+	collecting bool
+	resetErr   error
+	probeErr   error         // why the last probe failed
+	probeAt    time.Duration // when the outstanding probe was posted
+	notifyAt   time.Duration // when the switch-back notification was posted
 }
 
 // ConnStats counts what a Conn did.
@@ -81,6 +89,8 @@ type ConnStats struct {
 	Probes        int
 	SwitchBacks   int
 	BackupResets  int
+	ResetFailures int // resets of the default QP for a switch back that failed (retried)
+	ProbeFailures int // probes of the default path that completed in error
 	// BackupCompletions counts the successful completions of application
 	// WRs delivered from the backup leg (synthesized ones not included):
 	// the first one ends "fault to first good completion on the backup".

@@ -40,6 +40,8 @@ type world struct {
 	notifs  [2][]uint32 // notifications each node received, in order
 	sendRx  [2]bool     // two-sided SEND workload (else NCCL-Simple WRITEs)
 	refused [2]bool     // a post failed (EIO): the sender stopped
+	lazy    [2]int      // poll that node only every lazy-th pump (0: every pump)
+	pumps   int
 }
 
 func newWorld(t testing.TB, seed uint64) *world {
@@ -123,9 +125,14 @@ func (w *world) post(i, r int) error {
 	return err
 }
 
-// pump delivers async events of the default devices and polls both nodes.
+// pump delivers async events of the default devices and polls both nodes
+// (a lazy one only now and then).
 func (w *world) pump() {
+	w.pumps++
 	for i, me := range w.n {
+		if w.lazy[i] > 1 && w.pumps%w.lazy[i] != 0 {
+			continue
+		}
 		for {
 			ev, err := me.def.ctx.GetAsyncEvent()
 			if err != nil {

@@ -83,6 +83,9 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		switch {
 		case wc.WRID == probeWRID:
 			c.probing = false
+			c.probesOut = max(c.probesOut-1, 0)
+			c.stats.ProbeFailures++
+			c.probeErr = fmt.Errorf("probe on QP %#x completed with %v", c.def.QP.QPN(), wc.Status)
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeFailed}))
 		case c.m.SQ == fsm.SQDefault:
 			c.fault(fmt.Sprintf("completion error %v on the default QP", wc.Status))
@@ -100,6 +103,7 @@ func (c *Conn) onDefault(wc verbs.WC) {
 	switch {
 	case wc.WRID == probeWRID:
 		c.probing = false
+		c.probesOut = max(c.probesOut-1, 0)
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeOK}))
 		c.switchIfIdle()
 	case wc.WRID == ctrlSwitchWRID && !isRecv(&wc):
@@ -132,7 +136,7 @@ func (c *Conn) onBackup(wc verbs.WC) {
 	switch {
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
 		c.onControl(wc.ImmData)
-	case isRecv(&wc) && c.m.RQ == fsm.RQDefault:
+	case isRecv(&wc) && c.m.RQ == fsm.RQDefault && !c.collecting:
 		// A message on the backup while our receives are home can only be
 		// a control message, and it consumed a stale receive: the backup
 		// was not purged yet. Replaying onto it could corrupt memory.

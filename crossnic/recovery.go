@@ -1,6 +1,7 @@
 package crossnic
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,9 +17,29 @@ type Recovery struct {
 	// zero-length WRITE (default 10 ms).
 	ProbeInterval time.Duration
 	// HandshakeTimeout bounds the wait for the peer's acknowledgement
-	// (default 1 s); past it the error surfaces.
+	// (default 1 s; past it the error surfaces), and for the answer to
+	// the switch-back notification on the default QP (past it the switch
+	// counts as broken: traffic stays on the backup, the QP is reset).
 	HandshakeTimeout time.Duration
+	// ProbeTimeout bounds the wait for a probe's answer (default
+	// HandshakeTimeout); past it the probe counts as failed and the QP
+	// is reset. A probe sent while the peer's QP is not reset yet may get
+	// no error for a long time: some providers retransmit without end.
+	ProbeTimeout time.Duration
+	// DefAttr and BakAttr are the connect attributes the default and the
+	// backup QP are reset with (RTR and RTS fields: path, destination,
+	// timers; the PSNs start from resetPSN whatever they say). Nil:
+	// ibv_query_qp's answer now.
+	DefAttr, BakAttr *verbs.QPAttr
+	// PathUp, when set, says whether the default QP's port is up. While
+	// it is not, the default QP is not reset (on RoCE the reset's route
+	// resolution would wait for a neighbour that cannot answer, up to a
+	// second per try) and not probed; it is reset once the port is back.
+	PathUp func() bool
 }
+
+// errPathDown: the default QP is not reset while its port is down.
+var errPathDown = errors.New("the default port is down")
 
 // EnableRecovery turns on switching back: after a failover the default QP
 // is reset and probed; when a probe succeeds, the next signaled WR becomes
@@ -28,7 +49,7 @@ type Recovery struct {
 // died cannot be reset: traffic then stays on the backup. The QP's connect
 // attributes are taken from ibv_query_qp now (the simulator reports the
 // initial PSNs; on hardware the shim keeps those of the application's own
-// modifies instead).
+// modifies instead: Recovery.DefAttr and BakAttr).
 func (c *Conn) EnableRecovery(r Recovery) error {
 	if r.Clock == nil {
 		return fmt.Errorf("crossnic: enable recovery: a clock is required")
@@ -39,15 +60,72 @@ func (c *Conn) EnableRecovery(r Recovery) error {
 	if r.HandshakeTimeout <= 0 {
 		r.HandshakeTimeout = time.Second
 	}
+	if r.ProbeTimeout <= 0 {
+		r.ProbeTimeout = r.HandshakeTimeout
+	}
 	var err error
-	if c.defAttr, _, err = c.def.QP.Query(verbs.QPAttrAV); err != nil {
+	if c.defAttr, err = connectAttr(c.def.QP, r.DefAttr); err != nil {
 		return fmt.Errorf("crossnic: enable recovery: query the default QP: %w", err)
 	}
-	if c.bakAttr, _, err = c.bak.QP.Query(verbs.QPAttrAV); err != nil {
+	if c.bakAttr, err = connectAttr(c.bak.QP, r.BakAttr); err != nil {
 		return fmt.Errorf("crossnic: enable recovery: query the backup QP: %w", err)
 	}
 	c.rec = &r
 	return nil
+}
+
+// connectAttr is given, or else what ibv_query_qp reports of qp.
+func connectAttr(qp verbs.QP, given *verbs.QPAttr) (verbs.QPAttr, error) {
+	if given != nil {
+		return *given, nil
+	}
+	a, _, err := qp.Query(verbs.QPAttrAV)
+	return a, err
+}
+
+// Home reports whether the Conn, with recovery on, runs on its default
+// QP with nothing else pending: both queues there (after a switch back,
+// or never moved), nothing held or owed to the application, the backup
+// purged for the next failover, and no probe of the Conn's outstanding
+// on the default QP. The default QP then holds every outstanding WR
+// (Outstanding) and nothing of the Conn's, and a data path that runs the
+// default QP without a Conn (the shim's hot path) can take it back.
+func (c *Conn) Home() bool {
+	return c.rec != nil && c.m.SQ == fsm.SQDefault && c.m.RQ == fsm.RQDefault &&
+		!c.bakDirty && len(c.ready) == 0 && c.probesOut == 0
+}
+
+// Outstanding is what the Conn's rings hold: the WRs the application has
+// not seen complete, oldest first, with the inline copies, and the
+// counters of the handshake. At Home they are all on the default QP; it
+// is what a data path taking the QP back starts from (the converse of
+// Shadow.Adopt).
+func (c *Conn) Outstanding() Resume {
+	var st Resume
+	inline := false
+	c.sring.Outstanding(func(w *verbs.SendWR, b []byte) bool {
+		x := *w
+		x.SGList = append([]verbs.SGE(nil), w.SGList...)
+		st.Sends = append(st.Sends, x)
+		var cp []byte
+		if w.SendFlags&verbs.SendInline != 0 {
+			cp = append([]byte{}, b...)
+			inline = true
+		}
+		st.Inline = append(st.Inline, cp)
+		return true
+	})
+	if !inline {
+		st.Inline = nil
+	}
+	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
+		x := *w
+		x.SGList = append([]verbs.SGE(nil), w.SGList...)
+		st.Recvs = append(st.Recvs, x)
+		return true
+	})
+	st.NotifsDone, st.RecvsDone = c.sring.NotifsDone(), c.rring.Completed()
+	return st
 }
 
 // Tick does the timed work of recovery: probing the default QP and giving
@@ -65,13 +143,31 @@ func (c *Conn) Tick() {
 		}
 	case fsm.SQWaitSignaled:
 		c.switchIfIdle()
+	case fsm.SQWaitNotify:
+		if now-c.notifyAt > c.rec.HandshakeTimeout {
+			// The notification got no answer: the default path broke
+			// again, or the peer reset its QP after this side's probe got
+			// through (their PSNs no longer agree). The held WRs go to the
+			// backup and the QP is reset, as for an error.
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
+				Reason: "the switch-back notification got no answer"}))
+		}
 	case fsm.SQFallback:
+		if c.probing && now-c.probeAt > c.rec.ProbeTimeout {
+			c.probeTimedOut(now)
+		}
+		if !c.defUsable && now >= c.nextProbe {
+			c.resetDefault() // its port may be back (a RoCE GID returns with its link)
+		}
 		if c.defUsable && !c.probing && now >= c.nextProbe {
 			_, err := c.def.QP.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}})
 			if err == nil {
-				c.probing = true
+				c.probing, c.probeAt = true, now
+				c.probesOut++
 				c.stats.Probes++
 			} else {
+				c.probeErr = fmt.Errorf("post the probe on QP %#x: %w", c.def.QP.QPN(), err)
+				c.stats.ProbeFailures++
 				c.nextProbe = now + c.rec.ProbeInterval
 			}
 		}
@@ -79,10 +175,38 @@ func (c *Conn) Tick() {
 	c.purgeBackup()
 }
 
+// probeTimedOut: the outstanding probe got no answer within ProbeTimeout.
+// The QP is reset and probed again, unless the peer's sends already came
+// home onto it (RQ in Default): a reset would then take its receive queue
+// and its PSNs from under the peer's traffic, which stalls on a provider
+// that retransmits without end. A new probe is posted behind the old one
+// instead; the QP is not in error, so the path may answer yet.
+func (c *Conn) probeTimedOut(now time.Duration) {
+	c.probing = false
+	c.stats.ProbeFailures++
+	if c.m.RQ == fsm.RQDefault {
+		c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v (probed again, not reset: the peer's sends arrive on it)",
+			c.def.QP.QPN(), c.rec.ProbeTimeout)
+		c.nextProbe = now
+		return
+	}
+	c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v", c.def.QP.QPN(), c.rec.ProbeTimeout)
+	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeFailed}))
+}
+
+// resetPSN is where a reset QP's PSNs start, in both directions. Both
+// ends reset their QP (each at its own failover, or each at its purge),
+// so they agree on it without knowing the PSNs the applications exchanged
+// out of band, which a QP the application only took to RTR (a pure
+// receiver) never applied to its send queue.
+const resetPSN = 0
+
 // resetQP takes a QP through RESET, INIT, RTR and RTS with its connect
 // attributes (REMOTE_WRITE added: probes and notifications are zero-length
-// WRITEs), and posts the control receive first on its empty queue.
+// WRITEs; PSNs from resetPSN), and posts the control receive first on its
+// empty queue.
 func resetQP(qp verbs.QP, a verbs.QPAttr) error {
+	a.RQPSN, a.SQPSN = resetPSN, resetPSN
 	steps := []struct {
 		attr verbs.QPAttr
 		mask verbs.QPAttrMask
@@ -112,20 +236,39 @@ func resetQP(qp verbs.QP, a verbs.QPAttr) error {
 }
 
 // resetDefault makes the failed default QP usable again and schedules a
-// probe. A device that died cannot be reset: traffic stays on the backup.
+// probe. A QP that cannot be reset (its device died, or its port's
+// address is gone) is tried again every ProbeInterval: traffic stays on
+// the backup meanwhile.
 func (c *Conn) resetDefault() {
 	if c.rec == nil {
 		return
 	}
 	_ = c.drain(&c.def)
 	c.probing = false
+	c.nextProbe = c.rec.Clock.Now() + c.rec.ProbeInterval
+	if c.rec.PathUp != nil && !c.rec.PathUp() {
+		c.defUsable, c.resetErr = false, errPathDown
+		return
+	}
 	if err := resetQP(c.def.QP, c.defAttr); err != nil {
 		c.defUsable = false
+		c.stats.ResetFailures++
+		c.resetErr = err
 		return
 	}
 	c.defUsable = true
-	c.nextProbe = c.rec.Clock.Now() + c.rec.ProbeInterval
+	c.resetErr = nil
+	c.probesOut = 0 // the reset discarded them
 }
+
+// ProbeErr is why the last probe of the default path that failed did:
+// it could not be posted, completed in error, or got no answer in time
+// (nil: none failed).
+func (c *Conn) ProbeErr() error { return c.probeErr }
+
+// ResetErr is why the default QP could not be reset for a switch back the
+// last time it was tried (nil: it was, or never tried).
+func (c *Conn) ResetErr() error { return c.resetErr }
 
 // switchIfIdle: with nothing outstanding on the backup there is nothing to
 // fence, so a direction whose application posts nothing switches back
@@ -158,6 +301,7 @@ func (c *Conn) releaseNotify() error {
 	if err != nil {
 		return fmt.Errorf("crossnic: post the switch-back notification: %w", err)
 	}
+	c.notifyAt = c.rec.Clock.Now()
 	return nil
 }
 
@@ -184,9 +328,13 @@ func (c *Conn) redirectHeld() error {
 }
 
 // repostRecvsDefault moves the outstanding receives home. Completions the
-// backup already produced are collected first, so no receive moves twice.
+// backup already produced are collected first, as the data they are (the
+// peer's fence proved them executed before its notification), so no
+// receive moves twice.
 func (c *Conn) repostRecvsDefault() error {
+	c.collecting = true
 	_ = c.drain(&c.bak)
+	c.collecting = false
 	var err error
 	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
 		_, err = c.def.QP.PostRecv([]verbs.RecvWR{*w})

@@ -44,6 +44,7 @@ type shadowQP struct {
 	remoteSet  bool
 	connected  bool
 	remotePort pathsel.Port // identity of the peer's default port, for its rkeys
+	attr       verbs.QPAttr // what the backup was connected with (INIT, RTR and RTS fields)
 }
 
 // NewShadow prepares shadow resources of def on bak (chosen with
@@ -181,13 +182,13 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 		_ = cq.Destroy()
 		return fmt.Errorf("crossnic: shadow ibv_create_qp on %s: %w", s.bakDesc.Name, err)
 	}
-	err = qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: s.bakPort,
-		QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+	ia := verbs.QPAttr{QPState: verbs.QPSInit, PortNum: s.bakPort,
+		QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	err = qp.Modify(&ia, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
 	if err != nil {
 		return fmt.Errorf("crossnic: shadow QP to INIT: %w", err)
 	}
-	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, cap: init.Cap, sigAll: init.SQSigAll}
+	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, cap: init.Cap, sigAll: init.SQSigAll, attr: ia}
 	s.byCQ[cq] = sq
 	if split {
 		sq.bakRecvCQ = rcq
@@ -337,12 +338,14 @@ func (s *Shadow) connectBackup(sq *shadowQP, b Backup) error {
 		ah = verbs.AHAttr{IsGlobal: true, PortNum: s.bakPort,
 			GRH: verbs.GlobalRoute{DGID: b.GID, SGIDIndex: uint8(len(bp.GIDs) - 1), HopLimit: 64}}
 	}
-	if err := sq.bak.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: da.PathMTU, DestQPN: b.QPN,
-		MaxDestRdAtomic: da.MaxDestRdAtomic, MinRNRTimer: max(da.MinRNRTimer, 1)},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+	ra := verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: da.PathMTU, DestQPN: b.QPN,
+		MaxDestRdAtomic: da.MaxDestRdAtomic, MinRNRTimer: max(da.MinRNRTimer, 1)}
+	if err := sq.bak.Modify(&ra, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 		return fmt.Errorf("crossnic: shadow backup QP to RTR: %w", err)
 	}
+	sq.attr.AHAttr, sq.attr.PathMTU, sq.attr.DestQPN, sq.attr.RQPSN = ra.AHAttr, ra.PathMTU, ra.DestQPN, ra.RQPSN
+	sq.attr.MaxDestRdAtomic, sq.attr.MinRNRTimer = ra.MaxDestRdAtomic, ra.MinRNRTimer
 	return s.backupRTS(sq)
 }
 
@@ -365,13 +368,24 @@ func (s *Shadow) backupRTS(sq *shadowQP) error {
 			da.MaxRdAtomic = uint8(min(a.MaxQPRdAtom, 16))
 		}
 	}
-	if err := sq.bak.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: da.Timeout, RetryCnt: da.RetryCnt,
-		RNRRetry: 7, MaxRdAtomic: da.MaxRdAtomic},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic); err != nil {
+	ta := verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: da.Timeout, RetryCnt: da.RetryCnt, RNRRetry: 7, MaxRdAtomic: da.MaxRdAtomic}
+	if err := sq.bak.Modify(&ta, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+		verbs.QPAttrMaxQPRdAtomic); err != nil {
 		return fmt.Errorf("crossnic: shadow backup QP to RTS: %w", err)
 	}
+	sq.attr.SQPSN, sq.attr.Timeout, sq.attr.RetryCnt, sq.attr.RNRRetry, sq.attr.MaxRdAtomic = ta.SQPSN, ta.Timeout, ta.RetryCnt, ta.RNRRetry, ta.MaxRdAtomic
 	return nil
+}
+
+// ConnectAttr is what defQP's backup was connected with (its INIT, RTR
+// and RTS attributes, initial PSNs included): what a switch back resets
+// it with (Recovery.BakAttr). ok is false until it is connected.
+func (s *Shadow) ConnectAttr(defQP verbs.QP) (a verbs.QPAttr, ok bool) {
+	sq := s.qps[defQP]
+	if sq == nil || !sq.connected {
+		return verbs.QPAttr{}, false
+	}
+	return sq.attr, true
 }
 
 // Ready reports whether defQP's backup is connected.

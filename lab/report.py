@@ -29,6 +29,10 @@ Columns:
             cuts from the earlier of eth0 seen down (a polling loop) and
             the shim's PORT_ERR line, both at or after the cut (marked *);
             "d+" = the shim's own figure from the fault it detected
+  home      shim rows with a cut: QPs the shim switched back to link A
+            after the restore (both sides), and the ms from the restore
+            (each guest's clock read just after it) to the last of them;
+            "0" = none switched back before the program ended
 """
 import json
 import os
@@ -133,6 +137,34 @@ def failover(m, client, server):
     return f
 
 
+PORT_ACTIVE_AT = re.compile(r"time=(\S+) level=INFO msg=\"libibpath: rxe0 PORT_ACTIVE")
+
+
+def switchback(m, client, server):
+    """The shim's switch backs of a cut row: how many QPs went home (both
+    sides) and the time from the restore of link A to the last of them.
+    The restore's time: the cut guest's shim logging PORT_ACTIVE of rxe0,
+    else each guest's wall clock read just after the restore (late by the
+    time that read takes)."""
+    f = {"home_qps": 0}
+    cut_guest = m["cut"].rsplit("-", 1)[-1]
+    active = PORT_ACTIVE_AT.search(client if cut_guest == "g1" else server)
+    for guest, out in (("g1", client), ("g2", server)):
+        rest = m.get("restore_ns_" + guest, "")
+        ref = int(rest) if rest.isdigit() else None
+        if active:
+            ref = wall_ns(active.group(1))
+        for line in out.splitlines():
+            if "layer 2 switched back" not in line:
+                continue
+            f["home_qps"] += 1
+            at = AT_NS.search(line)
+            if at and ref:
+                ms = (int(at.group(1)) - ref) / 1e6
+                f["restore_to_home_ms"] = max(f.get("restore_to_home_ms", ms), ms)
+    return f
+
+
 def parse(m, client, server):
     r = {"finished": False, "correct": "no", "tput_MBps": None, "lat_us": None, "lat_avg_us": None,
          "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
@@ -211,6 +243,7 @@ def parse(m, client, server):
         r["detail"] = first_error(c, server) or ("timed out" if m.get("client_rc") in ("124", "137") else "rc %s/%s" % (m.get("client_rc"), m.get("server_rc", "-")))
     if m["cut"] != "none" and m["shim"] == "on":
         r.update(failover(m, client, server))
+        r.update(switchback(m, client, server))
     shimlines = len([l for l in (client + server).splitlines() if "ibpath" in l.lower()])
     r["shim_log_lines"] = shimlines
     return r
@@ -296,7 +329,7 @@ def main():
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
-            "recovered", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
+            "recovered", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
             "shim_log_lines", "reason", "detail"]
     with open(os.path.join(out, "report.tsv"), "w") as f:
         f.write("\t".join(cols) + "\n")
@@ -305,12 +338,12 @@ def main():
 
     print("ibpath lab report  (%s, kernel %s, rdma-core %s, perftest %s, commit %s)" % (
         env.get("accel", "?"), env.get("kernel", "?"), env.get("rdma_core", "?"), env.get("perftest", "?"), env.get("commit", "?")))
-    h = "%-14s %-4s %-11s %-6s %-4s %-4s %-5s %-5s %-11s %-9s %-8s %-9s %-6s  %s"
-    print(h % ("program", "shim", "cut", "status", "fin", "ok", "recov", "cut@s", "pause ms", "to_backup", "MB/s", "lat us", "run s", "detail"))
-    print("-" * 128)
+    h = "%-14s %-4s %-11s %-6s %-4s %-4s %-5s %-5s %-11s %-9s %-10s %-8s %-9s %-6s  %s"
+    print(h % ("program", "shim", "cut", "status", "fin", "ok", "recov", "cut@s", "pause ms", "to_backup", "home", "MB/s", "lat us", "run s", "detail"))
+    print("-" * 139)
     for r in rows:
         if r["status"] == "SKIP":
-            print(h % (r["prog"], r["shim"], r["cut"], "SKIP", "", "", "", "", "", "", "", "", "", r["reason"][:60]))
+            print(h % (r["prog"], r["shim"], r["cut"], "SKIP", "", "", "", "", "", "", "", "", "", "", r["reason"][:60]))
             continue
         pause = fmt(r.get("pause_ms"), "%.0f")
         if r.get("pause_kind") == "estimate":
@@ -326,11 +359,16 @@ def main():
             tb = "%.0f%s" % (r["cut_to_backup_ms"], "" if r.get("cut_from") == "command" else "*")
         elif r.get("detect_to_backup_ms") is not None:
             tb = "d+%.0f" % r["detect_to_backup_ms"]
+        home = ""
+        if r.get("home_qps") is not None:
+            home = str(r["home_qps"])
+            if r.get("restore_to_home_ms") is not None:
+                home += " %.0f" % r["restore_to_home_ms"]
         print(h % (r["prog"], r["shim"], r["cut"], r["status"] if r["must_pass"] else r["status"].lower(),
                    "yes" if r["finished"] else "no", r["correct"], r.get("recovered") or "", cut_at and "%.1f" % float(cut_at),
-                   pause, tb, fmt(r.get("tput_MBps"), "%.2f"), latv, fmt(r.get("elapsed_s") and float(r["elapsed_s"]), "%.1f"),
+                   pause, tb, home, fmt(r.get("tput_MBps"), "%.2f"), latv, fmt(r.get("elapsed_s") and float(r["elapsed_s"]), "%.1f"),
                    r.get("detail", "")[:60]))
-    print("-" * 128)
+    print("-" * 139)
     if ratios:
         print("ratios (with shim / without, same run, no cut): " + ", ".join("%s=%s" % kv for kv in ratios.items()))
     else:

@@ -173,3 +173,37 @@ type AsyncEvent struct {
 	CQ   CQ
 	Port uint8
 }
+
+// Apply copies into a the fields of b that mask names (as a modify with
+// that mask would set them; QPAttrState sets QPState).
+func (a *QPAttr) Apply(b *QPAttr, mask QPAttrMask) {
+	set := func(m QPAttrMask, f func()) {
+		if mask&m != 0 {
+			f()
+		}
+	}
+	set(QPAttrState, func() { a.QPState = b.QPState })
+	set(QPAttrCurState, func() { a.CurQPState = b.CurQPState })
+	set(QPAttrEnSQDAsyncNotify, func() { a.EnSQDAsyncNotify = b.EnSQDAsyncNotify })
+	set(QPAttrAccessFlags, func() { a.QPAccessFlags = b.QPAccessFlags })
+	set(QPAttrPKeyIndex, func() { a.PKeyIndex = b.PKeyIndex })
+	set(QPAttrPort, func() { a.PortNum = b.PortNum })
+	set(QPAttrQKey, func() { a.QKey = b.QKey })
+	set(QPAttrAV, func() { a.AHAttr = b.AHAttr })
+	set(QPAttrPathMTU, func() { a.PathMTU = b.PathMTU })
+	set(QPAttrTimeout, func() { a.Timeout = b.Timeout })
+	set(QPAttrRetryCnt, func() { a.RetryCnt = b.RetryCnt })
+	set(QPAttrRNRRetry, func() { a.RNRRetry = b.RNRRetry })
+	set(QPAttrRQPSN, func() { a.RQPSN = b.RQPSN })
+	set(QPAttrMaxQPRdAtomic, func() { a.MaxRdAtomic = b.MaxRdAtomic })
+	set(QPAttrAltPath, func() {
+		a.AltAHAttr, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout = b.AltAHAttr, b.AltPKeyIndex, b.AltPortNum, b.AltTimeout
+	})
+	set(QPAttrMinRNRTimer, func() { a.MinRNRTimer = b.MinRNRTimer })
+	set(QPAttrSQPSN, func() { a.SQPSN = b.SQPSN })
+	set(QPAttrMaxDestRdAtomic, func() { a.MaxDestRdAtomic = b.MaxDestRdAtomic })
+	set(QPAttrPathMigState, func() { a.PathMigState = b.PathMigState })
+	set(QPAttrCap, func() { a.Cap = b.Cap })
+	set(QPAttrDestQPN, func() { a.DestQPN = b.DestQPN })
+	set(QPAttrRateLimit, func() { a.RateLimit = b.RateLimit })
+}

@@ -1,11 +1,14 @@
-/* Handing a QP from the hot path to layer 2. Diverting sets the QP's flag
- * and puts its CQs in the diverted table; later posts to the QP and polls
- * of those CQs go to lip_hooks. Posts and polls already past the check
- * must finish before layer 2 reads the rings: every thread in the hot path
- * has an odd sequence number (lip_enter/lip_leave), and lip_quiesce waits
- * for each odd one to move. The check and the sequence store are ordered
- * by membarrier(2) on layer 2's side (the hot path only needs a compiler
- * barrier); without membarrier the hot path fences itself (lip_fence). */
+/* Handing a QP from the hot path to layer 2, and back. Diverting sets the
+ * QP's flag and puts its CQs in the diverted table; later posts to the QP
+ * and polls of those CQs go to lip_hooks. Undiverting (lip_undivert) gives
+ * the QP's posts back to the hot path with its rings reloaded; its CQs
+ * stay diverted until layer 2 releases them. Posts and polls already past
+ * the check must finish before layer 2 reads the rings: every thread in
+ * the hot path has an odd sequence number (lip_enter/lip_leave), and
+ * lip_quiesce waits for each odd one to move. The check and the sequence
+ * store are ordered by membarrier(2) on layer 2's side (the hot path only
+ * needs a compiler barrier); without membarrier the hot path fences
+ * itself (lip_fence). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
@@ -198,5 +201,45 @@ int lip_divert(struct lip_qp *q)
 	__atomic_store_n(&q->diverted, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&dcq_mu);
 	lip_quiesce();
+	return 0;
+}
+
+/* lip_undivert gives a diverted QP's posts back to the hot path: layer 2
+ * switched it back to its default QP, which holds exactly sends and recvs
+ * (the WRs the application has not seen complete, in posting order;
+ * either chain may be NULL). The rings are reloaded with them as their
+ * posts would have recorded them (an inline WR's payload read from its
+ * SGEs now), the handshake counters set, then the flag cleared. The
+ * diverted CQs, armed and the express lane are not touched: layer 2
+ * releases the CQs later (lip_release_cq), and a QP on the lane is never
+ * given back. Posts already on their way to layer 2 come back as
+ * LIP_HOME (hotpath.c). Returns 0, or -1 with errno (EINVAL: not
+ * diverted; EBUSY: on the express lane; ENOSPC: more WRs than a ring
+ * holds) and nothing changed. */
+int lip_undivert(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs,
+		 uint64_t notifs_done, uint64_t recvs_done)
+{
+	pthread_mutex_lock(&dcq_mu); /* against a divert */
+	int err = 0;
+	if (!__atomic_load_n(&q->diverted, __ATOMIC_ACQUIRE))
+		err = EINVAL;
+	else if (__atomic_load_n(&q->express, __ATOMIC_ACQUIRE))
+		err = EBUSY;
+	else if (lip_rings_load(q, sends, recvs))
+		err = errno;
+	if (err) {
+		pthread_mutex_unlock(&dcq_mu);
+		errno = err;
+		return -1;
+	}
+	q->notifs_done = notifs_done;
+	q->recvs_done = recvs_done;
+	/* Publish the rings: a post that enters the hot path after this and
+	 * sees the flag clear (read relaxed) reads them as loaded here, the
+	 * full barrier membarrier makes every thread pass (or the fence the
+	 * hot path makes on entering without it) orders them. */
+	lip_quiesce();
+	__atomic_store_n(&q->diverted, 0, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&dcq_mu);
 	return 0;
 }

@@ -2,6 +2,7 @@ package main
 
 /*
 #include <arpa/inet.h>
+#include <stdlib.h>
 #include "shim.h"
 
 static struct lip_qp *lip_qp_by(uintptr_t ctx, uint32_t qpn)
@@ -13,11 +14,30 @@ static struct lip_qp *lip_qp_by(uintptr_t ctx, uint32_t qpn)
 static struct lip_ctx *lip_ctx_by(uintptr_t ctx) { return lip_ctx_of((struct ibv_context *)ctx); }
 
 static uint32_t lip_ntohl(uint32_t v) { return ntohl(v); }
+
+// lip_send_wr_operands sets w's immediate (given in host order) and the
+// remote operands in the member of the union its opcode uses (cgo does not
+// name union members).
+static void lip_send_wr_operands(struct ibv_send_wr *w, uint32_t imm, uint64_t raddr, uint32_t rkey,
+				 uint64_t compare_add, uint64_t swap)
+{
+	w->imm_data = htonl(imm);
+	if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		w->wr.atomic.remote_addr = raddr;
+		w->wr.atomic.rkey = rkey;
+		w->wr.atomic.compare_add = compare_add;
+		w->wr.atomic.swap = swap;
+	} else {
+		w->wr.rdma.remote_addr = raddr;
+		w->wr.rdma.rkey = rkey;
+	}
+}
 */
 import "C"
 
 import (
 	"fmt"
+	"syscall"
 	"unsafe"
 
 	"github.com/ibpath/ibpath/internal/shim"
@@ -29,8 +49,9 @@ import (
 type hotpath struct{}
 
 var (
-	_ shim.Hotpath = hotpath{}
-	_ shim.Waker   = hotpath{}
+	_ shim.Hotpath    = hotpath{}
+	_ shim.Undiverter = hotpath{}
+	_ shim.Waker      = hotpath{}
 )
 
 func lipQP(q shim.AppQP) *C.struct_lip_qp {
@@ -58,6 +79,164 @@ func (hotpath) Divert(q shim.AppQP) (shim.Rings, error) {
 		return shim.Rings{}, fmt.Errorf("lip_divert QP %#x: %w", q.QPN, err)
 	}
 	return readRings(lq), nil
+}
+
+// Undivert gives the QP's posts back to the hot path, its rings reloaded
+// with st (lip_undivert); its CQs stay diverted until Release.
+func (hotpath) Undivert(q shim.AppQP, st shim.Rings) error {
+	lq := lipQP(q)
+	if lq == nil {
+		return fmt.Errorf("undivert QP %#x: the hot path does not know it", q.QPN)
+	}
+	if st.Unreplayable != "" {
+		return fmt.Errorf("undivert QP %#x: its WRs are not whole: %s", q.QPN, st.Unreplayable)
+	}
+	ch, err := newUndivertChains(&st)
+	if err != nil {
+		return fmt.Errorf("undivert QP %#x: %w", q.QPN, err)
+	}
+	defer ch.free()
+	if r, err := C.lip_undivert(lq, ch.sends, ch.recvs, C.uint64_t(st.NotifsDone), C.uint64_t(st.RecvsDone)); r != 0 {
+		return fmt.Errorf("lip_undivert QP %#x: %w", q.QPN, err)
+	}
+	return nil
+}
+
+// undivertChains holds a Rings' WRs as the chains lip_undivert takes, in
+// one C allocation (C must not hold Go pointers): the send WRs, the
+// receive WRs, their SGEs, then the inline payloads. An inline WR's SGEs
+// cover a copy of its payload (Rings.Inline), so the ring's inline copy
+// is made from it.
+type undivertChains struct {
+	mem   unsafe.Pointer
+	sends *C.struct_ibv_send_wr
+	recvs *C.struct_ibv_recv_wr
+}
+
+func (u *undivertChains) free() { C.free(u.mem) }
+
+// newUndivertChains builds st's chains (nil when st has none of a kind).
+// Errors: an inline copy that does not match its WR's SGEs (Rings.Inline),
+// no memory.
+func newUndivertChains(st *shim.Rings) (*undivertChains, error) {
+	if len(st.Inline) != 0 && len(st.Inline) != len(st.Sends) {
+		return nil, fmt.Errorf("%d inline copies for %d sends", len(st.Inline), len(st.Sends))
+	}
+	nsge, ninl := 0, 0
+	for i := range st.Sends {
+		w, inl := &st.Sends[i], inlineOf(st, i)
+		if err := checkInline(w, inl); err != nil {
+			return nil, fmt.Errorf("send %d (wr_id %#x): %w", i, w.WRID, err)
+		}
+		nsge += len(w.SGList)
+		ninl += len(inl)
+	}
+	for i := range st.Recvs {
+		nsge += len(st.Recvs[i].SGList)
+	}
+	offRecv := len(st.Sends) * C.sizeof_struct_ibv_send_wr
+	offSGE := offRecv + len(st.Recvs)*C.sizeof_struct_ibv_recv_wr
+	offInl := offSGE + nsge*C.sizeof_struct_ibv_sge
+	u := &undivertChains{}
+	if offInl+ninl == 0 {
+		return u, nil
+	}
+	if u.mem = C.calloc(1, C.size_t(offInl+ninl)); u.mem == nil {
+		return nil, fmt.Errorf("calloc %d bytes for the WRs: %w", offInl+ninl, syscall.ENOMEM)
+	}
+	sends := unsafe.Slice((*C.struct_ibv_send_wr)(u.mem), len(st.Sends))
+	recvs := unsafe.Slice((*C.struct_ibv_recv_wr)(unsafe.Add(u.mem, offRecv)), len(st.Recvs))
+	sges := unsafe.Slice((*C.struct_ibv_sge)(unsafe.Add(u.mem, offSGE)), nsge)
+	inl := unsafe.Slice((*byte)(unsafe.Add(u.mem, offInl)), ninl)
+	k, off := 0, 0
+	for i := range st.Sends {
+		w, cw := &st.Sends[i], &sends[i]
+		sg := sges[k : k+len(w.SGList)]
+		k += len(w.SGList)
+		fillSGEs(sg, w.SGList)
+		if w.SendFlags&verbs.SendInline != 0 {
+			off += pointAtCopy(sg, inl[off:], inlineOf(st, i))
+		}
+		cw.wr_id = C.uint64_t(w.WRID)
+		cw.opcode = uint32(w.Opcode)
+		cw.send_flags = C.uint(w.SendFlags)
+		cw.num_sge = C.int(len(sg))
+		if len(sg) > 0 {
+			cw.sg_list = &sg[0]
+		}
+		if i+1 < len(sends) {
+			cw.next = &sends[i+1]
+		}
+		C.lip_send_wr_operands(cw, C.uint32_t(w.ImmData), C.uint64_t(w.RemoteAddr), C.uint32_t(w.RKey),
+			C.uint64_t(w.CompareAdd), C.uint64_t(w.Swap))
+	}
+	for i := range st.Recvs {
+		w, cw := &st.Recvs[i], &recvs[i]
+		sg := sges[k : k+len(w.SGList)]
+		k += len(w.SGList)
+		fillSGEs(sg, w.SGList)
+		cw.wr_id = C.uint64_t(w.WRID)
+		cw.num_sge = C.int(len(sg))
+		if len(sg) > 0 {
+			cw.sg_list = &sg[0]
+		}
+		if i+1 < len(recvs) {
+			cw.next = &recvs[i+1]
+		}
+	}
+	if len(sends) > 0 {
+		u.sends = &sends[0]
+	}
+	if len(recvs) > 0 {
+		u.recvs = &recvs[0]
+	}
+	return u, nil
+}
+
+// inlineOf is the inline copy of st.Sends[i] (nil when there is none).
+func inlineOf(st *shim.Rings, i int) []byte {
+	if i < len(st.Inline) {
+		return st.Inline[i]
+	}
+	return nil
+}
+
+// checkInline: an inline WR's copy holds its SGEs' bytes; other WRs have
+// none.
+func checkInline(w *verbs.SendWR, inl []byte) error {
+	if w.SendFlags&verbs.SendInline == 0 {
+		if inl != nil {
+			return fmt.Errorf("not inline, but has an inline copy")
+		}
+		return nil
+	}
+	var n uint64
+	for _, s := range w.SGList {
+		n += uint64(s.Length)
+	}
+	if uint64(len(inl)) != n {
+		return fmt.Errorf("inline copy of %d bytes for %d bytes of SGEs", len(inl), n)
+	}
+	return nil
+}
+
+func fillSGEs(dst []C.struct_ibv_sge, src []verbs.SGE) {
+	for j, e := range src {
+		dst[j] = C.struct_ibv_sge{addr: C.uint64_t(e.Addr), length: C.uint32_t(e.Length), lkey: C.uint32_t(e.LKey)}
+	}
+}
+
+// pointAtCopy copies payload into dst (C memory) and points sg, the SGEs
+// of an inline WR, at consecutive pieces of it, their lengths kept.
+// It returns the bytes used.
+func pointAtCopy(sg []C.struct_ibv_sge, dst, payload []byte) int {
+	n := copy(dst, payload)
+	off := 0
+	for j := range sg {
+		sg[j].addr = C.uint64_t(uintptr(unsafe.Pointer(unsafe.SliceData(dst))) + uintptr(off))
+		off += int(sg[j].length)
+	}
+	return n
 }
 
 // readRings converts the outstanding entries of a diverted QP.

@@ -17,6 +17,8 @@ import (
 
 // The data path of diverted QPs: hotpath.c calls these (through
 // lip_hooks) for posts to a QP layer 2 took over and polls of its CQs.
+// A post that reaches the runtime after it gave the QP back to the hot
+// path (shim.ErrHome) returns LIP_HOME: hotpath.c posts it, recorded.
 // They are slower than the hot path (a cgo call and conversions), which
 // only runs after a failover.
 
@@ -38,6 +40,8 @@ func ibpathPostSend(qp *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struc
 		return 0
 	case errors.Is(err, shim.ErrExpress):
 		return C.LIP_AGAIN
+	case errors.Is(err, shim.ErrHome):
+		return C.LIP_HOME // nothing posted: the hot path posts wr on
 	}
 	if bad != nil {
 		*bad = nth(wr, n, func(w *C.struct_ibv_send_wr) *C.struct_ibv_send_wr { return w.next })
@@ -62,6 +66,8 @@ func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struc
 		return 0
 	case errors.Is(err, shim.ErrExpress):
 		return C.LIP_AGAIN
+	case errors.Is(err, shim.ErrHome):
+		return C.LIP_HOME // nothing posted: the hot path posts wr on
 	}
 	if bad != nil {
 		*bad = nth(wr, n, func(w *C.struct_ibv_recv_wr) *C.struct_ibv_recv_wr { return w.next })

@@ -133,7 +133,7 @@ func ibpathModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C
 func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int, ret C.int) {
 	m := shim.Modify{QPN: uint32(qp.qp_num), Mask: verbs.QPAttrMask(mask), State: verbs.QPState(attr.qp_state),
 		Port: uint8(attr.port_num), DLID: uint16(attr.ah_attr.dlid), Global: attr.ah_attr.is_global != 0,
-		DestQPN: uint32(attr.dest_qp_num), Err: int(ret)}
+		DestQPN: uint32(attr.dest_qp_num), Err: int(ret), Attr: ibv.QPAttrFromC(unsafe.Pointer(attr))}
 	gid := C.GoBytes(unsafe.Pointer(&attr.ah_attr.grh.dgid), 16)
 	copy(m.DGID[:], gid)
 	rt.Modified(ctxID(qp.context), m)

@@ -396,7 +396,10 @@ static int xl_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 /* The dispatch of a diverted QP's posts: the express lane when it is on
  * it, else layer 2; a LIP_AGAIN from either (a key the lane misses, which
  * layer 2 then resolves; a QP that reached the lane while layer 2 was
- * being called) dispatches the WRs not posted yet again. */
+ * being called) dispatches the WRs not posted yet again. Layer 2's
+ * LIP_HOME (it gave the QP back to the hot path meanwhile, posting none
+ * of them) is returned with *bad the first WR not posted, which the
+ * caller (hotpath.c) posts from in the hot path. */
 #define DIVERTED_POST(xl_post, hook, q, wr, bad, wrtype)                           \
 	do {                                                                       \
 		wrtype *from_ = (wr), *b_ = NULL;                                   \
@@ -415,6 +418,8 @@ static int xl_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 				lip_leave(t_);                                      \
 			}                                                           \
 			int r_ = (hook)((q)->qp, from_, (bad));                     \
+			if (r_ == LIP_HOME && (bad))                                \
+				*(bad) = from_;                                     \
 			if (r_ != LIP_AGAIN)                                        \
 				return r_;                                          \
 		}                                                                   \

@@ -1,7 +1,9 @@
 /* The Default-state hot path: record, then call the provider. No
  * allocation, no call into Go. A QP layer 2 diverted (divert.c) goes to
  * layer 2 (lip_hooks) or, once its failover settled, to the express lane
- * (express.c). */
+ * (express.c); a post layer 2 hands back because it gave the QP back
+ * meanwhile (LIP_HOME, lip_undivert) is posted here. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "shim.h"
@@ -292,6 +294,58 @@ static inline void copy_inline(struct lip_qp *q, uint64_t k, struct lip_sqe *e, 
 	e->inline_len = n;
 }
 
+static inline uint64_t send_chain_len(const struct ibv_send_wr *wr)
+{
+	uint64_t n = 0;
+	for (; wr; wr = wr->next)
+		n++;
+	return n;
+}
+
+static inline uint64_t recv_chain_len(const struct ibv_recv_wr *wr)
+{
+	uint64_t n = 0;
+	for (; wr; wr = wr->next)
+		n++;
+	return n;
+}
+
+/* record_send copies w into send ring position k: what a replay needs,
+ * the inline payload included (read from w's SGEs now). */
+static inline void record_send(struct lip_qp *q, uint64_t k, const struct ibv_send_wr *w)
+{
+	struct lip_sqe *e = &q->sq[k & q->smask];
+	e->wr_id = w->wr_id;
+	e->opcode = w->opcode;
+	e->send_flags = w->send_flags;
+	e->imm = w->imm_data;
+	e->num_sge = w->num_sge;
+	e->flags = 0;
+	e->inline_len = 0;
+	if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+		e->remote_addr = w->wr.atomic.remote_addr;
+		e->rkey = w->wr.atomic.rkey;
+		e->compare_add = w->wr.atomic.compare_add;
+		e->swap = w->wr.atomic.swap;
+	} else {
+		e->remote_addr = w->wr.rdma.remote_addr;
+		e->rkey = w->wr.rdma.rkey;
+	}
+	copy_sges(e->sge, w->sg_list, w->num_sge, &e->flags);
+	if (w->send_flags & IBV_SEND_INLINE)
+		copy_inline(q, k, e, w);
+}
+
+/* record_recv copies w into receive ring position k. */
+static inline void record_recv(struct lip_qp *q, uint64_t k, const struct ibv_recv_wr *w)
+{
+	struct lip_rqe *e = &q->rq[k & q->rmask];
+	e->wr_id = w->wr_id;
+	e->num_sge = w->num_sge;
+	e->flags = 0;
+	copy_sges(e->sge, w->sg_list, w->num_sge, &e->flags);
+}
+
 /* post_recorded records wr's WRs in q's send ring, then issues them: to
  * the provider's post_send, or (wrapi) through the provider's ibv_wr_*
  * functions (wrapi.c). WRs the provider refused are marked void. Called
@@ -299,35 +353,13 @@ static inline void copy_inline(struct lip_qp *q, uint64_t k, struct lip_sqe *e, 
  * diverted. */
 static inline int post_recorded(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad, int wrapi)
 {
-	uint64_t n = 1;
-	for (struct ibv_send_wr *w = wr->next; w; w = w->next)
-		n++;
+	uint64_t n = send_chain_len(wr);
 	uint64_t first = reserve(&q->shead, n);
 	if (first + n - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
 		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
 	uint64_t k = first;
-	for (struct ibv_send_wr *w = wr; w; w = w->next, k++) {
-		struct lip_sqe *e = &q->sq[k & q->smask];
-		e->wr_id = w->wr_id;
-		e->opcode = w->opcode;
-		e->send_flags = w->send_flags;
-		e->imm = w->imm_data;
-		e->num_sge = w->num_sge;
-		e->flags = 0;
-		e->inline_len = 0;
-		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
-			e->remote_addr = w->wr.atomic.remote_addr;
-			e->rkey = w->wr.atomic.rkey;
-			e->compare_add = w->wr.atomic.compare_add;
-			e->swap = w->wr.atomic.swap;
-		} else {
-			e->remote_addr = w->wr.rdma.remote_addr;
-			e->rkey = w->wr.rdma.rkey;
-		}
-		copy_sges(e->sge, w->sg_list, w->num_sge, &e->flags);
-		if (w->send_flags & IBV_SEND_INLINE)
-			copy_inline(q, k, e, w);
-	}
+	for (struct ibv_send_wr *w = wr; w; w = w->next, k++)
+		record_send(q, k, w);
 	int ret = wrapi ? lip_wr_issue(q, wr, bad) : q->ctx->post_send(q->qp, wr, bad);
 	if (ret && bad && *bad) {
 		/* WRs from *bad on were not posted. */
@@ -343,6 +375,113 @@ static inline int post_recorded(struct lip_qp *q, struct ibv_send_wr *wr, struct
 	return ret;
 }
 
+/* recv_recorded: post_recorded for receives, which take the receive
+ * queue's lock here (inside the section: no receive holds it across
+ * calls). */
+static inline int recv_recorded(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	uint64_t n = recv_chain_len(wr);
+	qlock(&q->rlock);
+	uint64_t first = reserve(&q->rhead, n);
+	uint64_t k = first;
+	for (struct ibv_recv_wr *w = wr; w; w = w->next, k++)
+		record_recv(q, k, w);
+	int ret = q->ctx->post_recv(q->qp, wr, bad);
+	if (ret && bad && *bad) {
+		k = first;
+		int refused = 0;
+		for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
+			if (w == *bad)
+				refused = 1;
+			if (refused)
+				q->rq[k & q->rmask].flags |= LIP_SQE_VOID;
+		}
+	}
+	qunlock(&q->rlock);
+	return ret;
+}
+
+/* lip_rings_load empties q's rings and records sends and recvs in them,
+ * in order, as their posts would have (lip_undivert: layer 2 gives a
+ * diverted QP back with the WRs its default QP holds). Nothing else
+ * touches the rings of a diverted QP. Positions stay monotonic: the
+ * rings restart empty at their heads. -1 (ENOSPC) when a ring cannot
+ * hold its WRs; nothing changed then. */
+int lip_rings_load(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs)
+{
+	uint64_t ns = send_chain_len(sends), nr = recv_chain_len(recvs);
+	if (ns > (uint64_t)q->smask + 1 || nr > (uint64_t)q->rmask + 1) {
+		errno = ENOSPC;
+		return -1;
+	}
+	uint64_t s = __atomic_load_n(&q->shead, __ATOMIC_RELAXED);
+	uint64_t r = __atomic_load_n(&q->rhead, __ATOMIC_RELAXED);
+	uint64_t k = s;
+	for (struct ibv_send_wr *w = sends; w; w = w->next, k++)
+		record_send(q, k, w);
+	k = r;
+	for (struct ibv_recv_wr *w = recvs; w; w = w->next, k++)
+		record_recv(q, k, w);
+	__atomic_store_n(&q->stail, s, __ATOMIC_RELEASE);
+	__atomic_store_n(&q->shead, s + ns, __ATOMIC_RELEASE);
+	__atomic_store_n(&q->rtail, r, __ATOMIC_RELEASE);
+	__atomic_store_n(&q->rhead, r + nr, __ATOMIC_RELEASE);
+	__atomic_store_n(&q->overflow, 0, __ATOMIC_RELAXED); /* the rings hold all of it now */
+	return 0;
+}
+
+/* LIP_HOME_TRIES bounds how often a post that layer 2 gave back
+ * (LIP_HOME) finds its QP diverted again. */
+#define LIP_HOME_TRIES 8
+
+/* DIVERTED_OR_HOME is the body of send_diverted and recv_diverted: wr,
+ * which found q diverted, goes to layer 2 (post_diverted); when it
+ * answers LIP_HOME (q came back to the hot path meanwhile), the WRs from
+ * the first one layer 2 did not post (from_) are posted in the hot path,
+ * recorded (post_home, an expression over from_). WRs layer 2 posted (the
+ * express lane's, before a key it missed) stay posted: none goes twice.
+ * A QP diverted again goes back to layer 2, at most LIP_HOME_TRIES times. */
+#define DIVERTED_OR_HOME(post_diverted, post_home, q, wr, bad, wrtype)              \
+	do {                                                                       \
+		wrtype *from_ = (wr);                                               \
+		for (int try_ = 0; try_ < LIP_HOME_TRIES; try_++) {                 \
+			wrtype *b_ = from_; /* LIP_HOME moves it past what was posted */ \
+			int r_ = post_diverted((q), from_, &b_);                    \
+			if (r_ != LIP_HOME) {                                       \
+				if (r_ && (bad))                                    \
+					*(bad) = b_;                                \
+				return r_;                                          \
+			}                                                           \
+			if (!(from_ = b_))                                          \
+				return 0;                                           \
+			struct lip_thr *t_ = lip_enter();                           \
+			if (!__atomic_load_n(&(q)->diverted, __ATOMIC_ACQUIRE)) {   \
+				r_ = (post_home);                                   \
+				lip_leave(t_);                                      \
+				return r_;                                          \
+			}                                                           \
+			lip_leave(t_);                                              \
+		}                                                                   \
+		if (bad)                                                            \
+			*(bad) = from_;                                             \
+		return EIO;                                                         \
+	} while (0)
+
+/* send_diverted: a post to a diverted QP, with the send queue's lock held
+ * (send_locked); a wrapi batch comes home through the provider's wr_*
+ * functions. Off the fast path. */
+static __attribute__((noinline)) int send_diverted(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad,
+						  int wrapi)
+{
+	DIVERTED_OR_HOME(lip_diverted_post_send, post_recorded(q, from_, bad, wrapi), q, wr, bad, struct ibv_send_wr);
+}
+
+/* recv_diverted: send_diverted for receives. */
+static __attribute__((noinline)) int recv_diverted(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	DIVERTED_OR_HOME(lip_diverted_post_recv, recv_recorded(q, from_, bad), q, wr, bad, struct ibv_recv_wr);
+}
+
 /* send_locked posts wr to q, whose send queue's lock the caller holds:
  * recorded and issued, or to layer 2 once q is diverted. The lock is
  * taken before the hot path's section is entered, never inside it: a
@@ -355,7 +494,7 @@ static inline int send_locked(struct lip_qp *q, struct ibv_send_wr *wr, struct i
 	struct lip_thr *t = lip_enter();
 	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
 		lip_leave(t);
-		return lip_diverted_post_send(q, wr, bad);
+		return send_diverted(q, wr, bad, wrapi);
 	}
 	int ret = post_recorded(q, wr, bad, wrapi);
 	lip_leave(t);
@@ -404,34 +543,9 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	struct lip_thr *t = lip_enter();
 	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
 		lip_leave(t);
-		return lip_diverted_post_recv(q, wr, bad);
+		return recv_diverted(q, wr, bad);
 	}
-	struct lip_ctx *c = q->ctx;
-	uint64_t n = 1;
-	for (struct ibv_recv_wr *w = wr->next; w; w = w->next)
-		n++;
-	qlock(&q->rlock);
-	uint64_t first = reserve(&q->rhead, n);
-	uint64_t k = first;
-	for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
-		struct lip_rqe *e = &q->rq[k & q->rmask];
-		e->wr_id = w->wr_id;
-		e->num_sge = w->num_sge;
-		e->flags = 0;
-		copy_sges(e->sge, w->sg_list, w->num_sge, &e->flags);
-	}
-	int ret = c->post_recv(qp, wr, bad);
-	if (ret && bad && *bad) {
-		k = first;
-		int refused = 0;
-		for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
-			if (w == *bad)
-				refused = 1;
-			if (refused)
-				q->rq[k & q->rmask].flags |= LIP_SQE_VOID;
-		}
-	}
-	qunlock(&q->rlock);
+	int ret = recv_recorded(q, wr, bad);
 	lip_leave(t);
 	return ret;
 }

@@ -136,6 +136,11 @@ extern struct lip_hooks lip_hooks;
 /* A hook's answer (post or poll): the QP or CQ moved to the express lane
  * meanwhile, dispatch the call again. Never a verbs return value. */
 #define LIP_AGAIN (-0x4c4950)
+/* A post hook's answer: layer 2 gave the QP back to the hot path
+ * (lip_undivert) while the post was on its way; nothing of what the hook
+ * was given was posted. The hot path posts those WRs itself, recorded.
+ * Never a verbs return value. */
+#define LIP_HOME (-0x4c4951)
 
 /* Reserved wr_ids of layer 2's control WRs on a backup QP (crossnic). */
 #define LIP_CTRL_SEND_WRID (~0ull - 1)
@@ -187,6 +192,8 @@ void lip_express_on(struct lip_qp *q, struct lip_xl *x);
 void lip_express_off(struct lip_qp *q);
 void lip_express_surface(struct lip_qp *q);
 int lip_express_cq(struct ibv_cq *cq, struct lip_qp **qs, int n);
+/* a diverted QP's posts: LIP_HOME with *bad the first WR not posted when
+ * layer 2 gave the QP back meanwhile (the caller posts from it) */
 int lip_diverted_post_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int lip_diverted_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int lip_diverted_poll_cq(struct lip_ctx *c, struct ibv_cq *cq, int n, struct ibv_wc *wc);
@@ -211,6 +218,8 @@ extern int lip_ndcq;        /* diverted CQs; 0 keeps polls off the table */
 int lip_cq_diverted(struct ibv_cq *cq);
 void lip_qp_arm(struct lip_qp *q, int armed);
 int lip_divert(struct lip_qp *q);
+int lip_undivert(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs,
+		 uint64_t notifs_done, uint64_t recvs_done);
 void lip_release_cq(struct ibv_cq *cq);
 void lip_quiesce(void);
 int lip_membarrier_active(void);
@@ -228,6 +237,8 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 /* outstanding entries of a QP (posted, not retired) */
 void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv);
+/* for lip_undivert: the rings of a diverted QP hold exactly these WRs */
+int lip_rings_load(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs);
 
 /* wrapi.c */
 struct lip_wrb;

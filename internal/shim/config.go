@@ -29,6 +29,11 @@ type Config struct {
 	// has settled on the backup, its posts and polls run in C (the
 	// express lane) instead of through layer 2's Go side.
 	Express bool
+	// SwitchBack (IBPATH_SWITCHBACK=on|off, default on): after a layer-2
+	// failover, probe the default QP and move the traffic back to it once
+	// its path works again (then the hot path takes the QP back). Off:
+	// a failed-over QP stays on the backup, on the express lane.
+	SwitchBack bool
 	// Channels (IBPATH_CHANNELS=on|off, default on): hand the application
 	// completion channels of the shim, which it makes readable when a
 	// backup device completes the application's work (the kernel's event
@@ -51,6 +56,7 @@ const (
 	EnvSingle   = "IBPATH_SINGLE_POSTER"
 	EnvExpress  = "IBPATH_EXPRESS"
 	EnvChannels = "IBPATH_CHANNELS"
+	EnvSwitch   = "IBPATH_SWITCHBACK"
 	EnvBackup   = "IBPATH_BACKUP"
 	EnvSocket   = "IBPATH_SOCKET"
 	EnvLog      = "IBPATH_LOG"
@@ -63,7 +69,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	c := Config{APM: true, Record: true, Express: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
+	c := Config{APM: true, Record: true, Express: true, SwitchBack: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
 	var err error
 	if c.Disabled, err = boolEnv(getenv, EnvDisable, false); err != nil {
 		return c, err
@@ -78,6 +84,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.Express, err = boolEnv(getenv, EnvExpress, true); err != nil {
+		return c, err
+	}
+	if c.SwitchBack, err = boolEnv(getenv, EnvSwitch, true); err != nil {
 		return c, err
 	}
 	if c.Channels, err = boolEnv(getenv, EnvChannels, true); err != nil {
@@ -120,7 +129,7 @@ func (c Config) Banner(pid int) string {
 		daemon = "not used"
 	}
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
-		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (express lane %s, completion channels %s); backup device %s; ibpathd %s",
+		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s); backup device %s; ibpathd %s",
 		pid, onoff[c.APM], onoff[c.Record], map[bool]string{true: " (single poster per QP)", false: ""}[c.SinglePoster],
-		onoff[c.Record], onoff[c.Express && c.Record], onoff[c.Channels && c.Record], c.Backup, daemon)
+		onoff[c.Record], onoff[c.SwitchBack && c.Record], onoff[c.Express && c.Record], onoff[c.Channels && c.Record], c.Backup, daemon)
 }

@@ -33,46 +33,34 @@ func TestFromEnv(t *testing.T) {
 	}
 }
 
-func TestFromEnvExpress(t *testing.T) {
-	for v, want := range map[string]bool{"": true, "on": true, "1": true, "off": false, "0": false, "OFF": false} {
-		c, err := FromEnv(env(map[string]string{EnvExpress: v}))
-		if err != nil || c.Express != want {
-			t.Errorf("%s=%q: express %v, %v; want %v", EnvExpress, v, c.Express, err, want)
+// TestFromEnvLayer2Switches checks the on/off knobs of layer 2: each
+// defaults to on, reads the usual spellings, refuses others naming the
+// variable, and shows in the banner.
+func TestFromEnvLayer2Switches(t *testing.T) {
+	for _, k := range []struct {
+		name   string
+		get    func(Config) bool
+		banner string // as the banner shows it, without " on" / " off"
+	}{
+		{EnvExpress, func(c Config) bool { return c.Express }, "express lane"},
+		{EnvChannels, func(c Config) bool { return c.Channels }, "completion channels"},
+		{EnvSwitch, func(c Config) bool { return c.SwitchBack }, "switch back"},
+	} {
+		for v, want := range map[string]bool{"": true, "on": true, "1": true, "off": false, "0": false, "OFF": false} {
+			c, err := FromEnv(env(map[string]string{k.name: v}))
+			if err != nil || k.get(c) != want {
+				t.Errorf("%s=%q: %v, %v; want %v", k.name, v, k.get(c), err, want)
+			}
+			if b := c.Banner(7); !strings.Contains(b, k.banner+map[bool]string{true: " on", false: " off"}[want]) {
+				t.Errorf("%s=%q: banner %q", k.name, v, b)
+			}
+		}
+		if _, err := FromEnv(env(map[string]string{k.name: "maybe"})); err == nil || !strings.Contains(err.Error(), k.name) {
+			t.Errorf("%s=maybe: %v, want an error naming it", k.name, err)
 		}
 	}
-	if _, err := FromEnv(env(map[string]string{EnvExpress: "fast"})); err == nil || !strings.Contains(err.Error(), EnvExpress) {
-		t.Errorf("%s=fast: %v, want an error naming it", EnvExpress, err)
-	}
-	on, _ := FromEnv(env(nil))
-	off, _ := FromEnv(env(map[string]string{EnvExpress: "off"}))
-	if b := on.Banner(7); !strings.Contains(b, "failover on (express lane on,") {
-		t.Errorf("banner %q", b)
-	}
-	if b := off.Banner(7); !strings.Contains(b, "failover on (express lane off,") {
-		t.Errorf("banner %q", b)
-	}
-	// Without the shadow rings there is no failover, hence no lane.
-	if b := (Config{Express: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "failover off (express lane off,") {
-		t.Errorf("banner %q", b)
-	}
-}
-
-func TestFromEnvChannels(t *testing.T) {
-	for v, want := range map[string]bool{"": true, "on": true, "off": false, "0": false} {
-		c, err := FromEnv(env(map[string]string{EnvChannels: v}))
-		if err != nil || c.Channels != want {
-			t.Errorf("%s=%q: channels %v, %v; want %v", EnvChannels, v, c.Channels, err, want)
-		}
-	}
-	if _, err := FromEnv(env(map[string]string{EnvChannels: "maybe"})); err == nil || !strings.Contains(err.Error(), EnvChannels) {
-		t.Errorf("%s=maybe: %v, want an error naming it", EnvChannels, err)
-	}
-	on, _ := FromEnv(env(nil))
-	off, _ := FromEnv(env(map[string]string{EnvChannels: "off"}))
-	if b := on.Banner(7); !strings.Contains(b, "completion channels on") {
-		t.Errorf("banner %q", b)
-	}
-	if b := off.Banner(7); !strings.Contains(b, "completion channels off") {
+	// Without the shadow rings there is no failover, hence none of them.
+	if b := (Config{Express: true, SwitchBack: true, Channels: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "failover off (switch back off, express lane off, completion channels off)") {
 		t.Errorf("banner %q", b)
 	}
 }

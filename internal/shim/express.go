@@ -26,6 +26,12 @@ import (
 // or surfaced the QP.
 var ErrExpress = errors.New("shim: on the express lane: dispatch again")
 
+// ErrHome is the answer of PostSend and PostRecv for a QP layer 2 gave
+// back to the hot path (Undiverter.Undivert) while the post was on its
+// way: nothing of it was posted, and the hot path dispatches it again,
+// recorded in the QP's rings.
+var ErrHome = errors.New("shim: switched back to the hot path: dispatch again")
+
 // maxLaneQPs is how many QPs one CQ on the lane may serve (LIP_XCQ_QPS).
 const maxLaneQPs = 16
 

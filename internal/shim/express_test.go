@@ -499,7 +499,7 @@ func TestExpressLateBackupEvent(t *testing.T) {
 	a.rt.l2mu.Lock()
 	s := a.rt.shadows[a.id]
 	a.rt.l2mu.Unlock()
-	a.rt.onBackupEvent(s, qa.qp)
+	a.rt.onBackupEvent(s, qa.qp, time.Now())
 	for i := 0; i < 50 && !finished(qa, qb)(); i++ {
 		trafficStep(t, hosts)
 		f.RunFor(5 * time.Microsecond)

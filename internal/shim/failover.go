@@ -36,6 +36,8 @@ type failover struct {
 	out       []verbs.WC            // scratch for Conn.Poll
 	polls     uint64                // PollCQ calls (debug log sampling)
 	laneScans int                   // tryExpress scans of every QP (tests)
+	clock     verbs.Clock           // recovery's time (tests give the simulated fabric's)
+	ticking   bool                  // switchLoop runs
 
 	// sent once mu is released (reporting may block on ibpathd's socket)
 	reports []status.QP
@@ -52,13 +54,20 @@ type l2qp struct {
 	port uint8
 	leg  *legCQ
 
-	armed       bool
-	intercepted bool // an error completion was taken by a pump; to divert
-	diverted    bool
-	express     bool // on the express lane (express.go)
-	noExpress   bool // the lane refused it once: stays on the Go data path
-	gone        bool
-	conn        *crossnic.Conn // nil once diverted: no replay, plain verbs
+	armed            bool
+	intercepted      bool // an error completion was taken by a pump; to divert
+	diverted         bool
+	express          bool      // on the express lane (express.go)
+	noExpress        bool      // the lane refused it once: stays on the Go data path
+	recovery         bool      // its Conn switches back (switchback.go)
+	stayDiverted     bool      // home, but the hot path could not take it back
+	resetNoted       string    // the last "cannot reset the default QP" reason logged
+	probeFailsLogged int       // failed probes of this failover last logged
+	fatal            bool      // its default device died: no switch back
+	polledAt         time.Time // when runConn last began polling its Conn
+	staleBefore      time.Time // backup events read earlier announce what its last Conn drained
+	gone             bool
+	conn             *crossnic.Conn // nil once diverted: no replay, plain verbs
 
 	reason     string    // what started the failover
 	faultAt    time.Time // when the runtime saw it
@@ -189,6 +198,7 @@ func (r *Runtime) divert(q *l2qp) bool {
 	}
 	conn.SetMemReader(r.fo.read)
 	q.conn, q.lastSQ = conn, fsm.SQDefault
+	r.enableRecovery(q)
 	r.setStatus(q, func(s *status.QP) {
 		s.Layer, s.CrossNIC, s.Home = status.LayerCrossNIC, fsm.SQDefault.String(), q.set.backup+" (backup)"
 	})
@@ -288,6 +298,7 @@ func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
 			reason = "DEVICE_FATAL on " + dev
 		}
 		q.startFault(reason)
+		q.fatal = fatal
 		if !r.divert(q) {
 			continue
 		}
@@ -331,6 +342,11 @@ func (r *Runtime) observe(q *l2qp) {
 	sq, _ := c.State()
 	st := c.Stats()
 	if sq != q.lastSQ {
+		if q.recovery && q.failedOver {
+			// the steps of a switch back (probe answered, fence, release)
+			r.log.Info("libibpath: layer 2 send queue", "qpn", q.key.qpn, "from", q.lastSQ.String(), "to", sq.String(),
+				"probes", st.Probes, "reset_failures", st.ResetFailures)
+		}
 		q.lastSQ = sq
 		r.setStatus(q, func(s *status.QP) { s.CrossNIC = sq.String() })
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/ibpath/ibpath/verbs"
 )
@@ -122,6 +123,7 @@ func (r *Runtime) runConn(q *l2qp) error {
 		}
 		return err
 	}
+	q.polledAt = time.Now()
 	for {
 		n, err := q.conn.Poll(r.fo.out)
 		if n > 0 && r.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -221,8 +223,11 @@ func (r *Runtime) PostSend(ctx uintptr, qpn uint32, wrs []verbs.SendWR) (int, er
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	q := r.fo.qps[qpKey{ctx, qpn}]
-	if q == nil || !q.diverted {
+	if q == nil {
 		return 0, verbs.Errorf("ibv_post_send", verbs.EINVAL, "QP %#x is not diverted to layer 2", qpn)
+	}
+	if !q.diverted {
+		return 0, ErrHome // switched back while the post was on its way
 	}
 	if q.express {
 		lkeys, rkeys := laneKeysOf(wrs)
@@ -249,8 +254,11 @@ func (r *Runtime) PostRecv(ctx uintptr, qpn uint32, wrs []verbs.RecvWR) (int, er
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	q := r.fo.qps[qpKey{ctx, qpn}]
-	if q == nil || !q.diverted {
+	if q == nil {
 		return 0, verbs.Errorf("ibv_post_recv", verbs.EINVAL, "QP %#x is not diverted to layer 2", qpn)
+	}
+	if !q.diverted {
+		return 0, ErrHome // switched back while the post was on its way
 	}
 	if q.express {
 		var lkeys []uint32

@@ -79,6 +79,7 @@ func (r *Runtime) backupEvents(s *shadowSet) (n int, ok bool) {
 			return n, false
 		}
 		cq, err := s.ch.GetCQEvent()
+		readAt := time.Now()
 		if err != nil {
 			r.l2mu.Unlock()
 			if errors.Is(err, verbs.EAGAIN) {
@@ -107,7 +108,7 @@ func (r *Runtime) backupEvents(s *shadowSet) (n int, ok bool) {
 		n++
 		switch {
 		case known:
-			r.onBackupEvent(s, qp)
+			r.onBackupEvent(s, qp, readAt)
 		case lane:
 			r.onLaneEvent(s, qp)
 		}
@@ -133,8 +134,9 @@ func (r *Runtime) wakeLane(q *l2qp) {
 	r.wake(q.app.RecvCQ)
 }
 
-// onBackupEvent: something completed on the backup of qp.
-func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP) {
+// onBackupEvent: something completed on the backup of qp (the event was
+// read from the channel at readAt).
+func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	q := r.fo.qps[qpKey{s.ctx, qp.QPN()}]
@@ -148,6 +150,12 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP) {
 		return
 	}
 	if !q.diverted && !q.intercepted {
+		if readAt.Before(q.staleBefore) {
+			// Read before the QP's last Conn drained the backup CQs for
+			// the last time: what it announced was seen then.
+			r.log.Debug("libibpath: layer 2 ignores a backup event older than the switch back", "qpn", q.key.qpn)
+			return
+		}
 		q.startFault("the peer's fallback notification on the backup QP")
 		if !r.divert(q) {
 			return
@@ -155,6 +163,12 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP) {
 	}
 	if err := r.runConn(q); err != nil {
 		r.log.Debug("libibpath: layer 2 after a backup completion", "qpn", q.key.qpn, "err", err)
+	}
+	if q.conn != nil && !q.failedOver && q.conn.Home() && !q.stayDiverted {
+		// The event announced a completion drained by the purge of the
+		// last switch back (it was read late): nothing came, the QP goes
+		// straight back to the hot path.
+		r.undivert(q)
 	}
 	r.settle()
 }

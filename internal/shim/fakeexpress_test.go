@@ -102,6 +102,9 @@ func (h *fakeHotpath) divertedPost(q *fakeQP, n int, lane func(*fakeLane, int) (
 			h.mu.Unlock()
 		}
 		k, err := hook(done)
+		if errors.Is(err, ErrHome) {
+			return done + k, errFakeHome // switched back: the hot path posts the rest
+		}
 		if !errors.Is(err, ErrExpress) {
 			return done + k, err
 		}
@@ -109,16 +112,30 @@ func (h *fakeHotpath) divertedPost(q *fakeQP, n int, lane func(*fakeLane, int) (
 	return done, verbs.Errorf("ibv_post", verbs.EIO, "layer 2 neither resolved the keys nor surfaced (%d of %d posted)", done, n)
 }
 
+// errFakeHome: the Runtime gave the QP back meanwhile (ErrHome); the WRs
+// from the count returned on go to the hot path (LIP_HOME).
+var errFakeHome = errors.New("fake hot path: switched back")
+
 func (h *fakeHotpath) divertedPostSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
-	return h.divertedPost(q, len(wrs),
+	n, err := h.divertedPost(q, len(wrs),
 		func(l *fakeLane, from int) (int, error) { return l.postSend(q, wrs[from:]) },
 		func(from int) (int, error) { return h.rt.PostSend(h.ctx, q.app.QPN, wrs[from:]) })
+	if errors.Is(err, errFakeHome) {
+		k, err := h.postSend(q, wrs[n:])
+		return n + k, err
+	}
+	return n, err
 }
 
 func (h *fakeHotpath) divertedPostRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
-	return h.divertedPost(q, len(wrs),
+	n, err := h.divertedPost(q, len(wrs),
 		func(l *fakeLane, from int) (int, error) { return l.postRecv(q, wrs[from:]) },
 		func(from int) (int, error) { return h.rt.PostRecv(h.ctx, q.app.QPN, wrs[from:]) })
+	if errors.Is(err, errFakeHome) {
+		k, err := h.postRecv(q, wrs[n:])
+		return n + k, err
+	}
+	return n, err
 }
 
 // translate is wr with its keys moved to the backup; false when a key

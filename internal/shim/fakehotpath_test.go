@@ -37,13 +37,15 @@ type fakeHotpath struct {
 	qps map[uint32]*fakeQP
 	dcq map[verbs.CQ]bool // diverted CQs
 
-	divertErr error        // injected: Divert fails with it
-	corrupt   func(*Rings) // injected: edits what Divert returns
-	released  []verbs.CQ
-	retired   map[uint32]int // Retire calls per QP
-	goPolls   int            // polls sent to Runtime.PollCQ
-	intercept int            // Intercept calls
-	x         *fakeExpress   // the express lane; nil unless withExpress
+	divertErr   error        // injected: Divert fails with it
+	undivertErr error        // injected: Undivert fails with it
+	undiverts   int          // successful Undivert calls
+	corrupt     func(*Rings) // injected: edits what Divert returns
+	released    []verbs.CQ
+	retired     map[uint32]int // Retire calls per QP
+	goPolls     int            // polls sent to Runtime.PollCQ
+	intercept   int            // Intercept calls
+	x           *fakeExpress   // the express lane; nil unless withExpress
 
 	wakeMu sync.Mutex
 	wakes  map[verbs.CQ]int // Wake calls per CQ (Waker)
@@ -229,6 +231,32 @@ func (h *fakeHotpath) Divert(q AppQP) (Rings, error) {
 	return r, nil
 }
 
+// Undivert loads the QP's rings with st and gives its posts back to the
+// hot path (lip_undivert).
+func (h *fakeHotpath) Undivert(q AppQP, st Rings) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.undivertErr != nil {
+		return h.undivertErr
+	}
+	fq := h.qps[q.QPN]
+	if fq == nil || !fq.diverted {
+		return errors.New("undivert: QP unknown or not diverted")
+	}
+	fq.sends, fq.recvs = nil, append([]verbs.RecvWR(nil), st.Recvs...)
+	for i, w := range st.Sends {
+		e := fakeSend{wr: w, partial: len(w.SGList) > fakeMaxSGE}
+		if i < len(st.Inline) {
+			e.inline = st.Inline[i]
+		}
+		fq.sends = append(fq.sends, e)
+	}
+	fq.notifs, fq.recvDone = st.NotifsDone, st.RecvsDone
+	fq.diverted = false
+	h.undiverts++
+	return nil
+}
+
 func (h *fakeHotpath) Retire(ctx uintptr, wc verbs.WC) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -274,6 +302,12 @@ func (h *fakeHotpath) counts() (goPolls, intercepts int, released []verbs.CQ) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.goPolls, h.intercept, append([]verbs.CQ(nil), h.released...)
+}
+
+func (h *fakeHotpath) undivertCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.undiverts
 }
 
 func (h *fakeHotpath) retiredOf(qpn uint32) int {

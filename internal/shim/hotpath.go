@@ -74,6 +74,22 @@ type Hotpath interface {
 	Release(cq verbs.CQ)
 }
 
+// Undiverter is a hot path that can take a diverted QP back (divert.c in
+// cmd/libibpath): layer 2 switched the QP back to its default path and
+// the default QP holds all its WRs again.
+type Undiverter interface {
+	// Undivert loads q's rings with st (the WRs the default QP holds that
+	// the application has not seen complete, in posting order, with
+	// their inline copies, and the handshake counters; Unreplayable is
+	// empty) and hands q's posts back to the hot path, armed as before.
+	// Posts already on their way to the Runtime get ErrHome from
+	// PostSend / PostRecv and are dispatched again in the hot path. The
+	// QP's CQs stay diverted until Release. An error means nothing
+	// changed (q stays diverted). Called with the failover lock held,
+	// once per switch back; a QP may be diverted again later.
+	Undivert(q AppQP, st Rings) error
+}
+
 // Waker is a hot path that delivers completion events (channel.c in
 // cmd/libibpath): the kernel signals an application's completion channel
 // for its default device only, so the runtime says when the application

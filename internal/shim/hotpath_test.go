@@ -70,6 +70,33 @@ func TestExpressLaneC(t *testing.T) {
 	}
 }
 
+// TestUndivertC runs the C checks of giving a diverted QP back to the hot
+// path (lip_undivert in divert.c) and of the posts layer 2 hands back on
+// the way (LIP_HOME, hotpath.c): the rings reloaded with the WRs given
+// (positions wrapping the ring, an inline payload copied from its SGEs,
+// more SGEs than kept marked partial, immediates and atomic operands
+// kept, the overflow count cleared, the counters set), the CQ left
+// diverted and the QP armed; posts then reach the provider, recorded
+// after them; completions, retired by layer 2 and then by the hot path,
+// retire them in order and the counters go on from the given ones; the
+// next divert finds exactly what is left. Refused (nothing changed): a QP
+// not diverted, more WRs than a ring holds, a QP on the express lane. A
+// post layer 2 answers LIP_HOME is posted by the hot path once, recorded,
+// with the provider's bad_wr (sends and receives); a QP diverted again
+// each time fails the post with EIO; WRs the express lane posted before
+// a missed key stay posted, the rest goes to the default QP.
+func TestUndivertC(t *testing.T) {
+	bin := buildCCheck(t, "undivert_check")
+	for _, single := range []string{"0", "1"} {
+		cmd := exec.Command(bin, "test")
+		cmd.Env = append(os.Environ(), "IBPATH_SINGLE_POSTER="+single)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
+			t.Fatalf("undivert_check test (IBPATH_SINGLE_POSTER=%s): %v\n%s", single, err, out)
+		}
+	}
+}
+
 // BenchmarkHotPath reports the ns the shim's Default-state wrappers add
 // to post_send and poll_cq over direct calls to the same provider
 // function, measured side by side in one C program (best of 5
@@ -167,7 +194,9 @@ func BenchmarkCompletionChannel(b *testing.B) { benchC(b, "channel_check") }
 // ring, an aborted one posted nowhere; more inline bytes, SGEs or WRs
 // than granted, or an SGE before any WR, fail wr_complete; two threads
 // posting batches to one QP never interleave them and the ring keeps the
-// provider's order; a diverted QP's batch goes to layer 2 as one chain.
+// provider's order; a diverted QP's batch goes to layer 2 as one chain,
+// and one layer 2 hands back (LIP_HOME) is issued through the provider's
+// functions once, recorded, the queue's lock released.
 func TestWrAPIC(t *testing.T) {
 	bin := buildCCheck(t, "wrapi_check")
 	for _, single := range []string{"0", "1"} {

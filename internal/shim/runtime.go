@@ -43,6 +43,10 @@ type Modify struct {
 	Global  bool
 	DestQPN uint32 // when Mask has QPAttrDestQPN
 	Err     int    // errno, 0 on success
+	// Attr is the whole attribute set the application passed (the fields
+	// Mask names are meaningful): layer 2 keeps the connect attributes
+	// (PSNs, path, timers) to reconnect the default QP for a switch back.
+	Attr verbs.QPAttr
 }
 
 // Reporter receives what the daemon should know (the ibpathd session).
@@ -63,6 +67,11 @@ type qp struct {
 	info   QPInfo
 	status status.QP
 	route  ownerproto.Route // the other end, once connected
+	// connect is what the application's successful modifies set (the
+	// fields connMask names): initial PSNs, path and timers, with which
+	// layer 2 reconnects the default QP for a switch back.
+	connect  verbs.QPAttr
+	connMask verbs.QPAttrMask
 }
 
 // Runtime is the shim's view of the process's verbs objects. It is safe
@@ -105,7 +114,7 @@ func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
 	r := &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
 		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{},
 		rescan: make(chan struct{}, 1),
-		fo:     failover{qps: map[qpKey]*l2qp{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64)}}
+		fo:     failover{qps: map[qpKey]*l2qp{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64), clock: newWallClock()}}
 	r.startLayer1()
 	return r
 }
@@ -229,6 +238,8 @@ func (r *Runtime) Modified(ctx uintptr, m Modify) {
 		r.mu.Unlock()
 		return
 	}
+	q.connect.Apply(&m.Attr, m.Mask)
+	q.connMask |= m.Mask
 	s := &q.status
 	if m.Mask&verbs.QPAttrPort != 0 {
 		s.Port = m.Port

@@ -134,7 +134,7 @@ func TestWakeLaneLateBackupEvent(t *testing.T) {
 	a.rt.l2mu.Lock()
 	s := a.rt.shadows[a.id]
 	a.rt.l2mu.Unlock()
-	a.rt.onBackupEvent(s, qa.qp)
+	a.rt.onBackupEvent(s, qa.qp, time.Now())
 	if after := a.hp.wakesOf(qa.scq) + a.hp.wakesOf(qa.rcq); after < before+2 {
 		t.Fatalf("wakes of the lane QP's CQs: %d before the late event, %d after; want both CQs woken", before, after)
 	}

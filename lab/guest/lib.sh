@@ -35,3 +35,20 @@ stamp() {
 	done
 	return "${PIPESTATUS[0]}"
 }
+
+# stuck_dump SECONDS: after SECONDS, for each verbs program of a row still
+# running (perftest, ibv_rc_pingpong, mpi_check), where each of its threads
+# waits: wchan and kernel stack (the row's stuck-<guest>.out). Prints
+# nothing when none is left.
+stuck_dump() {
+	sleep "$1"
+	local p t
+	for p in $(pgrep -f 'ib_(write|read|send)_(bw|lat)|ibv_rc_pingpong|mpi_check' || true); do
+		[ "$p" = "$$" ] && continue
+		echo "STUCK pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
+		for t in /proc/$p/task/*; do
+			echo "  task ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(awk '{print $3}' "$t/stat" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
+			sed 's/^/    /' "$t/stack" 2>/dev/null | head -12
+		done
+	done
+}

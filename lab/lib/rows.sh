@@ -198,6 +198,11 @@ $SERVER")
 	fi
 	jc=$(job_submit g1 "$name-client" "$LIMIT" "$envs
 $CLIENT")
+	# a program still running 3 s before its limit: each guest writes where
+	# its threads wait (kernel stacks, wchan), before the limit kills it
+	local jstuck1 jstuck2
+	jstuck1=$(job_submit g1 "$name-stuck" $((LIMIT + 5)) "stuck_dump $((LIMIT - 3))")
+	jstuck2=$(job_submit g2 "$name-stuck" $((LIMIT + 5)) "stuck_dump $((LIMIT - 3))")
 	if [ "$cut" != none ]; then
 		local cg=${cut#*-} jw
 		jw=$(job_submit "$cg" "$name-cutwatch" $((LIMIT + 20)) "for i in \$(seq 1 20000); do s=\$(cat /sys/class/net/eth0/operstate); if [ \"\$s\" != up ]; then echo \"CUT_SEEN \$(ts) \$(date +%s%N) \$s\"; exit 0; fi; sleep 0.002; done; echo CUT_NOT_SEEN")
@@ -219,6 +224,9 @@ $CLIENT")
 		cut_apply "$cut" on >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: restore failed (see cut.log)"
 		trest=$(now)
 		meta restore_time "$(elapsed "$t0")"
+		# guest wall clocks just after the restore (the switch back is timed from them)
+		meta restore_ns_g1 "$(gexec g1 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
+		meta restore_ns_g2 "$(gexec g2 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
 		log "row $name: link A restored after $(echo "$trest - $tcut" | bc) s"
 		job_wait "$jw" 5 || job_kill "$jw"
 		meta cut_seen_$cg "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
@@ -237,6 +245,10 @@ $CLIENT")
 		cp "$js.out" "$ROW_DIR/server.out" 2>/dev/null || true
 	fi
 	cp "$jc.out" "$ROW_DIR/client.out" 2>/dev/null || true
+	for j in "$jstuck1" "$jstuck2"; do
+		job_kill "$j"
+		[ -s "$j.out" ] && cp "$j.out" "$ROW_DIR/stuck-$(basename "$(dirname "$j")").out"
+	done
 	if [ "$cut" != none ]; then
 		row_recovery "$name" "$port" "$envs"
 	fi

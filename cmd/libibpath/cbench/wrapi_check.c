@@ -92,6 +92,8 @@ static int stub_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return 0;
 static int hook_sends, hook_n, hook_inline_ok;
 static uint64_t hook_wrids[8];
 static enum ibv_wr_opcode hook_ops[8];
+static struct lip_qp *q;
+static int hook_home; /* layer 2 gives the QP back as the batch reaches it: LIP_HOME */
 
 static int hook_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
@@ -103,6 +105,10 @@ static int hook_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		if ((wr->send_flags & IBV_SEND_INLINE) && wr->num_sge == 1 && wr->sg_list[0].length == 5 &&
 		    memcmp((void *)(uintptr_t)wr->sg_list[0].addr, "hello", 5) == 0)
 			hook_inline_ok = 1;
+	}
+	if (hook_home) {
+		CHECK(lip_undivert(q, NULL, NULL, 0, 0) == 0, "the hook's undivert");
+		return LIP_HOME;
 	}
 	return 0;
 }
@@ -117,7 +123,6 @@ struct lip_hooks lip_hooks = {hook_post_send, hook_post_recv, hook_poll_cq, hook
 static struct ibv_context ctx;
 static struct ibv_cq cq;
 static struct ibv_qp_ex qpx;
-static struct lip_qp *q;
 
 static void setup(void)
 {
@@ -362,6 +367,35 @@ static void check_diverted(void)
 	ibv_wr_abort(&qpx);
 }
 
+/* a diverted QP's batch that layer 2 hands back (LIP_HOME) is issued
+ * through the provider's ibv_wr_* functions once, recorded, and the
+ * queue's lock released */
+static void check_home(void)
+{
+	int posted0 = nposted, starts0 = starts;
+	hook_sends = 0;
+	hook_home = 1;
+	uint64_t h = q->shead;
+	char msg[8] = "hello";
+	ibv_wr_start(&qpx);
+	qpx.wr_id = 41, qpx.wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(&qpx, 0xa1, 0x9000);
+	ibv_wr_set_sge(&qpx, 0x11, 0x1000, 8);
+	qpx.wr_id = 42, qpx.wr_flags = 0;
+	ibv_wr_send(&qpx);
+	ibv_wr_set_inline_data(&qpx, msg, 5);
+	CHECK(ibv_wr_complete(&qpx) == 0, "complete");
+	hook_home = 0;
+	CHECK(hook_sends == 1 && !q->diverted, "layer 2 got %d chain(s), diverted %d", hook_sends, q->diverted);
+	CHECK(starts == starts0 + 1 && nposted == posted0 + 2 && posted[posted0].wr_id == 41 && posted[posted0].op == 'W' &&
+	      posted[posted0 + 1].wr_id == 42 && posted[posted0 + 1].inl == 5 && memcmp(posted[posted0 + 1].data, "hello", 5) == 0,
+	      "the provider's functions got %d WRs in %d batches", nposted - posted0, starts - starts0);
+	CHECK(q->shead == h + 2 && q->sq[h & q->smask].wr_id == 41 && q->sq[(h + 1) & q->smask].inline_len == 5,
+	      "the ring recorded %lu", (unsigned long)(q->shead - h));
+	ibv_wr_start(&qpx); /* the queue's lock was released */
+	ibv_wr_abort(&qpx);
+}
+
 static double now_ns(void)
 {
 	struct timespec ts;
@@ -421,6 +455,7 @@ int main(int argc, char **argv)
 	check_threads();
 	check_divert_during_batch();
 	check_diverted();
+	check_home();
 	if (fails) {
 		printf("%d checks failed\n", fails);
 		return 1;

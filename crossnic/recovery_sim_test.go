@@ -1,0 +1,274 @@
+package crossnic_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// TestHomeAndOutstanding: Home is true while a Conn never moved and once
+// it switched back (not while it runs on the backup), and Outstanding
+// then gives exactly what the default QP holds: the sends not completed,
+// oldest first, the receives posted, and the handshake counters as the
+// application's completions counted them.
+func TestHomeAndOutstanding(t *testing.T) {
+	w := newWorld(t, 9)
+	w.sendRx = [2]bool{true, true}
+	w.run(300*time.Microsecond, 0, 1)
+	for _, n := range w.n {
+		if !n.conn.Home() {
+			t.Fatalf("%s: not home before any fault", n.name)
+		}
+	}
+	port := w.n[0].hca.Port(1)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0, 1)
+	for _, n := range w.n {
+		if n.conn.Home() {
+			t.Fatalf("%s: home while its link is down", n.name)
+		}
+	}
+	must(t, w.f.SetLink(port, true))
+	deadline := w.f.Now() + 200*time.Millisecond
+	for !(w.n[0].conn.Home() && w.n[1].conn.Home()) {
+		if w.f.Now() > deadline {
+			t.Fatalf("not home 200 ms after the repair: %+v / %+v", w.n[0].conn.Stats(), w.n[1].conn.Stats())
+		}
+		w.run(100*time.Microsecond, 0, 1)
+	}
+	for i, n := range w.n {
+		if st := n.conn.Stats(); st.SwitchBacks != 1 || st.BackupResets != 1 {
+			t.Fatalf("%s: %+v, want one switch back and one purge", n.name, st)
+		}
+		o := n.conn.Outstanding()
+		done := len(w.done[i])
+		if len(o.Sends) != w.sent[i]-done || o.NotifsDone != uint64(done) {
+			t.Fatalf("%s: %d sends outstanding, %d notifications done; the application posted %d and saw %d complete",
+				n.name, len(o.Sends), o.NotifsDone, w.sent[i], done)
+		}
+		for k, s := range o.Sends {
+			if s.WRID != uint64(2*(done+k)+1) {
+				t.Fatalf("%s: outstanding send %d is wr_id %d, want %d (oldest first)", n.name, k, s.WRID, 2*(done+k)+1)
+			}
+		}
+		if len(o.Recvs) != 64 || o.RecvsDone != uint64(len(w.notifs[i])) {
+			t.Fatalf("%s: %d receives outstanding, %d done; want 64 and %d", n.name, len(o.Recvs), o.RecvsDone, len(w.notifs[i]))
+		}
+		if o.Inline != nil {
+			t.Fatalf("%s: inline copies %v for WRs that are not inline", n.name, o.Inline)
+		}
+	}
+	w.run(20*time.Millisecond, 0, 1)
+	if err := w.delivered(0, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecoveryAttrGiven: the default QP is reset with the connect
+// attributes the caller gave (Recovery.DefAttr), not with what the QP
+// reports: a real HCA reports the PSNs it reached.
+func TestRecoveryAttrGiven(t *testing.T) {
+	w := newWorld(t, 10)
+	a := w.n[0]
+	def, _, err := a.def.qp.Query(verbs.QPAttrAV)
+	must(t, err)
+	def.Timeout = def.Timeout + 3 // a value the QP was not connected with
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, DefAttr: &def}))
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(a.hca.Port(1), false))
+	w.run(5*time.Millisecond, 0)
+	got, _, err := a.def.qp.Query(verbs.QPAttrTimeout)
+	must(t, err)
+	if got.Timeout != def.Timeout || got.QPState != verbs.QPSRTS {
+		t.Fatalf("default QP after the reset: state %v, timeout %d; want RTS and the given %d", got.QPState, got.Timeout, def.Timeout)
+	}
+}
+
+// TestRecoveryResetFails: a default QP that cannot be reset (its HCA
+// died) is tried again every probe interval, the reason kept; the traffic
+// stays on the backup, delivered, and the Conn never counts as home.
+func TestRecoveryResetFails(t *testing.T) {
+	w := newWorld(t, 11)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.KillHCA(w.n[0].hca))
+	w.run(5*time.Millisecond, 0)
+	c := w.n[0].conn
+	first := c.Stats().ResetFailures
+	if c.ResetErr() == nil || first == 0 {
+		t.Fatalf("reset of a dead HCA's QP: err %v, %d failures", c.ResetErr(), first)
+	}
+	w.run(20*time.Millisecond, 0)
+	if st := c.Stats(); st.ResetFailures <= first || c.Home() || c.Settled() {
+		t.Fatalf("after 20 ms: %+v, home %v, settled %v; want more reset attempts, neither", st, c.Home(), c.Settled())
+	}
+	w.run(20 * time.Millisecond)
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSwitchBackLazyReceiver: the receiver polls only every 10 steps
+// (50 us), so when the sender's switch-back notification reaches its
+// default QP, receive completions the sender's fence proved executed
+// still wait on its backup CQ. They are collected as the data they are
+// before the receives move home (not taken for a stale control message
+// on an unpurged backup, which would surface the error), and every
+// message arrives once, in order.
+func TestSwitchBackLazyReceiver(t *testing.T) {
+	w := newWorld(t, 12)
+	w.sendRx[0] = true
+	w.lazy[1] = 10
+	port := w.n[0].hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(port, true))
+	w.run(100*time.Millisecond, 0)
+	w.lazy[1] = 0
+	w.run(20 * time.Millisecond)
+	for _, n := range w.n {
+		if sq, rq := n.conn.State(); sq.String() != "default" || rq.String() != "default" {
+			t.Fatalf("%s: %v/%v (%s), want home; stats %+v", n.name, sq, rq, n.conn.Reason(), n.conn.Stats())
+		}
+	}
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecoveryWaitsForPort: while Recovery.PathUp says the default port is
+// down, the default QP is neither reset nor probed (on RoCE a reset then
+// blocks in route resolution); once it says up, the QP is reset, probed
+// and the traffic switches back.
+func TestRecoveryWaitsForPort(t *testing.T) {
+	w := newWorld(t, 13)
+	a := w.n[0]
+	up := true
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, PathUp: func() bool { return up }}))
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	up = false
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(port, true))
+	w.run(20*time.Millisecond, 0) // the link works, but the port is not said up yet
+	st := a.conn.Stats()
+	if st.ResetFailures != 0 || st.Probes != 0 || a.conn.ResetErr() == nil || st.SwitchBacks != 0 {
+		t.Fatalf("port said down: %+v, reset err %v; want no reset, no probe", st, a.conn.ResetErr())
+	}
+	up = true
+	w.run(50*time.Millisecond, 0)
+	if st := a.conn.Stats(); st.SwitchBacks != 1 || st.Probes == 0 || a.conn.ResetErr() != nil {
+		t.Fatalf("port said up: %+v, reset err %v; want a switch back", st, a.conn.ResetErr())
+	}
+	w.run(20 * time.Millisecond)
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProbeTimeout: a probe sent while the default path is still down
+// gets no answer; past ProbeTimeout (300 us here, shorter than the
+// HCA's own retries) it counts as failed and the QP is reset and probed again,
+// until the path is back and the traffic switches back.
+func TestProbeTimeout(t *testing.T) {
+	w := newWorld(t, 14)
+	a := w.n[0]
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: 300 * time.Microsecond}))
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(100*time.Millisecond, 0)
+	st := a.conn.Stats()
+	if st.ProbeFailures < 2 || a.conn.ProbeErr() == nil || !strings.Contains(a.conn.ProbeErr().Error(), "no answer") {
+		t.Fatalf("probes on a dead path: %+v, last error %v; want timed-out probes", st, a.conn.ProbeErr())
+	}
+	must(t, w.f.SetLink(port, true))
+	w.run(200*time.Millisecond, 0)
+	if st := a.conn.Stats(); st.SwitchBacks != 1 {
+		t.Fatalf("after the repair: %+v, want a switch back", st)
+	}
+	w.run(20 * time.Millisecond)
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSwitchNotifyTimeout: the default path breaks again just after the
+// switch-back notification went out on it. It gets no answer; past
+// HandshakeTimeout (300 us, before the HCA retransmits) the switch
+// counts as broken: the held WRs go to the
+// backup, the QP is reset, and once the path is back the traffic
+// switches back, every message delivered once.
+func TestSwitchNotifyTimeout(t *testing.T) {
+	w := newWorld(t, 15)
+	a := w.n[0]
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: 300 * time.Microsecond}))
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(port, true))
+	deadline := w.f.Now() + 200*time.Millisecond
+	for sq, _ := a.conn.State(); sq != fsm.SQWaitNotify; sq, _ = a.conn.State() {
+		if w.f.Now() > deadline {
+			t.Fatalf("never in wait-notify: %+v", a.conn.Stats())
+		}
+		w.run(time.Microsecond, 0)
+	}
+	must(t, w.f.SetLink(port, false))
+	w.run(2*time.Millisecond, 0) // past the timeout, before the HCA's first retransmission (4 ms)
+	if sq, _ := a.conn.State(); sq != fsm.SQFallback {
+		t.Fatalf("switch notification unanswered: %v, want fallback", sq)
+	}
+	must(t, w.f.SetLink(port, true))
+	w.run(200*time.Millisecond, 0)
+	if st := a.conn.Stats(); st.SwitchBacks != 1 {
+		t.Fatalf("after the second repair: %+v, want one switch back", st)
+	}
+	w.run(20 * time.Millisecond)
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProbeTimeoutPeerHome: the peer's sends came home onto the default
+// QP (its switch back is done) while this side's probe still has no
+// answer (injected: the ACK of the probe is lost once, so the HCA answers
+// it only at its retransmission). Past ProbeTimeout the QP is not reset,
+// which would take the receive queue and the PSNs from under the peer's
+// traffic: another probe goes out behind the first, the first answers,
+// and this side switches back too. The peer never faults again, and every
+// message arrives once.
+func TestProbeTimeoutPeerHome(t *testing.T) {
+	w := newWorld(t, 16)
+	w.sendRx = [2]bool{true, true}
+	a, b := w.n[0], w.n[1]
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: 2 * time.Millisecond}))
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0, 1)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0, 1)
+	must(t, w.f.DropResponse(a.def.qp, 0)) // the first probe after the repair
+	must(t, w.f.SetLink(port, true))
+	w.run(100*time.Millisecond, 0, 1)
+	if err := a.conn.ProbeErr(); err == nil || !strings.Contains(err.Error(), "not reset") {
+		t.Fatalf("A's probe error %v; want a timed-out probe with the peer's sends home", err)
+	}
+	for _, n := range w.n {
+		if sq, rq := n.conn.State(); sq != fsm.SQDefault || rq != fsm.RQDefault {
+			t.Fatalf("%s: %v/%v, want home; %+v", n.name, sq, rq, n.conn.Stats())
+		}
+	}
+	if st := b.conn.Stats(); st.Faults != 0 || st.SwitchBacks != 1 {
+		t.Fatalf("B: %+v, want no fault of its own (it followed A's) and one switch back", st)
+	}
+	w.run(20 * time.Millisecond)
+	if err := w.delivered(0, 1); err != nil {
+		t.Fatal(err)
+	}
+}

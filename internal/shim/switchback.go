@@ -1,0 +1,248 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// Switching back. With Config.SwitchBack on, every Conn layer 2 adopts
+// gets crossnic's recovery: once the failover runs on the backup and the
+// default port is up again, the default QP is reset with the connect
+// attributes the application gave it (PSNs from 0 on both ends) and
+// probed with a zero-length WRITE; when a probe succeeds, the next signaled WR
+// is the fence on the backup, later WRs wait for it, and a notification
+// on the default QP brings the peer's receives home (docs/CROSSNIC.md).
+// A goroutine ticks the Conns while any is away from home, polling their
+// CQs as the application's polls would (the probe's completion lands in
+// the application's CQ). When a Conn is home again, the hot path takes
+// the QP back (Undiverter) with what the default QP holds, and the QP
+// is armed for the next failover.
+
+const (
+	// switchTick is how often the Conns away from home are ticked; it is
+	// also their probe interval.
+	switchTick = 10 * time.Millisecond
+	// switchHandshake bounds the wait for the peer's answer to a fallback
+	// notification once recovery is on (past it the error surfaces), and
+	// for the answer to a probe or a switch-back notification (past it
+	// the QP is reset and probed again). The peer's shim answers from its
+	// notifier goroutine; a dead peer's backup QP fails sooner by its
+	// transport timeouts.
+	switchHandshake = 5 * time.Second
+	// switchProbe bounds the wait for a probe's answer. A probe sent
+	// before the peer reset its QP may be retransmitted without end
+	// (rxe does so); past this the QP is reset and probed again.
+	switchProbe = time.Second
+)
+
+// enableRecovery gives q's new Conn its switch back, when configured and
+// possible. A DEVICE_FATAL default device never comes back in this
+// process (its context is dead): such a Conn stays on the backup, where
+// the express lane can take it. Called with fo.mu held.
+func (r *Runtime) enableRecovery(q *l2qp) {
+	if !r.cfg.SwitchBack || q.conn == nil || q.fatal {
+		return
+	}
+	def, ok := r.connectAttr(q.key)
+	if !ok {
+		r.log.Warn("libibpath: no switch back for a QP whose connect attributes are not known", "qpn", q.key.qpn)
+		return
+	}
+	r.l2mu.Lock()
+	bak, ok := q.set.sh.ConnectAttr(q.qp)
+	r.l2mu.Unlock()
+	if !ok {
+		return // not connected: Adopt would have failed
+	}
+	dev, port := q.set.dev, q.port
+	err := q.conn.EnableRecovery(crossnic.Recovery{Clock: r.fo.clock, ProbeInterval: switchTick,
+		HandshakeTimeout: switchHandshake, ProbeTimeout: switchProbe, DefAttr: &def, BakAttr: &bak, PathUp: func() bool { return r.portUp(dev, port) }})
+	if err != nil {
+		r.log.Warn("libibpath: no switch back", "qpn", q.key.qpn, "err", err)
+		return
+	}
+	q.recovery = true
+	if !r.fo.ticking {
+		r.fo.ticking = true
+		go r.switchLoop()
+	}
+}
+
+// portUp reports whether a port of the application's device is up, as
+// the last port event on the shim's own context said (up when none came).
+func (r *Runtime) portUp(dev string, port uint8) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.ports[portKey{dev, port}]
+	return !ok || p.Up
+}
+
+// connectAttr is what the application connected its QP with, RTS
+// attributes it never set (a QP only taken to RTR) given the values the
+// backup would take.
+func (r *Runtime) connectAttr(k qpKey) (verbs.QPAttr, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x := r.qps[k]
+	need := verbs.QPAttrAV | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrPathMTU
+	if x == nil || x.connMask&need != need {
+		return verbs.QPAttr{}, false
+	}
+	a := x.connect
+	if a.Timeout == 0 {
+		a.Timeout = 14 // 67 ms: a probe on a dead path fails instead of waiting for ever
+	}
+	if a.RetryCnt == 0 {
+		a.RetryCnt = 7
+	}
+	return a, true
+}
+
+// switchLoop ticks the Conns away from home until none is left.
+func (r *Runtime) switchLoop() {
+	t := time.NewTicker(switchTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		if !r.switchTickOnce() {
+			return
+		}
+	}
+}
+
+// switchTickOnce ticks every Conn with recovery and takes back those that
+// are home. It reports whether any is still away (false also stops the
+// loop: the next enableRecovery starts it again).
+func (r *Runtime) switchTickOnce() bool {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	away := false
+	for _, q := range r.fo.qps {
+		if q.gone || !q.diverted || !q.recovery || q.conn == nil || q.express {
+			continue
+		}
+		q.conn.Tick()
+		if err := r.runConn(q); err != nil {
+			r.log.Debug("libibpath: layer 2 switch-back tick", "qpn", q.key.qpn, "err", err)
+		}
+		r.noteReset(q)
+		if q.conn != nil && q.conn.Home() && !q.stayDiverted {
+			r.undivert(q)
+		}
+		if q.diverted && q.recovery {
+			away = true // a QP the hot path could not take back is ticked too: it may fail over again
+		}
+	}
+	r.settle()
+	if !away {
+		r.fo.ticking = false
+	}
+	return away
+}
+
+// noteReset logs what keeps a QP from going home: the default QP that
+// cannot be reset (each new reason, and the reset that works at last),
+// and failed probes of the default path (the 1st, 10th, 100th, ... of a
+// failover).
+func (r *Runtime) noteReset(q *l2qp) {
+	st := q.conn.Stats()
+	switch err := q.conn.ResetErr(); {
+	case err != nil && err.Error() != q.resetNoted:
+		q.resetNoted = err.Error()
+		r.log.Info("libibpath: layer 2 cannot reset the default QP yet; traffic stays on the backup, retrying", "qpn", q.key.qpn,
+			"err", err, "failures", st.ResetFailures)
+	case err == nil && q.resetNoted != "":
+		q.resetNoted = ""
+		r.log.Info("libibpath: layer 2 reset the default QP; probing its path", "qpn", q.key.qpn, "failures", st.ResetFailures)
+	}
+	if st.ProbeFailures > q.probeFailsLogged && isPow10(st.ProbeFailures) {
+		q.probeFailsLogged = st.ProbeFailures
+		r.log.Info("libibpath: layer 2 probe of the default path failed; traffic stays on the backup, probing", "qpn", q.key.qpn,
+			"failures", st.ProbeFailures, "err", q.conn.ProbeErr(), "probes", st.Probes)
+	}
+}
+
+// isPow10 reports whether n is 1, 10, 100, ...
+func isPow10(n int) bool {
+	for n >= 10 && n%10 == 0 {
+		n /= 10
+	}
+	return n == 1
+}
+
+// undivert gives q back to the hot path: its Conn switched back and the
+// default QP holds every WR. A hot path that cannot take it keeps it
+// diverted: the Conn then carries the default QP through the runtime.
+// Called with fo.mu held.
+func (r *Runtime) undivert(q *l2qp) {
+	st := q.conn.Outstanding()
+	stats := q.conn.Stats()
+	wasFailover := q.failedOver
+	q.failedOver, q.firstGood, q.resetNoted, q.probeFailsLogged, q.lastSQ = false, false, "", 0, fsm.SQDefault
+	err := errors.New("it has no Undivert")
+	if u, ok := r.fo.hp.(Undiverter); ok {
+		err = u.Undivert(q.app, Rings{Sends: st.Sends, Inline: st.Inline, NotifsDone: st.NotifsDone, Recvs: st.Recvs, RecvsDone: st.RecvsDone})
+	}
+	r.setStatus(q, func(s *status.QP) {
+		s.Layer, s.CrossNIC, s.Home, s.Reason = status.LayerCrossNIC, fsm.SQDefault.String(), s.Primary, ""
+		if wasFailover {
+			s.Switchbacks++
+		}
+		if err != nil {
+			s.Reason = "layer 2: back on the default QP, through the runtime: the hot path cannot take it back"
+		}
+	})
+	if err != nil {
+		q.stayDiverted = true
+		r.log.Warn("libibpath: the hot path cannot take the QP back; it stays on layer 2's data path, on its default QP", "qpn", q.key.qpn, "err", err)
+	} else {
+		r.giveBack(q)
+	}
+	if !wasFailover {
+		// Diverted for a notification that was not one (a backup event
+		// read before the last switch back): nothing moved.
+		r.log.Debug("libibpath: layer 2 gave back a QP that never left its default", "qpn", q.key.qpn, "reason", q.reason)
+		return
+	}
+	since := time.Since(q.faultAt)
+	r.log.Info("libibpath: layer 2 switched back", "qpn", q.key.qpn, "device", q.set.dev, "backup", q.set.backup,
+		"since_fault", since, "held", stats.SwitchPause, "probes", stats.Probes, "at_unix_ns", time.Now().UnixNano(),
+		"sends", len(st.Sends), "recvs", len(st.Recvs), "hot_path", err == nil)
+	r.fo.events = append(r.fo.events, status.Event{Kind: status.EvSwitchback, At: time.Now(), Device: q.set.dev,
+		Port: q.port, QPN: q.key.qpn, From: q.set.backup + " (backup)", To: fmt.Sprintf("%s qpn %#x", q.set.dev, q.key.qpn),
+		Reason: fmt.Sprintf("the default path works again (%s after %s)", since.Round(time.Millisecond), q.reason)})
+}
+
+// giveBack drops q's Conn and takes q out of its CQs' routes: the hot
+// path has it again. Its CQs go back too once no other diverted QP
+// completes into them and the application polled what it is owed (until
+// then its completions polled here are retired in the hot path's rings).
+// Called with fo.mu held.
+func (r *Runtime) giveBack(q *l2qp) {
+	if err := q.conn.Close(); err != nil {
+		r.log.Warn("libibpath: layer 2 release", "qpn", q.key.qpn, "err", err)
+	}
+	q.conn, q.diverted, q.recovery = nil, false, false
+	// Its Conn drained the backup CQs from polledAt on: an event of them
+	// read earlier announced nothing new (onBackupEvent).
+	q.staleBefore = q.polledAt
+	for _, cq := range q.cqs() {
+		rt := r.fo.cqs[cq]
+		if rt == nil {
+			continue
+		}
+		rt.qps = slices.DeleteFunc(rt.qps, func(x *l2qp) bool { return x == q })
+		r.maybeRelease(rt)
+	}
+}

@@ -1,0 +1,278 @@
+package shim
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+// homeAgain drives the traffic (more messages as needed) until both QPs
+// are back in their hot paths. The runtimes are also ticked right after
+// the posts, before the fabric carries them, so that a QP is given back
+// with WRs outstanding on its default QP.
+func homeAgain(t *testing.T, f *sim.Fabric, hosts []*l2host, qa, qb *appQP) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; qa.diverted() || qb.diverted(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("not switched back at virtual %v: %s\nA log:\n%s", f.Now(), progress(hosts), qa.x.log)
+		}
+		for _, q := range []*appQP{qa, qb} {
+			q.total = max(q.total, q.sent+l2Window)
+		}
+		postStep(t, hosts)
+		for _, x := range hosts {
+			x.rt.switchTickOnce()
+		}
+		f.RunFor(50 * time.Microsecond)
+		for _, x := range hosts {
+			x.poll(t)
+		}
+		if i%4 == 0 {
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+}
+
+// failedOverBoth drives the traffic until both QPs run on their backups.
+func failedOverBoth(t *testing.T, f *sim.Fabric, hosts []*l2host, qa, qb *appQP, failovers int) {
+	t.Helper()
+	drive(t, f, hosts, 5*time.Microsecond, func() bool {
+		for _, q := range []*appQP{qa, qb} {
+			q.total = max(q.total, q.sent+l2Window)
+			if s := q.status(); s.Failovers < failovers || s.CrossNIC != "fallback" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// switchedBackWorld is expressWorld's pair after one failover and one
+// switch back: A's cable was pulled and put back, both QPs are home.
+func switchedBackWorld(t *testing.T, seed uint64) (*sim.Fabric, []*l2host, *appQP, *appQP) {
+	t.Helper()
+	f, hosts, qa, qb := expressWorld(t, seed, l2opts{})
+	failedOverBoth(t, f, hosts, qa, qb, 1)
+	if err := f.SetLink(hosts[0].port, true); err != nil {
+		t.Fatal(err)
+	}
+	homeAgain(t, f, hosts, qa, qb)
+	return f, hosts, qa, qb
+}
+
+// sendMoreClean sends more messages each way and checks the exchange:
+// no error, every signaled WR completed once.
+func sendMoreClean(t *testing.T, f *sim.Fabric, hosts []*l2host, qa, qb *appQP, more int) {
+	t.Helper()
+	for _, q := range []*appQP{qa, qb} {
+		q.total = q.sent + more
+	}
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+	settled(t, f, hosts...)
+	for _, q := range []*appQP{qa, qb} {
+		if len(q.errs) != 0 {
+			t.Fatalf("%s: errors %+v", q.x.name, q.errs)
+		}
+		eachSignaledOnce(t, q)
+	}
+}
+
+// TestSwitchBackAfterRepair: A's cable is pulled under traffic, both
+// sides fail over to their backups, the cable is put back, and the
+// probes bring the traffic home: both QPs are given back to the hot
+// path (their rings loaded with what the default QPs hold), their CQs
+// too, and the runtime no longer polls. Every message arrives once, in
+// order, across both moves. A second pull fails over again from the
+// hot path's rings, over the backup purged at the switch back, and a
+// second repair switches back again.
+func TestSwitchBackAfterRepair(t *testing.T) {
+	f, hosts, qa, qb := expressWorld(t, 71, l2opts{})
+	a, b := hosts[0], hosts[1]
+	for round := 1; round <= 2; round++ {
+		failedOverBoth(t, f, hosts, qa, qb, round)
+		for _, q := range []*appQP{qa, qb} {
+			q.l2(func(l *l2qp) {
+				if !l.recovery || l.express {
+					t.Fatalf("round %d, %s: on the backup with recovery %v, express %v", round, q.x.name, l.recovery, l.express)
+				}
+			})
+		}
+		if err := f.SetLink(a.port, true); err != nil {
+			t.Fatal(err)
+		}
+		homeAgain(t, f, hosts, qa, qb)
+		for _, q := range []*appQP{qa, qb} {
+			s := q.status()
+			if s.Switchbacks != round || s.Home != "port 1" || s.CrossNIC != "default" || s.Layer != status.LayerCrossNIC || s.Reason != "" {
+				t.Fatalf("round %d, %s: status %+v\nlog:\n%s", round, q.x.name, s, q.x.log)
+			}
+			if q.x.logLine("layer 2 switched back", qpnAttr(q), "hot_path=true") == "" {
+				t.Fatalf("round %d, %s: no switch-back line in the log:\n%s", round, q.x.name, q.x.log)
+			}
+			// A backup event read late (announcing completions the Conn
+			// drained) diverts a QP for an instant: the runtime gives it
+			// back at once, so undiverts may exceed the switch backs.
+			waitFor(t, q.x.name+" in its hot path, armed", func() bool {
+				armed, diverted, _, _ := q.x.hp.state(q.fq)
+				return armed && !diverted
+			})
+			if q.x.hp.undivertCount() < round {
+				t.Fatalf("round %d, %s: %d undiverts", round, q.x.name, q.x.hp.undivertCount())
+			}
+		}
+		// Once the application polled what the runtime held, the CQs go
+		// back to the hot path and the runtime polls no more.
+		drive(t, f, hosts, 5*time.Microsecond, func() bool {
+			_, _, ra := a.hp.counts()
+			_, _, rb := b.hp.counts()
+			return len(ra) >= round && len(rb) >= 2*round
+		})
+		goA, _, _ := a.hp.counts()
+		goB, _, _ := b.hp.counts()
+		for _, q := range []*appQP{qa, qb} {
+			q.total = q.sent + 100
+		}
+		drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+		// A backup event read late (announcing a completion the purge
+		// drained) may divert a QP for an instant: a poll or two.
+		if g, _, _ := a.hp.counts(); g > goA+2 {
+			t.Fatalf("round %d: A's runtime polled %d times after the switch back", round, g-goA)
+		}
+		if g, _, _ := b.hp.counts(); g > goB+2 {
+			t.Fatalf("round %d: B's runtime polled %d times after the switch back", round, g-goB)
+		}
+		if round == 1 {
+			if err := f.SetLink(a.port, false); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "A diverted again on PORT_ERR", qa.diverted)
+		}
+	}
+	settled(t, f, a, b)
+	outstanding := 0
+	for _, q := range []*appQP{qa, qb} {
+		if len(q.errs) != 0 {
+			t.Fatalf("%s: errors %+v", q.x.name, q.errs)
+		}
+		eachSignaledOnce(t, q)
+		if s := q.status(); s.Failovers != 2 || s.Switchbacks != 2 {
+			t.Fatalf("%s: status %+v", q.x.name, s)
+		}
+		for _, l := range strings.Split(q.x.log.String(), "\n") {
+			if strings.Contains(l, "layer 2 switched back") && !strings.Contains(l, " sends=0 ") {
+				outstanding++
+			}
+		}
+	}
+	if outstanding == 0 {
+		t.Fatal("every QP was given back with no send outstanding: the rings' loading went untested")
+	}
+}
+
+// TestSwitchBackHotPathRefuses: the hot path cannot take the QP back
+// (Undivert fails). The traffic is home on the default QP all the same,
+// carried by the runtime, and the status says so.
+func TestSwitchBackHotPathRefuses(t *testing.T) {
+	f, hosts, qa, qb := expressWorld(t, 72, l2opts{})
+	qa.x.hp.mu.Lock()
+	qa.x.hp.undivertErr = errors.New("injected: no room in the rings")
+	qa.x.hp.mu.Unlock()
+	failedOverBoth(t, f, hosts, qa, qb, 1)
+	if err := f.SetLink(hosts[0].port, true); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 20*time.Microsecond, func() bool {
+		for _, q := range []*appQP{qa, qb} {
+			q.total = max(q.total, q.sent+l2Window)
+		}
+		return qa.status().Switchbacks == 1 && !qb.diverted()
+	})
+	s := qa.status()
+	if !qa.diverted() || s.Home != "port 1" || !strings.Contains(s.Reason, "hot path cannot take it back") {
+		t.Fatalf("A: diverted %v, status %+v", qa.diverted(), s)
+	}
+	if qa.x.logLine("the hot path cannot take the QP back", "injected") == "" || qa.x.logLine("layer 2 switched back", "hot_path=false") == "" {
+		t.Fatalf("A's log:\n%s", qa.x.log)
+	}
+	sendMoreClean(t, f, hosts, qa, qb, 100)
+}
+
+// TestSwitchBackStaleBackupEvent: completion events of the backup CQ
+// reach the runtime after a switch back. One read before the backup was
+// purged is ignored. One read after it, with nothing on the backup,
+// diverts the QP as the peer's notification would; its Conn finds nothing
+// and the runtime gives the QP back at once, without a failover or a
+// switch back counted, and the traffic goes on.
+func TestSwitchBackStaleBackupEvent(t *testing.T) {
+	f, hosts, qa, qb := switchedBackWorld(t, 73)
+	r := qb.x.rt
+	r.l2mu.Lock()
+	set := r.shadows[qb.x.id]
+	r.l2mu.Unlock()
+	r.onBackupEvent(set, qb.qp, time.Now().Add(-time.Hour))
+	if qb.diverted() || qb.x.logLine("ignores a backup event older than the switch back") == "" {
+		t.Fatalf("an event read before the last drain: diverted %v, log:\n%s", qb.diverted(), qb.x.log)
+	}
+	undiverts := qb.x.hp.undivertCount()
+	r.onBackupEvent(set, qb.qp, time.Now())
+	again := qb.x.hp.undivertCount() - undiverts
+	if qb.diverted() || again != 1 || qb.x.logLine("gave back a QP that never left its default") == "" {
+		t.Fatalf("a fresh backup event with nothing on the backup: diverted %v, given back %d times, log:\n%s", qb.diverted(), again, qb.x.log)
+	}
+	sendMoreClean(t, f, hosts, qa, qb, 50)
+	if s := qb.status(); s.Failovers != 1 || s.Switchbacks != 1 || s.Home != "port 1" {
+		t.Fatalf("B: status %+v", s)
+	}
+}
+
+// TestSwitchBackPostAfterGiveBack: a post that reaches the runtime after
+// the QP was given back is refused with ErrHome (nothing posted), for
+// the hot path to post it; one to a QP the runtime does not know is an
+// error.
+func TestSwitchBackPostAfterGiveBack(t *testing.T) {
+	_, hosts, qa, _ := switchedBackWorld(t, 74)
+	a := hosts[0]
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}
+	if n, err := a.rt.PostSend(a.id, qa.qp.QPN(), []verbs.SendWR{wr}); n != 0 || !errors.Is(err, ErrHome) {
+		t.Fatalf("PostSend after the give-back: %d %v, want ErrHome", n, err)
+	}
+	if n, err := a.rt.PostRecv(a.id, qa.qp.QPN(), []verbs.RecvWR{{WRID: 2}}); n != 0 || !errors.Is(err, ErrHome) {
+		t.Fatalf("PostRecv after the give-back: %d %v, want ErrHome", n, err)
+	}
+	if _, err := a.rt.PostSend(a.id, 0xdead, []verbs.SendWR{wr}); err == nil || errors.Is(err, ErrHome) || verbs.ErrnoOf(err) != verbs.EINVAL {
+		t.Fatalf("PostSend to an unknown QP: %v, want EINVAL", err)
+	}
+}
+
+// TestSwitchBackOff: with IBPATH_SWITCHBACK=off a failed-over QP stays on
+// its backup after the repair (no recovery, no ticking).
+func TestSwitchBackOff(t *testing.T) {
+	f, hosts, qa, qb := expressWorld(t, 75, l2opts{env: map[string]string{EnvSwitch: "off"}})
+	failedOverBoth(t, f, hosts, qa, qb, 1)
+	if err := f.SetLink(hosts[0].port, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*appQP{qa, qb} {
+		q.total = q.sent + 200
+	}
+	drive(t, f, hosts, 20*time.Microsecond, finished(qa, qb))
+	for _, q := range []*appQP{qa, qb} {
+		q.l2(func(l *l2qp) {
+			if l.recovery || !l.diverted {
+				t.Fatalf("%s: recovery %v, diverted %v", q.x.name, l.recovery, l.diverted)
+			}
+		})
+		if s := q.status(); s.Switchbacks != 0 || !strings.Contains(s.Home, "backup") {
+			t.Fatalf("%s: status %+v", q.x.name, s)
+		}
+	}
+	if r := hosts[0].rt; func() bool { r.fo.mu.Lock(); defer r.fo.mu.Unlock(); return r.fo.ticking }() {
+		t.Fatal("the switch-back loop runs with switching back off")
+	}
+}
