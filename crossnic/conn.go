@@ -62,7 +62,8 @@ type Conn struct {
 	bakAttr   verbs.QPAttr
 	defUsable bool
 	probing   bool
-	probesOut int // probes posted on the default QP and not completed (a timed-out one may still be)
+	probesOut int  // probes posted on the default QP and not completed (a timed-out one may still be)
+	defErr    bool // the default QP completed a WR in error since its last reset
 	nextProbe time.Duration
 	faultAt   time.Duration
 	fenceIdx  uint64
@@ -91,6 +92,7 @@ type ConnStats struct {
 	BackupResets  int
 	ResetFailures int // resets of the default QP for a switch back that failed (retried)
 	ProbeFailures int // probes of the default path that completed in error
+	ResetsSkipped int // resets of the default QP not done: the peer's sends arrive on it
 	// BackupCompletions counts the successful completions of application
 	// WRs delivered from the backup leg (synthesized ones not included):
 	// the first one ends "fault to first good completion on the backup".

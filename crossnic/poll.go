@@ -80,6 +80,7 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		return
 	}
 	if wc.Status != verbs.WCSuccess {
+		c.defErr = true // the QP is in error: only a reset makes it usable
 		switch {
 		case wc.WRID == probeWRID:
 			c.probing = false

@@ -159,7 +159,7 @@ func (c *Conn) Tick() {
 		if !c.defUsable && now >= c.nextProbe {
 			c.resetDefault() // its port may be back (a RoCE GID returns with its link)
 		}
-		if c.defUsable && !c.probing && now >= c.nextProbe {
+		if c.defUsable && !c.probing && now >= c.nextProbe && c.probesOut < maxProbesOut {
 			_, err := c.def.QP.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}})
 			if err == nil {
 				c.probing, c.probeAt = true, now
@@ -174,6 +174,10 @@ func (c *Conn) Tick() {
 	}
 	c.purgeBackup()
 }
+
+// maxProbesOut bounds the probes outstanding on a default QP that is not
+// reset while they go unanswered (probeTimedOut).
+const maxProbesOut = 4
 
 // probeTimedOut: the outstanding probe got no answer within ProbeTimeout.
 // The QP is reset and probed again, unless the peer's sends already came
@@ -246,6 +250,15 @@ func (c *Conn) resetDefault() {
 	_ = c.drain(&c.def)
 	c.probing = false
 	c.nextProbe = c.rec.Clock.Now() + c.rec.ProbeInterval
+	if c.m.RQ == fsm.RQDefault && c.defUsable && !c.defErr {
+		// The peer's sends arrive on the default QP, and it is not in
+		// error: a reset would take its receive queue and its PSNs from
+		// under that traffic (stalling it on a provider that retransmits
+		// without end). It is probed again as it is; this side's sends
+		// stay on the backup meanwhile.
+		c.stats.ResetsSkipped++
+		return
+	}
 	if c.rec.PathUp != nil && !c.rec.PathUp() {
 		c.defUsable, c.resetErr = false, errPathDown
 		return
@@ -256,7 +269,7 @@ func (c *Conn) resetDefault() {
 		c.resetErr = err
 		return
 	}
-	c.defUsable = true
+	c.defUsable, c.defErr = true, false
 	c.resetErr = nil
 	c.probesOut = 0 // the reset discarded them
 }

@@ -86,6 +86,9 @@ UNIT_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 AT_NS = re.compile(r"at_unix_ns=(\d+)")
+# a shim log line (stderr) glued to the end of a program's line (stdout)
+# that had no newline yet when the shim wrote
+GLUED_LOG = re.compile(r"(?<=\S)time=\d{4}-\d\d-\d\dT\S+ level=[A-Z]+ msg=.*$")
 
 
 PORT_ERR_AT = re.compile(r"time=(\S+) level=INFO msg=\"libibpath: rxe0 PORT_ERR")
@@ -170,7 +173,7 @@ def parse(m, client, server):
          "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
     prog = kind(m["prog"])
     rc_ok = m.get("client_rc") == "0" and m.get("server_rc", "0") == "0"
-    c = "\n".join(STAMP.sub("", l) for l in client.splitlines())
+    c = "\n".join(GLUED_LOG.sub("", STAMP.sub("", l)) for l in client.splitlines())
     # perftest checks the CPU clock it times with; under TCG the check
     # fails now and then and the figures print as 0.00 or inf: the run
     # itself finished, its figures are unknown.
