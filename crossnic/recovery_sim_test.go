@@ -8,7 +8,25 @@ import (
 	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
 )
+
+// cutWorld is newWorld with node 0's recovery set to rec (its Clock and
+// a 2 ms ProbeInterval filled in) and, after 300 us of traffic from the
+// senders in dirs, node 0's cable pulled for 5 ms: both nodes then run on
+// their backups. The cable is left down.
+func cutWorld(t *testing.T, seed uint64, rec crossnic.Recovery, dirs ...int) (*world, *node, *sim.Port) {
+	t.Helper()
+	w := newWorld(t, seed)
+	a := w.n[0]
+	rec.Clock, rec.ProbeInterval = w.f, 2*time.Millisecond
+	must(t, a.conn.EnableRecovery(rec))
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, dirs...)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, dirs...)
+	return w, a, port
+}
 
 // TestHomeAndOutstanding: Home is true while a Conn never moved and once
 // it switched back (not while it runs on the backup), and Outstanding
@@ -145,15 +163,8 @@ func TestSwitchBackLazyReceiver(t *testing.T) {
 // blocks in route resolution); once it says up, the QP is reset, probed
 // and the traffic switches back.
 func TestRecoveryWaitsForPort(t *testing.T) {
-	w := newWorld(t, 13)
-	a := w.n[0]
-	up := true
-	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, PathUp: func() bool { return up }}))
-	port := a.hca.Port(1)
-	w.run(300*time.Microsecond, 0)
-	up = false
-	must(t, w.f.SetLink(port, false))
-	w.run(5*time.Millisecond, 0)
+	up := false // the port is said down from the cut on
+	w, a, port := cutWorld(t, 13, crossnic.Recovery{PathUp: func() bool { return up }}, 0)
 	must(t, w.f.SetLink(port, true))
 	w.run(20*time.Millisecond, 0) // the link works, but the port is not said up yet
 	st := a.conn.Stats()
@@ -176,13 +187,8 @@ func TestRecoveryWaitsForPort(t *testing.T) {
 // HCA's own retries) it counts as failed and the QP is reset and probed again,
 // until the path is back and the traffic switches back.
 func TestProbeTimeout(t *testing.T) {
-	w := newWorld(t, 14)
-	a := w.n[0]
-	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: 300 * time.Microsecond}))
-	port := a.hca.Port(1)
-	w.run(300*time.Microsecond, 0)
-	must(t, w.f.SetLink(port, false))
-	w.run(100*time.Millisecond, 0)
+	w, a, port := cutWorld(t, 14, crossnic.Recovery{ProbeTimeout: 300 * time.Microsecond}, 0)
+	w.run(95*time.Millisecond, 0)
 	st := a.conn.Stats()
 	if st.ProbeFailures < 2 || a.conn.ProbeErr() == nil || !strings.Contains(a.conn.ProbeErr().Error(), "no answer") {
 		t.Fatalf("probes on a dead path: %+v, last error %v; want timed-out probes", st, a.conn.ProbeErr())
@@ -205,13 +211,7 @@ func TestProbeTimeout(t *testing.T) {
 // backup, the QP is reset, and once the path is back the traffic
 // switches back, every message delivered once.
 func TestSwitchNotifyTimeout(t *testing.T) {
-	w := newWorld(t, 15)
-	a := w.n[0]
-	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: 300 * time.Microsecond}))
-	port := a.hca.Port(1)
-	w.run(300*time.Microsecond, 0)
-	must(t, w.f.SetLink(port, false))
-	w.run(5*time.Millisecond, 0)
+	w, a, port := cutWorld(t, 15, crossnic.Recovery{HandshakeTimeout: 300 * time.Microsecond}, 0)
 	must(t, w.f.SetLink(port, true))
 	deadline := w.f.Now() + 200*time.Millisecond
 	for sq, _ := a.conn.State(); sq != fsm.SQWaitNotify; sq, _ = a.conn.State() {
@@ -245,14 +245,8 @@ func TestSwitchNotifyTimeout(t *testing.T) {
 // and this side switches back too. The peer never faults again, and every
 // message arrives once.
 func TestProbeTimeoutPeerHome(t *testing.T) {
-	w := newWorld(t, 16)
-	w.sendRx = [2]bool{true, true}
-	a, b := w.n[0], w.n[1]
-	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: 2 * time.Millisecond}))
-	port := a.hca.Port(1)
-	w.run(300*time.Microsecond, 0, 1)
-	must(t, w.f.SetLink(port, false))
-	w.run(5*time.Millisecond, 0, 1)
+	w, a, port := cutWorld(t, 16, crossnic.Recovery{ProbeTimeout: 2 * time.Millisecond}, 0, 1)
+	b := w.n[1]
 	must(t, w.f.DropResponse(a.def.qp, 0)) // the first probe after the repair
 	must(t, w.f.SetLink(port, true))
 	w.run(100*time.Millisecond, 0, 1)
