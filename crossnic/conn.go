@@ -62,8 +62,9 @@ type Conn struct {
 	bakAttr   verbs.QPAttr
 	defUsable bool
 	probing   bool
-	probesOut int  // probes posted on the default QP and not completed (a timed-out one may still be)
-	defErr    bool // the default QP completed a WR in error since its last reset
+	probesOut int   // probes posted on the default QP and not completed (a timed-out one may still be)
+	defErr    bool  // the default QP completed a WR in error since its last reset
+	purgeErr  error // why the last purge of the backup failed (retried)
 	nextProbe time.Duration
 	faultAt   time.Duration
 	fenceIdx  uint64

@@ -365,9 +365,32 @@ func (c *Conn) purgeBackup() {
 	}
 	_ = c.drain(&c.bak)
 	if err := resetQP(c.bak.QP, c.bakAttr); err != nil {
-		c.bakReady = false
+		c.bakReady = false // tried again at the next Tick or Poll
+		c.purgeErr = fmt.Errorf("purge the backup QP: %w", err)
 		return
 	}
-	c.bakDirty = false
+	c.bakDirty, c.bakReady, c.purgeErr = false, true, nil
 	c.stats.BackupResets++
+}
+
+// AwayReason says what keeps a Conn with recovery from being Home ("" when
+// it is): for the log of a switch back that does not finish.
+func (c *Conn) AwayReason() string {
+	switch {
+	case c.rec == nil:
+		return "no recovery"
+	case c.m.SQ != fsm.SQDefault:
+		return "send queue " + c.m.SQ.String()
+	case c.m.RQ != fsm.RQDefault:
+		return "receive queue " + c.m.RQ.String() + ": the peer's sends are not home"
+	case c.bakDirty && c.purgeErr != nil:
+		return c.purgeErr.Error()
+	case c.bakDirty:
+		return "backup not purged yet"
+	case len(c.ready) > 0:
+		return fmt.Sprintf("%d completions owed to the application", len(c.ready))
+	case c.probesOut > 0:
+		return fmt.Sprintf("%d probes outstanding on the default QP", c.probesOut)
+	}
+	return ""
 }

@@ -63,6 +63,7 @@ type l2qp struct {
 	stayDiverted     bool      // home, but the hot path could not take it back
 	resetNoted       string    // the last "cannot reset the default QP" reason logged
 	probeFailsLogged int       // failed probes of this failover last logged
+	awayNoted        string    // the last reason logged for not giving the QP back
 	fatal            bool      // its default device died: no switch back
 	polledAt         time.Time // when runConn last began polling its Conn
 	staleBefore      time.Time // backup events read earlier announce what its last Conn drained

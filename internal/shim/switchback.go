@@ -137,6 +137,7 @@ func (r *Runtime) switchTickOnce() bool {
 			r.log.Debug("libibpath: layer 2 switch-back tick", "qpn", q.key.qpn, "err", err)
 		}
 		r.noteReset(q)
+		r.noteAway(q)
 		if q.conn != nil && q.conn.Home() && !q.stayDiverted {
 			r.undivert(q)
 		}
@@ -173,6 +174,24 @@ func (r *Runtime) noteReset(q *l2qp) {
 	}
 }
 
+// noteAway logs, once per reason, what keeps a QP whose send queue is
+// home from being given back (the peer's sends not home yet, the backup
+// not purged, probes still outstanding, ...).
+func (r *Runtime) noteAway(q *l2qp) {
+	if !q.failedOver {
+		return
+	}
+	if sq, _ := q.conn.State(); sq != fsm.SQDefault {
+		return
+	}
+	why := q.conn.AwayReason()
+	if why == "" || why == q.awayNoted {
+		return
+	}
+	q.awayNoted = why
+	r.log.Info("libibpath: layer 2 send queue home, QP not given back yet", "qpn", q.key.qpn, "why", why)
+}
+
 // isPow10 reports whether n is 1, 10, 100, ...
 func isPow10(n int) bool {
 	for n >= 10 && n%10 == 0 {
@@ -189,7 +208,7 @@ func (r *Runtime) undivert(q *l2qp) {
 	st := q.conn.Outstanding()
 	stats := q.conn.Stats()
 	wasFailover := q.failedOver
-	q.failedOver, q.firstGood, q.resetNoted, q.probeFailsLogged, q.lastSQ = false, false, "", 0, fsm.SQDefault
+	q.failedOver, q.firstGood, q.resetNoted, q.probeFailsLogged, q.awayNoted, q.lastSQ = false, false, "", 0, "", fsm.SQDefault
 	err := errors.New("it has no Undivert")
 	if u, ok := r.fo.hp.(Undiverter); ok {
 		err = u.Undivert(q.app, Rings{Sends: st.Sends, Inline: st.Inline, NotifsDone: st.NotifsDone, Recvs: st.Recvs, RecvsDone: st.RecvsDone})
