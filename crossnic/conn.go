@@ -65,6 +65,7 @@ type Conn struct {
 	probesOut int   // probes posted on the default QP and not completed (a timed-out one may still be)
 	defErr    bool  // the default QP completed a WR in error since its last reset
 	purgeErr  error // why the last purge of the backup failed (retried)
+	nextPurge time.Duration
 	nextProbe time.Duration
 	faultAt   time.Duration
 	fenceIdx  uint64

@@ -53,6 +53,13 @@ func newWorld(t testing.TB, seed uint64) *world {
 // attributes through its own Directory; the two must share what they hold
 // (one directory, or two views of one replicated store).
 func newWorldDir(t testing.TB, seed uint64, dirs [2]crossnic.Directory) *world {
+	return newWorldWrap(t, seed, dirs, nil)
+}
+
+// newWorldWrap is newWorldDir with each node's backup QP, as its Conn
+// sees it, wrapped by wrapBak (nil: as it is): tests inject failures of
+// the verbs the Conn calls on it.
+func newWorldWrap(t testing.TB, seed uint64, dirs [2]crossnic.Directory, wrapBak func(verbs.QP) verbs.QP) *world {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
 	w := &world{t: t, f: f}
@@ -80,8 +87,12 @@ func newWorldDir(t testing.TB, seed uint64, dirs [2]crossnic.Directory) *world {
 			RKey: func(rk uint32) (uint32, bool) { return dir.LookupMR(crossnic.MRRef{LID: pp.LID, RKey: rk}) }}
 		var err error
 		must(t, crossnic.PostControlRecv(me.bak.qp))
+		bakQP := verbs.QP(me.bak.qp)
+		if wrapBak != nil {
+			bakQP = wrapBak(bakQP)
+		}
 		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: me.def.cq},
-			crossnic.Leg{Ctx: me.bak.ctx, QP: me.bak.qp, CQ: me.bak.cq}, keys, false)
+			crossnic.Leg{Ctx: me.bak.ctx, QP: bakQP, CQ: me.bak.cq}, keys, false)
 		must(t, err)
 		must(t, me.conn.EnableRecovery(crossnic.Recovery{Clock: f, ProbeInterval: 2 * time.Millisecond}))
 		recvs := make([]verbs.RecvWR, 64)

@@ -363,10 +363,15 @@ func (c *Conn) purgeBackup() {
 	if c.rec == nil || !c.bakDirty || c.m.SQ != fsm.SQDefault || c.m.RQ != fsm.RQDefault {
 		return
 	}
+	now := c.rec.Clock.Now()
+	if c.purgeErr != nil && now < c.nextPurge {
+		return // a failed purge is tried again every ProbeInterval, not at every poll
+	}
 	_ = c.drain(&c.bak)
 	if err := resetQP(c.bak.QP, c.bakAttr); err != nil {
-		c.bakReady = false // tried again at the next Tick or Poll
+		c.bakReady = false
 		c.purgeErr = fmt.Errorf("purge the backup QP: %w", err)
+		c.nextPurge = now + c.rec.ProbeInterval
 		return
 	}
 	c.bakDirty, c.bakReady, c.purgeErr = false, true, nil

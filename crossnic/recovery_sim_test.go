@@ -266,3 +266,62 @@ func TestProbeTimeoutPeerHome(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// failingModify is a QP whose modifies to RESET fail while *fail is set;
+// *tries counts them.
+type failingModify struct {
+	verbs.QP
+	fail  *bool
+	tries *int
+}
+
+func (q failingModify) Modify(a *verbs.QPAttr, m verbs.QPAttrMask) error {
+	if *q.fail && m&verbs.QPAttrState != 0 && a.QPState == verbs.QPSReset {
+		*q.tries++
+		return verbs.Errorf("ibv_modify_qp", verbs.EIO, "injected")
+	}
+	return q.QP.Modify(a, m)
+}
+
+// TestPurgeRetried: the purge of the backup after a switch back fails
+// (injected: its reset); the Conn is not home, says why, and tries again
+// every ProbeInterval;
+// once a purge works the backup is usable again: a second cable pull
+// fails over onto it and every message arrives once.
+func TestPurgeRetried(t *testing.T) {
+	fail, tries := false, 0
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWrap(t, 17, [2]crossnic.Directory{dir, dir}, func(q verbs.QP) verbs.QP { return failingModify{q, &fail, &tries} })
+	a := w.n[0]
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	fail = true // every purge fails until lifted
+	must(t, w.f.SetLink(port, true))
+	w.run(50*time.Millisecond, 0)
+	if sq, rq := a.conn.State(); sq != fsm.SQDefault || rq != fsm.RQDefault || a.conn.Home() ||
+		!strings.Contains(a.conn.AwayReason(), "purge the backup QP") {
+		t.Fatalf("purge failing: %v/%v, home %v, away %q", sq, rq, a.conn.Home(), a.conn.AwayReason())
+	}
+	// Tried again every ProbeInterval (2 ms), not at every poll (5 us).
+	if tries < 5 || tries > 60 {
+		t.Fatalf("%d purges tried in 50 ms", tries)
+	}
+	fail = false
+	w.run(10*time.Millisecond, 0)
+	if !a.conn.Home() || a.conn.AwayReason() != "" {
+		t.Fatalf("purge working again: home %v, away %q", a.conn.Home(), a.conn.AwayReason())
+	}
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	if sq, _ := a.conn.State(); sq == fsm.SQSurfaced || sq == fsm.SQDefault {
+		t.Fatalf("second pull: %v (%s), want a failover onto the purged backup", sq, a.conn.Reason())
+	}
+	must(t, w.f.SetLink(port, true))
+	w.run(50*time.Millisecond, 0)
+	w.run(20 * time.Millisecond)
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+}
