@@ -29,10 +29,12 @@ type Config struct {
 	// has settled on the backup, its posts and polls run in C (the
 	// express lane) instead of through layer 2's Go side.
 	Express bool
-	// SwitchBack (IBPATH_SWITCHBACK=on|off, default on): after a layer-2
+	// SwitchBack (IBPATH_SWITCHBACK=on|off, default off): after a layer-2
 	// failover, probe the default QP and move the traffic back to it once
 	// its path works again (then the hot path takes the QP back). Off:
-	// a failed-over QP stays on the backup, on the express lane.
+	// a failed-over QP stays on the backup, on the express lane. Off by
+	// default until its remaining races are closed (docs/SHIM.md): in the
+	// soft-RoCE lab about one switch back in 25 still surfaced an error.
 	SwitchBack bool
 	// Channels (IBPATH_CHANNELS=on|off, default on): hand the application
 	// completion channels of the shim, which it makes readable when a
@@ -69,7 +71,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	c := Config{APM: true, Record: true, Express: true, SwitchBack: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
+	c := Config{APM: true, Record: true, Express: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
 	var err error
 	if c.Disabled, err = boolEnv(getenv, EnvDisable, false); err != nil {
 		return c, err
@@ -86,7 +88,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Express, err = boolEnv(getenv, EnvExpress, true); err != nil {
 		return c, err
 	}
-	if c.SwitchBack, err = boolEnv(getenv, EnvSwitch, true); err != nil {
+	if c.SwitchBack, err = boolEnv(getenv, EnvSwitch, false); err != nil {
 		return c, err
 	}
 	if c.Channels, err = boolEnv(getenv, EnvChannels, true); err != nil {

@@ -33,20 +33,21 @@ func TestFromEnv(t *testing.T) {
 	}
 }
 
-// TestFromEnvLayer2Switches checks the on/off knobs of layer 2: each
-// defaults to on, reads the usual spellings, refuses others naming the
+// TestFromEnvLayer2Switches checks the on/off knobs of layer 2: each has
+// its default, reads the usual spellings, refuses others naming the
 // variable, and shows in the banner.
 func TestFromEnvLayer2Switches(t *testing.T) {
 	for _, k := range []struct {
 		name   string
 		get    func(Config) bool
+		def    bool
 		banner string // as the banner shows it, without " on" / " off"
 	}{
-		{EnvExpress, func(c Config) bool { return c.Express }, "express lane"},
-		{EnvChannels, func(c Config) bool { return c.Channels }, "completion channels"},
-		{EnvSwitch, func(c Config) bool { return c.SwitchBack }, "switch back"},
+		{EnvExpress, func(c Config) bool { return c.Express }, true, "express lane"},
+		{EnvChannels, func(c Config) bool { return c.Channels }, true, "completion channels"},
+		{EnvSwitch, func(c Config) bool { return c.SwitchBack }, false, "switch back"},
 	} {
-		for v, want := range map[string]bool{"": true, "on": true, "1": true, "off": false, "0": false, "OFF": false} {
+		for v, want := range map[string]bool{"": k.def, "on": true, "1": true, "off": false, "0": false, "OFF": false} {
 			c, err := FromEnv(env(map[string]string{k.name: v}))
 			if err != nil || k.get(c) != want {
 				t.Errorf("%s=%q: %v, %v; want %v", k.name, v, k.get(c), err, want)

@@ -126,13 +126,14 @@ func railFabric(t *testing.T, seed uint64) *sim.Fabric {
 
 func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o l2opts) *l2host {
 	t.Helper()
-	if o.express && o.env[EnvSwitch] == "" {
-		// The lane carries the QPs that stay on the backup.
+	if !o.express && o.env[EnvSwitch] == "" {
+		// The Go data path's tests switch back (the lane carries the QPs
+		// that stay on the backup, the default).
 		o.env = maps.Clone(o.env)
 		if o.env == nil {
 			o.env = map[string]string{}
 		}
-		o.env[EnvSwitch] = "off"
+		o.env[EnvSwitch] = "on"
 	}
 	cfg, err := FromEnv(env(o.env))
 	if err != nil {
