@@ -27,6 +27,10 @@ const (
 	ctrlSwitchWRID = ^uint64(0) - 4
 )
 
+// ownWRID reports whether id is one of the Conn's own WRs (the reserved
+// wr_ids above).
+func ownWRID(id uint64) bool { return id >= ctrlSwitchWRID && id <= ctrlSendWRID }
+
 func encodeCtrl(k ctrlKind, counter uint64) uint32 {
 	return uint32(k)<<ctrlCounterBits | uint32(counter&ctrlCounterMask)
 }

@@ -76,7 +76,9 @@ func isRecv(wc *verbs.WC) bool {
 // onDefault handles a completion of the default QP.
 func (c *Conn) onDefault(wc verbs.WC) {
 	if c.m.SQ == fsm.SQSurfaced {
-		c.ready = append(c.ready, wc)
+		if !ownWRID(wc.WRID) { // a probe or notification of a switch back is not the application's
+			c.ready = append(c.ready, wc)
+		}
 		return
 	}
 	if wc.Status != verbs.WCSuccess {

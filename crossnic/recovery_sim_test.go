@@ -325,3 +325,41 @@ func TestPurgeRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSurfacedKeepsOwnWRs: a switch-back notification whose answer comes
+// after HandshakeTimeout (injected: its ACK is lost once and the HCA
+// retransmits only after the timeout) ends with both sides surfaced. The
+// completions of the Conn's own WRs on the default QP (probes,
+// notifications, and their flushes) do not reach the application then:
+// it sees its own WRs in order, then errors, as plain verbs would show.
+func TestSurfacedKeepsOwnWRs(t *testing.T) {
+	w := newWorld(t, 16)
+	w.sendRx = [2]bool{true, true}
+	a := w.n[0]
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: 300 * time.Microsecond}))
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0, 1)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0, 1)
+	must(t, w.f.DropResponse(a.def.qp, 1)) // the notification after the probe
+	must(t, w.f.SetLink(port, true))
+	w.run(100*time.Millisecond, 0, 1)
+	for i, n := range w.n {
+		if sq, _ := n.conn.State(); sq != fsm.SQSurfaced {
+			t.Fatalf("%s: %v, want surfaced (the injected late notification)", n.name, sq)
+		}
+		for _, id := range w.done[i] {
+			if id >= ^uint64(0)-4 {
+				t.Fatalf("%s: the application got a completion of ibpath's own WR %#x", n.name, id)
+			}
+		}
+		for _, wc := range w.errs[i] {
+			if wc.WRID >= ^uint64(0)-4 {
+				t.Fatalf("%s: the application got an error completion of ibpath's own WR %#x (%v)", n.name, wc.WRID, wc.Status)
+			}
+		}
+	}
+	if err := w.check(0, 1); err != nil {
+		t.Fatal(err)
+	}
+}
