@@ -45,8 +45,10 @@ type Conn struct {
 	keys     *KeyMap
 	sring    *SendRing
 	rring    *RecvRing
-	ready    []verbs.WC // completions due to the application, in order
-	buf      []verbs.WC
+	ready    []verbs.WC  // completions due to the application, in order
+	buf      []verbs.WC  // one poll's batch
+	pend     []pendingWC // polled, not handled yet, in poll order (see handlePending)
+	pendHead int
 	sges     []verbs.SGE
 	one      [1]verbs.SendWR // a single WR to post, without allocating
 	bakFrom  uint64          // ring WRs posted on the backup start here

@@ -60,7 +60,21 @@ func newWorldDir(t testing.TB, seed uint64, dirs [2]crossnic.Directory) *world {
 // sees it, wrapped by wrapBak (nil: as it is): tests inject failures of
 // the verbs the Conn calls on it.
 func newWorldWrap(t testing.TB, seed uint64, dirs [2]crossnic.Directory, wrapBak func(verbs.QP) verbs.QP) *world {
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	return newWorldWith(t, dirs, worldOpts{cfg: sim.Config{Seed: seed}, retry: 3, wrapBak: wrapBak})
+}
+
+// worldOpts are the knobs of newWorldWith.
+type worldOpts struct {
+	cfg     sim.Config              // the fabric's (Seed included)
+	retry   uint8                   // retry_cnt of every QP
+	wrapBak func(verbs.QP) verbs.QP // see newWorldWrap
+}
+
+// newWorldWith builds the world of newWorldWrap with the given fabric
+// configuration and retry count.
+func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world {
+	wrapBak := o.wrapBak
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: o.cfg, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
 	w := &world{t: t, f: f}
 	for i, name := range []string{"node0", "node1"} {
@@ -71,7 +85,7 @@ func newWorldWrap(t testing.TB, seed uint64, dirs [2]crossnic.Directory, wrapBak
 	}
 	a, b := w.n[0], w.n[1]
 	for _, p := range [][2]*side{{a.def, b.def}, {b.def, a.def}, {a.bak, b.bak}, {b.bak, a.bak}} {
-		connect(t, p[0], p[1])
+		connectRetry(t, p[0], p[1], o.retry)
 	}
 	// Shadow attributes published in advance; each side translates its
 	// own lkeys and the peer's rkeys.
@@ -201,7 +215,11 @@ func (w *world) run(d time.Duration, dirs ...int) {
 	end := w.f.Now() + d
 	for w.f.Now() < end {
 		for _, i := range dirs {
-			if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && len(w.errs[i]) == 0 && !w.refused[i] {
+			// credits: no more than nslots/2 rounds ahead of what the
+			// peer's application consumed, as a real sender's flow
+			// control (a lazy peer must not have its slots overwritten)
+			credit := w.sent[i]-len(w.notifs[1-i]) < nslots/2
+			if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && credit && len(w.errs[i]) == 0 && !w.refused[i] {
 				err := w.post(i, w.sent[i])
 				switch {
 				case err == nil:

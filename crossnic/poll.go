@@ -60,13 +60,34 @@ func (c *Conn) drainCQ(l *Leg, cq verbs.CQ, recvCQ bool) error {
 					wc.Opcode = verbs.WCSend
 				}
 			}
-			if l == &c.def {
-				c.onDefault(wc)
-			} else {
-				c.onBackup(wc)
-			}
+			c.pend = append(c.pend, pendingWC{leg: l, wc: wc})
+		}
+		c.handlePending()
+	}
+}
+
+// pendingWC is a polled completion and the leg it came from.
+type pendingWC struct {
+	leg *Leg
+	wc  verbs.WC
+}
+
+// handlePending handles the polled completions in poll order. Handling
+// one can drain a CQ again (a control step first collects what a leg
+// completed); that nested drain handles the completions still pending
+// before its own, so none is handled twice or out of order, whichever
+// level polled it.
+func (c *Conn) handlePending() {
+	for c.pendHead < len(c.pend) {
+		p := c.pend[c.pendHead]
+		c.pendHead++
+		if p.leg == &c.def {
+			c.onDefault(p.wc)
+		} else {
+			c.onBackup(p.wc)
 		}
 	}
+	c.pend, c.pendHead = c.pend[:0], 0
 }
 
 func isRecv(wc *verbs.WC) bool {

@@ -363,3 +363,32 @@ func TestSurfacedKeepsOwnWRs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLazyPollerNestedDrain: a node that polls only now and then finds
+// whole batches waiting on both legs. Handling one completion of a batch
+// (the peer's fallback or switch-back notification) drains the other
+// leg's CQ in the middle of it; every completion must still reach the
+// application once, in order, with the application's QP number, through
+// a cut and a switch back in both directions.
+func TestLazyPollerNestedDrain(t *testing.T) {
+	for _, lazy := range []int{7, 13, 29} {
+		w := newWorld(t, uint64(lazy))
+		w.lazy[0] = lazy
+		w.run(300*time.Microsecond, 0, 1)
+		must(t, w.f.SetLink(w.n[1].hca.Port(1), false))
+		w.run(5*time.Millisecond, 0, 1)
+		must(t, w.f.SetLink(w.n[1].hca.Port(1), true))
+		w.run(40*time.Millisecond, 0, 1)
+		for i := 0; i < 50 && w.delivered(0, 1) != nil; i++ {
+			w.run(time.Millisecond)
+		}
+		if err := w.delivered(0, 1); err != nil {
+			t.Fatalf("lazy %d: %v", lazy, err)
+		}
+		for _, n := range w.n {
+			if st := n.conn.Stats(); st.SwitchBacks == 0 {
+				t.Fatalf("lazy %d: %s never switched back: %+v", lazy, n.name, st)
+			}
+		}
+	}
+}

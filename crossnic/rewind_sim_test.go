@@ -61,7 +61,10 @@ func openSideSkip(t testing.TB, h *sim.Host, dev string, buf []byte, skip int) *
 	return s
 }
 
-func connect(t testing.TB, a, b *side) {
+func connect(t testing.TB, a, b *side) { connectRetry(t, a, b, 3) }
+
+// connectRetry is connect with the given retry_cnt.
+func connectRetry(t testing.TB, a, b *side, retry uint8) {
 	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := b.ctx.QueryPort(1)
@@ -70,7 +73,7 @@ func connect(t testing.TB, a, b *side) {
 		PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 1},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
 			verbs.QPAttrMaxQPRdAtomic))
 }

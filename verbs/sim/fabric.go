@@ -26,6 +26,11 @@ type Config struct {
 	PortActivateDelay time.Duration
 	// Spines is the number of spine switches joining the leaves.
 	Spines int
+	// EndlessRetry7 makes a requester whose retry_cnt is 7 retransmit
+	// without end, as soft-RoCE (rdma_rxe) does: its completer counts
+	// retries down only below 7. The IB spec, and the default here, give
+	// such a QP RETRY_EXC_ERR after 7 retries.
+	EndlessRetry7 bool
 }
 
 // DefaultConfig is the timing model used when a Config field is zero.

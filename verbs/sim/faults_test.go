@@ -280,3 +280,42 @@ func TestSenderDeathMidTransmissionLosesThePacket(t *testing.T) {
 		t.Fatal("a message that left before its sender died did not land")
 	}
 }
+
+// TestEndlessRetry7: with EndlessRetry7 a requester with retry_cnt 7 to a
+// peer that never answers keeps retransmitting (rdma_rxe); without it,
+// and with any lower count, the WR fails with RETRY_EXC_ERR. Once the
+// link is back the endless requester's WR completes.
+func TestEndlessRetry7(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		endless bool
+		retry   uint8
+		want    []verbs.WCStatus
+	}{
+		{"spec", false, 7, []verbs.WCStatus{verbs.WCRetryExcErr}},
+		{"rxe-7", true, 7, nil},
+		{"rxe-6", true, 6, []verbs.WCStatus{verbs.WCRetryExcErr}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{EndlessRetry7: tc.endless}, Hosts: 2, HCAsPerHost: 1},
+				retry: tc.retry, timeout: 8})
+			must(t, c.f.SetLink(c.b.hca.Port(1), false))
+			c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+			c.run(time.Second) // about 1000 timeouts of 1 ms
+			if st := statuses(c.a.poll(t)); !slices.Equal(st, tc.want) {
+				t.Fatalf("completions %v, want %v", st, tc.want)
+			}
+			if tc.want != nil {
+				return
+			}
+			if n := c.f.Stats().RetryTimeouts; n < 500 {
+				t.Fatalf("%d retransmission timeouts in 1 s of 1 ms timeouts, want hundreds", n)
+			}
+			must(t, c.f.SetLink(c.b.hca.Port(1), true))
+			c.run(100 * time.Millisecond)
+			if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCSuccess}) {
+				t.Fatalf("after the link came back: completions %v, want [SUCCESS]", st)
+			}
+		})
+	}
+}

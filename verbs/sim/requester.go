@@ -159,7 +159,7 @@ func (q *QP) onRetryTimer(gen uint32) {
 		return
 	}
 	f.stats.RetryTimeouts++
-	if q.retries < int(q.attr.RetryCnt) {
+	if q.retries < int(q.attr.RetryCnt) || (f.cfg.EndlessRetry7 && q.attr.RetryCnt == 7) {
 		q.retries++
 		if f.tracer != nil {
 			f.trace(q.hca, "retry", "qp %#x local ACK timeout, retry %d/%d from psn %d",
