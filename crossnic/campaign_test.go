@@ -132,19 +132,8 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	}
 	for _, i := range dirs {
 		if sq, _ := w.n[i].conn.State(); sq == fsm.SQSurfaced {
-			// The error reached the application: every signaled WR still
-			// completes exactly once, with success or an error.
-			got := map[uint64]int{}
-			for _, id := range w.done[i] {
-				got[id]++
-			}
-			for _, e := range w.errs[i] {
-				got[e.WRID]++
-			}
-			for r := 0; r < w.sent[i]; r++ {
-				if got[uint64(2*r+1)] != 1 {
-					return desc, fmt.Errorf("%s surfaced: signaled WR %d completed %d times", w.n[i].name, 2*r+1, got[uint64(2*r+1)])
-				}
+			if err := w.exactlyOnce(i); err != nil {
+				return desc, err
 			}
 			continue
 		}

@@ -53,6 +53,12 @@ type Conn struct {
 	one      [1]verbs.SendWR // a single WR to post, without allocating
 	bakFrom  uint64          // ring WRs posted on the backup start here
 	bakReady bool
+	// bakCtrl: the backup QP's control receive is still at the head of
+	// its receive queue (posted before the first fault or at the last
+	// purge, not consumed since). A fallback handshake is started only
+	// then: the peer's answer consumes that receive, never one of the
+	// application's.
+	bakCtrl  bool
 	defHolds bool // the default QP holds the outstanding WRs (not flushed by us)
 	stats    ConnStats
 	read     MemReader // copies inline payloads of WRs posted through the Conn
@@ -77,10 +83,14 @@ type Conn struct {
 	// collecting: the receives are moving home and the backup's last
 	// data completions are being collected (repostRecvsDefault)
 	collecting bool
-	resetErr   error
-	probeErr   error         // why the last probe failed
-	probeAt    time.Duration // when the outstanding probe was posted
-	notifyAt   time.Duration // when the switch-back notification was posted
+	// peerSent: the receive-consuming sends the peer had completed when it
+	// switched its sends home (its switch-back notification says): the
+	// receive counter the collecting drain stops at
+	peerSent uint64
+	resetErr error
+	probeErr error         // why the last probe failed
+	probeAt  time.Duration // when the outstanding probe was posted
+	notifyAt time.Duration // when the switch-back notification was posted
 }
 
 // ConnStats counts what a Conn did.
@@ -134,6 +144,7 @@ func newConn(def, bak Leg, keys *KeyMap, sqSigAll bool, qc verbs.QPCap, peerQPN 
 		return nil, err
 	}
 	c.bakReady = bak.QP != nil
+	c.bakCtrl = c.bakReady // the caller posted it (PostControlRecv)
 	return c, nil
 }
 

@@ -13,8 +13,14 @@ func (c *Conn) fault(reason string) {
 	if c.rec != nil {
 		c.faultAt = c.rec.Clock.Now()
 	}
+	if c.bakReady && !c.bakCtrl {
+		// A second fault before the backup was purged after a switch
+		// back: the peer's answer would consume one of the application's
+		// receives there, or a stale one. The error surfaces instead.
+		reason = "the backup QP is not purged since the last switch back: " + reason
+	}
 	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: !c.sring.AtomicOutstanding(),
-		BackupReady: c.bakReady, Reason: reason}))
+		BackupReady: c.bakReady && c.bakCtrl, Reason: reason}))
 }
 
 // act performs the machine's actions in order.
@@ -60,6 +66,12 @@ func (c *Conn) act(acts []fsm.CNAction) {
 func (c *Conn) flushDefault() {
 	_ = c.drain(&c.def)
 	c.defHolds = false
+	// The sends were all on the default QP (after a switch back too: its
+	// fence drained the backup), so none is on the backup now: if the
+	// error surfaces before the replay, every outstanding WR is flushed
+	// to the application here (surfaceHeld), none is left waiting for a
+	// flush the backup will never give.
+	c.bakFrom = c.sring.head
 	// A dead device refuses the modify (EIO); its QPs flushed already.
 	_ = c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
 	_ = c.drain(&c.def)
@@ -150,21 +162,28 @@ func (c *Conn) fromCopy(w *verbs.SendWR, i uint64, n int) error {
 }
 
 // surfaceHeld: the error reaches the application. While the default QP
-// still holds every WR (the fault was caught before its flush) its own
-// completions say what happened. Otherwise WRs no QP holds (recorded during
-// the handshake, or held for a switch) complete with WR_FLUSH_ERR here, and
-// the backup QP goes to ERR so the WRs it holds flush to the application
-// too. Nothing is lost, nothing completes twice.
+// still holds every WR and every receive (the fault was caught before its
+// flush) its own completions say what happened. Otherwise WRs no QP holds
+// (recorded during the handshake, or held for a switch) complete with
+// WR_FLUSH_ERR here, and both QPs go to ERR so the WRs and receives they
+// hold flush to the application too: the QP is dead in both directions,
+// as a plain QP in error is, or the peer would go on sending into
+// receives the application no longer posts (a default QP reset for a
+// switch back may be healthy, and a surfaced Conn posts new receives
+// there, not on the backup). Nothing is lost, nothing completes twice.
 func (c *Conn) surfaceHeld() {
-	if c.defHolds {
+	if c.defHolds && c.m.RQ != fsm.RQFallback {
 		return
 	}
-	for i := max(c.bakFrom, c.sring.head); i < c.sring.tail; i++ {
-		w, _ := c.sring.wr(i)
-		c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, QPNum: c.defQPN})
+	if !c.defHolds {
+		for i := max(c.bakFrom, c.sring.head); i < c.sring.tail; i++ {
+			w, _ := c.sring.wr(i)
+			c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, QPNum: c.defQPN})
+		}
+		c.bakFrom = c.sring.tail
 	}
-	c.bakFrom = c.sring.tail
 	if c.bakReady {
 		_ = c.bak.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
 	}
+	_ = c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
 }

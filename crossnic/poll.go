@@ -133,6 +133,9 @@ func (c *Conn) onDefault(wc verbs.WC) {
 	case wc.WRID == ctrlSwitchWRID && !isRecv(&wc):
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNNotifyCompleted}))
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
+		if k, n, err := decodeCtrl(wc.ImmData, c.rring.Completed()); err == nil && k == ctrlSwitch {
+			c.peerSent = n
+		}
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerSwitchBack}))
 	case wc.WRID == ctrlSendWRID && !isRecv(&wc):
 	case isRecv(&wc):
@@ -159,8 +162,9 @@ func (c *Conn) onBackup(wc verbs.WC) {
 	}
 	switch {
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
+		c.bakCtrl = false
 		c.onControl(wc.ImmData)
-	case isRecv(&wc) && c.m.RQ == fsm.RQDefault && !c.collecting:
+	case isRecv(&wc) && c.m.RQ == fsm.RQDefault && (!c.collecting || c.rring.Completed() >= c.peerSent):
 		// A message on the backup while our receives are home can only be
 		// a control message, and it consumed a stale receive: the backup
 		// was not purged yet. Replaying onto it could corrupt memory.

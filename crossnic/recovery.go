@@ -307,10 +307,12 @@ func (c *Conn) holdAfterFence() {
 }
 
 // releaseNotify tells the peer, on the default QP, that this side's sends
-// are back there.
+// are back there, and how many of its receives they consumed.
 func (c *Conn) releaseNotify() error {
+	// It carries the receive-consuming sends completed so far: the fence
+	// completed, so every one the peer will find on its backup is counted.
 	_, err := c.def.QP.PostSend([]verbs.SendWR{{WRID: ctrlSwitchWRID, Opcode: verbs.WRRDMAWriteWithImm,
-		SendFlags: verbs.SendSignaled, ImmData: encodeCtrl(ctrlSwitch, c.rring.Completed())}})
+		SendFlags: verbs.SendSignaled, ImmData: encodeCtrl(ctrlSwitch, c.sring.NotifsDone())}})
 	if err != nil {
 		return fmt.Errorf("crossnic: post the switch-back notification: %w", err)
 	}
@@ -343,7 +345,9 @@ func (c *Conn) redirectHeld() error {
 // repostRecvsDefault moves the outstanding receives home. Completions the
 // backup already produced are collected first, as the data they are (the
 // peer's fence proved them executed before its notification), so no
-// receive moves twice.
+// receive moves twice. They stop at the count the notification carried:
+// a receive consumed beyond it was consumed by a control message the peer
+// sent after its switch (onBackup).
 func (c *Conn) repostRecvsDefault() error {
 	c.collecting = true
 	_ = c.drain(&c.bak)
@@ -374,7 +378,7 @@ func (c *Conn) purgeBackup() {
 		c.nextPurge = now + c.rec.ProbeInterval
 		return
 	}
-	c.bakDirty, c.bakReady, c.purgeErr = false, true, nil
+	c.bakDirty, c.bakReady, c.bakCtrl, c.purgeErr = false, true, true, nil
 	c.stats.BackupResets++
 }
 

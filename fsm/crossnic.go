@@ -228,8 +228,15 @@ func (m *CrossNIC) fault(ev CNEvent) []CNAction {
 		case !ev.ReplaySafe:
 			return m.surface("an atomic is outstanding: replay is unsafe: " + ev.Reason)
 		}
+		acts := []CNAction{{Kind: ActFlushDefault}, {Kind: ActRepostRecvsBackup}, {Kind: ActSendNotify}}
+		if m.RQ == RQFallback {
+			// Our sends came home, the peer's not yet: the receives are
+			// on the backup already, and posting them again there would
+			// leave each one twice.
+			acts = []CNAction{{Kind: ActFlushDefault}, {Kind: ActSendNotify}}
+		}
 		m.SQ, m.RQ = SQAwaitAck, RQFallback
-		return []CNAction{{Kind: ActFlushDefault}, {Kind: ActRepostRecvsBackup}, {Kind: ActSendNotify}}
+		return acts
 	case SQWaitSignaled:
 		// The default failed again before the switch: stay on the backup.
 		m.SQ = SQFallback
