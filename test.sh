@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, vet, every test with the race detector,
+# The whole test suite: formatting, vet, the lab report's doctests, every
+# test with the race detector,
 # then the seeded fault campaigns at full size without it (they start no
 # goroutines; the race pass runs them shortened). Extra arguments go to both
 # `go test` runs (e.g. ./test.sh -run APM).
@@ -13,5 +14,11 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 go vet ./...
+# the lab report's statistics (lab/report.py doctests)
+if command -v python3 >/dev/null; then
+	python3 -m doctest lab/report.py
+else
+	echo "SKIP lab/report.py doctests: no python3" >&2
+fi
 go test -race -short -count=1 "$@" ./...
 go test -count=1 -run 'Campaign|RandomFaultSchedule' "$@" ./crossnic ./verbs/sim

@@ -35,6 +35,7 @@ Columns:
             "0" = none switched back before the program ended
 """
 import json
+import math
 import os
 import re
 import sys
@@ -51,6 +52,63 @@ def kind(prog):
     same program sleeping on its completion channel), -wr (the same
     program posting through the ibv_wr_* API)."""
     return prog[:-3] if prog.endswith(("-ev", "-wr")) else prog
+
+
+def median_ci(v, level=0.95):
+    """The median of v and a distribution-free confidence interval for it:
+    the order statistics x(k) and x(n+1-k) with the largest k whose
+    coverage, 1 - 2 P(Binomial(n, 1/2) < k), is still at least level.
+    Returns (median, low, high, coverage); low/high are None when n is too
+    small for the level (n < 6 at 95 %).
+
+    >>> median_ci([1.0, 1.1, 0.9, 1.2, 0.8])
+    (1.0, None, None, None)
+    >>> m, lo, hi, cov = median_ci([1.0, 1.1, 0.9, 1.2, 0.8, 1.3, 0.7, 1.05])
+    >>> (m, lo, hi, round(cov, 4))
+    (1.025, 0.7, 1.3, 0.9922)
+    >>> median_ci(list(range(1, 13)))[1:3]
+    (3, 10)
+    """
+    v = sorted(v)
+    n = len(v)
+    mid = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    tail, best = 0.0, None
+    for k in range(1, n // 2 + 1):
+        # tail = P(B <= k-1)
+        tail += math.comb(n, k - 1) / 2 ** n
+        if 1 - 2 * tail >= level:
+            best = (k, 1 - 2 * tail)
+    if best is None:
+        return mid, None, None, None
+    k, cov = best
+    return mid, v[k - 1], v[n - k], cov
+
+
+def paired(rows, prog, field, arm):
+    """The ratios arm/off of the uncut rows of prog, pair by pair (the same
+    repetition), with their median and its confidence interval. A pair
+    counts only when both rows passed and have the figure.
+
+    >>> rows = [{"prog": "write_bw", "cut": "none", "status": "PASS", "rep": r, "shim": sh, "tput_MBps": v}
+    ...         for r, sh, v in [(1, "off", 10.0), (1, "on", 9.0), (2, "on", 12.0), (2, "off", 12.0),
+    ...                          (3, "off", 8.0), (3, "on", None)]]
+    >>> paired(rows, "write_bw", "tput_MBps", "on")
+    {'n': 2, 'median': 0.95, 'pairs': [0.9, 1.0]}
+    >>> paired(rows, "write_bw", "tput_MBps", "ctl") is None
+    True
+    """
+    byrep = {}
+    for r in rows:
+        if r["prog"] == prog and r["cut"] == "none" and r.get("status") == "PASS" and r.get(field):
+            byrep.setdefault(r["rep"], {})[r["shim"]] = r[field]
+    ratios = [round(x[arm] / x["off"], 3) for _, x in sorted(byrep.items()) if "off" in x and arm in x]
+    if not ratios:
+        return None
+    mid, lo, hi, cov = median_ci(ratios)
+    out = {"n": len(ratios), "median": round(mid, 3), "pairs": ratios}
+    if lo is not None:
+        out.update(ci_low=lo, ci_high=hi, ci_coverage=round(cov, 3))
+    return out
 
 
 def read_meta(d):
@@ -270,6 +328,7 @@ def main():
             continue
         row = {"name": name, "prog": m["prog"], "shim": m["shim"], "cut": m["cut"],
                "cut_at_s": m.get("cut_time"), "cut_for_s": m.get("cut_for") if m["cut"] != "none" else None,
+               "rep": int(m.get("rep") or (name.rsplit(".r", 1)[1] if re.search(r"\.r\d+$", name) else 1)),
                "elapsed_s": m.get("elapsed"), "order": float(m.get("started") or os.path.getmtime(os.path.join(d, "meta")))}
         if m.get("status") == "SKIP":
             row.update(status="SKIP", reason=m.get("reason", ""))
@@ -326,6 +385,11 @@ def main():
             ratios[label + "_median_off"] = round(off, 2)
             ratios[label + "_median_on"] = round(on, 2)
             ratios[label + "_samples"] = "%d/%d" % (len(groups[(prog, "off")]), len(groups[(prog, "on")]))
+    for label, prog, field in (("write_lat_typical", "write_lat", "lat_us"), ("write_bw", "write_bw", "tput_MBps")):
+        for arm in ("on", "ctl"):
+            p = paired(rows, prog, field, arm)
+            if p:
+                ratios["%s_%s_over_off_pairs" % (label, arm)] = p
     failed = [r["name"] for r in rows if r["must_pass"] and r["status"] == "FAIL"]
     report = {"env": env, "rows": rows, "ratios": ratios, "must_pass_failed": failed,
               "result": "FAIL" if failed else "PASS"}
@@ -373,7 +437,12 @@ def main():
                    r.get("detail", "")[:60]))
     print("-" * 139)
     if ratios:
-        print("ratios (with shim / without, same run, no cut): " + ", ".join("%s=%s" % kv for kv in ratios.items()))
+        flat = {k: v for k, v in ratios.items() if not isinstance(v, dict)}
+        print("ratios (with shim / without, same run, no cut): " + ", ".join("%s=%s" % kv for kv in flat.items()))
+        for k, p in ratios.items():
+            if isinstance(p, dict):
+                ci = " [%s, %s] at %.1f %%" % (p["ci_low"], p["ci_high"], 100 * p["ci_coverage"]) if "ci_low" in p else " (too few pairs for an interval)"
+                print("  %s: median %s of %d pairs%s; pairs %s" % (k, p["median"], p["n"], ci, " ".join(map(str, p["pairs"]))))
     else:
         print("ratios: n/a (needs write_lat and write_bw rows without a cut, with and without the shim)")
     print("status: upper case = must pass (no cut, or a cut the shim must hide); lower case = reported only. pause ~ = estimate.")

@@ -158,11 +158,12 @@ meta() { local k=$1; shift; echo "$k=$*" >>"$ROW_DIR/meta"; }
 # row_run PROG SHIM CUT PORT [REP]
 row_run() {
 	local prog=$1 shim=$2 cut=$3 port=$4 name envs="" st js="" jc t0 tcut trest rc_c=0 rc_s=0
-	name=$prog.$shim.$cut${5:+.r$5}
+	name=$prog.$shim.$cut
+	[ "${5:-1}" = 1 ] || name=$name.r$5
 	ROW_DIR=$LAB_OUT/rows/$name
 	rm -rf "$ROW_DIR"
 	mkdir -p "$ROW_DIR"
-	meta started "$(now)"; meta name "$name"; meta prog "$prog"; meta shim "$shim"; meta cut "$cut"
+	meta started "$(now)"; meta name "$name"; meta prog "$prog"; meta shim "$shim"; meta cut "$cut"; meta rep "${5:-1}"
 	case $prog in
 	ibvtest-*) st=$(build_status ibvtest) ;;
 	ibpathd) st=$(build_status daemon) ;;
@@ -316,12 +317,21 @@ rows_run() {
 			row_run "$prog" "$shim" "$cut" "$port"
 		done
 	done <<<"$LAB_ROW_LIST"
-	# more samples for the with/without ratios: TCG timing is noisy, the
-	# report takes the median of the repetitions (off and on alternate)
-	local rep
-	for ((rep = 2; rep <= LAB_PERF_REPS; rep++)); do
+	# more samples for the with/without ratios: TCG timing is noisy. The
+	# order of the arms turns by one each repetition (off,on then on,off),
+	# so that a drift within a pair does not lean to one side; the report
+	# takes the median of the pairs' ratios. LAB_PERF_CONTROL=1 adds the
+	# arm "ctl", the same program again without the shim: its ratio to off
+	# is what the lab reads when nothing changes.
+	local rep arms=(off on) i n
+	[ "${LAB_PERF_CONTROL:-0}" = 1 ] && arms=(off on ctl)
+	n=${#arms[@]}
+	for ((rep = 1; rep <= LAB_PERF_REPS; rep++)); do
 		for prog in write_lat write_bw; do
-			for shim in off on; do
+			for ((i = 0; i < n; i++)); do
+				shim=${arms[$(((rep - 1 + i) % n))]}
+				# the first repetition of off and on ran with the row list
+				[ "$rep" = 1 ] && [ "$shim" != ctl ] && continue
 				port=$((port + 2))
 				[[ "$prog.$shim.none" =~ ${LAB_ROWS:-.} ]] || continue
 				row_run "$prog" "$shim" none "$port" "$rep"
