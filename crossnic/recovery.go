@@ -21,10 +21,13 @@ type Recovery struct {
 	// the switch-back notification on the default QP (past it the switch
 	// counts as broken: traffic stays on the backup, the QP is reset).
 	HandshakeTimeout time.Duration
-	// ProbeTimeout bounds the wait for a probe's answer (default
-	// HandshakeTimeout); past it the probe counts as failed and the QP
-	// is reset. A probe sent while the peer's QP is not reset yet may get
-	// no error for a long time: some providers retransmit without end.
+	// ProbeTimeout is how long a probe may go unanswered (default
+	// HandshakeTimeout) before another is posted behind it (at most four
+	// outstanding). The QP is not reset for it: a probe sent while the
+	// peer's QP is not reset yet gets its answer once the peer resets
+	// (some providers retransmit without end, rdma_rxe at retry_cnt 7),
+	// and a reset after the peer took one of this side's probes would put
+	// the two ends' PSNs apart. Only an error completion resets the QP.
 	ProbeTimeout time.Duration
 	// DefAttr and BakAttr are the connect attributes the default and the
 	// backup QP are reset with (RTR and RTS fields: path, destination,
@@ -146,9 +149,14 @@ func (c *Conn) Tick() {
 	case fsm.SQWaitNotify:
 		if now-c.notifyAt > c.rec.HandshakeTimeout {
 			// The notification got no answer: the default path broke
-			// again, or the peer reset its QP after this side's probe got
-			// through (their PSNs no longer agree). The held WRs go to the
-			// backup and the QP is reset, as for an error.
+			// again. The held WRs go to the backup and the QP is reset, as
+			// for an error. The QP goes to ERR first, so that the
+			// notification, still outstanding on it, can never arrive
+			// after the held WRs went to the backup: a provider that
+			// retransmits without end would deliver it once the path is
+			// back.
+			_ = c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+			c.defErr = true
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
 				Reason: "the switch-back notification got no answer"}))
 		}
@@ -180,22 +188,19 @@ func (c *Conn) Tick() {
 const maxProbesOut = 4
 
 // probeTimedOut: the outstanding probe got no answer within ProbeTimeout.
-// The QP is reset and probed again, unless the peer's sends already came
-// home onto it (RQ in Default): a reset would then take its receive queue
-// and its PSNs from under the peer's traffic, which stalls on a provider
-// that retransmits without end. A new probe is posted behind the old one
-// instead; the QP is not in error, so the path may answer yet.
+// A new probe is posted behind it; the QP is not reset. The QP is not in
+// error, so the path may answer yet: the peer's QP may not be reset yet
+// (its port still down), and once it is, it takes the outstanding probes
+// in order. A reset here could come after the peer took one of them, or
+// after the peer's sends came home onto the QP, and put the two ends'
+// PSNs apart for good on a provider that retransmits without end (the
+// switch-back campaign shows both). A probe that fails with an error
+// completion resets the QP (onDefault).
 func (c *Conn) probeTimedOut(now time.Duration) {
 	c.probing = false
 	c.stats.ProbeFailures++
-	if c.m.RQ == fsm.RQDefault {
-		c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v (probed again, not reset: the peer's sends arrive on it)",
-			c.def.QP.QPN(), c.rec.ProbeTimeout)
-		c.nextProbe = now
-		return
-	}
-	c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v", c.def.QP.QPN(), c.rec.ProbeTimeout)
-	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeFailed}))
+	c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v (probed again, not reset)", c.def.QP.QPN(), c.rec.ProbeTimeout)
+	c.nextProbe = now
 }
 
 // resetPSN is where a reset QP's PSNs start, in both directions. Both

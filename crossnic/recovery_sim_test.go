@@ -326,28 +326,33 @@ func TestPurgeRetried(t *testing.T) {
 	}
 }
 
-// TestSurfacedKeepsOwnWRs: a switch-back notification whose answer comes
-// after HandshakeTimeout (injected: its ACK is lost once and the HCA
-// retransmits only after the timeout) ends with both sides surfaced. The
-// completions of the Conn's own WRs on the default QP (probes,
-// notifications, and their flushes) do not reach the application then:
-// it sees its own WRs in order, then errors, as plain verbs would show.
+// TestSurfacedKeepsOwnWRs: a Conn whose error surfaces while its own WRs
+// are outstanding on the default QP (probes posted while the path is still
+// down, on a provider that retransmits without end) does not hand their
+// completions to the application: when the backup HCA dies too, both QPs
+// go to ERR and the probes flush on the default QP, but the application
+// sees only its own WRs, each once, in order, then errors, as plain verbs
+// would show.
 func TestSurfacedKeepsOwnWRs(t *testing.T) {
-	w := newWorld(t, 16)
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 16, EndlessRetry7: true}, retry: 7})
 	w.sendRx = [2]bool{true, true}
 	a := w.n[0]
-	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: 300 * time.Microsecond}))
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: time.Millisecond}))
 	port := a.hca.Port(1)
 	w.run(300*time.Microsecond, 0, 1)
 	must(t, w.f.SetLink(port, false))
-	w.run(5*time.Millisecond, 0, 1)
-	must(t, w.f.DropResponse(a.def.qp, 1)) // the notification after the probe
+	w.run(20*time.Millisecond, 0, 1)
+	if st := a.conn.Stats(); st.Probes < 2 || st.SwitchBacks != 0 {
+		t.Fatalf("probes on a dead path: %+v, want several outstanding", st)
+	}
+	must(t, w.f.KillHCA(w.f.Host("node0").HCA("mlx5_1")))
 	must(t, w.f.SetLink(port, true))
-	w.run(100*time.Millisecond, 0, 1)
+	w.run(50*time.Millisecond, 0, 1)
+	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced {
+		t.Fatalf("node0: %v, want surfaced (its backup HCA died)", sq)
+	}
 	for i, n := range w.n {
-		if sq, _ := n.conn.State(); sq != fsm.SQSurfaced {
-			t.Fatalf("%s: %v, want surfaced (the injected late notification)", n.name, sq)
-		}
 		for _, id := range w.done[i] {
 			if id >= ^uint64(0)-4 {
 				t.Fatalf("%s: the application got a completion of ibpath's own WR %#x", n.name, id)
@@ -359,7 +364,10 @@ func TestSurfacedKeepsOwnWRs(t *testing.T) {
 			}
 		}
 	}
-	if err := w.check(0, 1); err != nil {
+	if err := w.checkSafe(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.exactlyOnce(0); err != nil {
 		t.Fatal(err)
 	}
 }
