@@ -70,7 +70,7 @@ type Conn struct {
 	bakAttr   verbs.QPAttr
 	defUsable bool
 	probing   bool
-	probesOut int   // probes posted on the default QP and not completed (a timed-out one may still be)
+	probesOut int   // probes posted on the default QP and not completed (0 or 1)
 	defErr    bool  // the default QP completed a WR in error since its last reset
 	purgeErr  error // why the last purge of the backup failed (retried)
 	nextPurge time.Duration

@@ -22,12 +22,13 @@ type Recovery struct {
 	// counts as broken: traffic stays on the backup, the QP is reset).
 	HandshakeTimeout time.Duration
 	// ProbeTimeout is how long a probe may go unanswered (default
-	// HandshakeTimeout) before another is posted behind it (at most four
-	// outstanding). The QP is not reset for it: a probe sent while the
-	// peer's QP is not reset yet gets its answer once the peer resets
-	// (some providers retransmit without end, rdma_rxe at retry_cnt 7),
-	// and a reset after the peer took one of this side's probes would put
-	// the two ends' PSNs apart. Only an error completion resets the QP.
+	// HandshakeTimeout) before it counts as a failure in the statistics
+	// and ProbeErr. The probe stays outstanding and the QP is not reset:
+	// a probe sent while the peer's QP is not reset yet gets its answer
+	// once the peer resets (some providers retransmit without end,
+	// rdma_rxe at retry_cnt 7), and a reset after the peer took it would
+	// put the two ends' PSNs apart. Only an error completion resets the
+	// QP.
 	ProbeTimeout time.Duration
 	// DefAttr and BakAttr are the connect attributes the default and the
 	// backup QP are reset with (RTR and RTS fields: path, destination,
@@ -167,7 +168,7 @@ func (c *Conn) Tick() {
 		if !c.defUsable && now >= c.nextProbe {
 			c.resetDefault() // its port may be back (a RoCE GID returns with its link)
 		}
-		if c.defUsable && !c.probing && now >= c.nextProbe && c.probesOut < maxProbesOut {
+		if c.defUsable && !c.probing && now >= c.nextProbe && c.probesOut == 0 {
 			_, err := c.def.QP.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}})
 			if err == nil {
 				c.probing, c.probeAt = true, now
@@ -183,24 +184,21 @@ func (c *Conn) Tick() {
 	c.purgeBackup()
 }
 
-// maxProbesOut bounds the probes outstanding on a default QP that is not
-// reset while they go unanswered (probeTimedOut).
-const maxProbesOut = 4
-
 // probeTimedOut: the outstanding probe got no answer within ProbeTimeout.
-// A new probe is posted behind it; the QP is not reset. The QP is not in
-// error, so the path may answer yet: the peer's QP may not be reset yet
-// (its port still down), and once it is, it takes the outstanding probes
-// in order. A reset here could come after the peer took one of them, or
-// after the peer's sends came home onto the QP, and put the two ends'
-// PSNs apart for good on a provider that retransmits without end (the
-// switch-back campaign shows both). A probe that fails with an error
-// completion resets the QP (onDefault).
+// It stays outstanding, and no other is posted behind it: the QP is not
+// in error, so the path may answer yet. The peer's QP may not be reset
+// yet (its port still down), and takes the probe once it is. A reset
+// here could come after the peer took the probe, or after the peer's
+// sends came home onto the QP, and put the two ends' PSNs apart for good
+// on a provider that retransmits without end (the switch-back campaign
+// shows both); a second probe could fill a send queue of one WR (the
+// application's own depth: ib_write_lat's is 1) and leave no room for the
+// switch-back notification. A probe that fails with an error completion
+// resets the QP (onDefault).
 func (c *Conn) probeTimedOut(now time.Duration) {
-	c.probing = false
 	c.stats.ProbeFailures++
-	c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v (probed again, not reset)", c.def.QP.QPN(), c.rec.ProbeTimeout)
-	c.nextProbe = now
+	c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v (still waiting for it, not reset)", c.def.QP.QPN(), c.rec.ProbeTimeout)
+	c.probeAt = now // the next failure is counted one ProbeTimeout later
 }
 
 // resetPSN is where a reset QP's PSNs start, in both directions. Both

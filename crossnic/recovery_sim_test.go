@@ -183,9 +183,10 @@ func TestRecoveryWaitsForPort(t *testing.T) {
 }
 
 // TestProbeTimeout: a probe sent while the default path is still down
-// gets no answer; past ProbeTimeout (300 us here, shorter than the
-// HCA's own retries) it counts as failed and the QP is reset and probed again,
-// until the path is back and the traffic switches back.
+// gets no answer; past ProbeTimeout (300 us here, shorter than the HCA's
+// own retries) it counts as a failure, and once the HCA gives up on it the
+// QP is reset and probed again, until the path is back and the traffic
+// switches back.
 func TestProbeTimeout(t *testing.T) {
 	w, a, port := cutWorld(t, 14, crossnic.Recovery{ProbeTimeout: 300 * time.Microsecond}, 0)
 	w.run(95*time.Millisecond, 0)
@@ -241,7 +242,7 @@ func TestSwitchNotifyTimeout(t *testing.T) {
 // answer (injected: the ACK of the probe is lost once, so the HCA answers
 // it only at its retransmission). Past ProbeTimeout the QP is not reset,
 // which would take the receive queue and the PSNs from under the peer's
-// traffic: another probe goes out behind the first, the first answers,
+// traffic: the probe stays outstanding, answers at the retransmission,
 // and this side switches back too. The peer never faults again, and every
 // message arrives once.
 func TestProbeTimeoutPeerHome(t *testing.T) {
@@ -327,10 +328,10 @@ func TestPurgeRetried(t *testing.T) {
 }
 
 // TestSurfacedKeepsOwnWRs: a Conn whose error surfaces while its own WRs
-// are outstanding on the default QP (probes posted while the path is still
+// are outstanding on the default QP (a probe posted while the path is still
 // down, on a provider that retransmits without end) does not hand their
 // completions to the application: when the backup HCA dies too, both QPs
-// go to ERR and the probes flush on the default QP, but the application
+// go to ERR and the probe flushes on the default QP, but the application
 // sees only its own WRs, each once, in order, then errors, as plain verbs
 // would show.
 func TestSurfacedKeepsOwnWRs(t *testing.T) {
@@ -343,8 +344,8 @@ func TestSurfacedKeepsOwnWRs(t *testing.T) {
 	w.run(300*time.Microsecond, 0, 1)
 	must(t, w.f.SetLink(port, false))
 	w.run(20*time.Millisecond, 0, 1)
-	if st := a.conn.Stats(); st.Probes < 2 || st.SwitchBacks != 0 {
-		t.Fatalf("probes on a dead path: %+v, want several outstanding", st)
+	if st := a.conn.Stats(); st.Probes != 1 || st.ProbeFailures < 2 || st.SwitchBacks != 0 {
+		t.Fatalf("probes on a dead path: %+v, want one outstanding, timed out again and again", st)
 	}
 	must(t, w.f.KillHCA(w.f.Host("node0").HCA("mlx5_1")))
 	must(t, w.f.SetLink(port, true))
