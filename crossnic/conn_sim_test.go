@@ -71,6 +71,7 @@ type worldOpts struct {
 	cfg     sim.Config              // the fabric's (Seed included)
 	retry   uint8                   // retry_cnt of every QP
 	wrapBak func(verbs.QP) verbs.QP // see newWorldWrap
+	wrapDef func(verbs.CQ) verbs.CQ // each node's default CQ as its Conn sees it (nil: as it is)
 }
 
 // newWorldWith builds the world of newWorldWrap with the given fabric
@@ -108,7 +109,11 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		if wrapBak != nil {
 			bakQP = wrapBak(bakQP)
 		}
-		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: me.def.cq},
+		defCQ := verbs.CQ(me.def.cq)
+		if o.wrapDef != nil {
+			defCQ = o.wrapDef(defCQ)
+		}
+		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: defCQ},
 			crossnic.Leg{Ctx: me.bak.ctx, QP: bakQP, CQ: me.bak.cq}, keys, false)
 		must(t, err)
 		must(t, me.conn.EnableRecovery(crossnic.Recovery{Clock: f, ProbeInterval: 2 * time.Millisecond}))

@@ -103,6 +103,10 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		return
 	}
 	if wc.Status != verbs.WCSuccess {
+		if wc.Status == verbs.WCWRFlushErr && c.rec != nil && c.staleFlush() {
+			c.stats.HiddenFlushes++
+			return
+		}
 		c.defErr = true // the QP is in error: only a reset makes it usable
 		switch {
 		case wc.WRID == probeWRID:
@@ -145,6 +149,16 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		c.sring.CompleteSignaled()
 		c.ready = append(c.ready, wc)
 	}
+}
+
+// staleFlush reports whether a flush completion of the default QP comes
+// from before its last reset: a QP flushes only in ERR, so one that is not
+// in ERR now flushed in an earlier life. rdma_rxe can put the flushes of a
+// QP moved to ERR in the CQ after the drain that preceded its reset; taken
+// for a new fault, such a flush would undo the switch back that followed.
+func (c *Conn) staleFlush() bool {
+	a, _, err := c.def.QP.Query(verbs.QPAttrState)
+	return err == nil && a.QPState != verbs.QPSErr
 }
 
 // onBackup handles a completion of the backup QP: control messages, and
