@@ -149,13 +149,24 @@ func (c *Conn) Tick() {
 		c.switchIfIdle()
 	case fsm.SQWaitNotify:
 		if now-c.notifyAt > c.rec.HandshakeTimeout {
+			if c.m.RQ == fsm.RQDefault && !c.defErr {
+				// The peer's sends arrive on this QP, which is not in
+				// error: the notification is kept waiting for (a reset
+				// would put the PSNs of the peer's direction apart, and
+				// a notification abandoned here could still arrive after
+				// the held WRs went to the backup). An error completion
+				// ends the wait.
+				c.probeErr = fmt.Errorf("switch-back notification on QP %#x: no answer within %v (still waiting for it)",
+					c.def.QP.QPN(), c.rec.HandshakeTimeout)
+				c.notifyAt = now
+				break
+			}
 			// The notification got no answer: the default path broke
-			// again. The held WRs go to the backup and the QP is reset, as
-			// for an error. The QP goes to ERR first, so that the
-			// notification, still outstanding on it, can never arrive
-			// after the held WRs went to the backup: a provider that
-			// retransmits without end would deliver it once the path is
-			// back.
+			// again. The QP goes to ERR first, so that the notification,
+			// still outstanding on it, can never arrive after the held
+			// WRs went to the backup (a provider that retransmits without
+			// end would deliver it once the path is back); then the held
+			// WRs go to the backup and the QP is reset, as for an error.
 			_ = c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
 			c.defErr = true
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,

@@ -206,11 +206,12 @@ func TestProbeTimeout(t *testing.T) {
 }
 
 // TestSwitchNotifyTimeout: the default path breaks again just after the
-// switch-back notification went out on it. It gets no answer; past
-// HandshakeTimeout (300 us, before the HCA retransmits) the switch
-// counts as broken: the held WRs go to the
-// backup, the QP is reset, and once the path is back the traffic
-// switches back, every message delivered once.
+// switch-back notification went out on it. It gets no answer within
+// HandshakeTimeout (300 us, before the HCA retransmits). The peer's sends
+// are home on that QP (the peer posts nothing, so it switched back at
+// once), so the QP is neither abandoned nor reset: the notification is
+// waited for, and once the path is back it arrives, the held WRs go out,
+// and every message is delivered once.
 func TestSwitchNotifyTimeout(t *testing.T) {
 	w, a, port := cutWorld(t, 15, crossnic.Recovery{HandshakeTimeout: 300 * time.Microsecond}, 0)
 	must(t, w.f.SetLink(port, true))
@@ -223,8 +224,9 @@ func TestSwitchNotifyTimeout(t *testing.T) {
 	}
 	must(t, w.f.SetLink(port, false))
 	w.run(2*time.Millisecond, 0) // past the timeout, before the HCA's first retransmission (4 ms)
-	if sq, _ := a.conn.State(); sq != fsm.SQFallback {
-		t.Fatalf("switch notification unanswered: %v, want fallback", sq)
+	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify || a.conn.ProbeErr() == nil ||
+		!strings.Contains(a.conn.ProbeErr().Error(), "still waiting") {
+		t.Fatalf("switch notification unanswered on a QP the peer's sends use: %v (%v), want still waiting for it", sq, a.conn.ProbeErr())
 	}
 	must(t, w.f.SetLink(port, true))
 	w.run(200*time.Millisecond, 0)
