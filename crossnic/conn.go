@@ -76,10 +76,13 @@ type Conn struct {
 	nextPurge time.Duration
 	nextProbe time.Duration
 	faultAt   time.Duration
-	fenceIdx  uint64
-	holdFrom  uint64
-	holdAt    time.Duration
-	bakDirty  bool // stale receives wait on the backup QP
+	// notifyWaits: HandshakeTimeouts the outstanding switch-back
+	// notification has been waited for (see Tick)
+	notifyWaits int
+	fenceIdx    uint64
+	holdFrom    uint64
+	holdAt      time.Duration
+	bakDirty    bool // stale receives wait on the backup QP
 	// collecting: the receives are moving home and the backup's last
 	// data completions are being collected (repostRecvsDefault)
 	collecting bool

@@ -151,11 +151,19 @@ func (c *Conn) Tick() {
 		if now-c.notifyAt > c.rec.HandshakeTimeout {
 			if c.m.RQ == fsm.RQDefault && !c.defErr {
 				// The peer's sends arrive on this QP, which is not in
-				// error: the notification is kept waiting for (a reset
-				// would put the PSNs of the peer's direction apart, and
-				// a notification abandoned here could still arrive after
+				// error: the notification is waited for (a reset would
+				// put the PSNs of the peer's direction apart, and a
+				// notification abandoned here could still arrive after
 				// the held WRs went to the backup). An error completion
-				// ends the wait.
+				// ends the wait; so does a third timeout, which surfaces
+				// the error rather than hold the application's sends
+				// for ever on a provider that retransmits without end.
+				c.notifyWaits++
+				if c.notifyWaits >= maxNotifyWaits {
+					c.Surface(fmt.Sprintf("the switch-back notification on QP %#x got no answer within %v",
+						c.def.QP.QPN(), time.Duration(maxNotifyWaits)*c.rec.HandshakeTimeout))
+					break
+				}
 				c.probeErr = fmt.Errorf("switch-back notification on QP %#x: no answer within %v (still waiting for it)",
 					c.def.QP.QPN(), c.rec.HandshakeTimeout)
 				c.notifyAt = now
@@ -320,6 +328,10 @@ func (c *Conn) holdAfterFence() {
 	c.holdAt = c.rec.Clock.Now()
 }
 
+// maxNotifyWaits is how many HandshakeTimeouts a switch-back notification
+// on a QP the peer's sends use is waited for before the error surfaces.
+const maxNotifyWaits = 3
+
 // releaseNotify tells the peer, on the default QP, that this side's sends
 // are back there, and how many of its receives they consumed.
 func (c *Conn) releaseNotify() error {
@@ -330,7 +342,7 @@ func (c *Conn) releaseNotify() error {
 	if err != nil {
 		return fmt.Errorf("crossnic: post the switch-back notification: %w", err)
 	}
-	c.notifyAt = c.rec.Clock.Now()
+	c.notifyAt, c.notifyWaits = c.rec.Clock.Now(), 0
 	return nil
 }
 

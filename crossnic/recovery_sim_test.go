@@ -207,13 +207,13 @@ func TestProbeTimeout(t *testing.T) {
 
 // TestSwitchNotifyTimeout: the default path breaks again just after the
 // switch-back notification went out on it. It gets no answer within
-// HandshakeTimeout (300 us, before the HCA retransmits). The peer's sends
+// HandshakeTimeout (5 ms; the link is down longer). The peer's sends
 // are home on that QP (the peer posts nothing, so it switched back at
 // once), so the QP is neither abandoned nor reset: the notification is
 // waited for, and once the path is back it arrives, the held WRs go out,
 // and every message is delivered once.
 func TestSwitchNotifyTimeout(t *testing.T) {
-	w, a, port := cutWorld(t, 15, crossnic.Recovery{HandshakeTimeout: 300 * time.Microsecond}, 0)
+	w, a, port := cutWorld(t, 15, crossnic.Recovery{HandshakeTimeout: 5 * time.Millisecond}, 0)
 	must(t, w.f.SetLink(port, true))
 	deadline := w.f.Now() + 200*time.Millisecond
 	for sq, _ := a.conn.State(); sq != fsm.SQWaitNotify; sq, _ = a.conn.State() {
@@ -223,7 +223,7 @@ func TestSwitchNotifyTimeout(t *testing.T) {
 		w.run(time.Microsecond, 0)
 	}
 	must(t, w.f.SetLink(port, false))
-	w.run(2*time.Millisecond, 0) // past the timeout, before the HCA's first retransmission (4 ms)
+	w.run(5500*time.Microsecond, 0) // past one timeout; the HCA retransmits every 4 ms
 	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify || a.conn.ProbeErr() == nil ||
 		!strings.Contains(a.conn.ProbeErr().Error(), "still waiting") {
 		t.Fatalf("switch notification unanswered on a QP the peer's sends use: %v (%v), want still waiting for it", sq, a.conn.ProbeErr())
@@ -231,7 +231,8 @@ func TestSwitchNotifyTimeout(t *testing.T) {
 	must(t, w.f.SetLink(port, true))
 	w.run(200*time.Millisecond, 0)
 	if st := a.conn.Stats(); st.SwitchBacks != 1 {
-		t.Fatalf("after the second repair: %+v, want one switch back", st)
+		sq, rq := a.conn.State()
+		t.Fatalf("after the second repair: %v/%v %q %v %+v, want one switch back", sq, rq, a.conn.Reason(), a.conn.ProbeErr(), st)
 	}
 	w.run(20 * time.Millisecond)
 	if err := w.delivered(0); err != nil {
@@ -457,6 +458,43 @@ func TestStaleFlushAfterSwitchBack(t *testing.T) {
 	}
 	w.run(10 * time.Millisecond)
 	if err := w.delivered(0, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSwitchNotifyNeverAnswered: as TestSwitchNotifyTimeout, on a provider
+// that retransmits without end and with the path never back: the
+// notification neither completes nor fails. After three handshake
+// timeouts the error surfaces, instead of holding the application's sends
+// for ever, and every WR still completes exactly once.
+func TestSwitchNotifyNeverAnswered(t *testing.T) {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7})
+	a := w.n[0]
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: time.Millisecond}))
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(port, true))
+	deadline := w.f.Now() + 200*time.Millisecond
+	for sq, _ := a.conn.State(); sq != fsm.SQWaitNotify; sq, _ = a.conn.State() {
+		if w.f.Now() > deadline {
+			t.Fatalf("never in wait-notify: %+v", a.conn.Stats())
+		}
+		w.run(time.Microsecond, 0)
+	}
+	must(t, w.f.SetLink(port, false))
+	w.run(2500*time.Microsecond, 0)
+	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify {
+		t.Fatalf("after two timeouts: %v, want still waiting", sq)
+	}
+	w.run(2*time.Millisecond, 0)
+	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), "got no answer") {
+		t.Fatalf("after three timeouts: %v %q, want surfaced", sq, a.conn.Reason())
+	}
+	w.run(20*time.Millisecond, 0)
+	if err := w.exactlyOnce(0); err != nil {
 		t.Fatal(err)
 	}
 }
