@@ -113,7 +113,12 @@ func TestLayer1WithoutSession(t *testing.T) {
 	a, b := w.pair()
 	tr := &l1Traffic{t: t, pairs: [][2]*l1End{{a, b}}}
 	tr.run("traffic", func() bool { return tr.ok > 20 })
+	// The RTS modify's arming attempt may still be on its way (the one at
+	// RTR said it waits for RTS): give it a moment under the race detector.
 	s, ok := a.status()
+	for deadline := time.Now().Add(5 * time.Second); ok && strings.Contains(s.Reason, "waits for RTS") && time.Now().Before(deadline); s, ok = a.status() {
+		time.Sleep(time.Millisecond)
+	}
 	if !ok || s.APM != "unprotected" || !strings.Contains(s.Reason, ErrNoSession.Error()) || !strings.Contains(s.Reason, "LID") {
 		t.Fatalf("%+v, %v: want unprotected because no session describes the peer", s, ok)
 	}
