@@ -205,6 +205,19 @@ func TestProbeTimeout(t *testing.T) {
 	}
 }
 
+// untilWaitNotify runs node 0's traffic until a's switch-back
+// notification is out (at most 200 ms).
+func untilWaitNotify(t *testing.T, w *world, a *node) {
+	t.Helper()
+	deadline := w.f.Now() + 200*time.Millisecond
+	for sq, _ := a.conn.State(); sq != fsm.SQWaitNotify; sq, _ = a.conn.State() {
+		if w.f.Now() > deadline {
+			t.Fatalf("never in wait-notify: %+v", a.conn.Stats())
+		}
+		w.run(time.Microsecond, 0)
+	}
+}
+
 // TestSwitchNotifyTimeout: the default path breaks again just after the
 // switch-back notification went out on it. It gets no answer within
 // HandshakeTimeout (5 ms; the link is down longer). The peer's sends
@@ -215,13 +228,7 @@ func TestProbeTimeout(t *testing.T) {
 func TestSwitchNotifyTimeout(t *testing.T) {
 	w, a, port := cutWorld(t, 15, crossnic.Recovery{HandshakeTimeout: 5 * time.Millisecond}, 0)
 	must(t, w.f.SetLink(port, true))
-	deadline := w.f.Now() + 200*time.Millisecond
-	for sq, _ := a.conn.State(); sq != fsm.SQWaitNotify; sq, _ = a.conn.State() {
-		if w.f.Now() > deadline {
-			t.Fatalf("never in wait-notify: %+v", a.conn.Stats())
-		}
-		w.run(time.Microsecond, 0)
-	}
+	untilWaitNotify(t, w, a)
 	must(t, w.f.SetLink(port, false))
 	w.run(5500*time.Microsecond, 0) // past one timeout; the HCA retransmits every 4 ms
 	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify || a.conn.ProbeErr() == nil ||
@@ -477,13 +484,7 @@ func TestSwitchNotifyNeverAnswered(t *testing.T) {
 	must(t, w.f.SetLink(port, false))
 	w.run(5*time.Millisecond, 0)
 	must(t, w.f.SetLink(port, true))
-	deadline := w.f.Now() + 200*time.Millisecond
-	for sq, _ := a.conn.State(); sq != fsm.SQWaitNotify; sq, _ = a.conn.State() {
-		if w.f.Now() > deadline {
-			t.Fatalf("never in wait-notify: %+v", a.conn.Stats())
-		}
-		w.run(time.Microsecond, 0)
-	}
+	untilWaitNotify(t, w, a)
 	must(t, w.f.SetLink(port, false))
 	w.run(2500*time.Microsecond, 0)
 	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify {
