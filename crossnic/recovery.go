@@ -296,9 +296,10 @@ func (c *Conn) resetDefault() {
 	c.probesOut = 0 // the reset discarded them
 }
 
-// ProbeErr is why the last probe of the default path that failed did:
-// it could not be posted, completed in error, or got no answer in time
-// (nil: none failed).
+// ProbeErr is why the last try of the default path that failed did: a
+// probe that could not be posted, completed in error, or got no answer in
+// time, or a switch-back notification still unanswered past
+// HandshakeTimeout on a QP the peer's sends use (nil: none failed).
 func (c *Conn) ProbeErr() error { return c.probeErr }
 
 // ResetErr is why the default QP could not be reset for a switch back the
