@@ -38,17 +38,79 @@ stamp() {
 
 # stuck_dump SECONDS: after SECONDS, for each verbs program of a row still
 # running (perftest, ibv_rc_pingpong, mpi_check), where each of its threads
-# waits: wchan and kernel stack (the row's stuck-<guest>.out). Prints
-# nothing when none is left.
+# waits: wchan and kernel stack (the row's stuck-<guest>.out); then the
+# guest's QPs as the kernel sees them (state, PSNs) and the rxe counters that
+# moved during the row (retransmissions, RNR and sequence NAKs, duplicates).
+# Prints nothing when none is left.
 stuck_dump() {
+	local before p t stuck=0
+	before=$(rxe_counters)
 	sleep "$1"
-	local p t
 	for p in $(pgrep -f 'ib_(write|read|send)_(bw|lat)|ibv_rc_pingpong|mpi_check' || true); do
 		[ "$p" = "$$" ] && continue
+		stuck=1
 		echo "STUCK pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
 		for t in /proc/$p/task/*; do
 			echo "  task ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(awk '{print $3}' "$t/stat" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
 			sed 's/^/    /' "$t/stack" 2>/dev/null | head -12
 		done
 	done
+	[ $stuck = 1 ] || return 0
+	echo "QPS (rdma resource show qp):"
+	rdma resource show qp 2>&1 | sed 's/^/  /'
+	echo "COUNTERS moved during the row (device counter before after):"
+	counters_moved "$before" "$(rxe_counters)" "  "
 }
+
+# counters_moved BEFORE AFTER PREFIX: the counters of AFTER whose value
+# differs from BEFORE's, as "PREFIX device/counter before after" (the
+# guest has no /dev/fd for process substitution).
+counters_moved() {
+	printf '%s\n--\n%s\n' "$1" "$2" |
+		awk -v p="$3" '$0 == "--" { s = 1; next } !s { a[$1] = $2; next } a[$1] != $2 { print p $1, a[$1] + 0, $2 }'
+}
+
+# rxe_counters: "device/counter value" per line, sorted, for every rxe
+# device's port 1 hardware counters.
+rxe_counters() {
+	local d f
+	for d in /sys/class/infiniband/*; do
+		for f in "$d"/ports/1/hw_counters/*; do
+			[ -r "$f" ] && echo "${d##*/}/${f##*/} $(cat "$f")"
+		done
+	done | sort
+}
+
+# qp_watch INTERVAL: every INTERVAL seconds until killed, the guest's uptime,
+# its QPs as the kernel sees them (state, PSNs; the shim's and the
+# program's) and the rxe counters that moved since the last sample. Run for a
+# row when LAB_QP_WATCH is set (the row's qps-<guest>.out): the PSNs of two
+# ends that stopped agreeing, and the NAKs and retransmissions between them.
+qp_watch() {
+	local prev cur
+	prev=$(rxe_counters)
+	while :; do
+		echo "AT $(ts)"
+		rdma resource show qp 2>&1 | grep -v ' type GSI\| type SMI' | sed 's/^/  /'
+		cur=$(rxe_counters)
+		counters_moved "$prev" "$cur" "  moved "
+		prev=$cur
+		sleep "$1"
+	done
+}
+
+# rxe_debug_on: clear the kernel log and turn on rdma_rxe's debug messages
+# (QP state changes, PSNs set, RNR timers, responder errors), except its
+# two per-packet state traces; kept off the console. For LAB_RXE_DEBUG.
+rxe_debug_on() {
+	local c=/sys/kernel/debug/dynamic_debug/control
+	[ -e $c ] || mount -t debugfs none /sys/kernel/debug || return 1
+	dmesg -n 1
+	dmesg -C
+	echo 'module rdma_rxe +p' >$c &&
+		echo 'file rxe_resp.c line 1293 -p' >$c &&
+		echo 'file rxe_comp.c line 593 -p' >$c
+}
+
+# rxe_debug_off: turn rdma_rxe's debug messages off again.
+rxe_debug_off() { echo 'module rdma_rxe -p' >/sys/kernel/debug/dynamic_debug/control; }

@@ -185,6 +185,10 @@ row_run() {
 	fi
 	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
 	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
+	if [ -n "${LAB_RXE_DEBUG:-}" ]; then
+		gexec g1 10 rxe_debug_on >/dev/null || log "row $name: rxe debug messages not on in g1"
+		gexec g2 10 rxe_debug_on >/dev/null || log "row $name: rxe debug messages not on in g2"
+	fi
 	log "row $name: start"
 	t0=$(now)
 	if [ -n "$SERVER" ]; then
@@ -204,6 +208,11 @@ $CLIENT")
 	local jstuck1 jstuck2
 	jstuck1=$(job_submit g1 "$name-stuck" $((LIMIT + 5)) "stuck_dump $((LIMIT - 3))")
 	jstuck2=$(job_submit g2 "$name-stuck" $((LIMIT + 5)) "stuck_dump $((LIMIT - 3))")
+	local jqw1="" jqw2=""
+	if [ -n "${LAB_QP_WATCH:-}" ]; then
+		jqw1=$(job_submit g1 "$name-qps" $((LIMIT + 5)) "qp_watch $LAB_QP_WATCH")
+		jqw2=$(job_submit g2 "$name-qps" $((LIMIT + 5)) "qp_watch $LAB_QP_WATCH")
+	fi
 	if [ "$cut" != none ]; then
 		local cg=${cut#*-} jw
 		jw=$(job_submit "$cg" "$name-cutwatch" $((LIMIT + 20)) "for i in \$(seq 1 20000); do s=\$(cat /sys/class/net/eth0/operstate); if [ \"\$s\" != up ]; then echo \"CUT_SEEN \$(ts) \$(date +%s%N) \$s\"; exit 0; fi; sleep 0.002; done; echo CUT_NOT_SEEN")
@@ -250,6 +259,14 @@ $CLIENT")
 		job_kill "$j"
 		[ -s "$j.out" ] && cp "$j.out" "$ROW_DIR/stuck-$(basename "$(dirname "$j")").out"
 	done
+	for j in $jqw1 $jqw2; do
+		job_kill "$j"
+		[ -s "$j.out" ] && cp "$j.out" "$ROW_DIR/qps-$(basename "$(dirname "$j")").out"
+	done
+	if [ -n "${LAB_RXE_DEBUG:-}" ]; then
+		gexec g1 10 'dmesg; rxe_debug_off' >"$ROW_DIR/rxe-g1.log" 2>&1
+		gexec g2 10 'dmesg; rxe_debug_off' >"$ROW_DIR/rxe-g2.log" 2>&1
+	fi
 	if [ "$cut" != none ]; then
 		row_recovery "$name" "$port" "$envs"
 	fi
