@@ -71,6 +71,7 @@ type Conn struct {
 	defUsable bool
 	probing   bool
 	probesOut int   // probes posted on the default QP and not completed (0 or 1)
+	roomHeld  bool  // holds its share of Recovery.Room
 	defErr    bool  // the default QP completed a WR in error since its last reset
 	purgeErr  error // why the last purge of the backup failed (retried)
 	nextPurge time.Duration
@@ -278,9 +279,13 @@ func (c *Conn) record(wr *verbs.SendWR) error {
 // as the post returns). Without one, such WRs are refused with EINVAL.
 func (c *Conn) SetMemReader(read MemReader) { c.read = read }
 
-// Close releases what the Conn registered on the backup device. The QPs
-// and CQs of its legs are the caller's.
+// Close releases what the Conn registered on the backup device, and its
+// share of Recovery.Room. The QPs and CQs of its legs are the caller's.
 func (c *Conn) Close() error {
+	if c.roomHeld {
+		c.rec.Room.Give()
+		c.roomHeld = false
+	}
 	if c.stage == nil {
 		return nil
 	}

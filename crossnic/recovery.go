@@ -40,7 +40,35 @@ type Recovery struct {
 	// resolution would wait for a neighbour that cannot answer, up to a
 	// second per try) and not probed; it is reset once the port is back.
 	PathUp func() bool
+	// Room, when set, is the budget of the default QP's CQs for the
+	// switch back's own completions (see Room). The default QP is reset
+	// and probed only while the Conn holds its share; nil: the CQs are
+	// the Conn's own, or big enough.
+	Room Room
 }
+
+// Room is the budget of entries the application's CQs hold beyond what
+// the application sized them for. A switch back puts completions of its
+// own in the default QP's CQs: the probe's, the switch-back
+// notification's, the peer's notification (it consumes the control
+// receive), and the flushes of those when the QP goes to ERR. A CQ sized
+// for the application's WRs alone can overrun then, and an overrun puts
+// the QP in error without an answer to the peer (ib_write_lat's single
+// CQ holds one entry). The shim creates the application's CQs with
+// headroom and shares it out among the QPs switching back at the same
+// time.
+type Room interface {
+	// Take reserves the Conn's share; false: none is free now (other
+	// QPs of the same CQs are switching back), ask again later.
+	Take() bool
+	// Give returns the share once the Conn's own completions are all
+	// polled (it is home), or when the Conn is closed.
+	Give()
+}
+
+// errNoRoom: the default QP is not reset while the Conn's share of its
+// CQs' headroom is not free.
+var errNoRoom = errors.New("no room in the application's CQs for the switch back's own completions yet (other QPs on them are switching back)")
 
 // errPathDown: the default QP is not reset while its port is down.
 var errPathDown = errors.New("the default port is down")
@@ -187,7 +215,7 @@ func (c *Conn) Tick() {
 		if !c.defUsable && now >= c.nextProbe {
 			c.resetDefault() // its port may be back (a RoCE GID returns with its link)
 		}
-		if c.defUsable && !c.probing && now >= c.nextProbe && c.probesOut == 0 {
+		if c.defUsable && !c.probing && now >= c.nextProbe && c.probesOut == 0 && c.takeRoom() {
 			_, err := c.def.QP.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}})
 			if err == nil {
 				c.probing, c.probeAt = true, now
@@ -201,6 +229,26 @@ func (c *Conn) Tick() {
 		}
 	}
 	c.purgeBackup()
+	c.settleRoom()
+}
+
+// takeRoom reports whether the Conn holds its share of the default QP's
+// CQs' headroom, taking it when it is free.
+func (c *Conn) takeRoom() bool {
+	if c.rec.Room == nil || c.roomHeld {
+		return true
+	}
+	c.roomHeld = c.rec.Room.Take()
+	return c.roomHeld
+}
+
+// settleRoom gives the Conn's share back once it is home: its probes,
+// notifications and control receives are all polled.
+func (c *Conn) settleRoom() {
+	if c.roomHeld && c.Home() {
+		c.rec.Room.Give()
+		c.roomHeld = false
+	}
 }
 
 // probeTimedOut: the outstanding probe got no answer within ProbeTimeout.
@@ -272,6 +320,10 @@ func (c *Conn) resetDefault() {
 	_ = c.drain(&c.def)
 	c.probing = false
 	c.nextProbe = c.rec.Clock.Now() + c.rec.ProbeInterval
+	if !c.takeRoom() {
+		c.defUsable, c.resetErr = false, errNoRoom
+		return
+	}
 	if c.m.RQ == fsm.RQDefault && c.defUsable && !c.defErr {
 		// The peer's sends arrive on the default QP, and it is not in
 		// error: a reset would take its receive queue and its PSNs from

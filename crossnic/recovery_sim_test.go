@@ -182,6 +182,64 @@ func TestRecoveryWaitsForPort(t *testing.T) {
 	}
 }
 
+// testRoom is a crossnic.Room of free shares, counting what was taken.
+type testRoom struct{ free, takes, gives int }
+
+func (r *testRoom) Take() bool {
+	if r.free == 0 {
+		return false
+	}
+	r.free--
+	r.takes++
+	return true
+}
+
+func (r *testRoom) Give() { r.free++; r.gives++ }
+
+// TestRecoveryWaitsForRoom: while no share of the default QP's CQs'
+// headroom is free, the default QP is neither reset nor probed (ResetErr
+// says why) and the traffic stays on the backup; once a share is free the
+// Conn takes it, switches back, and gives it back when home. Close gives
+// back a share still held.
+func TestRecoveryWaitsForRoom(t *testing.T) {
+	room := &testRoom{}
+	w, a, port := cutWorld(t, 13, crossnic.Recovery{Room: room}, 0)
+	must(t, w.f.SetLink(port, true))
+	w.run(20*time.Millisecond, 0)
+	st := a.conn.Stats()
+	if st.Probes != 0 || st.SwitchBacks != 0 || st.ResetFailures != 0 || a.conn.ResetErr() == nil ||
+		!strings.Contains(a.conn.ResetErr().Error(), "no room in the application's CQs") {
+		t.Fatalf("no share free: %+v, reset err %v; want no reset, no probe", st, a.conn.ResetErr())
+	}
+	if sq, _ := a.conn.State(); sq != fsm.SQFallback {
+		t.Fatalf("send queue %v, want fallback", sq)
+	}
+	room.free = 1
+	w.run(50*time.Millisecond, 0)
+	if st := a.conn.Stats(); st.SwitchBacks != 1 || st.Probes == 0 || a.conn.ResetErr() != nil {
+		t.Fatalf("a share free: %+v, reset err %v; want a switch back", st, a.conn.ResetErr())
+	}
+	w.run(20 * time.Millisecond)
+	if !a.conn.Home() || room.takes != 1 || room.gives != 1 || room.free != 1 {
+		t.Fatalf("home %v, room %+v: want the share taken once and given back", a.conn.Home(), *room)
+	}
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+	// A second cut: the share is taken again, and Close gives it back.
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(port, true))
+	w.run(2*time.Millisecond, 0)
+	if room.takes != 2 || room.free != 0 {
+		t.Fatalf("after a second cut: room %+v, want the share taken again", *room)
+	}
+	must(t, a.conn.Close())
+	if room.gives != 2 || room.free != 1 {
+		t.Fatalf("after Close: room %+v, want the share given back", *room)
+	}
+}
+
 // TestProbeTimeout: a probe sent while the default path is still down
 // gets no answer; past ProbeTimeout (300 us here, shorter than the HCA's
 // own retries) it counts as a failure, and once the HCA gives up on it the

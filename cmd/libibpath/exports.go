@@ -92,6 +92,22 @@ func created(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI bool) C
 	return 1
 }
 
+// ibpathCQCreated: the application created or resized cq with headroom
+// entries more than it asked for (0: the device refused the larger size).
+//
+//export ibpathCQCreated
+func ibpathCQCreated(cq *C.struct_ibv_cq, headroom C.int) {
+	rt.CQCreated(ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)), int(headroom))
+}
+
+// ibpathCQDestroyed: the application destroyed cq, of ctx (only the
+// pointer's value is used: it is freed).
+//
+//export ibpathCQDestroyed
+func ibpathCQDestroyed(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
+	rt.CQDestroyed(ibv.WrapCQ(appCtx(ctx), unsafe.Pointer(cq)))
+}
+
 //export ibpathMR
 func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) {
 	c := appCtx(mr.context)

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "shim.h"
@@ -126,8 +127,9 @@ struct ibv_context *lip_open_device(struct ibv_device *dev)
 		c->create_qp_ex = v->create_qp_ex;
 		v->create_qp_ex = lip_create_qp_ex;
 	}
-	/* ibv_create_cq_ex is inline too: its channel must be the real one */
-	if (v && lip_channels && verbs_get_ctx_op(ctx, create_cq_ex)) {
+	/* ibv_create_cq_ex is inline too: its channel must be the real one,
+	 * and its size gets the headroom */
+	if (v && (lip_channels || lip_cq_headroom > 0) && verbs_get_ctx_op(ctx, create_cq_ex)) {
 		c->create_cq_ex = v->create_cq_ex;
 		v->create_cq_ex = lip_create_cq_ex;
 	}
@@ -379,15 +381,62 @@ int lip_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_
 	return ret == -2 ? real_ibv_get_cq_event(ch, cq, cq_ctx) : ret;
 }
 
+/* CQ headroom: with the switch back on, every CQ of the application is
+ * created (and resized) with lip_cq_headroom entries more than it asks
+ * for, for the completions of the switch back's own probes and
+ * notifications on its QPs; the Go side shares them out (cqroom.go). A
+ * device that refuses the larger size gets the application's own, and
+ * the Go side hears that the CQ has no headroom. */
+int lip_cq_headroom = 0; /* set by the Go side */
+
+/* cq_pad is the headroom to add to an application CQ of cqe entries on
+ * ctx (0 for the shim's own CQs). */
+static int cq_pad(struct ibv_context *ctx, int cqe)
+{
+	if (lip_cq_headroom <= 0 || lip_inside || !lip_ctx_of(ctx) || cqe > INT_MAX - lip_cq_headroom)
+		return 0;
+	return lip_cq_headroom;
+}
+
+static void cq_sized(struct ibv_cq *cq, int pad)
+{
+	if (!cq || lip_cq_headroom <= 0 || lip_inside || !lip_ctx_of(cq->context))
+		return;
+	ENTER();
+	ibpathCQCreated(cq, pad);
+	LEAVE();
+}
+
 struct ibv_cq *lip_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch, int vec) __asm__("ibv_create_cq");
 struct ibv_cq *lip_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch, int vec)
 {
 	REAL(ibv_create_cq, struct ibv_cq *, (struct ibv_context *, int, void *, struct ibv_comp_channel *, int));
 	struct ibv_comp_channel *real_ch = lip_chan_real(ch);
-	struct ibv_cq *cq = real_ibv_create_cq(ctx, cqe, cq_ctx, real_ch, vec);
+	int pad = cq_pad(ctx, cqe);
+	struct ibv_cq *cq = real_ibv_create_cq(ctx, cqe + pad, cq_ctx, real_ch, vec);
+	if (!cq && pad) {
+		pad = 0;
+		cq = real_ibv_create_cq(ctx, cqe, cq_ctx, real_ch, vec);
+	}
 	if (cq && real_ch != ch)
 		lip_chan_cq_created(cq, ch);
+	cq_sized(cq, pad);
 	return cq;
+}
+
+int lip_resize_cq(struct ibv_cq *cq, int cqe) __asm__("ibv_resize_cq");
+int lip_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	REAL(ibv_resize_cq, int, (struct ibv_cq *, int));
+	int pad = cq_pad(cq->context, cqe);
+	int ret = real_ibv_resize_cq(cq, cqe + pad);
+	if (ret && pad) {
+		pad = 0;
+		ret = real_ibv_resize_cq(cq, cqe);
+	}
+	if (ret == 0)
+		cq_sized(cq, pad);
+	return ret;
 }
 
 static struct ibv_cq_ex *lip_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
@@ -398,11 +447,22 @@ static struct ibv_cq_ex *lip_create_cq_ex(struct ibv_context *context, struct ib
 		return NULL;
 	}
 	struct ibv_comp_channel *ch = attr->channel, *real_ch = lip_chan_real(ch);
+	uint32_t cqe = attr->cqe;
+	int pad = cqe > INT_MAX ? 0 : cq_pad(context, (int)cqe);
 	attr->channel = real_ch;
+	attr->cqe = cqe + pad;
 	struct ibv_cq_ex *cq = c->create_cq_ex(context, attr);
+	if (!cq && pad) {
+		pad = 0;
+		attr->cqe = cqe;
+		cq = c->create_cq_ex(context, attr);
+	}
 	attr->channel = ch;
+	attr->cqe = cqe;
 	if (cq && real_ch != ch)
 		lip_chan_cq_created(ibv_cq_ex_to_cq(cq), ch);
+	if (cq)
+		cq_sized(ibv_cq_ex_to_cq(cq), pad);
 	return cq;
 }
 
@@ -410,5 +470,14 @@ int lip_destroy_cq(struct ibv_cq *cq) __asm__("ibv_destroy_cq");
 int lip_destroy_cq(struct ibv_cq *cq)
 {
 	REAL(ibv_destroy_cq, int, (struct ibv_cq *));
-	return lip_chan_cq_destroy(cq, real_ibv_destroy_cq);
+	struct ibv_context *ctx = cq->context;
+	int sized = lip_cq_headroom > 0 && !lip_inside && lip_ctx_of(ctx);
+	int ret = lip_chan_cq_destroy(cq, real_ibv_destroy_cq);
+	if (ret == 0 && sized) {
+		/* only the pointer's value is used: the Go side forgets it */
+		ENTER();
+		ibpathCQDestroyed(ctx, cq);
+		LEAVE();
+	}
+	return ret;
 }

@@ -80,6 +80,9 @@ func ibpathInit() {
 		if cfg.Channels {
 			C.lip_channels = 1
 		}
+		if cfg.SwitchBack {
+			C.lip_cq_headroom = C.int(cfg.CQHeadroom)
+		}
 	}
 	if cfg.Socket != "off" {
 		attacher = shim.Attach(rt, cfg.Socket)

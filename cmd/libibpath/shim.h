@@ -201,6 +201,7 @@ void lip_express_arm(struct ibv_cq *cq);
 
 /* channel.c */
 extern int lip_channels;    /* 1: the application's completion channels are wrapped */
+extern int lip_cq_headroom; /* entries added to each application CQ (interpose.c) */
 struct ibv_comp_channel *lip_chan_new(struct ibv_comp_channel *real);
 struct ibv_comp_channel *lip_chan_real(struct ibv_comp_channel *ch);
 int lip_chan_destroy(struct ibv_comp_channel *ch, int (*destroy)(struct ibv_comp_channel *));

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/ibpath/ibpath/internal/api"
@@ -36,6 +37,14 @@ type Config struct {
 	// default until its remaining races are closed (docs/SHIM.md): in the
 	// soft-RoCE lab about one switch back in 25 still surfaced an error.
 	SwitchBack bool
+	// CQHeadroom (IBPATH_CQ_HEADROOM, default 64 with SwitchBack on, 0
+	// otherwise): entries added to every CQ the application creates or
+	// resizes, for the switch back's own completions (probes,
+	// notifications, control receives) in the default QP's CQs. Each QP
+	// switching back holds 4 of a CQ it shares for both queues, 2 of each
+	// of two split CQs; more QPs than that switching back at once wait
+	// their turn on the backup. With SwitchBack on it must be at least 4.
+	CQHeadroom int
 	// Channels (IBPATH_CHANNELS=on|off, default on): hand the application
 	// completion channels of the shim, which it makes readable when a
 	// backup device completes the application's work (the kernel's event
@@ -62,7 +71,12 @@ const (
 	EnvBackup   = "IBPATH_BACKUP"
 	EnvSocket   = "IBPATH_SOCKET"
 	EnvLog      = "IBPATH_LOG"
+	EnvHeadroom = "IBPATH_CQ_HEADROOM"
 )
+
+// defaultCQHeadroom is CQHeadroom's default with SwitchBack on: 16 QPs
+// sharing one CQ switch back at once, for 64 more CQEs per CQ (a few KB).
+const defaultCQHeadroom = 64
 
 // FromEnv reads the configuration. A value it does not understand is an
 // error naming the variable: the shim then disables itself and says so,
@@ -94,6 +108,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Channels, err = boolEnv(getenv, EnvChannels, true); err != nil {
 		return c, err
 	}
+	if c.CQHeadroom, err = headroomEnv(getenv, c.SwitchBack); err != nil {
+		return c, err
+	}
 	if v := getenv(EnvBackup); v != "" {
 		c.Backup = v
 	}
@@ -120,6 +137,31 @@ func boolEnv(getenv func(string) string, name string, def bool) (bool, error) {
 	return def, fmt.Errorf("%s=%q: want on or off", name, getenv(name))
 }
 
+// headroomEnv is IBPATH_CQ_HEADROOM: a count of CQ entries, at least one
+// QP's share when the switch back is on, and no more than a CQ could
+// sensibly grow by.
+func headroomEnv(getenv func(string) string, switchBack bool) (int, error) {
+	v := getenv(EnvHeadroom)
+	if v == "" {
+		if switchBack {
+			return defaultCQHeadroom, nil
+		}
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil || n < 0 || n > maxCQHeadroom:
+		return 0, fmt.Errorf("%s=%q: want a number of CQ entries from 0 to %d", EnvHeadroom, v, maxCQHeadroom)
+	case switchBack && n < shareShared:
+		return 0, fmt.Errorf("%s=%d: the switch back needs at least %d entries per CQ (one QP's share); turn %s off instead",
+			EnvHeadroom, n, shareShared, EnvSwitch)
+	}
+	return n, nil
+}
+
+// maxCQHeadroom bounds IBPATH_CQ_HEADROOM.
+const maxCQHeadroom = 1 << 16
+
 // Banner is the line the shim logs when it loads: what is active.
 func (c Config) Banner(pid int) string {
 	if c.Disabled {
@@ -133,5 +175,14 @@ func (c Config) Banner(pid int) string {
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
 		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s); backup device %s; ibpathd %s",
 		pid, onoff[c.APM], onoff[c.Record], map[bool]string{true: " (single poster per QP)", false: ""}[c.SinglePoster],
-		onoff[c.Record], onoff[c.SwitchBack && c.Record], onoff[c.Express && c.Record], onoff[c.Channels && c.Record], c.Backup, daemon)
+		onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record], c.Backup, daemon)
+}
+
+// switchBackWord is the banner's switch-back state, with the CQ headroom
+// it runs with.
+func (c Config) switchBackWord() string {
+	if !c.SwitchBack || !c.Record {
+		return "off"
+	}
+	return fmt.Sprintf("on, %d CQ entries of headroom", c.CQHeadroom)
 }

@@ -65,3 +65,30 @@ func TestFromEnvLayer2Switches(t *testing.T) {
 		t.Errorf("banner %q", b)
 	}
 }
+
+// TestFromEnvCQHeadroom: IBPATH_CQ_HEADROOM defaults to 64 with the switch
+// back on and to 0 without it, takes a count, and refuses what is not one,
+// and, with the switch back on, less than one QP's share.
+func TestFromEnvCQHeadroom(t *testing.T) {
+	for _, c := range []struct {
+		sw, v string
+		want  int
+	}{{"", "", 0}, {"on", "", defaultCQHeadroom}, {"on", "4", 4}, {"on", "1000", 1000}, {"off", "0", 0}, {"off", "8", 8}} {
+		got, err := FromEnv(env(map[string]string{EnvSwitch: c.sw, EnvHeadroom: c.v}))
+		if err != nil || got.CQHeadroom != c.want {
+			t.Errorf("%s=%q %s=%q: %d, %v; want %d", EnvSwitch, c.sw, EnvHeadroom, c.v, got.CQHeadroom, err, c.want)
+		}
+	}
+	for _, c := range []struct{ sw, v, say string }{
+		{"on", "3", "at least 4"}, {"on", "0", "at least 4"}, {"", "-1", "from 0 to"}, {"", "many", "from 0 to"}, {"on", "70000", "from 0 to"},
+	} {
+		_, err := FromEnv(env(map[string]string{EnvSwitch: c.sw, EnvHeadroom: c.v}))
+		if err == nil || !strings.Contains(err.Error(), EnvHeadroom) || !strings.Contains(err.Error(), c.say) {
+			t.Errorf("%s=%q %s=%q: %v, want an error naming it and saying %q", EnvSwitch, c.sw, EnvHeadroom, c.v, err, c.say)
+		}
+	}
+	c, _ := FromEnv(env(map[string]string{EnvSwitch: "on"}))
+	if b := c.Banner(7); !strings.Contains(b, "switch back on, 64 CQ entries of headroom") {
+		t.Errorf("banner %q", b)
+	}
+}

@@ -234,25 +234,30 @@ func TestExpressNotTaken(t *testing.T) {
 	}
 }
 
+// sharedCQWorld: on f, A's two protected QPs share one CQ (returned),
+// B's two have a CQ each; A's first is connected to B's first, its second
+// to B's second, and all four are armed. qs: A's two, then B's.
+func sharedCQWorld(t *testing.T, f *sim.Fabric, o l2opts) ([]*l2host, verbs.CQ, []*appQP) {
+	t.Helper()
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
+	shared := a.createCQ(t, 256)
+	qs := []*appQP{a.addQP(t, qpOpts{cq: shared}), a.addQP(t, qpOpts{cq: shared}), b.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})}
+	connectPair(t, qs[0], qs[2])
+	connectPair(t, qs[1], qs[3])
+	waitFor(t, "the QPs armed", func() bool { return qs[0].armed() && qs[1].armed() && qs[2].armed() && qs[3].armed() })
+	return []*l2host{a, b}, shared, qs
+}
+
 // TestExpressSharedCQWithArmedQP: A's two protected QPs share a CQ; only
 // the first fails over. Its failover settles, but the CQ also carries the
 // armed QP, whose errors the runtime must still intercept: it stays off
 // the lane. B's QP, alone on its CQ, goes on it.
 func TestExpressSharedCQWithArmedQP(t *testing.T) {
 	f := railFabric(t, 53)
-	c := newCluster()
-	o := l2opts{express: true, noWatch: true}
-	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
-	shared, err := a.ctx.CreateCQ(256, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa1, qa2 := a.addQP(t, qpOpts{cq: shared}), a.addQP(t, qpOpts{cq: shared})
-	qb1, qb2 := b.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
-	connectPair(t, qa1, qb1)
-	connectPair(t, qa2, qb2)
-	waitFor(t, "the QPs armed", func() bool { return qa1.armed() && qa2.armed() && qb1.armed() && qb2.armed() })
-	hosts := []*l2host{a, b}
+	hosts, _, qs := sharedCQWorld(t, f, l2opts{express: true, noWatch: true})
+	a, b := hosts[0], hosts[1]
+	qa1, qa2, qb1 := qs[0], qs[1], qs[2]
 	qa1.total, qa2.total, qb1.total = 60, 60, 60
 	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa1.sendDone) >= 10 })
 	qa1.sendNext(t)

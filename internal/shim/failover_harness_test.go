@@ -177,6 +177,20 @@ func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o
 	return x
 }
 
+// createCQ creates an application CQ of n entries as the C side does
+// under the shim: with the configured headroom added, reported to the
+// runtime.
+func (x *l2host) createCQ(t *testing.T, n int) verbs.CQ {
+	t.Helper()
+	h := x.rt.cfg.CQHeadroom
+	cq, err := x.ctx.CreateCQ(n+h, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.rt.CQCreated(cq, h)
+	return cq
+}
+
 // read is the process's memory as the shim's MemReader sees it.
 func (x *l2host) read(addr uint64, n uint32) []byte {
 	if x.mr == nil || addr < x.mr.Addr() || addr-x.mr.Addr()+uint64(n) > uint64(len(x.buf)) {
@@ -194,13 +208,7 @@ func (x *l2host) counter() (uint64, []byte) {
 
 func (x *l2host) addQP(t *testing.T, o qpOpts) *appQP {
 	t.Helper()
-	mk := func() verbs.CQ {
-		cq, err := x.ctx.CreateCQ(256, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cq
-	}
+	mk := func() verbs.CQ { return x.createCQ(t, 256) }
 	scq := o.cq
 	if scq == nil {
 		scq = mk()

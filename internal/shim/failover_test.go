@@ -186,10 +186,7 @@ func TestFailoverSharedCQ(t *testing.T) {
 	f := railFabric(t, 34)
 	c := newCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
-	shared, err := a.ctx.CreateCQ(256, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shared := a.createCQ(t, 256)
 	qa1, qa2 := a.addQP(t, qpOpts{cq: shared}), a.addQP(t, qpOpts{cq: shared, noShadow: true})
 	qb1, qb2 := b.addQP(t, qpOpts{}), b.addQP(t, qpOpts{noShadow: true})
 	connectPair(t, qa1, qb1)

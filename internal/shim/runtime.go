@@ -80,6 +80,8 @@ type Runtime struct {
 	cfg Config
 	log *slog.Logger
 
+	rooms cqRooms // the application CQs' headroom (cqroom.go)
+
 	mu       sync.Mutex
 	devs     map[uintptr]*device // by the context's address
 	qps      map[qpKey]*qp

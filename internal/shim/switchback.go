@@ -61,9 +61,16 @@ func (r *Runtime) enableRecovery(q *l2qp) {
 	if !ok {
 		return // not connected: Adopt would have failed
 	}
+	room := r.roomFor(q.app.SendCQ, q.app.RecvCQ)
+	if !room.fits() {
+		r.log.Warn("libibpath: no switch back for a QP whose CQs have no headroom for the switch back's own completions "+
+			"(created before the shim, or at the device's CQ size limit); it stays on the backup after a failover", "qpn", q.key.qpn)
+		return
+	}
 	dev, port := q.set.dev, q.port
 	err := q.conn.EnableRecovery(crossnic.Recovery{Clock: r.fo.clock, ProbeInterval: switchTick,
-		HandshakeTimeout: switchHandshake, ProbeTimeout: switchProbe, DefAttr: &def, BakAttr: &bak, PathUp: func() bool { return r.portUp(dev, port) }})
+		HandshakeTimeout: switchHandshake, ProbeTimeout: switchProbe, DefAttr: &def, BakAttr: &bak, PathUp: func() bool { return r.portUp(dev, port) },
+		Room: room})
 	if err != nil {
 		r.log.Warn("libibpath: no switch back", "qpn", q.key.qpn, "err", err)
 		return

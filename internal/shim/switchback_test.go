@@ -15,14 +15,28 @@ import (
 // are back in their hot paths. The runtimes are also ticked right after
 // the posts, before the fabric carries them, so that a QP is given back
 // with WRs outstanding on its default QP.
-func homeAgain(t *testing.T, f *sim.Fabric, hosts []*l2host, qa, qb *appQP) {
+func homeAgain(t *testing.T, f *sim.Fabric, hosts []*l2host, qs ...*appQP) {
+	t.Helper()
+	homeAgainChecked(t, f, hosts, func() {}, qs...)
+}
+
+// homeAgainChecked is homeAgain calling check after every step.
+func homeAgainChecked(t *testing.T, f *sim.Fabric, hosts []*l2host, check func(), qs ...*appQP) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for i := 0; qa.diverted() || qb.diverted(); i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("not switched back at virtual %v: %s\nA log:\n%s", f.Now(), progress(hosts), qa.x.log)
+	away := func() bool {
+		for _, q := range qs {
+			if q.diverted() {
+				return true
+			}
 		}
-		for _, q := range []*appQP{qa, qb} {
+		return false
+	}
+	for i := 0; away(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("not switched back at virtual %v: %s\n%s log:\n%s", f.Now(), progress(hosts), qs[0].x.name, qs[0].x.log)
+		}
+		for _, q := range qs {
 			q.total = max(q.total, q.sent+l2Window)
 		}
 		postStep(t, hosts)
@@ -33,6 +47,7 @@ func homeAgain(t *testing.T, f *sim.Fabric, hosts []*l2host, qa, qb *appQP) {
 		for _, x := range hosts {
 			x.poll(t)
 		}
+		check()
 		if i%4 == 0 {
 			time.Sleep(200 * time.Microsecond)
 		}
@@ -274,5 +289,95 @@ func TestSwitchBackOff(t *testing.T) {
 	}
 	if r := hosts[0].rt; func() bool { r.fo.mu.Lock(); defer r.fo.mu.Unlock(); return r.fo.ticking }() {
 		t.Fatal("the switch-back loop runs with switching back off")
+	}
+}
+
+// TestSwitchBackSharesCQHeadroom: A's two QPs share one CQ whose headroom
+// (IBPATH_CQ_HEADROOM=4) is one QP's share of it. Both fail over when A's
+// cable is pulled; after the repair they switch back one after the
+// other: never do both hold a share at once (the CQ could overrun), the
+// second waits on the backup and says why, and both come home with every
+// message once. The shares are all given back.
+func TestSwitchBackSharesCQHeadroom(t *testing.T) {
+	f := railFabric(t, 81)
+	hosts, shared, qs := sharedCQWorld(t, f, l2opts{env: map[string]string{EnvHeadroom: "4"}})
+	a := hosts[0]
+	qa1, qa2, qb1, qb2 := qs[0], qs[1], qs[2], qs[3]
+	for _, q := range qs {
+		q.total = 40
+	}
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa1.sendDone) >= 10 && len(qa2.sendDone) >= 10 })
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 5*time.Microsecond, func() bool {
+		for _, q := range qs {
+			q.total = max(q.total, q.sent+l2Window)
+			if q.status().CrossNIC != "fallback" {
+				return false
+			}
+		}
+		return true
+	})
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	homeAgainChecked(t, f, hosts, func() {
+		held, headroom := a.rt.cqHeld(shared)
+		if headroom != 4 || held > 4 {
+			t.Fatalf("A's shared CQ: %d of its %d entries of headroom held", held, headroom)
+		}
+		most = max(most, held)
+	}, qs...)
+	if most != 4 {
+		t.Fatalf("at most %d entries of the shared CQ's headroom held during the switch backs, want 4", most)
+	}
+	if held, _ := a.rt.cqHeld(shared); held != 0 {
+		t.Fatalf("%d entries of the shared CQ's headroom still held with both QPs home", held)
+	}
+	if a.logLine("cannot reset the default QP yet", "no room in the application's CQs") == "" {
+		t.Fatalf("no line says why a QP waited:\n%s", a.log)
+	}
+	for _, q := range qs {
+		if s := q.status(); s.Switchbacks != 1 {
+			t.Fatalf("%s QP %d: status %+v, want one switch back", q.x.name, q.idx, s)
+		}
+	}
+	sendMoreClean(t, f, hosts, qa1, qb1, 20)
+	sendMoreClean(t, f, hosts, qa2, qb2, 20)
+}
+
+// TestSwitchBackNoHeadroom: a QP whose CQ has no headroom (the device
+// refused the larger size) does not switch back: it says so when it
+// fails over, and stays on the backup after the repair, still working.
+func TestSwitchBackNoHeadroom(t *testing.T) {
+	f := railFabric(t, 82)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
+	bare, err := a.ctx.CreateCQ(256, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.rt.CQCreated(bare, 0)
+	qa, qb := a.addQP(t, qpOpts{cq: bare}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "the QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total, qb.total = 40, 40
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 })
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	failedOverBoth(t, f, hosts, qa, qb, 1)
+	if a.logLine("no switch back for a QP whose CQs have no headroom", qpnAttr(qa)) == "" {
+		t.Fatalf("no line says why the QP does not switch back:\n%s", a.log)
+	}
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	sendMoreClean(t, f, hosts, qa, qb, 60)
+	if s := qa.status(); s.CrossNIC != "fallback" || s.Switchbacks != 0 {
+		t.Fatalf("A's QP after the repair: status %+v, want it on the backup", s)
 	}
 }

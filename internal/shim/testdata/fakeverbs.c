@@ -562,9 +562,16 @@ struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 	return q->wr_api ? &q->qpx : NULL;
 }
 
+/* FAKE_MAX_CQE is the device's largest CQ. */
+#define FAKE_MAX_CQE 100000
+
 /* new_cq is the provider's create_cq and libibverbs's verbs_init_cq. */
 static struct fake_cq *new_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch)
 {
+	if (cqe < 1 || cqe > FAKE_MAX_CQE) {
+		errno = EINVAL;
+		return NULL;
+	}
 	struct fake_cq *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
@@ -660,6 +667,14 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, str
 {
 	struct fake_cq *c = new_cq(ctx, cqe, cq_ctx, ch);
 	return c ? &c->cq : NULL;
+}
+
+int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	if (cqe < 1 || cqe > FAKE_MAX_CQE)
+		return EINVAL;
+	cq->cqe = cqe;
+	return 0;
 }
 
 /* libibverbs waits until every event the kernel reported is acknowledged:

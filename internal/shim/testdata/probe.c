@@ -409,6 +409,31 @@ static int events(struct ibv_qp *qp, struct ibv_cq *cq, void *cq_tag, struct ibv
 	return 0;
 }
 
+/* cq_sizes ("cqe" mode): the sizes the provider gave CQs asked for n
+ * entries, by ibv_create_cq and ibv_create_cq_ex, and the first after
+ * ibv_resize_cq to 2n. */
+static int cq_sizes(struct ibv_context *ctx, int n)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, n, NULL, NULL, 0);
+	struct ibv_cq_init_attr_ex ca = {.cqe = n};
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &ca);
+	if (!cq || !cqx) {
+		fprintf(stderr, "probe: create the CQs: %s\n", strerror(errno));
+		return 10;
+	}
+	if (ca.cqe != (uint32_t)n) {
+		fprintf(stderr, "probe: ibv_create_cq_ex changed the attributes given: cqe %u\n", ca.cqe);
+		return 10;
+	}
+	printf("create %d create_ex %d", cq->cqe, ibv_cq_ex_to_cq(cqx)->cqe);
+	if (ibv_resize_cq(cq, 2 * n) != 0) {
+		fprintf(stderr, "probe: ibv_resize_cq: %s\n", strerror(errno));
+		return 10;
+	}
+	printf(" resized %d\n", cq->cqe);
+	return ibv_destroy_cq(cq) || ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) ? 10 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 100;
@@ -425,6 +450,8 @@ int main(int argc, char **argv)
 	int chan = argc > 2 && strncmp(argv[2], "chan", 4) == 0;
 	int chanex = argc > 2 && strcmp(argv[2], "chanex") == 0;
 	struct ibv_context *ctx = ibv_open_device(fake_device());
+	if (argc > 2 && strcmp(argv[2], "cqe") == 0)
+		return cq_sizes(ctx, n);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_comp_channel *ch = NULL;
 	static int cq_tag; /* the CQ's context: events must carry it */
