@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -220,6 +221,7 @@ func (r *Runtime) scanLoop() {
 			wait = scanMin
 		case <-time.After(wait):
 		}
+		r.republishDue()
 		n := 0
 		r.l2mu.Lock()
 		for _, s := range r.shadows {
@@ -339,19 +341,23 @@ type sessionDir struct {
 
 // republish sends everything published so far to a session that has just
 // attached (the shim dials ibpathd in the background, so the first QPs of
-// a program are often connected before the session is up).
+// a program are often connected before the session is up). A publication
+// that fails does not stop the others: the peer needs the MRs' mappings
+// even when a QP's publication timed out (ibpathd may have taken it and
+// answered late). The error names every one that failed.
 func (d *sessionDir) republish(p Publisher) error {
 	d.mu.Lock()
 	qps := append([]ownerproto.PublishQP(nil), d.qps...)
 	mrs := append([]ownerproto.PublishMR(nil), d.mrs...)
 	d.mu.Unlock()
+	var errs []error
 	for _, q := range qps {
 		q.Remote = d.r.remoteOf(q.Key.QPN)
 		ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
 		err := p.PublishQP(ctx, q)
 		cancel()
 		if err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("publish QP %#x: %w", q.Key.QPN, err))
 		}
 	}
 	for _, m := range mrs {
@@ -360,13 +366,19 @@ func (d *sessionDir) republish(p Publisher) error {
 		err := p.PublishMR(ctx, m)
 		cancel()
 		if err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("publish MR rkey %#x: %w", m.Key.RKey, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
+// republishRetry is how long after a republication that failed the scan
+// tries again.
+const republishRetry = time.Second
+
 // republishAll sends every shadow's publications to p and wakes the scan.
+// When any fails, the scan sends them all again republishRetry later,
+// until they all go through (or the session changes).
 func (r *Runtime) republishAll(p Publisher) {
 	r.l2mu.Lock()
 	var dirs []*sessionDir
@@ -374,14 +386,33 @@ func (r *Runtime) republishAll(p Publisher) {
 		dirs = append(dirs, s.dir)
 	}
 	r.l2mu.Unlock()
+	failed := false
 	for _, d := range dirs {
 		if err := d.republish(p); err != nil {
-			r.log.Warn("libibpath: republish backup attributes to ibpathd", "err", err)
+			failed = true
+			r.log.Warn("libibpath: republish backup attributes to ibpathd; trying again", "err", err, "in", republishRetry)
 		}
+	}
+	if failed {
+		r.republishAt.Store(time.Now().Add(republishRetry).UnixNano())
+	} else {
+		r.republishAt.Store(0)
 	}
 	select {
 	case r.rescan <- struct{}{}:
 	default:
+	}
+}
+
+// republishDue sends the publications again when the last republication
+// failed and its retry time has come.
+func (r *Runtime) republishDue() {
+	at := r.republishAt.Load()
+	if at == 0 || time.Now().UnixNano() < at {
+		return
+	}
+	if p := r.publisher(); p != nil {
+		r.republishAll(p)
 	}
 }
 

@@ -2,6 +2,8 @@ package shim
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -250,6 +252,74 @@ func TestLayer2PublishesWhenTheSessionComesLate(t *testing.T) {
 	defer c.mu.Unlock()
 	if len(c.qps) != 2 || len(c.mrs) != 2 {
 		t.Fatalf("after attach: QPs %v MRs %v", c.qps, c.mrs)
+	}
+}
+
+// slowNode is a node whose first failQPs QP publications time out (an
+// ibpathd slow to answer, as under TCG in the lab).
+type slowNode struct {
+	*node
+	mu      sync.Mutex
+	failQPs int
+}
+
+func (n *slowNode) PublishQP(ctx context.Context, p ownerproto.PublishQP) error {
+	n.mu.Lock()
+	fail := n.failQPs > 0
+	n.failQPs--
+	n.mu.Unlock()
+	if fail {
+		return fmt.Errorf("ownerproto: publish_qp: %w", context.DeadlineExceeded)
+	}
+	return n.node.PublishQP(ctx, p)
+}
+
+// TestLayer2RepublishRetried: a's session comes after its QP connected,
+// and ibpathd answers a's first QP publications late (a timeout). The MR
+// mapping is sent all the same (the peer's replay of an RDMA WRITE needs
+// it), pushed to b's node, and the QP's publication is tried again until
+// it goes through; the log says so.
+func TestLayer2RepublishRetried(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	a, b := newHost(t, f.Host("node0"), c), newHost(t, f.Host("node1"), c)
+	lb := &syncBuf{}
+	a.rt.log = slog.New(slog.NewTextHandler(lb, nil))
+	a.rt.SetReporter(nil)
+	c.mu.Lock()
+	c.qps, c.mrs = map[store.QPKey]store.QPBackup{}, map[store.MRKey]store.MRBackup{}
+	c.mu.Unlock()
+	a.connect(t, b)
+	b.connect(t, a)
+	a.rt.SetReporter(&slowNode{node: &node{c: c}, failQPs: 2})
+	pb, _ := b.ctx.QueryPort(1)
+	c.mu.Lock()
+	var pushed []ownerproto.Route
+	aMR := false
+	for k := range c.mrs {
+		if k.LID != pb.LID {
+			aMR, pushed = true, c.mrPush[k]
+		}
+	}
+	c.mu.Unlock()
+	if !aMR || len(pushed) == 0 || pushed[len(pushed)-1] != (ownerproto.Route{LID: pb.LID}) {
+		t.Fatalf("after attach: a's MR mapping published %v, pushed to %v; want it pushed to b's node (LID %d)", aMR, pushed, pb.LID)
+	}
+	if !strings.Contains(lb.String(), "trying again") {
+		t.Fatalf("no line says the republication failed:\n%s", lb)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Contains(b.backup(), "connecting") || strings.Contains(a.backup(), "connecting") {
+		if time.Now().After(deadline) {
+			t.Fatalf("backups never connected: a %q, b %q\n%s", a.backup(), b.backup(), lb)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a.rt.republishAt.Load() != 0 {
+		t.Fatal("a republication is still due after every one went through")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
@@ -96,6 +97,9 @@ type Runtime struct {
 	shadows  map[uintptr]*shadowSet
 	scanning bool
 	rescan   chan struct{}
+	// republishAt: when the scan sends the publications again after a
+	// republication that failed (unix ns; 0: none due)
+	republishAt atomic.Int64
 
 	l1 *Layer1 // nil: layer 1 off (IBPATH_APM=off, or it could not start)
 
