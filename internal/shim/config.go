@@ -34,8 +34,9 @@ type Config struct {
 	// failover, probe the default QP and move the traffic back to it once
 	// its path works again (then the hot path takes the QP back). Off:
 	// a failed-over QP stays on the backup, on the express lane. Off by
-	// default until its remaining races are closed (docs/SHIM.md): in the
-	// soft-RoCE lab about one switch back in 25 still surfaced an error.
+	// default: a link that flaps again while its QPs switch back can
+	// surface the error (docs/SHIM.md, "Known limits"), which a QP left
+	// on the backup never does.
 	SwitchBack bool
 	// CQHeadroom (IBPATH_CQ_HEADROOM, default 64 with SwitchBack on, 0
 	// otherwise): entries added to every CQ the application creates or
