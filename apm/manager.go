@@ -114,6 +114,11 @@ func (m *Manager) Register(ctx verbs.Context, qp verbs.QP) error {
 		return fmt.Errorf("apm: register QP %#x: it is %v; register after INIT->RTR", qp.QPN(), attr.QPState)
 	}
 	e := m.add(ctx, qp, ref(attr))
+	// The device's ports as they are now: the manager hears port events
+	// only while it protects a QP of the context, and a QP registered
+	// after a quiet spell (one brought home by the next layer) must not
+	// be judged by ports seen down before it.
+	e.dev.refresh()
 	m.start(e, attr.PortNum)
 	return nil
 }

@@ -64,6 +64,36 @@ func TestRegisterArmsAConnectedQP(t *testing.T) {
 	}
 }
 
+// TestRegisterSeesPortsAsTheyAreNow: the manager saw port 2 go down, then
+// heard no port event for a while (it protected no QP of the context, as
+// when the next layer holds the QP); port 2 came back meanwhile. A QP
+// registered then is armed on port 2: Register reads the ports as they
+// are, not as the last event left them.
+func TestRegisterSeesPortsAsTheyAreNow(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	a, b := w.pair("mlx5_0", rcOpts{plain: true})
+	must(t, a.n.mgr.Register(a.ctx, a.qp))
+	must(t, b.n.mgr.Register(b.ctx, b.qp))
+	w.ping(a, b)
+	w.run(11 * time.Millisecond)
+	a.n.mgr.Unregister(a.qp)
+	port2 := w.nodes[0].host.HCA("mlx5_0").Port(2)
+	must(t, w.f.SetLink(port2, false))
+	w.run(5 * time.Millisecond) // PORT_ERR reaches the manager
+	a.n.portDeaf = true
+	must(t, w.f.SetLink(port2, true))
+	w.run(200 * time.Millisecond) // PORT_ACTIVE does not
+	if pa, err := a.ctx.QueryPort(2); err != nil || pa.State != verbs.PortActive {
+		t.Fatalf("port 2 after the repair: %+v, %v", pa, err)
+	}
+	must(t, a.n.mgr.Register(a.ctx, a.qp))
+	w.ping(a, b)
+	w.run(11 * time.Millisecond)
+	if s := a.state(t); s.State != fsm.APMArmed || s.Alternate.Port != 2 {
+		t.Fatalf("registered after port 2 came back unheard: %+v, want armed on port 2", s)
+	}
+}
+
 // recovery measures the virtual time from pulling node0's port-1 cable to
 // the completion of a WRITE posted just before.
 func recovery(t *testing.T, proactive bool) time.Duration {

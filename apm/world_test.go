@@ -32,6 +32,9 @@ type node struct {
 	// program that never reads its async events (the shim sees only port
 	// events, on a context of its own).
 	qpDeaf bool
+	// portDeaf: port events are read but not given to the manager, as
+	// while the shim's layer 1 protects no QP of the context.
+	portDeaf bool
 }
 
 type handovers struct{ got []string }
@@ -185,7 +188,8 @@ func (w *world) pump() {
 					break
 				}
 				n.events = append(n.events, ev.Type)
-				if !n.qpDeaf || ev.Type.Scope() != verbs.ScopeQP {
+				deaf := n.qpDeaf && ev.Type.Scope() == verbs.ScopeQP || n.portDeaf && ev.Type.Scope() == verbs.ScopePort
+				if !deaf {
 					n.mgr.HandleEvent(c, ev)
 				}
 				c.AckAsyncEvent(ev)

@@ -237,6 +237,49 @@ func (l *Layer1) Modify(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr, mask
 	return err
 }
 
+// Readopt protects again a QP that layer 2 brought home: its failover
+// (after layer 1 handed it over, or on a fault of its own) ended with a
+// switch back that reset the QP and connected it anew, to RTS, with no
+// alternate path. Layer 1 registers it with the manager, which loads an
+// alternate and arms it RTS->RTS, as for a QP the application connected.
+// It reports whether layer 1 now protects the QP: false for one it
+// already knows, one that is not RC on an InfiniBand port, or when the
+// manager refuses it (logged).
+func (l *Layer1) Readopt(ctx verbs.Context, qp verbs.QP) bool {
+	k := l1Key{ctx.Device().Name, qp.QPN()}
+	if why := l1Eligible(ctx, qp); why != "" {
+		l.log.Debug("libibpath: layer 1 leaves the QP brought home to layer 2", "device", k.dev, "qpn", k.qpn, "why", why)
+		return false
+	}
+	a, _, err := qp.Query(verbs.QPAttrAV)
+	if err != nil {
+		l.log.Warn("libibpath: layer 1 cannot protect the QP brought home", "device", k.dev, "qpn", k.qpn, "err", fmt.Errorf("ibv_query_qp: %w", err))
+		return false
+	}
+	route := routeOfAH(a.AHAttr)
+	l.peers.prefetch(route)
+	l.mu.Lock()
+	ok := false
+	switch {
+	case l.closed || l.qps[k] != nil:
+	default:
+		l.mgr.Unregister(qp) // what is left of its entry from before the hand-over
+		if err := l.mgr.Register(ctx, qp); err != nil {
+			l.log.Warn("libibpath: layer 1 cannot protect the QP brought home", "device", k.dev, "qpn", k.qpn, "err", err)
+			break
+		}
+		l.qps[k] = &l1QP{ctx: ctx, qp: qp, route: route}
+		l.addContext(k.dev, ctx)
+		ok = true
+		l.log.Info("libibpath: layer 1 protects the QP again after layer 2's switch back", "device", k.dev, "qpn", k.qpn)
+	}
+	l.collect()
+	l.mu.Unlock()
+	l.deliver()
+	l.poller.Kick()
+	return ok
+}
+
 // l1Eligible says why layer 1 leaves a QP alone, or "" when it arms it:
 // an RC QP whose port is InfiniBand (RoCE has no APM; the runtime reports
 // those QPs itself).

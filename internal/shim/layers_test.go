@@ -102,9 +102,10 @@ func (s *lySession) eventsOf(qpn uint32) []string {
 }
 
 type lyOpts struct {
-	noSession bool // no ibpathd session at all
-	noLookup  bool // a session that cannot describe adapters (no HCALookup)
-	noHotpath bool // layer 2 builds and connects backups but never fails over
+	noSession  bool // no ibpathd session at all
+	noLookup   bool // a session that cannot describe adapters (no HCALookup)
+	noHotpath  bool // layer 2 builds and connects backups but never fails over
+	switchBack bool // IBPATH_SWITCHBACK=on
 }
 
 // lyHost is one process on a host.
@@ -118,7 +119,11 @@ type lyHost struct {
 func (w *lyWorld) host(name string, side int, o lyOpts) *lyHost {
 	t := w.t
 	t.Helper()
-	cfg, err := FromEnv(env(nil))
+	e := map[string]string{}
+	if o.switchBack {
+		e[EnvSwitch] = "on"
+	}
+	cfg, err := FromEnv(env(e))
 	if err != nil || !cfg.APM || !cfg.Record {
 		t.Fatalf("default configuration %+v, %v: want layer 1 and the shadow rings on", cfg, err)
 	}
@@ -196,7 +201,7 @@ func (x *l2host) modify(t *testing.T, qp verbs.QP, attr verbs.QPAttr, mask verbs
 		err = qp.Modify(&a, mask)
 	}
 	m := Modify{QPN: qp.QPN(), Mask: mask, State: attr.QPState, Port: attr.PortNum, DLID: attr.AHAttr.DLID,
-		Global: attr.AHAttr.IsGlobal, DGID: attr.AHAttr.GRH.DGID, DestQPN: attr.DestQPN}
+		Global: attr.AHAttr.IsGlobal, DGID: attr.AHAttr.GRH.DGID, DestQPN: attr.DestQPN, Attr: attr}
 	if err != nil {
 		m.Err = int(verbs.EINVAL)
 		var ve *verbs.Error
@@ -574,6 +579,47 @@ func bothPortsDown(t *testing.T, migrateFirst bool) {
 	if r := a.rt.Command(ownerproto.Command{Op: ownerproto.OpMigrate, Device: lyDev, QPN: qa.qp.QPN()}); r.OK || !strings.Contains(r.Error, "layer 1 does not protect it") {
 		t.Fatalf("migrate of a diverted QP: %+v", r)
 	}
+}
+
+// TestLayersSwitchBackRearmsLayer1: with switching back on, both ports of
+// node0's HCA go down: layer 1 hands the QP over and layer 2 fails it over
+// onto the backup device. Once the ports are back, layer 2 brings the
+// traffic home, and layer 1 protects the QP again: it loads an alternate
+// and arms it, so that the next pull of the primary port's cable is a
+// path migration, not a second layer-2 failover.
+func TestLayersSwitchBackRearmsLayer1(t *testing.T) {
+	w := newLyWorld(t)
+	o := lyOpts{switchBack: true}
+	a, b := w.host("node0", 0, o), w.host("node1", 1, o)
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	lyConnect(t, qa, qb)
+	hosts := lyTrafficArmed(t, a, b, qa, qb)
+	l1Must(t, w.f.SetLink(a.hca.Port(2), false))
+	l1Must(t, w.f.SetLink(a.hca.Port(1), false))
+	lyRun(t, "both QPs diverted, traffic going on", hosts, andAlso(qa.diverted, qb.diverted, sentMore(100, qa, qb)))
+	l1Must(t, w.f.SetLink(a.hca.Port(1), true))
+	l1Must(t, w.f.SetLink(a.hca.Port(2), true))
+	defer func() {
+		if t.Failed() {
+			t.Logf("node0 log:\n%s", a.log)
+		}
+	}()
+	lyRun(t, "both QPs home, layer 1 armed again", hosts, andAlso(sentMore(50, qa, qb), func() bool {
+		return !qa.diverted() && !qb.diverted() && qa.l1Is("armed", "port 1") && qb.l1Is("armed", "port 1")
+	}))
+	qpn := "qpn=" + strconv.FormatUint(uint64(qa.qp.QPN()), 10)
+	if a.logLine("layer 1 protects the QP again after layer 2's switch back", qpn) == "" {
+		t.Fatalf("no line says layer 1 took the QP back:\n%s", a.log)
+	}
+	if s := qa.status(); s.Layer != status.LayerAPM || s.Switchbacks != 1 || s.Failovers != 1 {
+		t.Fatalf("node0's QP home: %+v; want layer 1's again, after one failover and one switch back", s)
+	}
+	l1Must(t, w.f.SetLink(a.hca.Port(1), false))
+	lyRun(t, "node0's QP migrated to port 2", hosts, andAlso(sentMore(50, qa, qb), func() bool { return qa.status().Primary == "port 2" }))
+	if qa.diverted() || qa.status().Failovers != 1 {
+		t.Fatalf("the second cut: diverted %v, status %+v; want a path migration only", qa.diverted(), qa.status())
+	}
+	finishClean(t, hosts, qa, qb)
 }
 
 // TestLayersRelayedCommands: a relayed migrate of a QP layer 1 armed is

@@ -132,9 +132,31 @@ func (r *Runtime) switchLoop() {
 // are home. It reports whether any is still away (false also stops the
 // loop: the next enableRecovery starts it again).
 func (r *Runtime) switchTickOnce() bool {
+	away, home := r.switchTickLocked()
+	// Layer 1 takes back the QPs that came home (outside layer 2's lock:
+	// its hooks take it), with the application's context as verbs.
+	for _, q := range home {
+		if r.l1 == nil {
+			break
+		}
+		r.mu.Lock()
+		var ctx verbs.Context
+		if d := r.devs[q.app.Ctx]; d != nil {
+			ctx = d.def
+		}
+		r.mu.Unlock()
+		if ctx != nil {
+			r.l1.Readopt(ctx, q.qp)
+		}
+	}
+	return away
+}
+
+// switchTickLocked is switchTickOnce's work under layer 2's lock; home are
+// the QPs given back to the hot path.
+func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 	r.fo.mu.Lock()
 	defer r.unlockFO()
-	away := false
 	for _, q := range r.fo.qps {
 		if q.gone || !q.diverted || !q.recovery || q.conn == nil || q.express {
 			continue
@@ -145,8 +167,8 @@ func (r *Runtime) switchTickOnce() bool {
 		}
 		r.noteReset(q)
 		r.noteAway(q)
-		if q.conn != nil && q.conn.Home() && !q.stayDiverted {
-			r.undivert(q)
+		if q.conn != nil && q.conn.Home() && !q.stayDiverted && r.undivert(q) {
+			home = append(home, q)
 		}
 		if q.diverted && q.recovery {
 			away = true // a QP the hot path could not take back is ticked too: it may fail over again
@@ -156,7 +178,7 @@ func (r *Runtime) switchTickOnce() bool {
 	if !away {
 		r.fo.ticking = false
 	}
-	return away
+	return away, home
 }
 
 // noteReset logs what keeps a QP from going home: the default QP that
@@ -210,8 +232,9 @@ func isPow10(n int) bool {
 // undivert gives q back to the hot path: its Conn switched back and the
 // default QP holds every WR. A hot path that cannot take it keeps it
 // diverted: the Conn then carries the default QP through the runtime.
-// Called with fo.mu held.
-func (r *Runtime) undivert(q *l2qp) {
+// It reports whether the hot path took it after a failover (layer 1 may
+// then protect it again). Called with fo.mu held.
+func (r *Runtime) undivert(q *l2qp) bool {
 	st := q.conn.Outstanding()
 	stats := q.conn.Stats()
 	wasFailover := q.failedOver
@@ -239,7 +262,7 @@ func (r *Runtime) undivert(q *l2qp) {
 		// Diverted for a notification that was not one (a backup event
 		// read before the last switch back): nothing moved.
 		r.log.Debug("libibpath: layer 2 gave back a QP that never left its default", "qpn", q.key.qpn, "reason", q.reason)
-		return
+		return false
 	}
 	since := time.Since(q.faultAt)
 	r.log.Info("libibpath: layer 2 switched back", "qpn", q.key.qpn, "device", q.set.dev, "backup", q.set.backup,
@@ -248,6 +271,7 @@ func (r *Runtime) undivert(q *l2qp) {
 	r.fo.events = append(r.fo.events, status.Event{Kind: status.EvSwitchback, At: time.Now(), Device: q.set.dev,
 		Port: q.port, QPN: q.key.qpn, From: q.set.backup + " (backup)", To: fmt.Sprintf("%s qpn %#x", q.set.dev, q.key.qpn),
 		Reason: fmt.Sprintf("the default path works again (%s after %s)", since.Round(time.Millisecond), q.reason)})
+	return err == nil
 }
 
 // giveBack drops q's Conn and takes q out of its CQs' routes: the hot
