@@ -47,6 +47,10 @@ PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat", "pingpon
              "pingpong-wr")
 
 
+# the arms with the shim: on, and sb (the shim switching back, cut rows only)
+SHIMMED = ("on", "sb")
+
+
 def kind(prog):
     """The program a row runs, without the suffix of its variant: -ev (the
     same program sleeping on its completion channel), -wr (the same
@@ -302,7 +306,7 @@ def parse(m, client, server):
             r["detail"] = "cut came after the program ended (%.1f s)" % (cu - stamps[-1])
     if not r["finished"] and not r["detail"]:
         r["detail"] = first_error(c, server) or ("timed out" if m.get("client_rc") in ("124", "137") else "rc %s/%s" % (m.get("client_rc"), m.get("server_rc", "-")))
-    if m["cut"] != "none" and m["shim"] == "on":
+    if m["cut"] != "none" and m["shim"] in SHIMMED:
         r.update(failover(m, client, server))
         r.update(switchback(m, client, server))
     shimlines = len([l for l in (client + server).splitlines() if "ibpath" in l.lower()])
@@ -353,7 +357,7 @@ def main():
     for r in rows:
         if r.get("status") != "PASS" or r["cut"] == "none" or r.get("pause_ms") is not None:
             continue
-        base = ref.get((r["prog"], r["shim"]))
+        base = ref.get((r["prog"], "on" if r["shim"] == "sb" else r["shim"]))
         if not base or base.get("work") is None:
             continue
         if kind(r["prog"]) == "pingpong":
@@ -367,7 +371,7 @@ def main():
         r.pop("order", None)
         # uncut rows must finish; so must the cut rows of programs the
         # shim protects, with the shim: layer 2 fails them over
-        r["must_pass"] = r["cut"] == "none" or (r["shim"] == "on" and r["prog"] in PROTECTED)
+        r["must_pass"] = r["cut"] == "none" or (r["shim"] in SHIMMED and r["prog"] in PROTECTED)
     ratios = {}
     def median(v):
         v = sorted(v)

@@ -170,13 +170,15 @@ row_run() {
 	mpi | mpi-verbs) st=$(build_status mpi) ;;
 	*) st=ok ;;
 	esac
-	if [ "$st" = ok ] && [ "$shim" = on ]; then st=$(build_status shim); fi
+	if [ "$st" = ok ] && [ "$shim" != off ]; then st=$(build_status shim); fi
 	if [ "$st" != ok ]; then
 		meta status SKIP; meta reason "$st"
 		log "row $name: SKIP ($st)"
 		return 0
 	fi
-	[ "$shim" = on ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info} ${LAB_SHIM_ENV:-}"
+	[ "$shim" != off ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info} ${LAB_SHIM_ENV:-}"
+	# the arm sb: the shim with switching back on
+	[ "$shim" = sb ] && envs="$envs IBPATH_SWITCHBACK=on"
 	prog_cmds "$prog" "$port" "$cut"
 	# a cut row that hangs (no completion after a local ip-down) must not eat the
 	# CI budget: at most 60 s, or exactly LAB_CUT_LIMIT seconds when it is set
@@ -314,7 +316,7 @@ rows_run() {
 	} >"$LAB_OUT/env"
 	# shim rows attach to an ibpathd in each guest (their layer-2 backups)
 	local daemons=no
-	if grep -v '^ibpathd ' <<<"$LAB_ROW_LIST" | awk 'NF { print $1 ".on." $2 }' | grep -Eq -- "${LAB_ROWS:-.}" &&
+	if grep -v '^ibpathd ' <<<"$LAB_ROW_LIST" | awk 'NF { print $1 ".on." $2; print $1 ".sb." $2 }' | grep -Eq -- "${LAB_ROWS:-.}" &&
 		[ "$(build_status daemon)" = ok ] && [ "$(build_status shim)" = ok ]; then
 		daemons=yes
 		for g in g1 g2; do
@@ -326,8 +328,10 @@ rows_run() {
 	echo "daemons=$daemons" >>"$LAB_OUT/env"
 	while read -r prog cut; do
 		[ -n "$prog" ] || continue
-		for shim in off on; do
+		for shim in off on sb; do
 			port=$((port + 2))
+			# sb (the shim switching back) runs only when LAB_ROWS names it
+			[ "$shim" = sb ] && { [ -n "${LAB_ROWS:-}" ] && [ "$cut" != none ] || continue; }
 			[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
 			# the daemon row runs its pingpong under the shim itself
 			[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
