@@ -50,6 +50,7 @@ type Layer1 struct {
 	mu     sync.Mutex // mgr and everything below
 	mgr    *apm.Manager
 	qps    map[l1Key]*l1QP
+	letGo  map[l1Key]bool             // QPs layer 1 protected and let go to layer 2 (LetGo)
 	ctxs   map[string][]verbs.Context // application contexts with protected QPs, by device
 	closed bool
 
@@ -163,7 +164,7 @@ func NewLayer1(o Layer1Options) (*Layer1, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	l := &Layer1{log: o.Log, peers: newL1Peers(o.PeerTTL, o.LookupTimeout), hooks: o,
-		qps: map[l1Key]*l1QP{}, ctxs: map[string][]verbs.Context{}}
+		qps: map[l1Key]*l1QP{}, letGo: map[l1Key]bool{}, ctxs: map[string][]verbs.Context{}}
 	mgr, err := apm.New(o.Clock, o.APM, l.peers, l1HandOver{l})
 	if err != nil {
 		return nil, fmt.Errorf("layer 1: %w", err)
@@ -237,16 +238,24 @@ func (l *Layer1) Modify(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr, mask
 	return err
 }
 
-// Readopt protects again a QP that layer 2 brought home: its failover
-// (after layer 1 handed it over, or on a fault of its own) ended with a
-// switch back that reset the QP and connected it anew, to RTS, with no
-// alternate path. Layer 1 registers it with the manager, which loads an
-// alternate and arms it RTS->RTS, as for a QP the application connected.
-// It reports whether layer 1 now protects the QP: false for one it
-// already knows, one that is not RC on an InfiniBand port, or when the
-// manager refuses it (logged).
+// Readopt protects again a QP that layer 1 let go to layer 2 (LetGo) and
+// that layer 2 brought home: its failover (after layer 1 handed it over,
+// or on a fault of its own) ended with a switch back that reset the QP
+// and connected it anew, to RTS, with no alternate path. Layer 1
+// registers it with the manager, which loads an alternate and arms it
+// RTS->RTS, as for a QP the application connected. It reports whether
+// layer 1 now protects the QP: false for one it did not let go, one that
+// is not RC on an InfiniBand port, or when the manager refuses it
+// (logged).
 func (l *Layer1) Readopt(ctx verbs.Context, qp verbs.QP) bool {
 	k := l1Key{ctx.Device().Name, qp.QPN()}
+	l.mu.Lock()
+	was := l.letGo[k]
+	delete(l.letGo, k)
+	l.mu.Unlock()
+	if !was {
+		return false
+	}
 	if why := l1Eligible(ctx, qp); why != "" {
 		l.log.Debug("libibpath: layer 1 leaves the QP brought home to layer 2", "device", k.dev, "qpn", k.qpn, "why", why)
 		return false
@@ -313,9 +322,25 @@ func (l *Layer1) addContext(dev string, ctx verbs.Context) {
 // Destroying forgets a QP before the application destroys it.
 func (l *Layer1) Destroying(dev string, qpn uint32) {
 	l.mu.Lock()
-	if q := l.qps[l1Key{dev, qpn}]; q != nil {
+	k := l1Key{dev, qpn}
+	if q := l.qps[k]; q != nil {
 		l.mgr.Unregister(q.qp)
-		l.forget(l1Key{dev, qpn})
+		l.forget(k)
+	}
+	delete(l.letGo, k)
+	l.mu.Unlock()
+}
+
+// LetGo forgets a QP that layer 2 took over (diverted), and remembers
+// that layer 1 protected it: Readopt takes it back once layer 2 brought it
+// home.
+func (l *Layer1) LetGo(dev string, qpn uint32) {
+	l.mu.Lock()
+	k := l1Key{dev, qpn}
+	if q := l.qps[k]; q != nil {
+		l.mgr.Unregister(q.qp)
+		l.forget(k)
+		l.letGo[k] = true
 	}
 	l.mu.Unlock()
 }

@@ -142,7 +142,7 @@ func (r *Runtime) l1Protects(dev string, qpn uint32) bool {
 // 1 forgets it. Called without fo.mu.
 func (r *Runtime) letGoL1(dev string, qpn uint32) {
 	if r.l1 != nil {
-		r.l1.Destroying(dev, qpn)
+		r.l1.LetGo(dev, qpn)
 	}
 }
 
