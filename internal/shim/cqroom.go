@@ -84,8 +84,14 @@ func (r *Runtime) roomFor(scq, rcq verbs.CQ) *qpRoom {
 func (q *qpRoom) fits() bool {
 	q.rooms.mu.Lock()
 	defer q.rooms.mu.Unlock()
+	return q.has(func(x *cqRoom) int { return x.headroom })
+}
+
+// has reports whether every CQ of the QP is known and has its share of
+// free(cq) entries. rooms.mu held.
+func (q *qpRoom) has(free func(*cqRoom) int) bool {
 	for _, n := range q.need {
-		if x := q.rooms.by[n.cq]; x == nil || x.headroom < n.n {
+		if x := q.rooms.by[n.cq]; x == nil || free(x) < n.n {
 			return false
 		}
 	}
@@ -96,10 +102,8 @@ func (q *qpRoom) fits() bool {
 func (q *qpRoom) Take() bool {
 	q.rooms.mu.Lock()
 	defer q.rooms.mu.Unlock()
-	for _, n := range q.need {
-		if x := q.rooms.by[n.cq]; x == nil || x.headroom-x.held < n.n {
-			return false
-		}
+	if !q.has(func(x *cqRoom) int { return x.headroom - x.held }) {
+		return false
 	}
 	for _, n := range q.need {
 		q.rooms.by[n.cq].held += n.n
@@ -118,8 +122,8 @@ func (q *qpRoom) Give() {
 	}
 }
 
-// cqHeld is what QPs hold of cq's headroom, and the headroom (for tests
-// and status).
+// cqHeld is what QPs hold of cq's headroom, and the headroom (for the
+// tests).
 func (r *Runtime) cqHeld(cq verbs.CQ) (held, headroom int) {
 	r.rooms.mu.Lock()
 	defer r.rooms.mu.Unlock()

@@ -272,8 +272,7 @@ func (l *Layer1) Readopt(ctx verbs.Context, qp verbs.QP) bool {
 	switch {
 	case l.closed || l.qps[k] != nil:
 	default:
-		l.mgr.Unregister(qp) // what is left of its entry from before the hand-over
-		if err := l.mgr.Register(ctx, qp); err != nil {
+		if err := l.mgr.Register(ctx, qp); err != nil { // LetGo unregistered it
 			l.log.Warn("libibpath: layer 1 cannot protect the QP brought home", "device", k.dev, "qpn", k.qpn, "err", err)
 			break
 		}

@@ -134,19 +134,10 @@ func (r *Runtime) switchLoop() {
 func (r *Runtime) switchTickOnce() bool {
 	away, home := r.switchTickLocked()
 	// Layer 1 takes back the QPs that came home (outside layer 2's lock:
-	// its hooks take it), with the application's context as verbs.
-	for _, q := range home {
-		if r.l1 == nil {
-			break
-		}
-		r.mu.Lock()
-		var ctx verbs.Context
-		if d := r.devs[q.app.Ctx]; d != nil {
-			ctx = d.def
-		}
-		r.mu.Unlock()
-		if ctx != nil {
-			r.l1.Readopt(ctx, q.qp)
+	// its hooks take it).
+	if r.l1 != nil {
+		for _, q := range home {
+			r.l1.Readopt(q.set.def, q.qp)
 		}
 	}
 	return away
