@@ -97,6 +97,35 @@ void lip_quiesce(void)
 	}
 }
 
+/* lip_blk_claim is the slow path of lip_blk_lock (qlock.h), for a
+ * thread that is not b's owner: the first thread becomes the owner; any
+ * later one revokes the bias, for good, and waits for the owner to be
+ * out (the barrier is the one lip_quiesce uses). */
+void lip_blk_claim(struct lip_blk *b, struct lip_thr *me)
+{
+	pthread_once(&thr_once, thr_init);
+	struct lip_thr *o = __atomic_load_n(&b->owner, __ATOMIC_ACQUIRE);
+	if (o == LIP_BLK_SHARED)
+		return;
+	if (!o && !__atomic_load_n(&lip_fence, __ATOMIC_ACQUIRE) &&
+	    __atomic_compare_exchange_n(&b->owner, &o, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return;
+	lip_spin_lock(&b->lock);
+	o = __atomic_exchange_n(&b->owner, LIP_BLK_SHARED, __ATOMIC_ACQ_REL);
+	if (o && o != LIP_BLK_SHARED) {
+		if (have_membarrier)
+			syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+		else
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		for (int spin = 0; __atomic_load_n(&b->busy, __ATOMIC_ACQUIRE); spin++)
+			if (spin > 64)
+				sched_yield();
+			else
+				cpu_relax();
+	}
+	__atomic_store_n(&b->lock, 0, __ATOMIC_RELEASE);
+}
+
 static struct ibv_cq *dcq[LIP_DCQ_SLOTS];
 static pthread_mutex_t dcq_mu = PTHREAD_MUTEX_INITIALIZER;
 

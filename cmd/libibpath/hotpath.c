@@ -225,37 +225,24 @@ void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv)
 	*recv = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE) - __atomic_load_n(&q->rtail, __ATOMIC_ACQUIRE);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
-
-/* Posters of one queue are serialised by a spin lock held around the
- * whole post (taken before the hot path's section: send_locked), so the
- * ring's order is the order the provider queued the WRs in (what a rewind
- * replays). Providers lock
- * the queue inside post_send anyway; uncontended, this costs the same one
- * atomic exchange the reservation would. With lip_single_poster (each QP
- * posted to by one thread at a time, IBPATH_SINGLE_POSTER=1) no lock is
- * taken. */
-static inline void qlock(int *l)
-{
-	if (lip_single_poster)
-		return;
-	while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(l, __ATOMIC_RELAXED))
-			cpu_relax();
-}
-
-static inline void qunlock(int *l)
-{
-	if (!lip_single_poster)
-		__atomic_store_n(l, 0, __ATOMIC_RELEASE);
-}
+/* Posters of one queue are serialised by a lock held around the whole
+ * post (taken before the hot path's section: send_locked), so the ring's
+ * order is the order the provider queued the WRs in (what a rewind
+ * replays). Pollers retiring entries of one ring are serialised by a
+ * second lock per ring, held only for the retirement: several threads
+ * polling one CQ (MPI_THREAD_MULTIPLE, progress threads) each retire what
+ * their completions stand for, and a tail or counter read by one and
+ * written back by the other would lose retirements (entries replayed
+ * twice after a failover, wrong counters in the handshake). Providers
+ * lock the queue and the CQ inside their calls anyway. The locks are
+ * biased to the one thread that uses them (qlock.h): no atomic
+ * instruction while a single thread posts to the QP or polls the CQ.
+ * With lip_single_poster / lip_single_poller (IBPATH_SINGLE_POSTER=1,
+ * IBPATH_SINGLE_POLLER=1) none is taken at all. */
+static inline void qlock(struct lip_blk *l) { lip_blk_lock(l, lip_single_poster); }
+static inline void qunlock(struct lip_blk *l) { lip_blk_unlock(l, lip_single_poster); }
+static inline void tlock(struct lip_blk *l) { lip_blk_lock(l, lip_single_poller); }
+static inline void tunlock(struct lip_blk *l) { lip_blk_unlock(l, lip_single_poller); }
 
 /* reserve takes n ring slots (under the queue's lock, or by its only
  * poster). */
@@ -557,6 +544,7 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
  * skipped. */
 static void retire_send(struct lip_qp *q)
 {
+	tlock(&q->stlock);
 	uint64_t head = __atomic_load_n(&q->shead, __ATOMIC_ACQUIRE);
 	uint64_t t = __atomic_load_n(&q->stail, __ATOMIC_RELAXED);
 	while (t < head) {
@@ -571,10 +559,12 @@ static void retire_send(struct lip_qp *q)
 			break;
 	}
 	__atomic_store_n(&q->stail, t, __ATOMIC_RELEASE);
+	tunlock(&q->stlock);
 }
 
 static void retire_recv(struct lip_qp *q)
 {
+	tlock(&q->rtlock);
 	uint64_t head = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE);
 	uint64_t t = __atomic_load_n(&q->rtail, __ATOMIC_RELAXED);
 	while (t < head) {
@@ -586,6 +576,7 @@ static void retire_recv(struct lip_qp *q)
 		}
 	}
 	__atomic_store_n(&q->rtail, t, __ATOMIC_RELEASE);
+	tunlock(&q->rtlock);
 }
 
 /* lip_retire_wc accounts for one successful completion of c's QPs. */

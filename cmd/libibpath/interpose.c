@@ -15,6 +15,7 @@
 int lip_enabled = 1;
 int lip_record = 1;
 int lip_single_poster = 0;
+int lip_single_poller = 0;
 
 /* Diverted QPs and CQs go to layer 2 in Go (diverted.go). */
 struct lip_hooks lip_hooks = {ibpathPostSend, ibpathPostRecv, ibpathPollCQ, ibpathIntercept, ibpathExpressSurfaced};

@@ -65,6 +65,9 @@ func ibpathInit() {
 	if cfg.SinglePoster {
 		C.lip_single_poster = 1
 	}
+	if cfg.SinglePoller {
+		C.lip_single_poller = 1
+	}
 	rt = shim.NewRuntime(cfg, log)
 	rt.SetProvider(provider{})
 	if cfg.Record {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <pthread.h>
 #include <infiniband/verbs.h>
+#include "qlock.h"
 
 #define LIP_MAX_SGE 4       /* SGEs kept per shadow entry; more marks the entry partial */
 #define LIP_MAX_CTX 64      /* open device contexts tracked */
@@ -46,8 +47,9 @@ struct lip_rqe {
 };
 
 /* One protected QP: its shadow rings. Heads are advanced by posters
- * (under slock / rlock: several threads may post to one QP), tails by
- * pollers. */
+ * (under slock / rlock: several threads may post to one QP), tails and
+ * the counters by pollers (under stlock / rtlock: several threads may
+ * poll one CQ). */
 struct lip_qp {
 	struct ibv_qp *qp;
 	struct lip_ctx *ctx;
@@ -64,7 +66,8 @@ struct lip_qp {
 	uint32_t inl_max;       /* inline bytes kept per send entry */
 	uint8_t *inl;           /* (smask+1) * inl_max bytes */
 	struct ibv_cq *send_cq, *recv_cq;
-	int slock, rlock;       /* serialise posters of the send / receive queue */
+	struct lip_blk slock, rlock;   /* serialise posters of the send / receive queue */
+	struct lip_blk stlock, rtlock; /* serialise pollers retiring send / receive entries */
 	int armed;              /* layer 2 can take over: error completions go to it */
 	int diverted;           /* layer 2 took over: posts and polls go to it */
 	int express;            /* diverted, and on the express lane (express.c) */
@@ -257,5 +260,6 @@ extern uint64_t lip_qp_gen; /* bumped by lip_qp_remove */
 extern int lip_enabled;     /* 0: pure pass-through (IBPATH_DISABLE=1) */
 extern int lip_record;      /* 1: shadow rings on (layer 2 bookkeeping) */
 extern int lip_single_poster; /* 1: each QP is posted to by one thread at a time */
+extern int lip_single_poller; /* 1: each CQ is polled by one thread at a time */
 
 #endif

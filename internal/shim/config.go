@@ -22,10 +22,17 @@ type Config struct {
 	Record bool
 	// SinglePoster (IBPATH_SINGLE_POSTER=1): the application posts to each
 	// QP from one thread at a time (MPI without MPI_THREAD_MULTIPLE, one
-	// NCCL proxy thread per QP), so the shadow rings reserve slots
-	// without an atomic instruction. Wrong for programs that post to one
-	// QP from several threads at once: their rings would lose entries.
+	// NCCL proxy thread per QP), so the shadow rings take no lock per
+	// post (the lock is biased to its one thread anyway: this saves
+	// little). Wrong for programs that post to one QP from several
+	// threads at once: their rings would lose entries.
 	SinglePoster bool
+	// SinglePoller (IBPATH_SINGLE_POLLER=1): the application polls each
+	// CQ from one thread at a time, so the shadow rings retire entries
+	// without a lock. Wrong for programs that poll one CQ from several
+	// threads at once: their rings would lose retirements, and a
+	// failover would replay WRs that already completed.
+	SinglePoller bool
 	// Express (IBPATH_EXPRESS=on|off, default on): once a QP's failover
 	// has settled on the backup, its posts and polls run in C (the
 	// express lane) instead of through layer 2's Go side.
@@ -66,6 +73,7 @@ const (
 	EnvAPM      = "IBPATH_APM"
 	EnvRecord   = "IBPATH_RECORD"
 	EnvSingle   = "IBPATH_SINGLE_POSTER"
+	EnvPoller   = "IBPATH_SINGLE_POLLER"
 	EnvExpress  = "IBPATH_EXPRESS"
 	EnvChannels = "IBPATH_CHANNELS"
 	EnvSwitch   = "IBPATH_SWITCHBACK"
@@ -98,6 +106,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.SinglePoster, err = boolEnv(getenv, EnvSingle, false); err != nil {
+		return c, err
+	}
+	if c.SinglePoller, err = boolEnv(getenv, EnvPoller, false); err != nil {
 		return c, err
 	}
 	if c.Express, err = boolEnv(getenv, EnvExpress, true); err != nil {
@@ -175,8 +186,23 @@ func (c Config) Banner(pid int) string {
 	}
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
 		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s); backup device %s; ibpathd %s",
-		pid, onoff[c.APM], onoff[c.Record], map[bool]string{true: " (single poster per QP)", false: ""}[c.SinglePoster],
-		onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record], c.Backup, daemon)
+		pid, onoff[c.APM], onoff[c.Record], c.singleWords(), onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record], c.Backup, daemon)
+}
+
+// singleWords is the banner's note on the shadow rings' locks: the
+// promises of one poster per QP and one poller per CQ.
+func (c Config) singleWords() string {
+	var w []string
+	if c.SinglePoster {
+		w = append(w, "single poster per QP")
+	}
+	if c.SinglePoller {
+		w = append(w, "single poller per CQ")
+	}
+	if len(w) == 0 || !c.Record {
+		return ""
+	}
+	return " (" + strings.Join(w, ", ") + ")"
 }
 
 // switchBackWord is the banner's switch-back state, with the CQ headroom

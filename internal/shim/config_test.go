@@ -13,11 +13,11 @@ func TestFromEnv(t *testing.T) {
 	if err != nil || c.Disabled || !c.APM || !c.Record || c.Backup != "auto" || c.Socket != "/run/ibpath/ibpathd.sock" || c.Log != slog.LevelWarn {
 		t.Fatalf("defaults %+v %v", c, err)
 	}
-	c, err = FromEnv(env(map[string]string{EnvDisable: "1", EnvAPM: "off", EnvRecord: "no", EnvBackup: "mlx5_1", EnvSocket: "off", EnvLog: "debug", EnvSingle: "1"}))
-	if err != nil || !c.Disabled || c.APM || c.Record || c.Backup != "mlx5_1" || c.Socket != "off" || c.Log != slog.LevelDebug || !c.SinglePoster {
+	c, err = FromEnv(env(map[string]string{EnvDisable: "1", EnvAPM: "off", EnvRecord: "no", EnvBackup: "mlx5_1", EnvSocket: "off", EnvLog: "debug", EnvSingle: "1", EnvPoller: "on"}))
+	if err != nil || !c.Disabled || c.APM || c.Record || c.Backup != "mlx5_1" || c.Socket != "off" || c.Log != slog.LevelDebug || !c.SinglePoster || !c.SinglePoller {
 		t.Fatalf("set %+v %v", c, err)
 	}
-	for k, v := range map[string]string{EnvDisable: "2", EnvAPM: "maybe", EnvRecord: "x", EnvLog: "loud", EnvSingle: "many"} {
+	for k, v := range map[string]string{EnvDisable: "2", EnvAPM: "maybe", EnvRecord: "x", EnvLog: "loud", EnvSingle: "many", EnvPoller: "2"} {
 		if _, err := FromEnv(env(map[string]string{k: v})); err == nil || !strings.Contains(err.Error(), k) {
 			t.Errorf("%s=%s: %v, want an error naming it", k, v, err)
 		}
@@ -27,6 +27,19 @@ func TestFromEnv(t *testing.T) {
 	}
 	if b := (Config{Record: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "layer 2 (cross-NIC) failover on") {
 		t.Errorf("banner %q", b)
+	}
+	for _, k := range []struct {
+		c    Config
+		want string
+	}{
+		{Config{Record: true, SinglePoster: true}, "shadow rings on (single poster per QP);"},
+		{Config{Record: true, SinglePoller: true}, "shadow rings on (single poller per CQ);"},
+		{Config{Record: true, SinglePoster: true, SinglePoller: true}, "shadow rings on (single poster per QP, single poller per CQ);"},
+		{Config{Record: true}, "shadow rings on;"},
+	} {
+		if b := k.c.Banner(7); !strings.Contains(b, k.want) {
+			t.Errorf("%+v: banner %q, want %q", k.c, b, k.want)
+		}
 	}
 	if b := (Config{APM: true, Socket: "off", Backup: "auto"}).Banner(7); !strings.Contains(b, "layer 1 (APM) on") || !strings.Contains(b, "shadow rings off") || !strings.Contains(b, "failover off") || !strings.Contains(b, "ibpathd not used") {
 		t.Errorf("banner %q", b)

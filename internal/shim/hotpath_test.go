@@ -38,16 +38,19 @@ func buildCCheck(tb testing.TB, name string) string {
 // retirement by signaled completions, refused WRs, receives, partial
 // entries, error completions, the handshake counters, inline copies,
 // interception and diversion (a divert waits for a post in progress),
-// ring order with two threads posting to one QP, removal and restoring
-// the provider's ops.
+// ring order with two threads posting to one QP, retirements and
+// counters with two threads polling one CQ, removal and restoring the
+// provider's ops; with the rings' locks and without them (the promises
+// of IBPATH_SINGLE_POSTER and IBPATH_SINGLE_POLLER, under which the
+// checks with two threads do not run).
 func TestHotPathRings(t *testing.T) {
 	bin := buildHotpathCheck(t)
-	for _, single := range []string{"0", "1"} {
+	for _, single := range [][2]string{{"0", "0"}, {"1", "0"}, {"0", "1"}} {
 		cmd := exec.Command(bin, "test")
-		cmd.Env = append(os.Environ(), "IBPATH_SINGLE_POSTER="+single)
+		cmd.Env = append(os.Environ(), "IBPATH_SINGLE_POSTER="+single[0], "IBPATH_SINGLE_POLLER="+single[1])
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
-			t.Fatalf("hotpath_check test (IBPATH_SINGLE_POSTER=%s): %v\n%s", single, err, out)
+			t.Fatalf("hotpath_check test (IBPATH_SINGLE_POSTER=%s IBPATH_SINGLE_POLLER=%s): %v\n%s", single[0], single[1], err, out)
 		}
 	}
 }
@@ -100,20 +103,26 @@ func TestUndivertC(t *testing.T) {
 // BenchmarkHotPath reports the ns the shim's Default-state wrappers add
 // to post_send and poll_cq over direct calls to the same provider
 // function, measured side by side in one C program (best of 5
-// alternating rounds of 4M calls; no cgo in the timed loop), with the
-// default atomic slot reservation and with IBPATH_SINGLE_POSTER=1.
+// alternating rounds of 4M calls; no cgo in the timed loop): with the
+// rings' default locks biased to the one thread that posts and polls
+// ("default"), with those locks revoked by a second thread ("revoked":
+// the spin locks), and with IBPATH_SINGLE_POSTER=1 and
+// IBPATH_SINGLE_POLLER=1 ("single": no lock).
 func BenchmarkHotPath(b *testing.B) {
-	for _, mode := range []struct{ name, single string }{{"shared", "0"}, {"single-poster", "1"}} {
-		b.Run(mode.name, func(b *testing.B) { benchHotPath(b, mode.single) })
+	for _, mode := range []struct{ name, single, revoked string }{{"default", "0", ""}, {"revoked", "0", "1"}, {"single", "1", ""}} {
+		b.Run(mode.name, func(b *testing.B) { benchHotPath(b, mode.single, mode.revoked) })
 	}
 }
 
-func benchHotPath(b *testing.B, single string) {
+func benchHotPath(b *testing.B, single, revoked string) {
 	bin := buildHotpathCheck(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		cmd := exec.Command(bin, "bench")
-		cmd.Env = append(os.Environ(), "IBPATH_SINGLE_POSTER="+single)
+		cmd.Env = append(os.Environ(), "IBPATH_SINGLE_POSTER="+single, "IBPATH_SINGLE_POLLER="+single)
+		if revoked != "" {
+			cmd.Env = append(cmd.Env, "LIP_BENCH_REVOKED="+revoked)
+		}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			b.Fatalf("hotpath_check bench: %v\n%s", err, out)

@@ -21,6 +21,7 @@
 int lip_enabled = 1;
 int lip_record = 1;
 int lip_single_poster = 0;
+int lip_single_poller = 0;
 
 static int hook_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) { return 0; }
 static int hook_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) { return 0; }

@@ -17,6 +17,7 @@
 int lip_enabled = 1;
 int lip_record = 1;
 int lip_single_poster = 0;
+int lip_single_poller = 0;
 
 /* A device stub: what was posted to it, and a CQ ring the test fills. */
 struct dev {

@@ -2,6 +2,7 @@
  * divert.c) against a provider stub, without libibverbs or a device:
  *   hotpath_check test    the shadow rings' accounting, diverting a QP
  *   hotpath_check bench   ns per post_send / poll_cq, direct vs through the shim
+ *                         (LIP_BENCH_REVOKED=1: the rings' locks shared by two threads)
  * Built by internal/shim's tests:
  *   gcc -O2 -I.. hotpath_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c -lpthread */
 #include <pthread.h>
@@ -15,6 +16,7 @@
 int lip_enabled = 1;
 int lip_record = 1;
 int lip_single_poster = 0;
+int lip_single_poller = 0;
 
 #define DEPTH 1024
 static struct ibv_wc ring[DEPTH];
@@ -28,8 +30,23 @@ static volatile int slow_inside, slow_release;
 static uint64_t mp_order[2 * MP_N];
 static int mp_n;
 
+/* multi-poller: completions of QP 0x4d6 handed out by its own CQ (mpl_cq)
+ * to several pollers, as a provider does under its CQ lock */
+#define MPL_QPN 0x4d6
+#define MPL_N 20000
+static struct ibv_wc mpl_wc[4 * MPL_N];
+static int mpl_nwc, mpl_next;
+static struct ibv_cq mpl_cq;
+
 static int stub_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
+	if (qp->qp_num == MPL_QPN) { /* completions are made by the test, in order */
+		for (; wr; wr = wr->next)
+			if (wr->send_flags & IBV_SEND_SIGNALED)
+				mpl_wc[mpl_nwc++] = (struct ibv_wc){.wr_id = wr->wr_id, .qp_num = MPL_QPN,
+					.opcode = wr->opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE};
+		return 0;
+	}
 	if (qp->qp_num == MP_QPN) { /* a provider queues under its own lock, as ours is held here */
 		for (; wr; wr = wr->next)
 			mp_order[mp_n++] = wr->wr_id;
@@ -58,6 +75,11 @@ static int stub_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 
 static int stub_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
+	if (qp->qp_num == MPL_QPN) {
+		for (; wr; wr = wr->next)
+			mpl_wc[mpl_nwc++] = (struct ibv_wc){.wr_id = wr->wr_id, .qp_num = MPL_QPN, .opcode = IBV_WC_RECV};
+		return 0;
+	}
 	for (; wr; wr = wr->next) {
 		struct ibv_wc *w = &ring[rhead++ % DEPTH];
 		w->wr_id = wr->wr_id;
@@ -70,6 +92,16 @@ static int stub_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 
 static int stub_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
+	if (cq == &mpl_cq) {
+		int i = 0;
+		for (; i < n; i++) {
+			int k = __atomic_fetch_add(&mpl_next, 1, __ATOMIC_ACQ_REL);
+			if (k >= mpl_nwc)
+				break;
+			wc[i] = mpl_wc[k];
+		}
+		return i;
+	}
 	int i = 0;
 	for (; i < n && rtail != rhead; i++)
 		wc[i] = ring[rtail++ % DEPTH];
@@ -356,6 +388,120 @@ static int test_multi_poster(void)
 	return 0;
 }
 
+/* multi-poller: two threads poll one CQ at once, as MPI_THREAD_MULTIPLE
+ * programs and progress threads do; every completion must retire its
+ * entries and count once. */
+static struct ibv_qp mplqp;
+
+static void *mpl_poll(void *arg)
+{
+	struct ibv_wc wc[2];
+	int idle = 0;
+	while (idle < 1000) {
+		int k = ctx.ops.poll_cq(&mpl_cq, 1 + ((uintptr_t)arg & 1), wc);
+		idle = k > 0 ? 0 : idle + 1;
+	}
+	return NULL;
+}
+
+static int test_multi_poller(void)
+{
+	if (lip_single_poller)
+		return 0; /* by contract one poller at a time */
+	mpl_cq.context = &ctx;
+	mplqp = (struct ibv_qp){.context = &ctx, .qp_num = MPL_QPN, .send_cq = &mpl_cq, .recv_cq = &mpl_cq};
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 2 * MPL_N, .max_recv_wr = MPL_N}};
+	struct lip_qp *q = lip_qp_add(&mplqp, &a);
+	CHECK(q != NULL, "add the multi-poller QP");
+	if (!q)
+		return 1;
+	/* 2N sends, alternately a SEND (a notification) and an unsignaled then
+	 * signaled RDMA WRITE pair every fourth, and N receives */
+	int sends = 0;
+	for (int i = 0; i < 2 * MPL_N; i++) {
+		struct ibv_send_wr w = {.wr_id = i, .opcode = (i & 1) ? IBV_WR_RDMA_WRITE : IBV_WR_SEND,
+			.send_flags = (i % 4 == 2) ? 0 : IBV_SEND_SIGNALED}, *bad;
+		CHECK(ctx.ops.post_send(&mplqp, &w, &bad) == 0, "post %d", i);
+		sends += !(i & 1);
+	}
+	for (int i = 0; i < MPL_N; i++) {
+		struct ibv_recv_wr r = {.wr_id = i}, *rbad;
+		CHECK(ctx.ops.post_recv(&mplqp, &r, &rbad) == 0, "post recv %d", i);
+	}
+	/* interleave the sends' and receives' completions */
+	for (int i = 0; i < mpl_nwc; i += 2) {
+		int j = i + (i / 2) % 7;
+		if (j < mpl_nwc) {
+			struct ibv_wc t = mpl_wc[i];
+			mpl_wc[i] = mpl_wc[j];
+			mpl_wc[j] = t;
+		}
+	}
+	pthread_t t1, t2;
+	pthread_create(&t1, NULL, mpl_poll, (void *)(uintptr_t)0);
+	pthread_create(&t2, NULL, mpl_poll, (void *)(uintptr_t)1);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	uint64_t s, r;
+	lip_qp_outstanding(q, &s, &r);
+	CHECK(s == 0 && r == 0, "two pollers left %lu sends and %lu receives outstanding (want 0 and 0)", (unsigned long)s,
+	      (unsigned long)r);
+	CHECK(q->notifs_done == (uint64_t)sends && q->recvs_done == MPL_N, "counters %lu notifications, %lu receives (want %d, %d)",
+	      (unsigned long)q->notifs_done, (unsigned long)q->recvs_done, sends, MPL_N);
+	lip_qp_remove(&mplqp);
+	return 0;
+}
+
+/* The rings' biased lock (qlock.h) itself: the first thread owns it; a
+ * second one that wants it while the owner holds it waits for the owner
+ * to let go, and after that both take the spin lock; a plain counter
+ * bumped under it by two threads at once loses nothing. */
+static struct lip_blk blk;
+static volatile int blk_got;
+static long blk_count;
+
+static void *blk_take(void *arg)
+{
+	lip_blk_lock(&blk, 0);
+	blk_got = 1;
+	lip_blk_unlock(&blk, 0);
+	return NULL;
+}
+
+static void *blk_bump(void *arg)
+{
+	for (int i = 0; i < 1000000; i++) {
+		lip_blk_lock((struct lip_blk *)arg, 0);
+		blk_count++;
+		lip_blk_unlock((struct lip_blk *)arg, 0);
+	}
+	return NULL;
+}
+
+static int test_blk(void)
+{
+	lip_blk_lock(&blk, 0);
+	CHECK(blk.held == (lip_membarrier_active() ? LIP_BLK_OWNER : LIP_BLK_SPIN), "the first taker holds it as %d", blk.held);
+	pthread_t b;
+	pthread_create(&b, NULL, blk_take, NULL);
+	usleep(100000);
+	CHECK(!blk_got, "a second thread took the lock while its owner held it");
+	lip_blk_unlock(&blk, 0);
+	pthread_join(b, NULL);
+	CHECK(blk_got && blk.owner == LIP_BLK_SHARED, "the second thread got %d, owner %p (want shared)", blk_got, (void *)blk.owner);
+	lip_blk_lock(&blk, 0);
+	CHECK(blk.held == LIP_BLK_SPIN, "the old owner takes it as %d after the revocation (want the spin lock)", blk.held);
+	lip_blk_unlock(&blk, 0);
+	static struct lip_blk fresh;
+	pthread_t t1, t2;
+	pthread_create(&t1, NULL, blk_bump, &fresh);
+	pthread_create(&t2, NULL, blk_bump, &fresh);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	CHECK(blk_count == 2000000, "two threads counted %ld under the lock (want 2000000)", blk_count);
+	return 0;
+}
+
 static double now_ns(void)
 {
 	struct timespec t;
@@ -368,8 +514,29 @@ static double now_ns(void)
  * outstanding than the QP's 64-entry send queue allows), first straight
  * to the stub provider, then through the shim's wrappers; alternating
  * rounds, best of each. */
+static void *revoke_bias(void *q)
+{
+	struct lip_qp *lq = q;
+	lip_blk_lock(&lq->slock, 0);
+	lip_blk_unlock(&lq->slock, 0);
+	lip_blk_lock(&lq->stlock, 0);
+	lip_blk_unlock(&lq->stlock, 0);
+	return NULL;
+}
+
 static int bench(long n, int rounds)
 {
+	if (getenv("LIP_BENCH_REVOKED")) { /* as after a second thread posted and polled: the spin locks */
+		struct lip_qp *q = lip_qp_find(lip_ctx_of(&ctx), qp.qp_num);
+		struct ibv_sge sge = {.addr = 0x1000, .length = 64, .lkey = 5};
+		struct ibv_send_wr w = {.opcode = IBV_WR_RDMA_WRITE, .sg_list = &sge, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED}, *bad;
+		struct ibv_wc wc[1];
+		ctx.ops.post_send(&qp, &w, &bad);
+		ctx.ops.poll_cq(&cq, 1, wc);
+		pthread_t t;
+		pthread_create(&t, NULL, revoke_bias, q);
+		pthread_join(t, NULL);
+	}
 	struct ibv_sge sge = {.addr = 0x1000, .length = 64, .lkey = 5};
 	struct ibv_send_wr w = {.opcode = IBV_WR_RDMA_WRITE, .sg_list = &sge, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED}, *bad;
 	struct ibv_wc wc[4];
@@ -409,11 +576,15 @@ int main(int argc, char **argv)
 	setup();
 	if (getenv("IBPATH_SINGLE_POSTER") && strcmp(getenv("IBPATH_SINGLE_POSTER"), "1") == 0)
 		lip_single_poster = 1;
+	if (getenv("IBPATH_SINGLE_POLLER") && strcmp(getenv("IBPATH_SINGLE_POLLER"), "1") == 0)
+		lip_single_poller = 1;
 	if (argc > 1 && strcmp(argv[1], "bench") == 0)
 		return bench(argc > 2 ? atol(argv[2]) : 4000000, argc > 3 ? atoi(argv[3]) : 5);
 	test();
 	test_quiesce();
 	test_multi_poster();
+	test_multi_poller();
+	test_blk();
 	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
 	return fails != 0;
 }
