@@ -178,7 +178,10 @@ func (r *Runtime) divert(q *l2qp) bool {
 		return false
 	}
 	q.diverted, q.intercepted = true, false
-	r.letGoL1(q.set.dev, q.key.qpn)
+	if r.letGoL1(q.set.dev, q.key.qpn) {
+		// Layer 1's last word (armed, say) no longer holds: it let go.
+		r.setStatus(q, func(s *status.QP) { s.APM = fsm.APMHandedOver.String() })
+	}
 	for _, cq := range q.cqs() {
 		rt := r.routeFor(cq, q.key.ctx)
 		rt.diverted = true

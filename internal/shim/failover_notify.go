@@ -137,6 +137,12 @@ func (r *Runtime) wakeLane(q *l2qp) {
 // onBackupEvent: something completed on the backup of qp (the event was
 // read from the channel at readAt).
 func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
+	var home *l2qp // given back at once: layer 1, which let it go, takes it back
+	defer func() {
+		if home != nil {
+			r.readoptL1(home)
+		}
+	}()
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	q := r.fo.qps[qpKey{s.ctx, qp.QPN()}]
@@ -168,7 +174,9 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 		// The event announced a completion drained by the purge of the
 		// last switch back (it was read late): nothing came, the QP goes
 		// straight back to the hot path.
-		r.undivert(q)
+		if r.undivert(q) {
+			home = q
+		}
 	}
 	r.settle()
 }

@@ -332,16 +332,19 @@ func (l *Layer1) Destroying(dev string, qpn uint32) {
 
 // LetGo forgets a QP that layer 2 took over (diverted), and remembers
 // that layer 1 protected it: Readopt takes it back once layer 2 brought it
-// home.
-func (l *Layer1) LetGo(dev string, qpn uint32) {
+// home. It reports whether layer 1 protected it.
+func (l *Layer1) LetGo(dev string, qpn uint32) bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	k := l1Key{dev, qpn}
-	if q := l.qps[k]; q != nil {
-		l.mgr.Unregister(q.qp)
-		l.forget(k)
-		l.letGo[k] = true
+	q := l.qps[k]
+	if q == nil {
+		return false
 	}
-	l.mu.Unlock()
+	l.mgr.Unregister(q.qp)
+	l.forget(k)
+	l.letGo[k] = true
+	return true
 }
 
 // ContextClosed forgets an application context and its QPs.

@@ -138,12 +138,21 @@ func (r *Runtime) l1Protects(dev string, qpn uint32) bool {
 	return r.l1 != nil && r.l1.Protects(dev, qpn)
 }
 
-// letGoL1 tells layer 1 that layer 2 took a QP over (diverted it): layer
-// 1 forgets it. Called without fo.mu.
-func (r *Runtime) letGoL1(dev string, qpn uint32) {
+// readoptL1 hands layer 1 a QP that layer 2 gave back to the hot path:
+// layer 1 protects it again if it let it go (Layer1.Readopt). Called
+// without fo.mu (layer 1's hooks take it).
+func (r *Runtime) readoptL1(q *l2qp) {
 	if r.l1 != nil {
-		r.l1.LetGo(dev, qpn)
+		r.l1.Readopt(q.set.def, q.qp)
 	}
+}
+
+// letGoL1 tells layer 1 that layer 2 took a QP over (diverted it): layer
+// 1 forgets it. It reports whether layer 1 protected it. Called with
+// fo.mu held (from divert): LetGo takes only layer 1's own lock and calls
+// no hook.
+func (r *Runtime) letGoL1(dev string, qpn uint32) bool {
+	return r.l1 != nil && r.l1.LetGo(dev, qpn)
 }
 
 // l1Status is layer 1's view of a QP, when it knows it.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/asyncev"
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/pathsel"
@@ -586,7 +587,8 @@ func bothPortsDown(t *testing.T, migrateFirst bool) {
 // onto the backup device. Once the ports are back, layer 2 brings the
 // traffic home, and layer 1 protects the QP again: it loads an alternate
 // and arms it, so that the next pull of the primary port's cable is a
-// path migration, not a second layer-2 failover.
+// path migration, not a second layer-2 failover; a late backup event
+// that takes the QP away for an instant leaves it protected too.
 func TestLayersSwitchBackRearmsLayer1(t *testing.T) {
 	w := newLyWorld(t)
 	o := lyOpts{switchBack: true}
@@ -597,11 +599,16 @@ func TestLayersSwitchBackRearmsLayer1(t *testing.T) {
 	l1Must(t, w.f.SetLink(a.hca.Port(2), false))
 	l1Must(t, w.f.SetLink(a.hca.Port(1), false))
 	lyRun(t, "both QPs diverted, traffic going on", hosts, andAlso(qa.diverted, qb.diverted, sentMore(100, qa, qb)))
+	for _, q := range []*appQP{qa, qb} { // node1's was taken by the peer's notification, not handed over
+		if s := q.status(); s.APM != fsm.APMHandedOver.String() {
+			t.Fatalf("%s: status %+v while layer 2 carries the QP; want layer 1 shown as having let go", q.x.name, s)
+		}
+	}
 	l1Must(t, w.f.SetLink(a.hca.Port(1), true))
 	l1Must(t, w.f.SetLink(a.hca.Port(2), true))
 	defer func() {
 		if t.Failed() {
-			t.Logf("node0 log:\n%s", a.log)
+			t.Logf("node0 log:\n%s\nnode1 log:\n%s", a.log, b.log)
 		}
 	}()
 	lyRun(t, "both QPs home, layer 1 armed again", hosts, andAlso(sentMore(50, qa, qb), func() bool {
@@ -614,6 +621,20 @@ func TestLayersSwitchBackRearmsLayer1(t *testing.T) {
 	if s := qa.status(); s.Layer != status.LayerAPM || s.Switchbacks != 1 || s.Failovers != 1 {
 		t.Fatalf("node0's QP home: %+v; want layer 1's again, after one failover and one switch back", s)
 	}
+	// A completion event of the backup CQ read late (after the switch
+	// back, with nothing on the backup) takes the QP from the hot path for
+	// an instant and from layer 1 with it; the runtime gives it back at
+	// once, and layer 1 must take it back too.
+	a.rt.l2mu.Lock()
+	set := a.rt.shadows[a.id]
+	a.rt.l2mu.Unlock()
+	a.rt.onBackupEvent(set, qa.qp, time.Now())
+	if a.logLine("gave back a QP that never left its default", qpn) == "" || qa.diverted() {
+		t.Fatalf("the late backup event: diverted %v; want a detour, given back at once:\n%s", qa.diverted(), a.log)
+	}
+	lyRun(t, "node0's QP armed by layer 1 after the detour", hosts, andAlso(sentMore(50, qa, qb), func() bool {
+		return qa.l1Is("armed", "port 1") && qa.x.rt.l1Protects(lyDev, qa.qp.QPN())
+	}))
 	l1Must(t, w.f.SetLink(a.hca.Port(1), false))
 	lyRun(t, "node0's QP migrated to port 2", hosts, andAlso(sentMore(50, qa, qb), func() bool { return qa.status().Primary == "port 2" }))
 	if qa.diverted() || qa.status().Failovers != 1 {

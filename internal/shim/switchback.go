@@ -133,12 +133,8 @@ func (r *Runtime) switchLoop() {
 // loop: the next enableRecovery starts it again).
 func (r *Runtime) switchTickOnce() bool {
 	away, home := r.switchTickLocked()
-	// Layer 1 takes back the QPs that came home (outside layer 2's lock:
-	// its hooks take it).
-	if r.l1 != nil {
-		for _, q := range home {
-			r.l1.Readopt(q.set.def, q.qp)
-		}
+	for _, q := range home {
+		r.readoptL1(q)
 	}
 	return away
 }
@@ -223,8 +219,9 @@ func isPow10(n int) bool {
 // undivert gives q back to the hot path: its Conn switched back and the
 // default QP holds every WR. A hot path that cannot take it keeps it
 // diverted: the Conn then carries the default QP through the runtime.
-// It reports whether the hot path took it after a failover (layer 1 may
-// then protect it again). Called with fo.mu held.
+// It reports whether the hot path took it back, after a failover or after
+// a detour that moved nothing: layer 1 may then protect it again
+// (readoptL1, outside fo.mu). Called with fo.mu held.
 func (r *Runtime) undivert(q *l2qp) bool {
 	st := q.conn.Outstanding()
 	stats := q.conn.Stats()
@@ -253,7 +250,7 @@ func (r *Runtime) undivert(q *l2qp) bool {
 		// Diverted for a notification that was not one (a backup event
 		// read before the last switch back): nothing moved.
 		r.log.Debug("libibpath: layer 2 gave back a QP that never left its default", "qpn", q.key.qpn, "reason", q.reason)
-		return false
+		return err == nil
 	}
 	since := time.Since(q.faultAt)
 	r.log.Info("libibpath: layer 2 switched back", "qpn", q.key.qpn, "device", q.set.dev, "backup", q.set.backup,
