@@ -70,6 +70,7 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 // path calls it; it is cheap and ignored in any other state.
 func (m *Manager) PeerFollowed(qp verbs.QP) {
 	if e := m.byQP[qp]; e != nil && e.m.State == fsm.APMAwaitPeer {
+		m.stats.PeerFollowed++
 		m.step(e, fsm.APMEvent{Kind: fsm.EvPeerFollowed})
 	}
 }

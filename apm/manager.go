@@ -60,6 +60,7 @@ type Stats struct {
 	Handovers        int
 	NoAlternate      int // loads that found no healthy alternate
 	ModifyFallbacks  int // application modifies retried without the APM bits
+	PeerFollowed     int // re-arms after a migration that the data path showed the peer had followed (before PeerWait)
 }
 
 // New returns a manager. peers describes the adapters paths lead to; next

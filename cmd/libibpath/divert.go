@@ -52,6 +52,7 @@ var (
 	_ shim.Hotpath    = hotpath{}
 	_ shim.Undiverter = hotpath{}
 	_ shim.Waker      = hotpath{}
+	_ shim.Progresser = hotpath{}
 )
 
 func lipQP(q shim.AppQP) *C.struct_lip_qp {
@@ -66,6 +67,17 @@ func (hotpath) Arm(q shim.AppQP, armed bool) {
 		}
 		C.lip_qp_arm(lq, a)
 	}
+}
+
+// Progress reads the QP's send ring positions (lip_qp_progress).
+func (hotpath) Progress(q shim.AppQP) (posted, retired uint64, ok bool) {
+	lq := lipQP(q)
+	if lq == nil {
+		return 0, 0, false
+	}
+	var p, r C.uint64_t
+	C.lip_qp_progress(lq, &p, &r)
+	return uint64(p), uint64(r), true
 }
 
 // Divert hands the QP to the runtime and reads its rings, which nothing

@@ -219,6 +219,15 @@ void lip_qp_remove(struct ibv_qp *qp)
 	__atomic_add_fetch(&lip_qp_gen, 1, __ATOMIC_RELEASE);
 }
 
+/* lip_qp_progress gives q's send ring positions: WRs posted and WRs
+ * retired by successful completions (layer 1 learns from them that the
+ * peer followed a migration). Both only grow. */
+void lip_qp_progress(struct lip_qp *q, uint64_t *posted, uint64_t *retired)
+{
+	*posted = __atomic_load_n(&q->shead, __ATOMIC_ACQUIRE);
+	*retired = __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE);
+}
+
 void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv)
 {
 	*send = __atomic_load_n(&q->shead, __ATOMIC_ACQUIRE) - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE);

@@ -241,6 +241,7 @@ int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 /* outstanding entries of a QP (posted, not retired) */
 void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv);
+void lip_qp_progress(struct lip_qp *q, uint64_t *posted, uint64_t *retired);
 /* for lip_undivert: the rings of a diverted QP hold exactly these WRs */
 int lip_rings_load(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs);
 

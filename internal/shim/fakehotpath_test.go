@@ -46,6 +46,7 @@ type fakeHotpath struct {
 	goPolls     int            // polls sent to Runtime.PollCQ
 	intercept   int            // Intercept calls
 	x           *fakeExpress   // the express lane; nil unless withExpress
+	noProgress  bool           // injected: Progress knows no QP
 
 	wakeMu sync.Mutex
 	wakes  map[verbs.CQ]int // Wake calls per CQ (Waker)
@@ -61,6 +62,8 @@ type fakeQP struct {
 	recvs    []verbs.RecvWR
 	notifs   uint64
 	recvDone uint64
+	posted   uint64 // sends posted in the hot path (Progress)
+	retired  uint64 // of those, retired by successful completions
 	armed    bool
 	diverted bool
 }
@@ -117,6 +120,7 @@ func (h *fakeHotpath) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
 	if err != nil {
 		q.sends = q.sends[:start+n] // refused: void
 	}
+	q.posted += uint64(n)
 	return n, err
 }
 
@@ -181,6 +185,7 @@ func (h *fakeHotpath) retireLocked(q *fakeQP, wc verbs.WC) {
 	for len(q.sends) > 0 {
 		e := q.sends[0]
 		q.sends = q.sends[1:]
+		q.retired++
 		if e.wr.Opcode.ConsumesRecv() {
 			q.notifs++
 		}
@@ -188,6 +193,18 @@ func (h *fakeHotpath) retireLocked(q *fakeQP, wc verbs.WC) {
 			return
 		}
 	}
+}
+
+// Progress implements Progresser (lip_qp_progress). A test can turn it
+// off (noProgress): a hot path without it.
+func (h *fakeHotpath) Progress(q AppQP) (posted, retired uint64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fq := h.qps[q.QPN]
+	if fq == nil || h.noProgress {
+		return 0, 0, false
+	}
+	return fq.posted, fq.retired, true
 }
 
 func (h *fakeHotpath) Arm(q AppQP, armed bool) {
@@ -252,6 +269,10 @@ func (h *fakeHotpath) Undivert(q AppQP, st Rings) error {
 		fq.sends = append(fq.sends, e)
 	}
 	fq.notifs, fq.recvDone = st.NotifsDone, st.RecvsDone
+	// positions as lip_rings_load leaves them: the rings restart empty at
+	// their heads, holding the given WRs
+	fq.retired = fq.posted
+	fq.posted += uint64(len(fq.sends))
 	fq.diverted = false
 	h.undiverts++
 	return nil

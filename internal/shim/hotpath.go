@@ -74,6 +74,17 @@ type Hotpath interface {
 	Release(cq verbs.CQ)
 }
 
+// Progresser is a hot path that tells how far a QP's sends got
+// (hotpath.c): layer 1 learns from it that the peer followed a migration
+// (Layer1Options.Progress).
+type Progresser interface {
+	// Progress gives the count of send WRs posted to q in the hot path
+	// and of those retired by successful completions, since the QP was
+	// created (both only grow). ok is false for a QP the hot path does
+	// not record.
+	Progress(q AppQP) (posted, retired uint64, ok bool)
+}
+
 // Undiverter is a hot path that can take a diverted QP back (divert.c in
 // cmd/libibpath): layer 2 switched the QP back to its default path and
 // the default QP holds all its WRs again.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/asyncev"
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/verbs"
 )
@@ -51,6 +52,7 @@ type Layer1 struct {
 	mgr    *apm.Manager
 	qps    map[l1Key]*l1QP
 	letGo  map[l1Key]bool             // QPs layer 1 protected and let go to layer 2 (LetGo)
+	await  map[l1Key]bool             // QPs waiting for their peer after a migration (collect; layer1_follow.go)
 	ctxs   map[string][]verbs.Context // application contexts with protected QPs, by device
 	closed bool
 
@@ -83,6 +85,14 @@ type Layer1Options struct {
 	// time it changes, with the PathMigrated event when its primary path
 	// moved.
 	Changed func(Layer1Change)
+	// Progress, when set, gives how far a QP's sends got in the data path:
+	// the send WRs posted and those retired by successful completions
+	// (the shim's shadow rings); ok is false for a QP it does not follow.
+	// After a migration ibpath made, a QP waits for its peer to follow
+	// before it re-arms; a completion of a WR posted after the migration
+	// proves it did (apm.Manager.PeerFollowed), so the QP re-arms then,
+	// not after apm.Config.PeerWait. Called without layer 1's lock.
+	Progress func(ctx verbs.Context, qp verbs.QP) (posted, retired uint64, ok bool)
 	// Log receives layer 1's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -122,6 +132,9 @@ type l1QP struct {
 	qp    verbs.QP
 	route ownerproto.Route // the other end
 	last  apm.QPStatus     // as last reported through Changed
+	// While the QP waits for its peer after a migration (awaiting-peer):
+	// the sends posted when layer 1 first saw it waiting (layer1_follow.go).
+	follow l1Follow
 }
 
 // l1Notice is one hook call waiting to be made.
@@ -164,7 +177,7 @@ func NewLayer1(o Layer1Options) (*Layer1, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	l := &Layer1{log: o.Log, peers: newL1Peers(o.PeerTTL, o.LookupTimeout), hooks: o,
-		qps: map[l1Key]*l1QP{}, letGo: map[l1Key]bool{}, ctxs: map[string][]verbs.Context{}}
+		qps: map[l1Key]*l1QP{}, letGo: map[l1Key]bool{}, await: map[l1Key]bool{}, ctxs: map[string][]verbs.Context{}}
 	mgr, err := apm.New(o.Clock, o.APM, l.peers, l1HandOver{l})
 	if err != nil {
 		return nil, fmt.Errorf("layer 1: %w", err)
@@ -363,6 +376,7 @@ func (l *Layer1) ContextClosed(ctx verbs.Context) {
 func (l *Layer1) forget(k l1Key) {
 	q := l.qps[k]
 	delete(l.qps, k)
+	delete(l.await, k)
 	if q == nil {
 		return
 	}
@@ -391,6 +405,7 @@ func (l *Layer1) Stats() apm.Stats {
 }
 
 func (l *Layer1) tick() (time.Duration, bool) {
+	watching := l.followPeers()
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -400,6 +415,9 @@ func (l *Layer1) tick() (time.Duration, bool) {
 	l.collect()
 	l.mu.Unlock()
 	l.deliver()
+	if watching && (!pending || wait > followPoll) {
+		wait, pending = followPoll, true
+	}
 	return wait, pending
 }
 
@@ -422,6 +440,12 @@ func (l *Layer1) collect() {
 		if !ok {
 			l.forget(k)
 			continue
+		}
+		if st.State == fsm.APMAwaitPeer {
+			l.await[k] = true
+		} else if l.await[k] {
+			delete(l.await, k)
+			q.follow = l1Follow{}
 		}
 		if st == q.last {
 			continue

@@ -79,6 +79,53 @@ func TestLayer1CableCutAndFailback(t *testing.T) {
 	}
 }
 
+// TestLayer1PeerFollowed: after the cable pull, node0's QPs (which
+// layer 1 migrated) wait for their peers. With the data path's counts
+// (Layer1Options.Progress) they re-arm as soon as a WRITE posted after
+// the migration completes, long before PeerWait (2 s here); without them
+// they wait it out.
+func TestLayer1PeerFollowed(t *testing.T) {
+	for _, progress := range []bool{true, false} {
+		o := l1ProcOpts{progress: progress, peerWait: 2 * time.Second}
+		w := newL1World(t, o, o)
+		var pairs [][2]*l1End
+		for range 2 {
+			a, b := w.pair()
+			pairs = append(pairs, [2]*l1End{a, b})
+		}
+		tr := &l1Traffic{t: t, pairs: pairs}
+		armedOn := func(prim string) func() bool {
+			return func() bool {
+				for _, p := range pairs {
+					if !p[0].is("armed", prim) || !p[1].is("armed", prim) {
+						return false
+					}
+				}
+				return true
+			}
+		}
+		tr.run("every QP armed on port 1", armedOn("port 1"))
+		l1Must(t, w.f.SetLink(w.f.Host("node0").HCA(l1Dev).Port(1), false))
+		cut := time.Now()
+		tr.run("node0's QPs migrated and waiting for their peers", func() bool {
+			return pairs[0][0].is("awaiting-peer", "port 2") || pairs[0][0].is("rearming", "port 2") || pairs[0][0].is("armed", "port 2")
+		})
+		tr.run("node0's QPs re-armed on port 2", armedOn("port 2"))
+		took := time.Since(cut)
+		st := w.procs[0].l1.Stats()
+		switch {
+		case progress && st.PeerFollowed != 2:
+			t.Fatalf("with the data path's counts: stats %+v after %v; want both QPs re-armed because their peers followed", st, took)
+		case !progress && (st.PeerFollowed != 0 || took < 2*time.Second):
+			t.Fatalf("without the counts: stats %+v, re-armed %v after the cut; want PeerWait (2 s) waited out", st, took)
+		}
+		tr.drain()
+		if len(tr.errs) != 0 {
+			t.Fatalf("progress %v: the application saw %v", progress, tr.errs)
+		}
+	}
+}
+
 // TestLayer1RefusedAlternate: a device that refuses the alternate path
 // still connects the application's QP; the reason is kept.
 func TestLayer1RefusedAlternate(t *testing.T) {

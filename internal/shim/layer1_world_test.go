@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,8 +41,10 @@ var l1Config = apm.Config{PollMax: 2 * time.Millisecond, ProbeInterval: 10 * tim
 const l1Dev = "mlx5_0"
 
 type l1ProcOpts struct {
-	noSession bool // no ibpathd: peers cannot be described
-	deaf      bool // the application never reads its async events
+	noSession bool          // no ibpathd: peers cannot be described
+	deaf      bool          // the application never reads its async events
+	progress  bool          // the data path's send counts reach layer 1 (Layer1Options.Progress)
+	peerWait  time.Duration // apm.Config.PeerWait (0: 1.5 local ACK timeouts)
 }
 
 // l1Proc is one process: its Layer1, the application's context, and the
@@ -57,6 +60,7 @@ type l1Proc struct {
 	mu        sync.Mutex
 	handovers []Layer1HandOver
 	changes   []Layer1Change
+	ends      []*l1End
 }
 
 // l1End is one end of a connection: an RC QP with its CQ and a buffer.
@@ -66,6 +70,9 @@ type l1End struct {
 	cq  verbs.CQ
 	mr  verbs.MR
 	buf []byte
+	// what the shadow rings would count: WRITEs posted, and completed
+	// (every WRITE is signaled: each success retires one)
+	posted, done atomic.Uint64
 }
 
 // l1Dir stands in for ibpathd's lookup_hca: it describes any adapter of
@@ -147,9 +154,15 @@ func (w *l1World) newProc(h *sim.Host, o l1ProcOpts) *l1Proc {
 	t := w.t
 	p := &l1Proc{w: w, name: h.Name(), host: h}
 	var err error
-	p.l1, err = NewLayer1(Layer1Options{APM: l1Config, Clock: w.f, PeerTTL: 5 * time.Millisecond,
+	cfg := l1Config
+	cfg.PeerWait = o.peerWait
+	opts := Layer1Options{APM: cfg, Clock: w.f, PeerTTL: 5 * time.Millisecond,
 		HandOver: func(ho Layer1HandOver) { p.mu.Lock(); p.handovers = append(p.handovers, ho); p.mu.Unlock() },
-		Changed:  func(c Layer1Change) { p.mu.Lock(); p.changes = append(p.changes, c); p.mu.Unlock() }})
+		Changed:  func(c Layer1Change) { p.mu.Lock(); p.changes = append(p.changes, c); p.mu.Unlock() }}
+	if o.progress {
+		opts.Progress = p.progress
+	}
+	p.l1, err = NewLayer1(opts)
 	l1Must(t, err)
 	if !o.noSession {
 		p.l1.SetSession(w.dir)
@@ -198,7 +211,23 @@ func (w *l1World) open(i int) *l1End {
 	buf := make([]byte, 64*64)
 	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	l1Must(t, err)
-	return &l1End{p: p, qp: qp, cq: cq, mr: mr, buf: buf}
+	e := &l1End{p: p, qp: qp, cq: cq, mr: mr, buf: buf}
+	p.mu.Lock()
+	p.ends = append(p.ends, e)
+	p.mu.Unlock()
+	return e
+}
+
+// progress is the process's Layer1Options.Progress: its ends' counts.
+func (p *l1Proc) progress(ctx verbs.Context, qp verbs.QP) (posted, retired uint64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.ends {
+		if e.qp == qp && ctx == p.app {
+			return e.posted.Load(), e.done.Load(), true
+		}
+	}
+	return 0, 0, false
 }
 
 // connect takes a from RESET to RTS towards b on port 1, every modify
@@ -315,6 +344,7 @@ func (tr *l1Traffic) post() {
 			RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()}})
 		l1Must(tr.t, err)
 		tr.posted++
+		a.posted.Add(1)
 	}
 }
 
@@ -330,6 +360,7 @@ func (tr *l1Traffic) poll() {
 			for _, c := range wc[:n] {
 				if c.Status == verbs.WCSuccess {
 					tr.ok++
+					p[0].done.Add(1)
 				} else {
 					tr.errs = append(tr.errs, c)
 				}

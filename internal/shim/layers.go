@@ -17,7 +17,7 @@ func (r *Runtime) startLayer1() {
 	if !r.cfg.APM {
 		return
 	}
-	l1, err := NewLayer1(Layer1Options{HandOver: r.l1HandOver, Changed: r.l1Changed, Log: r.log})
+	l1, err := NewLayer1(Layer1Options{HandOver: r.l1HandOver, Changed: r.l1Changed, Progress: r.progressL1, Log: r.log})
 	if err != nil {
 		r.log.Warn("libibpath: layer 1 cannot start; InfiniBand QPs are not armed", "err", err)
 		return
@@ -136,6 +136,27 @@ func (r *Runtime) l1HandOver(h Layer1HandOver) {
 // it cannot save).
 func (r *Runtime) l1Protects(dev string, qpn uint32) bool {
 	return r.l1 != nil && r.l1.Protects(dev, qpn)
+}
+
+// progressL1 is layer 1's Progress: the hot path's send positions of an
+// application QP that layer 2 follows and has not taken over (a diverted
+// QP's posts bypass the rings). Called without layer 1's lock; it takes
+// fo.mu, under which the QP cannot be destroyed (Destroying forgets it
+// first).
+func (r *Runtime) progressL1(ctx verbs.Context, qp verbs.QP) (posted, retired uint64, ok bool) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	p, _ := r.fo.hp.(Progresser)
+	if p == nil {
+		return 0, 0, false
+	}
+	qpn := qp.QPN()
+	for k, q := range r.fo.qps {
+		if k.qpn == qpn && q.set.def == ctx && !q.gone && !q.diverted {
+			return p.Progress(q.app)
+		}
+	}
+	return 0, 0, false
 }
 
 // readoptL1 hands layer 1 a QP that layer 2 gave back to the hot path:

@@ -517,6 +517,24 @@ func TestLayersCableCutLayer1Migrates(t *testing.T) {
 		}
 	}
 	finishClean(t, hosts, qa, qb)
+	// Layer 1 reads the hot path's send counts of the QP through the
+	// runtime (to see the peer follow a migration): those of the rings,
+	// nothing from a hot path that does not tell them.
+	a.rt.l2mu.Lock()
+	def := a.rt.shadows[a.id].def
+	a.rt.l2mu.Unlock()
+	posted, retired, ok := a.rt.progressL1(def, qa.qp)
+	a.hp.mu.Lock()
+	fq := a.hp.qps[qa.qp.QPN()]
+	want := [2]uint64{fq.posted, fq.retired}
+	a.hp.noProgress = true
+	a.hp.mu.Unlock()
+	if !ok || posted != want[0] || retired != want[1] || retired != posted || posted < uint64(qa.sent) {
+		t.Fatalf("progress of node0's QP: %d posted, %d retired, %v; want the rings' %v, every one of the %d messages' WRs retired", posted, retired, ok, want, qa.sent)
+	}
+	if _, _, ok := a.rt.progressL1(def, qa.qp); ok {
+		t.Fatal("progress from a hot path that gives none")
+	}
 }
 
 // TestLayersBothPortsDown: both ports of node0's HCA go down under
@@ -566,6 +584,12 @@ func bothPortsDown(t *testing.T, migrateFirst bool) {
 		if q.x.rt.l1Protects(lyDev, q.qp.QPN()) {
 			t.Fatalf("%s: layer 1 says it protects the QP layer 2 took", q.x.name)
 		}
+	}
+	a.rt.l2mu.Lock()
+	def := a.rt.shadows[a.id].def
+	a.rt.l2mu.Unlock()
+	if _, _, ok := a.rt.progressL1(def, qa.qp); ok {
+		t.Fatal("layer 1 is given the progress of a QP layer 2 took over")
 	}
 	var failover string
 	for _, e := range a.sess.eventsOf(qa.qp.QPN()) {

@@ -215,6 +215,10 @@ static int test(void)
 	drain();
 	lip_qp_outstanding(q, &s, &r);
 	CHECK(s == 0, "all retired, %lu outstanding", (unsigned long)s);
+	uint64_t pp, rr;
+	lip_qp_progress(q, &pp, &rr);
+	CHECK(pp == 14 && rr == 14, "progress %lu posted, %lu retired (want 14 and 14: the refused ones passed)", (unsigned long)pp,
+	      (unsigned long)rr);
 	/* Receives: each completion retires the oldest. */
 	for (int i = 0; i < 5; i++) {
 		struct ibv_recv_wr rw = {.wr_id = 100 + i}, *rbad;
