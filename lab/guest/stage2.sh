@@ -30,6 +30,10 @@ say "GUEST_BOOTED"
 N=${LAB_ID#g}
 ip link set lo up
 for i in 0 1; do
+	# No IPv6 on the links: its link-local address would be a GID of its
+	# own, which can take index 1 before the IPv4 one (seen once in a
+	# boot); the rows name the IPv4 GID as index 1 (-g 1, -x 1).
+	[ -e /proc/sys/net/ipv6/conf/eth$i/disable_ipv6 ] && echo 1 >/proc/sys/net/ipv6/conf/eth$i/disable_ipv6
 	ip link set eth$i up || halt "no eth$i"
 	ip addr add 10.77.$i.$N/24 dev eth$i
 	rdma link add rxe$i type rxe netdev eth$i || halt "rdma link add rxe$i failed"
@@ -39,6 +43,16 @@ for i in 0 1; do
 		rdma link show rxe$i/1 | grep -q 'state ACTIVE' && break
 		sleep 0.1
 	done
+	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' 10 77 "$i" "$N")
+	for _ in $(seq 1 50); do
+		[ "$(cat /sys/class/infiniband/rxe$i/ports/1/gids/1)" = "$want" ] && break
+		sleep 0.1
+	done
+	got=$(cat /sys/class/infiniband/rxe$i/ports/1/gids/1)
+	if [ "$got" != "$want" ]; then
+		for k in 0 1 2 3; do say "rxe$i GID $k: $(cat /sys/class/infiniband/rxe$i/ports/1/gids/$k)"; done
+		halt "rxe$i GID index 1 is $got, want $want (10.77.$i.$N, which the rows name as index 1)"
+	fi
 done
 rdma link | sed "s/^/[$LAB_ID] /"
 say "RXE_UP"

@@ -48,6 +48,9 @@ vm_start() {
 
 vm_alive() { [ -s "$LAB_RUN/$1.pid" ] && kill -0 "$(cat "$LAB_RUN/$1.pid")" 2>/dev/null; }
 vm_ready() { vm_alive "$1" && [ -e "$LAB_RUN/$1.ready" ]; }
+# vm_settled GUEST: ready, or gone (a guest that powers itself off during
+# boot says why on its console: no need to wait out the timeout).
+vm_settled() { vm_ready "$1" || ! vm_alive "$1"; }
 
 # vm_boot [GUEST...]: boot the guests and wait until their job agents run.
 vm_boot() {
@@ -61,8 +64,8 @@ vm_boot() {
 		vm_start "$g"
 	done
 	for g in $guests; do
-		if ! wait_for "${LAB_BOOT_TIMEOUT:-90}" vm_ready "$g"; then
-			log "boot: $g not ready after ${LAB_BOOT_TIMEOUT:-90} s; console tail:"
+		if ! wait_for "${LAB_BOOT_TIMEOUT:-90}" vm_settled "$g" || ! vm_ready "$g"; then
+			log "boot: $g not ready after $(elapsed "$t0") s (timeout ${LAB_BOOT_TIMEOUT:-90} s); console tail:"
 			tr -d '\r' <"$LAB_RUN/$g.console" | tail -15 >&2
 			return 1
 		fi
