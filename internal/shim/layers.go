@@ -140,23 +140,32 @@ func (r *Runtime) l1Protects(dev string, qpn uint32) bool {
 
 // progressL1 is layer 1's Progress: the hot path's send positions of an
 // application QP that layer 2 follows and has not taken over (a diverted
-// QP's posts bypass the rings). Called without layer 1's lock; it takes
-// fo.mu, under which the QP cannot be destroyed (Destroying forgets it
-// first).
+// QP's posts bypass the rings). Called without layer 1's lock, once per
+// waiting QP every millisecond (a port failure makes every QP of the port
+// wait): a lookup by key, not a scan. It takes l2mu to find the
+// application context's id, then fo.mu, under which the QP cannot be
+// destroyed (Destroying forgets it first).
 func (r *Runtime) progressL1(ctx verbs.Context, qp verbs.QP) (posted, retired uint64, ok bool) {
+	var id uintptr
+	r.l2mu.Lock()
+	for c, s := range r.shadows { // one per open context of the application
+		if s.def == ctx {
+			id, ok = c, true
+			break
+		}
+	}
+	r.l2mu.Unlock()
+	if !ok {
+		return 0, 0, false
+	}
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	p, _ := r.fo.hp.(Progresser)
-	if p == nil {
+	q := r.fo.qps[qpKey{id, qp.QPN()}]
+	if p == nil || q == nil || q.gone || q.diverted {
 		return 0, 0, false
 	}
-	qpn := qp.QPN()
-	for k, q := range r.fo.qps {
-		if k.qpn == qpn && q.set.def == ctx && !q.gone && !q.diverted {
-			return p.Progress(q.app)
-		}
-	}
-	return 0, 0, false
+	return p.Progress(q.app)
 }
 
 // readoptL1 hands layer 1 a QP that layer 2 gave back to the hot path:
