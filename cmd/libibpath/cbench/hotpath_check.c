@@ -353,6 +353,16 @@ static int test_quiesce(void)
 	return 0;
 }
 
+/* both runs fn(a) and fn(b) on two threads at once and waits for them. */
+static void both(void *(*fn)(void *), void *a, void *b)
+{
+	pthread_t t1, t2;
+	pthread_create(&t1, NULL, fn, a);
+	pthread_create(&t2, NULL, fn, b);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+}
+
 /* multi-poster: two threads post to one QP at once; the shadow ring must
  * hold their WRs in the order the provider queued them. */
 static struct ibv_qp mpqp;
@@ -377,11 +387,7 @@ static int test_multi_poster(void)
 	CHECK(q != NULL, "add the multi-poster QP");
 	if (!q)
 		return 1;
-	pthread_t t1, t2;
-	pthread_create(&t1, NULL, mp_post, (void *)(uintptr_t)0);
-	pthread_create(&t2, NULL, mp_post, (void *)(uintptr_t)1000000);
-	pthread_join(t1, NULL);
-	pthread_join(t2, NULL);
+	both(mp_post, (void *)(uintptr_t)0, (void *)(uintptr_t)1000000);
 	CHECK(mp_n == 2 * MP_N && q->shead == 2 * MP_N, "%d queued, %lu recorded", mp_n, (unsigned long)q->shead);
 	int bad = 0;
 	for (int i = 0; i < mp_n; i++)
@@ -441,11 +447,7 @@ static int test_multi_poller(void)
 			mpl_wc[j] = t;
 		}
 	}
-	pthread_t t1, t2;
-	pthread_create(&t1, NULL, mpl_poll, (void *)(uintptr_t)0);
-	pthread_create(&t2, NULL, mpl_poll, (void *)(uintptr_t)1);
-	pthread_join(t1, NULL);
-	pthread_join(t2, NULL);
+	both(mpl_poll, (void *)(uintptr_t)0, (void *)(uintptr_t)1);
 	uint64_t s, r;
 	lip_qp_outstanding(q, &s, &r);
 	CHECK(s == 0 && r == 0, "two pollers left %lu sends and %lu receives outstanding (want 0 and 0)", (unsigned long)s,
@@ -497,11 +499,7 @@ static int test_blk(void)
 	CHECK(blk.held == LIP_BLK_SPIN, "the old owner takes it as %d after the revocation (want the spin lock)", blk.held);
 	lip_blk_unlock(&blk, 0);
 	static struct lip_blk fresh;
-	pthread_t t1, t2;
-	pthread_create(&t1, NULL, blk_bump, &fresh);
-	pthread_create(&t2, NULL, blk_bump, &fresh);
-	pthread_join(t1, NULL);
-	pthread_join(t2, NULL);
+	both(blk_bump, &fresh, &fresh);
 	CHECK(blk_count == 2000000, "two threads counted %ld under the lock (want 2000000)", blk_count);
 	return 0;
 }
