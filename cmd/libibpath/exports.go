@@ -175,3 +175,22 @@ func ibpathDestroyed(ctx *C.struct_ibv_context, qpn C.uint32_t) {
 func ibpathAsyncEvent(ctx *C.struct_ibv_context, typ C.enum_ibv_event_type, qpn C.uint32_t, port C.int) {
 	rt.AsyncEvent(ctxID(ctx), verbs.EventType(typ), uint32(qpn), uint8(port))
 }
+
+// ibpathCMUnreachable says whether an RDMA_CM_EVENT_UNREACHABLE of the
+// rdma_cm id of qp is kept from the application (Runtime.CMUnreachable).
+//
+//export ibpathCMUnreachable
+func ibpathCMUnreachable(qp *C.struct_ibv_qp, st C.int) C.int {
+	if rt.CMUnreachable(ctxID(qp.context), uint32(qp.qp_num), int(st)) {
+		return 1
+	}
+	return 0
+}
+
+// ibpathCMEstablished records that the rdma_cm connection of qp was
+// established (up) or ended (Runtime.CMEstablished).
+//
+//export ibpathCMEstablished
+func ibpathCMEstablished(qp *C.struct_ibv_qp, up C.int) {
+	rt.CMEstablished(ctxID(qp.context), uint32(qp.qp_num), up != 0)
+}

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "shim.h"
+#include "cm.h"
 #include "_cgo_export.h"
 
 int lip_enabled = 1;
@@ -345,6 +346,42 @@ int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 		LEAVE();
 	}
 	return ret;
+}
+
+/* rdma_get_cm_event (librdmacm's, RDMACM_1.0): an UNREACHABLE that the
+ * kernel reports on a connected id whose QP a layer of ibpath carries
+ * does not reach the application (cm.c); every other event does, as
+ * librdmacm returned it. Interposed only when librdmacm is loaded: the
+ * application's reference binds here, and librdmacm's own definition
+ * does the work. */
+static int cm_protects(struct ibv_qp *qp, int status)
+{
+	if (!lip_ctx_of(qp->context))
+		return 0;
+	ENTER();
+	int hide = ibpathCMUnreachable(qp, status);
+	LEAVE();
+	return hide;
+}
+
+static void cm_established(struct ibv_qp *qp, int up)
+{
+	if (!lip_ctx_of(qp->context))
+		return;
+	ENTER();
+	ibpathCMEstablished(qp, up);
+	LEAVE();
+}
+
+int lip_get_cm_event(void *channel, struct lip_cm_event **ev) __asm__("rdma_get_cm_event");
+int lip_get_cm_event(void *channel, struct lip_cm_event **ev)
+{
+	REAL_V(rdma_get_cm_event, "RDMACM_1.0", int, (void *, struct lip_cm_event **));
+	REAL_V(rdma_ack_cm_event, "RDMACM_1.0", int, (struct lip_cm_event *));
+	if (!lip_enabled || !ev)
+		return real_rdma_get_cm_event(channel, ev);
+	struct lip_cm_ops ops = {real_rdma_get_cm_event, real_rdma_ack_cm_event, cm_protects, cm_established};
+	return lip_cm_next(channel, ev, &ops);
 }
 
 /* Completion channels (channel.c): the application gets a channel whose

@@ -9,7 +9,9 @@
 // memory registrations and the completion channel verbs (symbol versions
 // IBVERBS_1.1, 1.8 and 1.0, forwarded with dlvsym(RTLD_NEXT); channel.c
 // hands the application channels the shim can signal for completions a
-// backup device delivers), and
+// backup device delivers) and librdmacm's rdma_get_cm_event (RDMACM_1.0;
+// cm.c keeps the kernel's UNREACHABLE of a protected, connected QP from
+// the application), and
 // swaps each opened context's post_send, post_recv and poll_cq (inline in
 // verbs.h) for C wrappers that record every work request of an RC QP in a
 // shadow ring before calling the provider (a QP posting through the

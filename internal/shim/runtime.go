@@ -73,6 +73,7 @@ type qp struct {
 	// layer 2 reconnects the default QP for a switch back.
 	connect  verbs.QPAttr
 	connMask verbs.QPAttrMask
+	cmUp     bool // its rdma_cm connection is established (cmevent.go)
 }
 
 // Runtime is the shim's view of the process's verbs objects. It is safe
@@ -102,6 +103,8 @@ type Runtime struct {
 	republishAt atomic.Int64
 
 	l1 *Layer1 // nil: layer 1 off (IBPATH_APM=off, or it could not start)
+
+	cmHidden atomic.Uint64 // rdma_cm events kept from the application (cmevent.go)
 
 	fo failover // layer 2's failover (its own lock, taken before l2mu and mu)
 }

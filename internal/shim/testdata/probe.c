@@ -21,6 +21,7 @@
  * "exwr"'s QP with eight threads posting one-WR batches to it at once
  * (n each), unsignaled: every WR must reach the provider. */
 #define _GNU_SOURCE
+#include "connect.h"
 #include <dlfcn.h>
 #include <endian.h>
 #include <errno.h>
@@ -513,22 +514,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "probe: wr_start in %s, wr_rdma_write in %s, wr_complete in %s\n", lib((void *)qpx->wr_start),
 			lib((void *)qpx->wr_rdma_write), lib((void *)qpx->wr_complete));
 	}
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return 1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.dest_qp_num = 0x4242;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid.raw[10] = 0xff;
-	a.ah_attr.grh.dgid.raw[11] = 0xff;
-	a.ah_attr.grh.dgid.raw[12] = 10;
-	a.ah_attr.grh.dgid.raw[15] = 2;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return 1;
-	a.qp_state = IBV_QPS_RTS;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+	if (probe_connect(qp))
 		return 1;
 	if (event) {
 		/* A cable pulled and plugged; this program never reads async
