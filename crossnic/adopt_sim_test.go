@@ -3,6 +3,7 @@ package crossnic_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,12 @@ func (d *direct) resume() crossnic.Resume {
 }
 
 func newAdoptApp(t *testing.T, h *sim.Host, dir crossnic.Directory) *adoptApp {
+	return newAdoptAppWrap(t, h, dir, nil)
+}
+
+// newAdoptAppWrap is newAdoptApp with the backup context the Shadow uses
+// wrapped by wrapBak (nil: as it is): tests inject its failures so.
+func newAdoptAppWrap(t *testing.T, h *sim.Host, dir crossnic.Directory, wrapBak func(verbs.Context) verbs.Context) *adoptApp {
 	var descs []pathsel.HCA
 	var ctxs []verbs.Context
 	for _, a := range h.HCAs() {
@@ -78,13 +85,21 @@ func newAdoptApp(t *testing.T, h *sim.Host, dir crossnic.Directory) *adoptApp {
 	}
 	j, err := pathsel.ChooseBackup(descs, 0)
 	must(t, err)
-	x := &adoptApp{app: &app{ctx: ctxs[0], buf: make([]byte, 3*nslots*slot)}, h: h, bakCtx: ctxs[j]}
-	x.shadow, err = crossnic.NewShadow(ctxs[0], ctxs[j], dir)
+	x := &adoptApp{app: &app{ctx: ctxs[0]}, h: h, bakCtx: ctxs[j]}
+	bak := ctxs[j]
+	if wrapBak != nil {
+		bak = wrapBak(bak)
+	}
+	x.shadow, err = crossnic.NewShadow(ctxs[0], bak, dir)
 	must(t, err)
 	x.ch, err = ctxs[j].CreateCompChannel()
 	must(t, err)
 	x.shadow.SetCompChannel(x.ch)
 	x.pd, err = x.ctx.AllocPD()
+	must(t, err)
+	// the application's memory, as a real device would register it
+	// (sim.Config.StrictMem)
+	x.buf, err = x.pd.(verbs.MemAllocator).AllocMem(3 * nslots * slot)
 	must(t, err)
 	x.mr, err = x.pd.RegMR(x.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	must(t, err)
@@ -186,10 +201,21 @@ func adoptPair(t *testing.T, seed uint64) (*sim.Fabric, *adoptApp, *adoptApp) {
 
 // adoptPairDir is adoptPair with the directory the two publish into.
 func adoptPairDir(t *testing.T, seed uint64) (*sim.Fabric, *adoptApp, *adoptApp, *crossnic.MemDirectory) {
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	return adoptPairCfg(t, sim.Config{Seed: seed})
+}
+
+// adoptPairCfg is adoptPairDir on a fabric of the given configuration.
+func adoptPairCfg(t *testing.T, cfg sim.Config) (*sim.Fabric, *adoptApp, *adoptApp, *crossnic.MemDirectory) {
+	return adoptPairWrap(t, cfg, nil)
+}
+
+// adoptPairWrap is adoptPairCfg with A's backup context wrapped
+// (newAdoptAppWrap).
+func adoptPairWrap(t *testing.T, cfg sim.Config, wrapBakA func(verbs.Context) verbs.Context) (*sim.Fabric, *adoptApp, *adoptApp, *crossnic.MemDirectory) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: cfg, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
 	dir := crossnic.NewMemDirectory()
-	a, b := newAdoptApp(t, f.Host("node0"), dir), newAdoptApp(t, f.Host("node1"), dir)
+	a, b := newAdoptAppWrap(t, f.Host("node0"), dir, wrapBakA), newAdoptApp(t, f.Host("node1"), dir)
 	connectApp(t, a.app, b.app, false)
 	connectApp(t, b.app, a.app, false)
 	if a.shadow.Scan() != 1 || !a.shadow.Ready(a.qp) || !b.shadow.Ready(b.qp) {
@@ -214,8 +240,19 @@ func adoptPairDir(t *testing.T, seed uint64) (*sim.Fabric, *adoptApp, *adoptApp,
 // hot path before the fault, one posted through the Conn during the
 // handshake).
 func TestAdoptMidStream(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		// strict: the fabric registers only memory from AllocMem, as a
+		// real device does (verbs/ibv); the replayed inline round is
+		// then sent from a staging area allocated so
+		t.Run(fmt.Sprintf("strict_mem=%v", strict), func(t *testing.T) {
+			f, a, b, _ := adoptPairCfg(t, sim.Config{Seed: 21, StrictMem: strict})
+			adoptMidStream(t, f, a, b)
+		})
+	}
+}
+
+func adoptMidStream(t *testing.T, f *sim.Fabric, a, b *adoptApp) {
 	const inlineRound = 8
-	f, a, b := adoptPair(t, 21)
 	var aDone []uint64
 	var bGot []uint32
 	checkB := func(wcs []verbs.WC) {

@@ -62,7 +62,8 @@ type Conn struct {
 	defHolds bool // the default QP holds the outstanding WRs (not flushed by us)
 	stats    ConnStats
 	read     MemReader // copies inline payloads of WRs posted through the Conn
-	stage    verbs.MR  // the send ring's inline copies, registered on the backup
+	stage    verbs.MR  // the staging area of replayed inline copies, registered on the backup
+	stageBuf []byte    // its memory (from the backup PD's allocator when it has one)
 
 	// recovery (switch back); nil rec: traffic stays on the backup
 	rec       *Recovery
@@ -290,9 +291,17 @@ func (c *Conn) Close() error {
 		return nil
 	}
 	err := c.stage.Dereg()
+	pd := c.stage.PD()
 	c.stage = nil
 	if err != nil {
 		return fmt.Errorf("crossnic: release the inline copies' registration: %w", err)
+	}
+	buf := c.stageBuf
+	c.stageBuf = nil
+	if a, ok := pd.(verbs.MemAllocator); ok {
+		if err := a.FreeMem(buf); err != nil {
+			return fmt.Errorf("crossnic: free the inline copies' staging area: %w", err)
+		}
 	}
 	return nil
 }

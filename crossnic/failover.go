@@ -131,7 +131,7 @@ func (c *Conn) replayTail() error {
 			return err
 		}
 		if w.SendFlags&verbs.SendInline != 0 && len(inline) > 0 {
-			if err := c.fromCopy(&c.one[0], i, len(inline)); err != nil {
+			if err := c.fromCopy(&c.one[0], i, inline); err != nil {
 				return err
 			}
 		}
@@ -144,20 +144,50 @@ func (c *Conn) replayTail() error {
 	return nil
 }
 
-// fromCopy points the inline WR w (ring index i, n bytes) at its copy in
-// the send ring, registered on the backup device the first time one is
-// needed (a provider reads inline data at post time from the address in
-// the SGE; the registration makes the copy addressable on the backup).
-func (c *Conn) fromCopy(w *verbs.SendWR, i uint64, n int) error {
+// fromCopy points the inline WR w (ring index i) at a copy of inline,
+// the payload recorded when it was posted, in the staging area (a
+// provider reads inline data at post time from the address in the SGE;
+// the registration makes the copy addressable on the backup).
+func (c *Conn) fromCopy(w *verbs.SendWR, i uint64, inline []byte) error {
 	if c.stage == nil {
-		mr, err := c.bak.QP.PD().RegMR(c.sring.inline, verbs.AccessLocalWrite)
-		if err != nil {
-			return fmt.Errorf("crossnic: register the inline copies on the backup: %w", err)
+		if err := c.stageInline(); err != nil {
+			return err
 		}
-		c.stage = mr
 	}
-	c.sges = append(c.sges[:0], verbs.SGE{Addr: c.stage.Addr() + uint64(c.sring.inlineAt(i)), Length: uint32(n), LKey: c.stage.LKey()})
+	off := c.sring.inlineAt(i)
+	copy(c.stageBuf[off:], inline)
+	c.sges = append(c.sges[:0], verbs.SGE{Addr: c.stage.Addr() + uint64(off), Length: uint32(len(inline)), LKey: c.stage.LKey()})
 	w.SGList = c.sges[:1]
+	return nil
+}
+
+// stageInline makes the staging area, the size of the send ring's inline
+// copies, on the backup device, the first time a replay needs it. Its
+// memory comes from the backup PD's allocator when the PD has one: a real
+// device registers only memory outside the Go heap (the ring's copies are
+// on it).
+func (c *Conn) stageInline() error {
+	pd := c.bak.QP.PD()
+	n := len(c.sring.inline)
+	buf := []byte(nil)
+	a, alloc := pd.(verbs.MemAllocator)
+	if alloc {
+		b, err := a.AllocMem(n)
+		if err != nil {
+			return fmt.Errorf("crossnic: allocate the inline copies' staging area on the backup: %w", err)
+		}
+		buf = b
+	} else {
+		buf = make([]byte, n)
+	}
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		if alloc {
+			_ = a.FreeMem(buf)
+		}
+		return fmt.Errorf("crossnic: register the inline copies on the backup: %w", err)
+	}
+	c.stage, c.stageBuf = mr, buf
 	return nil
 }
 

@@ -40,6 +40,19 @@ type PD interface {
 	Dealloc() error
 }
 
+// MemAllocator is implemented by a PD whose RegMR accepts only memory
+// it allocated (verbs/ibv: memory outside the Go heap, which cannot move
+// or be freed under the HCA). Code that registers buffers of its own,
+// not the application's, allocates them here when the PD offers it.
+type MemAllocator interface {
+	// AllocMem returns n zeroed bytes that RegMR of any PD of the same
+	// process (host) accepts.
+	AllocMem(n int) ([]byte, error)
+	// FreeMem releases memory from AllocMem, once every MR over it is
+	// deregistered.
+	FreeMem(b []byte) error
+}
+
 // MR is a registered memory region (struct ibv_mr).
 type MR interface {
 	PD() PD

@@ -126,6 +126,15 @@ func (x *Context) wrapPDLocked(p unsafe.Pointer) *PD {
 // CPtr is the struct ibv_pd*.
 func (pd *PD) CPtr() unsafe.Pointer { return unsafe.Pointer(pd.c) }
 
+var _ verbs.MemAllocator = (*PD)(nil)
+
+// AllocMem implements verbs.MemAllocator: memory from Alloc, which RegMR
+// accepts on any PD.
+func (pd *PD) AllocMem(n int) ([]byte, error) { return Alloc(n) }
+
+// FreeMem implements verbs.MemAllocator (Free).
+func (pd *PD) FreeMem(b []byte) error { return Free(b) }
+
 // Context implements verbs.PD.
 func (pd *PD) Context() verbs.Context { return pd.ctx }
 

@@ -31,6 +31,11 @@ type Config struct {
 	// retries down only below 7. The IB spec, and the default here, give
 	// such a QP RETRY_EXC_ERR after 7 retries.
 	EndlessRetry7 bool
+	// StrictMem makes RegMR refuse a buffer that did not come from
+	// AllocMem of a PD on the same host, as verbs/ibv refuses memory on
+	// the Go heap (the HCA would read it after the runtime moved or freed
+	// it). Off, any buffer can be registered.
+	StrictMem bool
 }
 
 // DefaultConfig is the timing model used when a Config field is zero.

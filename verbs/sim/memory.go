@@ -123,6 +123,10 @@ func (pd *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
 		return nil, verbs.Errorf("ibv_reg_mr", verbs.EOPNOTSUPP, "access flags %#x not modelled", uint32(access))
 	}
 	h := pd.ctx.hca.host
+	if f.cfg.StrictMem && !h.allocated(buf) {
+		return nil, verbs.Errorf("ibv_reg_mr", verbs.EINVAL, "buffer %#x+%d is not from AllocMem (Config.StrictMem)",
+			uintptr(unsafe.Pointer(unsafe.SliceData(buf))), len(buf))
+	}
 	addr, ok := h.addrOf(buf)
 	if !ok {
 		return nil, verbs.Errorf("ibv_reg_mr", verbs.EINVAL, "buffer partly overlaps registered memory (not modelled)")
@@ -184,4 +188,49 @@ func (a *HCA) span(pd *PD, key uint32, addr uint64, n uint32, need verbs.AccessF
 	}
 	off := addr - mr.addr
 	return mr.buf[off : off+uint64(n)], true
+}
+
+var _ verbs.MemAllocator = (*PD)(nil)
+
+// AllocMem implements verbs.MemAllocator: n zeroed bytes that RegMR of
+// any PD of the host accepts, Config.StrictMem or not.
+func (pd *PD) AllocMem(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, verbs.Errorf("mmap", verbs.EINVAL, "AllocMem of %d bytes", n)
+	}
+	b := make([]byte, n)
+	f := pd.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := pd.ctx.hca.host
+	h.allocs = append(h.allocs, b)
+	return b, nil
+}
+
+// FreeMem implements verbs.MemAllocator. b must start where the memory
+// AllocMem returned started.
+func (pd *PD) FreeMem(b []byte) error {
+	f := pd.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := pd.ctx.hca.host
+	for i, a := range h.allocs {
+		if len(b) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b) {
+			h.allocs = append(h.allocs[:i], h.allocs[i+1:]...)
+			return nil
+		}
+	}
+	return verbs.Errorf("munmap", verbs.EINVAL, "FreeMem of memory not from AllocMem")
+}
+
+// allocated reports whether buf lies inside memory from AllocMem.
+func (h *Host) allocated(buf []byte) bool {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	for _, a := range h.allocs {
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(a)))
+		if p >= base && p+uintptr(len(buf)) <= base+uintptr(len(a)) {
+			return true
+		}
+	}
+	return false
 }

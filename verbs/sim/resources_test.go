@@ -370,8 +370,11 @@ func TestResKillHCA(t *testing.T) {
 	}
 }
 
-func TestResShadowRegistration(t *testing.T) {
-	f, err := sim.NewRailFabric(defaults(connOpts{}).spec)
+// hostPDs opens both HCAs of node0 of a fabric of spec and gives a PD on
+// each.
+func hostPDs(t *testing.T, spec sim.RailSpec) []verbs.PD {
+	t.Helper()
+	f, err := sim.NewRailFabric(spec)
 	must(t, err)
 	h := f.Host("node0")
 	var pds []verbs.PD
@@ -382,6 +385,12 @@ func TestResShadowRegistration(t *testing.T) {
 		must(t, err)
 		pds = append(pds, pd)
 	}
+	return pds
+}
+
+func TestResShadowRegistration(t *testing.T) {
+	pds := hostPDs(t, defaults(connOpts{}).spec)
+	var err error
 	buf := make([]byte, 1<<16)
 	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 	m0, err := pds[0].RegMR(buf, acc)
@@ -414,6 +423,43 @@ func TestResShadowRegistration(t *testing.T) {
 	}
 	if _, err := pds[0].RegMR(buf, verbs.AccessRemoteRead); err != nil {
 		t.Fatalf("reg_mr REMOTE_READ only: %v", err)
+	}
+}
+
+// TestResStrictMem: with Config.StrictMem, RegMR takes memory from
+// AllocMem (of any PD of the host, whole or a part) and refuses any other
+// buffer, as verbs/ibv refuses the Go heap; FreeMem takes back only what
+// AllocMem gave. Without it, any buffer registers.
+func TestResStrictMem(t *testing.T) {
+	spec := defaults(connOpts{}).spec
+	spec.Config.StrictMem = true
+	pds := hostPDs(t, spec)
+	alloc := pds[0].(verbs.MemAllocator)
+	buf, err := alloc.AllocMem(8192)
+	must(t, err)
+	if len(buf) != 8192 {
+		t.Fatalf("AllocMem gave %d bytes", len(buf))
+	}
+	m, err := pds[1].RegMR(buf[4096:], verbs.AccessLocalWrite)
+	must(t, err)
+	if _, err := pds[0].RegMR(make([]byte, 4096), verbs.AccessLocalWrite); !errors.Is(err, verbs.EINVAL) {
+		t.Fatalf("RegMR of Go-heap memory under StrictMem: %v, want EINVAL", err)
+	}
+	if _, err := alloc.AllocMem(0); !errors.Is(err, verbs.EINVAL) {
+		t.Fatalf("AllocMem(0): %v, want EINVAL", err)
+	}
+	if err := alloc.FreeMem(make([]byte, 16)); !errors.Is(err, verbs.EINVAL) {
+		t.Fatalf("FreeMem of memory not from AllocMem: %v, want EINVAL", err)
+	}
+	must(t, m.Dereg())
+	must(t, pds[1].(verbs.MemAllocator).FreeMem(buf))
+	if _, err := pds[0].RegMR(buf, verbs.AccessLocalWrite); !errors.Is(err, verbs.EINVAL) {
+		t.Fatalf("RegMR of freed memory under StrictMem: %v, want EINVAL", err)
+	}
+
+	loose := hostPDs(t, defaults(connOpts{}).spec)
+	if _, err := loose[0].RegMR(make([]byte, 4096), verbs.AccessLocalWrite); err != nil {
+		t.Fatalf("RegMR of Go-heap memory without StrictMem: %v", err)
 	}
 }
 

@@ -16,6 +16,7 @@ type Host struct {
 	index   int
 	hcas    []*HCA
 	regions []memRegion
+	allocs  [][]byte // from PD.AllocMem, not freed yet (Config.StrictMem)
 }
 
 // HCA is one adapter with one or two ports.
