@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, vet, the lab report's doctests, every
+# The whole test suite: formatting, vet, the lab's host-side tests, every
 # test with the race detector,
 # then the seeded fault campaigns at full size without it (they start no
 # goroutines; the race pass runs them shortened). Extra arguments go to both
@@ -14,11 +14,20 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 go vet ./...
-# the lab report's statistics (lab/report.py doctests)
+# the lab report's statistics (lab/report.py doctests), and the lab's row
+# selection, budget and report of rows not run (no guest is booted)
 if command -v python3 >/dev/null; then
 	python3 -m doctest lab/report.py
 else
 	echo "SKIP lab/report.py doctests: no python3" >&2
+fi
+if command -v python3 >/dev/null && command -v bc >/dev/null; then
+	bash lab/test/rows_test.sh >/tmp/ibpath-lab-rows-test.log 2>&1 || {
+		cat /tmp/ibpath-lab-rows-test.log >&2
+		exit 1
+	}
+else
+	echo "SKIP lab/test/rows_test.sh: needs python3 and bc" >&2
 fi
 go test -race -short -count=1 "$@" ./...
 go test -count=1 -run 'Campaign|RandomFaultSchedule' "$@" ./crossnic ./verbs/sim

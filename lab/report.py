@@ -7,8 +7,8 @@ Writes OUT/report.json and OUT/report.tsv, prints the table. Exit status 1
 when a must-pass row failed: a row without a cut must finish with correct
 results, with and without the shim, and so must a cut row with the shim of
 a program the shim protects (PROTECTED: layer 2 fails it over); SKIP rows
-do not count. The other cut rows (without the shim, or MPI) are reported
-only.
+do not count. The other cut rows (without the shim, or MPI over TCP) are
+reported only.
 
 Columns:
   finished  the program exited 0 on every side (and printed its summary)
@@ -41,10 +41,11 @@ import re
 import sys
 
 
-# programs whose QPs layer 2 protects in the lab (RC, ibv_post_send):
+# programs whose QPs layer 2 protects in the lab (RC, ibv_post_send;
+# MPI over libfabric's verbs provider, which connects through rdma_cm):
 # with the shim their cut rows must finish with correct results.
 PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
-             "pingpong-wr")
+             "pingpong-wr", "mpi-verbs")
 
 
 # the arms with the shim: on, and sb (the shim switching back, cut rows only)
@@ -334,8 +335,9 @@ def main():
                "cut_at_s": m.get("cut_time"), "cut_for_s": m.get("cut_for") if m["cut"] != "none" else None,
                "rep": int(m.get("rep") or (name.rsplit(".r", 1)[1] if re.search(r"\.r\d+$", name) else 1)),
                "elapsed_s": m.get("elapsed"), "order": float(m.get("started") or os.path.getmtime(os.path.join(d, "meta")))}
-        if m.get("status") == "SKIP":
-            row.update(status="SKIP", reason=m.get("reason", ""))
+        if m.get("status") in ("SKIP", "FAIL"):
+            # not run: a build that failed, the lab budget spent, a guest gone
+            row.update(status=m["status"], reason=m.get("reason", ""), finished=False, correct="no")
         else:
             row.update(parse(m, text(d, "client.out"), text(d, "server.out")))
             row["recovered"] = m.get("recovered") if m["cut"] != "none" else None
@@ -413,8 +415,9 @@ def main():
     print(h % ("program", "shim", "cut", "status", "fin", "ok", "recov", "cut@s", "pause ms", "to_backup", "home", "MB/s", "lat us", "run s", "detail"))
     print("-" * 139)
     for r in rows:
-        if r["status"] == "SKIP":
-            print(h % (r["prog"], r["shim"], r["cut"], "SKIP", "", "", "", "", "", "", "", "", "", "", r["reason"][:60]))
+        if r.get("reason"):
+            st = r["status"] if r["must_pass"] or r["status"] == "SKIP" else r["status"].lower()
+            print(h % (r["prog"], r["shim"], r["cut"], st, "", "", "", "", "", "", "", "", "", "", r["reason"][:60]))
             continue
         pause = fmt(r.get("pause_ms"), "%.0f")
         if r.get("pause_kind") == "estimate":
@@ -450,6 +453,9 @@ def main():
     else:
         print("ratios: n/a (needs write_lat and write_bw rows without a cut, with and without the shim)")
     print("status: upper case = must pass (no cut, or a cut the shim must hide); lower case = reported only. pause ~ = estimate.")
+    budget = [r["name"] for r in rows if r["status"] == "SKIP" and r["reason"].startswith("lab budget")]
+    if budget:
+        print("not run, the lab budget (LAB_BUDGET) spent: %d rows: %s" % (len(budget), ", ".join(budget)))
     print("result: %s%s" % (report["result"], (" (failed: " + ", ".join(failed) + ")") if failed else ""))
     print("report: %s/report.json, %s/report.tsv" % (out, out))
     sys.exit(1 if failed else 0)

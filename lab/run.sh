@@ -14,7 +14,9 @@
 #        lab/run.sh all      setup, boot, run, stop
 #        lab/run.sh clean    stop the guests and remove $LAB_WORK
 # env:   LAB_WORK (default /tmp/ibpath-lab), LAB_ACCEL=tcg|kvm, LAB_ROWS (regexp
-#        over row names, default all), LAB_DEADLINE (s, QEMU killed after it)
+#        over row names, default all), LAB_ROW_NAMES (row names, run exactly
+#        those in that order), LAB_BUDGET (s for the rows: a row that might not
+#        end within it is not started), LAB_DEADLINE (s, QEMU killed after it)
 # exit:  0 when every must-pass row passed (see docs/LAB.md), 1 otherwise,
 #        2 on usage errors, 3 when the guests cannot boot.
 set -euo pipefail

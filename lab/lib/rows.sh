@@ -76,7 +76,8 @@ mpi-verbs setlink-g2
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
 # line that says the traffic runs; empty: LAB_CUT_AT counts from the start),
 # SMARKER (server output line that says it listens; empty: 1 s after its
-# start) and LIMIT (seconds the client may take).
+# start), MWAIT (seconds to wait for MARKER before cutting anyway) and
+# LIMIT (seconds the client may take).
 prog_cmds() {
 	local p=$2 common
 	local LAB_BW_SECONDS=$LAB_BW_SECONDS LAB_LAT_ITERS=$LAB_LAT_ITERS LAB_PP_ITERS=$LAB_PP_ITERS LAB_MPI_SECONDS=$LAB_MPI_SECONDS
@@ -84,7 +85,7 @@ prog_cmds() {
 		LAB_BW_SECONDS=$LAB_CUT_BW_SECONDS LAB_LAT_ITERS=$LAB_CUT_LAT_ITERS
 		LAB_PP_ITERS=$LAB_CUT_PP_ITERS LAB_MPI_SECONDS=$LAB_CUT_MPI_SECONDS
 	fi
-	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" LIMIT=$((LAB_BW_SECONDS + 30))
+	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" MWAIT=20 LIMIT=$((LAB_BW_SECONDS + 30))
 	case $1 in
 	pingpong | pingpong-ev | pingpong-wr)
 		# -ev: the same program sleeping on its completion channel (-e)
@@ -114,7 +115,9 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
   --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 \\
   \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
-		MARKER="MPI_CHECK started" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
+		# MPI's start-up takes 20 s and more under TCG with the shim: a
+		# cut must fall in the traffic, not in MPI_Init's connection setup
+		MARKER="MPI_CHECK started" MWAIT=45 LIMIT=$((LAB_MPI_SECONDS + 50)) ;;
 	mpi-verbs)
 		# Open MPI's ofi MTL over libfabric's verbs provider (with ofi_rxm
 		# for reliable datagrams) on rxe0: MPI traffic through verbs
@@ -122,16 +125,17 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
 stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/guest/rsh.sh \\
   --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth1 \\
   --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include 'verbs;ofi_rxm' \\
-  -x FI_PROVIDER='verbs;ofi_rxm' -x FI_VERBS_IFACE=eth0 -x FI_UNIVERSE_SIZE=4 -x FI_LOG_LEVEL=warn \\
+  -x FI_PROVIDER='verbs;ofi_rxm' -x FI_VERBS_IFACE=eth0 -x FI_UNIVERSE_SIZE=4 -x FI_LOG_LEVEL=${LAB_FI_LOG:-warn} \\
   \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
-		MARKER="MPI_CHECK started" LIMIT=$((LAB_MPI_SECONDS + 40)) ;;
+		MARKER="MPI_CHECK started" MWAIT=45 LIMIT=$((LAB_MPI_SECONDS + 50)) ;;
 	ibpathd)
 		# ibpathd on the real rxe devices of both guests, replicating over
 		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
 		SERVER="bash \$LAB_REPO/lab/guest/ibpathd.sh server $p"
 		CLIENT="bash \$LAB_REPO/lab/guest/ibpathd.sh client $p"
-		MARKER="" SMARKER="" LIMIT=300 ;;
+		# 85 s on fresh guests here, 147 s after many runs
+		MARKER="" SMARKER="" LIMIT=220 ;;
 	ibvtest-local)
 		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 stamp ./ibv.test -test.run '^TestLabLocal' -test.v -test.timeout 120s"
 		MARKER="" LIMIT=150 ;;
@@ -157,7 +161,7 @@ meta() { local k=$1; shift; echo "$k=$*" >>"$ROW_DIR/meta"; }
 
 # row_run PROG SHIM CUT PORT [REP]
 row_run() {
-	local prog=$1 shim=$2 cut=$3 port=$4 name envs="" st js="" jc t0 tcut trest rc_c=0 rc_s=0
+	local prog=$1 shim=$2 cut=$3 port=$4 name envs="" st js="" jc t0 tcut trest rc_c=0 rc_s=0 g
 	name=$prog.$shim.$cut
 	[ "${5:-1}" = 1 ] || name=$name.r$5
 	ROW_DIR=$LAB_OUT/rows/$name
@@ -185,6 +189,24 @@ row_run() {
 	if [ "$cut" != none ]; then
 		if [ -n "${LAB_CUT_LIMIT:-}" ]; then LIMIT=$LAB_CUT_LIMIT; elif [ "$LIMIT" -gt 60 ]; then LIMIT=60; fi
 	fi
+	# a row that may not end within LAB_BUDGET is not started: its limit,
+	# plus the server's start and the teardown, plus a cut row's recovery
+	# check (each its own bound on an unlucky run, not the typical time)
+	local need=$((LIMIT + 20))
+	[ "$cut" != none ] && need=$((need + 40))
+	if ! budget_check "$need"; then
+		meta status SKIP; meta reason "lab budget: $BUDGET_LEFT s left, the row may take $need s"
+		log "row $name: not run (lab budget: $BUDGET_LEFT s left, the row may take $need s)"
+		return 0
+	fi
+	# a guest that is gone (QEMU's deadline, a crash) fails the row at once
+	for g in g1 g2; do
+		if ! vm_alive "$g"; then
+			meta status FAIL; meta reason "guest $g is not running"
+			log "row $name: FAIL (guest $g is not running)"
+			return 0
+		fi
+	done
 	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
 	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
 	if [ -n "${LAB_RXE_DEBUG:-}" ]; then
@@ -217,13 +239,16 @@ $CLIENT")
 	fi
 	if [ "$cut" != none ]; then
 		local cg=${cut#*-} jw
-		jw=$(job_submit "$cg" "$name-cutwatch" $((LIMIT + 20)) "for i in \$(seq 1 20000); do s=\$(cat /sys/class/net/eth0/operstate); if [ \"\$s\" != up ]; then echo \"CUT_SEEN \$(ts) \$(date +%s%N) \$s\"; exit 0; fi; sleep 0.002; done; echo CUT_NOT_SEEN")
-		wait_for 10 test -e "$jw.run" || true
 		if [ -n "$MARKER" ]; then
-			wait_for 20 grep -q -- "$MARKER" "$jc.out" 2>/dev/null || log "row $name: no '$MARKER' in the client output after 20 s; cutting anyway"
+			wait_for "$MWAIT" grep -q -- "$MARKER" "$jc.out" 2>/dev/null || log "row $name: no '$MARKER' in the client output after $MWAIT s; cutting anyway"
 		else
 			sleep 5
 		fi
+		# the cut guest's watch of eth0 starts only now: it forks every
+		# 2 ms, and the program's start-up (MPI's takes 20 s and more
+		# under TCG) need not share the guest's one vCPU with it
+		jw=$(job_submit "$cg" "$name-cutwatch" $((LIMIT + 20)) "for i in \$(seq 1 20000); do read -r s </sys/class/net/eth0/operstate; if [ \"\$s\" != up ]; then echo \"CUT_SEEN \$(ts) \$(date +%s%N) \$s\"; exit 0; fi; sleep 0.002; done; echo CUT_NOT_SEEN")
+		wait_for 10 test -e "$jw.run" || true
 		sleep "$LAB_CUT_AT"
 		tcut=$(now)
 		cut_apply "$cut" off >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: cut failed (see cut.log)"
@@ -298,9 +323,58 @@ ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -p $(($2 + 1)) 10.77.1.2" >>"$ROW_DIR/reco
 	log "row $1: recovery: link A ports ACTIVE and a new pingpong on rxe0 works: $ok"
 }
 
+# rows_plan: the rows this run takes, one "prog shim cut port" line each,
+# in the order they run. LAB_ROW_NAMES (row names separated by blanks)
+# gives them exactly, in its order; otherwise LAB_ROWS (a regexp over row
+# names, default every row) picks them from LAB_ROW_LIST in its order. A
+# row keeps its port whichever way it is picked.
+rows_plan() {
+	local prog cut shim port=18700 all="" n line
+	while read -r prog cut; do
+		[ -n "$prog" ] || continue
+		for shim in off on sb; do
+			port=$((port + 2))
+			all+="$prog $shim $cut $port"$'\n'
+		done
+	done <<<"$LAB_ROW_LIST"
+	if [ -n "${LAB_ROW_NAMES:-}" ]; then
+		for n in $LAB_ROW_NAMES; do
+			line=$(awk -v n="$n" '$1 "." $2 "." $3 == n' <<<"$all")
+			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]]; then
+				log "LAB_ROW_NAMES: no row named '$n' (names are program.off|on|sb.cut, e.g. pingpong.on.setlink-g1; the programs and cuts are LAB_ROW_LIST's in lab/lib/rows.sh)"
+				return 2
+			fi
+			echo "$line"
+		done
+		return 0
+	fi
+	while read -r prog shim cut port; do
+		[ -n "$prog" ] || continue
+		# sb (the shim switching back) runs only when LAB_ROWS names it
+		[ "$shim" = sb ] && { [ -n "${LAB_ROWS:-}" ] && [ "$cut" != none ] || continue; }
+		[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
+		# the daemon row runs its pingpong under the shim itself
+		[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
+		echo "$prog $shim $cut $port"
+	done <<<"$all"
+}
+
+# budget_check NEED: 0 when LAB_BUDGET is unset or at least NEED seconds of
+# it are left; otherwise sets BUDGET_LEFT (whole seconds) and returns 1.
+budget_check() {
+	[ -n "${LAB_BUDGET:-}" ] || return 0
+	BUDGET_LEFT=$(printf '%.0f' "$(echo "$ROWS_T0 + $LAB_BUDGET - $(now)" | bc)")
+	[ "$BUDGET_LEFT" -ge "$1" ]
+}
+
 rows_run() {
-	local prog cut shim g port=18700 t0 rc=0
+	local prog cut shim g port t0 rc=0
 	t0=$(now)
+	ROWS_T0=$t0
+	if [ -n "${LAB_BUDGET:-}" ] && ! [[ "$LAB_BUDGET" =~ ^[1-9][0-9]*$ ]]; then
+		log "LAB_BUDGET must be a whole number of seconds, not '$LAB_BUDGET'"
+		return 2
+	fi
 	rm -rf "$LAB_OUT"
 	mkdir -p "$LAB_OUT/rows"
 	cp "$LAB_BUILD/status" "$LAB_OUT/build-status" 2>/dev/null || true
@@ -314,9 +388,11 @@ rows_run() {
 		echo "commit=$(git -C "$LAB_REPO" rev-parse --short HEAD 2>/dev/null)"
 		echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	} >"$LAB_OUT/env"
+	local plan
+	plan=$(rows_plan) || return 2
 	# shim rows attach to an ibpathd in each guest (their layer-2 backups)
 	local daemons=no
-	if grep -v '^ibpathd ' <<<"$LAB_ROW_LIST" | awk 'NF { print $1 ".on." $2; print $1 ".sb." $2 }' | grep -Eq -- "${LAB_ROWS:-.}" &&
+	if awk '$1 != "ibpathd" && $2 != "off"' <<<"$plan" | grep -q . &&
 		[ "$(build_status daemon)" = ok ] && [ "$(build_status shim)" = ok ]; then
 		daemons=yes
 		for g in g1 g2; do
@@ -326,18 +402,12 @@ rows_run() {
 		log "rows: ibpathd in both guests for the shim rows: $daemons"
 	fi
 	echo "daemons=$daemons" >>"$LAB_OUT/env"
-	while read -r prog cut; do
+	while read -r prog shim cut port; do
 		[ -n "$prog" ] || continue
-		for shim in off on sb; do
-			port=$((port + 2))
-			# sb (the shim switching back) runs only when LAB_ROWS names it
-			[ "$shim" = sb ] && { [ -n "${LAB_ROWS:-}" ] && [ "$cut" != none ] || continue; }
-			[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
-			# the daemon row runs its pingpong under the shim itself
-			[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
-			row_run "$prog" "$shim" "$cut" "$port"
-		done
-	done <<<"$LAB_ROW_LIST"
+		row_run "$prog" "$shim" "$cut" "$port"
+	done <<<"$plan"
+	# the repetitions' ports come after every planned row's
+	port=$((18700 + 6 * $(grep -c . <<<"$LAB_ROW_LIST")))
 	# more samples for the with/without ratios: TCG timing is noisy. The
 	# order of the arms turns by one each repetition (off,on then on,off),
 	# so that a drift within a pair does not lean to one side; the report
@@ -354,7 +424,12 @@ rows_run() {
 				# the first repetition of off and on ran with the row list
 				[ "$rep" = 1 ] && [ "$shim" != ctl ] && continue
 				port=$((port + 2))
-				[[ "$prog.$shim.none" =~ ${LAB_ROWS:-.} ]] || continue
+				if [ -n "${LAB_ROW_NAMES:-}" ]; then
+					# the control arm repeats with the off row
+					[[ " $LAB_ROW_NAMES " == *" $prog.${shim/ctl/off}.none "* ]] || continue
+				else
+					[[ "$prog.$shim.none" =~ ${LAB_ROWS:-.} ]] || continue
+				fi
 				row_run "$prog" "$shim" none "$port" "$rep"
 			done
 		done
@@ -365,7 +440,7 @@ rows_run() {
 			cp "$LAB_RUN/ibpathd-bg-$g.log" "$LAB_OUT/" 2>/dev/null || true
 		done
 	fi
-	log "rows: all done in $(elapsed "$t0") s"
+	log "rows: all done in $(elapsed "$t0") s${LAB_BUDGET:+ (budget $LAB_BUDGET s)}"
 	python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" || rc=$?
 	return $rc
 }
