@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab/guest/daemon.sh start|stop: the ibpathd every shim row of the lab
+# lab/guest/daemon.sh start|stop|restart: the ibpathd every shim row of the lab
 # attaches to (the shim's default socket, /run/ibpath/ibpathd.sock). It
 # runs on the guest's real rxe devices and replicates with the other
 # guest's over link B (gossip port 7950, cluster key), so the shim's
@@ -8,12 +8,34 @@
 # second and runs anti-entropy every 10 s: each guest has one TCG vCPU,
 # which the programs measured share with it (the shim learns of port
 # events from its own context, not from ibpathd). LAB_DAEMON_ARGS adds
-# flags (e.g. --pprof-addr 127.0.0.1:6060 to profile it).
+# flags (e.g. --pprof-addr 127.0.0.1:6060 to profile it). stop waits
+# until it has exited (its devices closed); restart appends to the log.
 set -uo pipefail
 W=/tmp/ibpathd-bg
 pidf=$W/pid
+log=$LAB_RUN/ibpathd-bg-$LAB_ID.log
+stop() {
+	local p
+	[ -s "$pidf" ] || return 0
+	p=$(cat "$pidf")
+	kill "$p" 2>/dev/null
+	for _ in $(seq 1 100); do
+		kill -0 "$p" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$p" 2>/dev/null; then
+		echo "ibpathd (pid $p) still running 10 s after SIGTERM in $LAB_ID"
+		return 1
+	fi
+	rm -f "$pidf"
+}
 case ${1:-} in
+restart)
+	stop || exit 1
+	echo "--- restarted $(date +%T)" >>"$log"
+	;&
 start)
+	[ "$1" = start ] && : >"$log"
 	mkdir -p "$W" /run/ibpath
 	printf '%s\n' 8899aabbccddeeff00112233445566778899aabbccddeeff0011223344556677 >"$W/key"
 	chmod 600 "$W/key"
@@ -21,23 +43,22 @@ start)
 	other=$((3 - n))
 	setsid "$LAB_BUILD/ibpathd" --fabric hardware --node "$LAB_ID" --state-dir "$W/state" \
 		--gossip-bind "10.77.1.$n:7950" --join "10.77.1.$other:7950" --cluster-key-file "$W/key" --dbus off \
-		--port-poll 1s --anti-entropy 10s --config /dev/null ${LAB_DAEMON_ARGS:-} </dev/null >"$LAB_RUN/ibpathd-bg-$LAB_ID.log" 2>&1 &
+		--port-poll 1s --anti-entropy 10s --config /dev/null ${LAB_DAEMON_ARGS:-} </dev/null >>"$log" 2>&1 &
 	echo $! >"$pidf"
 	for _ in $(seq 1 100); do
 		"$LAB_BUILD/ibpath" status >/dev/null 2>&1 && { echo "ibpathd up in $LAB_ID"; exit 0; }
 		sleep 0.1
 	done
 	echo "ibpathd did not serve within 10 s in $LAB_ID:"
-	cat "$LAB_RUN/ibpathd-bg-$LAB_ID.log"
+	cat "$log"
 	exit 1
 	;;
 stop)
-	[ -s "$pidf" ] && kill "$(cat "$pidf")" 2>/dev/null
-	rm -f "$pidf"
+	stop || exit 1
 	echo "ibpathd stopped in $LAB_ID"
 	;;
 *)
-	echo "usage: daemon.sh start|stop" >&2
+	echo "usage: daemon.sh start|stop|restart" >&2
 	exit 2
 	;;
 esac

@@ -114,3 +114,45 @@ rxe_debug_on() {
 
 # rxe_debug_off: turn rdma_rxe's debug messages off again.
 rxe_debug_off() { echo 'module rdma_rxe -p' >/sys/kernel/debug/dynamic_debug/control; }
+
+# rxe_holders DEV: the pids that hold DEV open (its uverbs character device).
+rxe_holders() {
+	local u f
+	for u in /sys/class/infiniband_verbs/uverbs*; do
+		[ "$(cat "$u/ibdev" 2>/dev/null)" = "$1" ] || continue
+		for f in /proc/[0-9]*/fd/*; do
+			[ "$(readlink "$f" 2>/dev/null)" = "/dev/infiniband/${u##*/}" ] && echo "${f#/proc/}" | cut -d/ -f1
+		done
+	done | sort -u
+}
+
+# rxe_recreate N: delete rxe<N> and add it again on eth<N>, with the
+# guest's ibpathd stopped around it, and wait until it is ACTIVE with its
+# IPv4 GID at index 1 (as stage2.sh brings it up). A new device has a new
+# GSI QP: the way back for rdma_cm after the kernel's QP1 lost its
+# receives (docs/LAB.md, "Known limits"). Refuses while another process
+# holds the device (deleting it would block until that process exits).
+rxe_recreate() {
+	local d=rxe$1 h daemon=no want
+	if [ -s /tmp/ibpathd-bg/pid ]; then
+		daemon=yes
+		bash "$LAB_REPO/lab/guest/daemon.sh" stop || return 1
+	fi
+	h=$(rxe_holders "$d")
+	if [ -n "$h" ]; then
+		echo "rxe_recreate: $d is held by pid $(echo $h) ($(for p in $h; do tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-40; done)); not deleted"
+		return 1
+	fi
+	rdma link delete "$d" || { echo "rxe_recreate: rdma link delete $d failed"; return 1; }
+	rdma link add "$d" type rxe netdev "eth$1" || { echo "rxe_recreate: rdma link add $d failed"; return 1; }
+	wait_active "$d" 15 || return 1
+	want=0000:0000:0000:0000:0000:ffff:$(printf '%02x%02x:%02x%02x' 10 77 "$1" "${LAB_ID#g}")
+	for _ in $(seq 1 50); do
+		[ "$(cat "/sys/class/infiniband/$d/ports/1/gids/1" 2>/dev/null)" = "$want" ] && break
+		sleep 0.1
+	done
+	[ "$(cat "/sys/class/infiniband/$d/ports/1/gids/1" 2>/dev/null)" = "$want" ] ||
+		{ echo "rxe_recreate: $d GID index 1 is not $want"; return 1; }
+	echo "rxe_recreate: $d deleted and added again"
+	[ $daemon = no ] || bash "$LAB_REPO/lab/guest/daemon.sh" restart
+}

@@ -71,6 +71,7 @@ write_lat ipdown-g2
 mpi setlink-g2
 mpi ipdown-g1
 mpi-verbs setlink-g2
+mpi-verbs ipdown-g1
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
@@ -297,6 +298,7 @@ $CLIENT")
 	if [ "$cut" != none ]; then
 		row_recovery "$name" "$port" "$envs"
 	fi
+	case $cut in ipdown-*) row_cm "$name" "${cut#*-}" "$port" ;; esac
 	log "row $name: done in $(elapsed "$t0") s (client rc $rc_c${js:+, server rc $rc_s})"
 }
 
@@ -328,6 +330,46 @@ ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -p $(($2 + 1)) 10.77.1.2" >>"$ROW_DIR/reco
 # gives them exactly, in its order; otherwise LAB_ROWS (a regexp over row
 # names, default every row) picks them from LAB_ROW_LIST in its order. A
 # row keeps its port whichever way it is picked.
+# cm_check NAME GUEST PORT: a new rdma_cm connection over link A into
+# GUEST (an rping server there, three pings from the other guest); 0 when
+# it works. Its output goes to the row's recovery.log.
+cm_check() {
+	local g=$2 o js rc=0
+	o=g$((3 - ${g#g}))
+	js=$(job_submit "$g" "$1-cm-server" 30 "timeout 25 rping -s -a 10.77.0.${g#g} -p $3 -C 3")
+	wait_for 10 test -e "$js.run" || true
+	sleep 2
+	gexec "$o" 25 "timeout 20 rping -c -a 10.77.0.${g#g} -p $3 -C 3 -v" >>"$ROW_DIR/recovery.log" 2>&1 || rc=1
+	job_wait "$js" 5 || { job_kill "$js"; rc=1; }
+	return $rc
+}
+
+# row_cm NAME GUEST PORT: after an ip-down cut of GUEST, whether a new
+# rdma_cm connection over link A gets into it. The guests' kernel can
+# lose its GSI QP's receives in such a cut (docs/LAB.md, "Known
+# limits"), and rdma_cm over link A stays broken until rxe0 is a new
+# device: then rxe0 is re-created there (rxe_recreate, ibpathd restarted
+# around it) and the check runs again, so the rows after it start with a
+# working rdma_cm. Needs rping (rdmacm-utils) in the guests.
+row_cm() {
+	local g=$2 st fix=""
+	if ! gexec "$g" 5 "command -v rping" >/dev/null 2>&1; then
+		meta cm_after_cut n/a
+		return 0
+	fi
+	if cm_check "$1" "$g" $(($3 + 1)); then
+		st=ok
+	else
+		st=broken fix="rxe0 re-created in $g: still broken"
+		if gexec "$g" 90 "rxe_recreate 0" >>"$ROW_DIR/recovery.log" 2>&1 && cm_check "$1" "$g" $(($3 + 1)); then
+			fix="rxe0 re-created in $g: ok"
+		fi
+		meta cm_fix "$fix"
+	fi
+	meta cm_after_cut "$st"
+	log "row $1: a new rdma_cm connection into $g over link A: $st${fix:+ ($fix)}"
+}
+
 rows_plan() {
 	local prog cut shim port=18700 all="" n line
 	while read -r prog cut; do

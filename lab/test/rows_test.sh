@@ -61,6 +61,47 @@ LAB_BUDGET=1000 row_run write_bw off none 18708
 check "an uncut row's bound is its limit plus 20 s" grep -Eq "^reason=lab budget: (49|50) s left, the row may take 53 s$" <(rowmeta write_bw.off.none)
 check "budget_check: unset means no budget" budget_check 100000
 
+# row_cm: after an ip-down cut, a broken rdma_cm is repaired by re-creating
+# rxe0 in the cut guest, and checked again; stubbed guests give the
+# results of the rping clients (CM_RESULTS, in order) and of rxe_recreate
+gexec() { # GUEST TIMEOUT CMD
+	echo "gexec $1 $3" >>"$tmp/gexec"
+	case $3 in
+	"command -v rping") return 0 ;;
+	"rxe_recreate 0") return "${RECREATE_RC:-0}" ;;
+	*rping\ -c*)
+		local r=${CM_RESULTS%% *}
+		CM_RESULTS=${CM_RESULTS#* }
+		return "$r"
+		;;
+	esac
+}
+job_wait() { return 0; }
+job_kill() { :; }
+cmrow() { # NAME: run row_cm for ipdown-g1 in a fresh row dir
+	ROW_DIR=$LAB_OUT/rows/$1
+	mkdir -p "$ROW_DIR"
+	: >"$tmp/gexec"
+	row_cm "$1" g1 18900
+}
+CM_RESULTS="0 " cmrow cm-ok
+check "rdma_cm that works after the cut: ok, nothing re-created" \
+	bash -c "grep -qx 'cm_after_cut=ok' '$LAB_OUT/rows/cm-ok/meta' && ! grep -q rxe_recreate '$tmp/gexec'"
+check "  the rping server runs in the cut guest, the client in the other" \
+	bash -c "grep -q 'rping -s -a 10.77.0.1' '$tmp/jobs' && grep -q '^gexec g2 timeout 20 rping -c -a 10.77.0.1' '$tmp/gexec'"
+CM_RESULTS="1 0 " cmrow cm-fixed
+check "broken rdma_cm: rxe0 re-created in the cut guest, then checked again" \
+	same "$(grep -c . "$tmp/gexec") $(sed -n 3p "$tmp/gexec")" "4 gexec g1 rxe_recreate 0"
+check "  the meta says broken, and that the repair worked" \
+	same "$(grep '^cm_' "$LAB_OUT/rows/cm-fixed/meta" | tr '\n' ' ')" "cm_fix=rxe0 re-created in g1: ok cm_after_cut=broken "
+CM_RESULTS="1 1 " cmrow cm-still
+check "a repair after which rdma_cm still fails says so" \
+	grep -qx "cm_fix=rxe0 re-created in g1: still broken" "$LAB_OUT/rows/cm-still/meta"
+RECREATE_RC=1 CM_RESULTS="1 " cmrow cm-norecreate
+check "a failed re-creation is not checked again, and says so" \
+	bash -c "grep -qx 'cm_fix=rxe0 re-created in g1: still broken' '$LAB_OUT/rows/cm-norecreate/meta' && [ \$(grep -c 'rping -c' '$tmp/gexec') = 1 ]"
+rm -rf "$LAB_OUT"/rows/cm-*
+
 # the report: a row not run is listed with its reason; a FAIL fails the run
 python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" >"$tmp/report" 2>&1
 check "the report fails the run for the must-pass row whose guest was gone" same "$?" 1
