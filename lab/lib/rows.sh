@@ -192,9 +192,12 @@ row_run() {
 	fi
 	# a row that may not end within LAB_BUDGET is not started: its limit,
 	# plus the server's start and the teardown, plus a cut row's recovery
-	# check (each its own bound on an unlucky run, not the typical time)
+	# check, plus an ip-down row's rdma_cm check and repair (bounds for an
+	# unlucky run, not the typical times)
 	local need=$((LIMIT + 20))
 	[ "$cut" != none ] && need=$((need + 40))
+	# an ip-down cut's rdma_cm check, and its repair when it fails
+	[[ "$cut" == ipdown-* ]] && need=$((need + 60))
 	if ! budget_check "$need"; then
 		meta status SKIP; meta reason "lab budget: $BUDGET_LEFT s left, the row may take $need s"
 		log "row $name: not run (lab budget: $BUDGET_LEFT s left, the row may take $need s)"
@@ -325,11 +328,6 @@ ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -p $(($2 + 1)) 10.77.1.2" >>"$ROW_DIR/reco
 	log "row $1: recovery: link A ports ACTIVE and a new pingpong on rxe0 works: $ok"
 }
 
-# rows_plan: the rows this run takes, one "prog shim cut port" line each,
-# in the order they run. LAB_ROW_NAMES (row names separated by blanks)
-# gives them exactly, in its order; otherwise LAB_ROWS (a regexp over row
-# names, default every row) picks them from LAB_ROW_LIST in its order. A
-# row keeps its port whichever way it is picked.
 # cm_check NAME GUEST PORT: a new rdma_cm connection over link A into
 # GUEST (an rping server there, three pings from the other guest); 0 when
 # it works. Its output goes to the row's recovery.log.
@@ -370,6 +368,11 @@ row_cm() {
 	log "row $1: a new rdma_cm connection into $g over link A: $st${fix:+ ($fix)}"
 }
 
+# rows_plan: the rows this run takes, one "prog shim cut port" line each,
+# in the order they run. LAB_ROW_NAMES (row names separated by blanks)
+# gives them exactly, in its order; otherwise LAB_ROWS (a regexp over row
+# names, default every row) picks them from LAB_ROW_LIST in its order. A
+# row keeps its port whichever way it is picked.
 rows_plan() {
 	local prog cut shim port=18700 all="" n line
 	while read -r prog cut; do

@@ -51,6 +51,11 @@ check "a cut row bound over the budget left is not started" grep -qx "status=SKI
 check "  the reason says so, with the seconds" grep -Eq "^reason=lab budget: (99|100) s left, the row may take 120 s$" <(rowmeta pingpong.on.setlink-g1)
 check "  and no job went to a guest" test ! -e "$tmp/jobs"
 
+LAB_BUDGET=100 row_run mpi-verbs on ipdown-g1 18886
+check "an ip-down row's bound adds its rdma_cm check and repair" \
+	grep -Eq "^reason=lab budget: (99|100) s left, the row may take 180 s$" <(rowmeta mpi-verbs.on.ipdown-g1)
+rm -rf "$LAB_OUT/rows/mpi-verbs.on.ipdown-g1"
+
 GONE=g2 LAB_BUDGET=1000 row_run write_bw on none 18710
 check "a row that finds a guest gone fails at once" grep -qx "status=FAIL" <(rowmeta write_bw.on.none)
 check "  with the guest in the reason" grep -qx "reason=guest g2 is not running" <(rowmeta write_bw.on.none)
