@@ -139,6 +139,9 @@ func TestClusterConvergesSurvivesKillAndRefusesStrangers(t *testing.T) {
 	if !hasQP(t, n0, 0x100) || !hasQP(t, n0, 0x200) {
 		t.Fatalf("node0 lost committed entries across kill -9:\n%s", n0.out)
 	}
+	// It joined no one at its first start; now it rejoins the peers its
+	// state dir remembers (peers), not waiting for theirs to find it.
+	mustContain(t, "restarted node0's log", n0.out.String(), "joining the peers alive before the restart too")
 
 	// A stranger with another key is refused: it never becomes a peer,
 	// node0 counts and logs the refusal.
@@ -158,8 +161,7 @@ func TestClusterConvergesSurvivesKillAndRefusesStrangers(t *testing.T) {
 	if hasQP(t, n3, 0x100) {
 		t.Fatal("the stranger got an entry")
 	}
-	// The restarted node0 (which joined no one) is found again by its
-	// old peers.
+	// The restarted node0 is back with its old peers.
 	eventually(t, 20*time.Second, "node0 back with two live peers", func() bool { return alivePeers(n0.status()) == 2 })
 	m, err := n0.client.Metrics(ctx)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -224,7 +225,9 @@ func startRepl(path string, cfg Config, routes []ownerproto.Route, describe repl
 		return localOnly{st, why}, nil
 	}
 	rc := replica.Config{Name: cfg.Node, Seeds: cfg.Repl.Join, Insecure: cfg.Repl.Insecure, Logger: log,
-		AntiEntropyInterval: cfg.Repl.AntiEntropy, Describe: describe}
+		AntiEntropyInterval: cfg.Repl.AntiEntropy, Describe: describe,
+		// beside the store: the peers to rejoin after a restart
+		PeersFile: filepath.Join(filepath.Dir(path), "peers")}
 	host, port, err := net.SplitHostPort(cfg.Repl.Bind)
 	if err != nil {
 		st.Close()

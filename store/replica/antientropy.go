@@ -42,6 +42,7 @@ func (r *Replicator) round() {
 		r.log.Info("replica: collected tombstones", "count", n)
 	}
 	r.reconnect()
+	r.rememberPeers()
 	var peers []*memberlist.Node
 	for _, n := range r.ml.Members() {
 		if n.Name != r.cfg.Name && n.State == memberlist.StateAlive {
@@ -59,11 +60,12 @@ func (r *Replicator) round() {
 }
 
 // reconnect rejoins members that failed within TombstoneTTL, and the
-// seeds while no other member is alive.
+// seeds and the remembered peers while no other member is alive.
 func (r *Replicator) reconnect() {
 	addrs := r.dir.failed(time.Now().Add(-r.cfg.TombstoneTTL))
 	if r.ml.NumMembers() <= 1 {
 		addrs = append(addrs, r.cfg.Seeds...)
+		addrs = append(addrs, r.rememberedPeers()...)
 	}
 	if len(addrs) == 0 {
 		return

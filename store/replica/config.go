@@ -45,6 +45,13 @@ type Config struct {
 	// Seeds are host:port addresses of members to join at Start; more
 	// are retried every AntiEntropyInterval while this node is alone.
 	Seeds []string
+	// PeersFile keeps the addresses of the peers last seen alive across
+	// restarts (written at anti-entropy rounds when they change; never
+	// emptied by a node alone). Start joins them with the seeds, and
+	// they are retried with the seeds while the node is alone: a node
+	// restarted without seeds, or before its peers noticed it was gone,
+	// finds its cluster at once. Empty: not kept.
+	PeersFile string
 	// Meta is this node's GIDs and LIDs; any of them resolves to this
 	// node. At most 512 bytes encoded (ErrMetaTooLarge).
 	Meta Meta

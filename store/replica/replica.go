@@ -53,6 +53,10 @@ type Replicator struct {
 	descs     map[uint64]chan message // describe requests waiting for their answer
 	descCache map[Route]describedHCA
 
+	peersMu    sync.Mutex
+	remembered []string // the peers file's addresses (Config.PeersFile)
+	peersErr   bool     // the last write of the peers file failed (logged once)
+
 	inbox  chan []byte
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -119,9 +123,17 @@ func Start(st *store.Store, cfg Config) (*Replicator, error) {
 	}
 	r.wg.Add(1)
 	go r.antiEntropyLoop()
-	if len(cfg.Seeds) > 0 {
-		if _, err := r.ml.Join(cfg.Seeds); err != nil {
-			r.log.Warn("replica: join failed; retrying in the background", "seeds", cfg.Seeds, "err", err)
+	if cfg.PeersFile != "" {
+		// a file that cannot be read costs the fast rejoin, not the start
+		if r.remembered, err = loadPeers(cfg.PeersFile); err != nil {
+			r.log.Warn("replica: remembered peers not read; joining the seeds only", "err", err)
+		} else if len(r.remembered) > 0 {
+			r.log.Info("replica: joining the peers alive before the restart too", "peers", r.remembered)
+		}
+	}
+	if seeds := append(slices.Clone(cfg.Seeds), r.remembered...); len(seeds) > 0 {
+		if _, err := r.ml.Join(seeds); err != nil {
+			r.log.Warn("replica: join failed; retrying in the background", "seeds", seeds, "err", err)
 		}
 	}
 	if cfg.Insecure && len(cfg.Key) == 0 {
