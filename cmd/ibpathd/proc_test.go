@@ -1,20 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/internal/syncbuf"
 )
 
 // The test binary runs as ibpathd itself when this is set, so the tests
@@ -29,24 +28,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // daemonProc is one ibpathd process.
 type daemonProc struct {
 	t      *testing.T
@@ -55,7 +36,7 @@ type daemonProc struct {
 	socket string
 	state  string
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *syncbuf.Buffer
 	done   chan error
 	client *api.Client
 }
@@ -79,7 +60,7 @@ func (p *daemonProc) run() {
 	p.t.Helper()
 	p.cmd = exec.Command(os.Args[0], p.args...)
 	p.cmd.Env = append(os.Environ(), asMainEnv+"=1")
-	p.out = &syncBuffer{}
+	p.out = &syncbuf.Buffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatalf("start %s: %v", p.name, err)

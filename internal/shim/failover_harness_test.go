@@ -6,11 +6,11 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/internal/syncbuf"
 	"github.com/ibpath/ibpath/store"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
@@ -30,24 +30,6 @@ const (
 	l2Recvs  = 16 // receives kept posted
 	l2QPs    = 4  // QPs per host at most
 )
-
-// syncBuf collects a runtime's log.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // refusingProvider opens every device but one: the runtime gets no
 // context of its own on it, so none of its port events reach it.
@@ -76,7 +58,7 @@ type l2host struct {
 	side int
 	rt   *Runtime
 	hp   *fakeHotpath
-	log  *syncBuf
+	log  *syncbuf.Buffer
 	ctx  verbs.Context
 	pd   verbs.PD
 	mr   verbs.MR
@@ -139,7 +121,7 @@ func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb := &syncBuf{}
+	lb := &syncbuf.Buffer{}
 	rt := NewRuntime(cfg, slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	rt.fo.clock = f // recovery's probes and timeouts run on the fabric's time
 	t.Cleanup(rt.Close)

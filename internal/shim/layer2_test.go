@@ -11,6 +11,7 @@ import (
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/internal/syncbuf"
 	"github.com/ibpath/ibpath/store"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
@@ -286,7 +287,7 @@ func TestLayer2RepublishRetried(t *testing.T) {
 	}
 	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
 	a, b := newHost(t, f.Host("node0"), c), newHost(t, f.Host("node1"), c)
-	lb := &syncBuf{}
+	lb := &syncbuf.Buffer{}
 	a.rt.log = slog.New(slog.NewTextHandler(lb, nil))
 	a.rt.SetReporter(nil)
 	c.mu.Lock()

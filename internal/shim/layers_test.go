@@ -15,6 +15,7 @@ import (
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/internal/syncbuf"
 	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
@@ -128,7 +129,7 @@ func (w *lyWorld) host(name string, side int, o lyOpts) *lyHost {
 	if err != nil || !cfg.APM || !cfg.Record {
 		t.Fatalf("default configuration %+v, %v: want layer 1 and the shadow rings on", cfg, err)
 	}
-	lb := &syncBuf{}
+	lb := &syncbuf.Buffer{}
 	rt := NewRuntime(cfg, slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(rt.Close)
 	h := w.f.Host(name)

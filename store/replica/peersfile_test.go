@@ -1,35 +1,16 @@
 package replica
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/ibpath/ibpath/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the replicator's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // slowDetection keeps a killed node alive in its peers' eyes (probes every
 // 10 s) and leaves push-pull out of the way (hourly): a node restarted
@@ -119,11 +100,11 @@ func TestPeersFileKeptWhileAlone(t *testing.T) {
 func TestPeersFileFailures(t *testing.T) {
 	dir := t.TempDir()
 	seed := startNode(t, dir, 1, "127.0.0.1", nil, nil)
-	logTo := func(buf *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
+	logTo := func(buf *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
 
 	// unreadable (a directory where the file should be): the node starts
 	// and joins its seeds, and says why it did not rejoin its last peers
-	var readLog syncBuffer
+	var readLog syncbuf.Buffer
 	notFile := filepath.Join(dir, "peers-dir")
 	if err := os.Mkdir(notFile, 0o700); err != nil {
 		t.Fatal(err)
@@ -135,7 +116,7 @@ func TestPeersFileFailures(t *testing.T) {
 	}
 
 	// unwritable (its directory is missing): one warning, not one per round
-	var writeLog syncBuffer
+	var writeLog syncbuf.Buffer
 	w := startNode(t, dir, 3, "127.0.0.3", []string{seed.r.Addr()}, func(c *Config) {
 		c.PeersFile, c.AntiEntropyInterval, c.Logger = filepath.Join(dir, "missing", "peers"), 20*time.Millisecond, logTo(&writeLog)
 	})
