@@ -117,21 +117,25 @@ func Start(st *store.Store, cfg Config) (*Replicator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: memberlist.Create: %w", err)
 	}
+	// read before the goroutines start: anti-entropy rounds read and
+	// rewrite r.remembered (under peersMu)
+	var remembered []string
+	if cfg.PeersFile != "" {
+		// a file that cannot be read costs the fast rejoin, not the start
+		if remembered, err = loadPeers(cfg.PeersFile); err != nil {
+			r.log.Warn("replica: remembered peers not read; joining the seeds only", "err", err)
+		} else if len(remembered) > 0 {
+			r.log.Info("replica: joining the peers alive before the restart too", "peers", remembered)
+		}
+		r.remembered = remembered
+	}
 	for range workers {
 		r.wg.Add(1)
 		go r.worker()
 	}
 	r.wg.Add(1)
 	go r.antiEntropyLoop()
-	if cfg.PeersFile != "" {
-		// a file that cannot be read costs the fast rejoin, not the start
-		if r.remembered, err = loadPeers(cfg.PeersFile); err != nil {
-			r.log.Warn("replica: remembered peers not read; joining the seeds only", "err", err)
-		} else if len(r.remembered) > 0 {
-			r.log.Info("replica: joining the peers alive before the restart too", "peers", r.remembered)
-		}
-	}
-	if seeds := append(slices.Clone(cfg.Seeds), r.remembered...); len(seeds) > 0 {
+	if seeds := append(slices.Clone(cfg.Seeds), remembered...); len(seeds) > 0 {
 		if _, err := r.ml.Join(seeds); err != nil {
 			r.log.Warn("replica: join failed; retrying in the background", "seeds", seeds, "err", err)
 		}
