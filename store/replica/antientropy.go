@@ -42,13 +42,13 @@ func (r *Replicator) round() {
 		r.log.Info("replica: collected tombstones", "count", n)
 	}
 	r.reconnect()
-	r.rememberPeers()
 	var peers []*memberlist.Node
 	for _, n := range r.ml.Members() {
 		if n.Name != r.cfg.Name && n.State == memberlist.StateAlive {
 			peers = append(peers, n)
 		}
 	}
+	r.rememberPeers(peers)
 	if len(peers) == 0 {
 		return
 	}

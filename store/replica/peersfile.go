@@ -56,27 +56,18 @@ func savePeers(path string, addrs []string) error {
 	return nil
 }
 
-// alivePeerAddrs lists the addresses of the other members memberlist
-// holds alive, sorted.
-func (r *Replicator) alivePeerAddrs() []string {
-	var addrs []string
-	for _, n := range r.ml.Members() {
-		if n.Name != r.cfg.Name && n.State == memberlist.StateAlive {
-			addrs = append(addrs, n.Address())
-		}
-	}
-	slices.Sort(addrs)
-	return addrs
-}
-
-// rememberPeers writes the peers alive now to the peers file when they
-// differ from what it holds. A node alone keeps the file as it is: its
-// last peers are the ones to try.
-func (r *Replicator) rememberPeers() {
+// rememberPeers writes the addresses of alive, the other members alive
+// now, to the peers file when they differ from what it holds. A node
+// alone keeps the file as it is: its last peers are the ones to try.
+func (r *Replicator) rememberPeers(alive []*memberlist.Node) {
 	if r.cfg.PeersFile == "" {
 		return
 	}
-	addrs := r.alivePeerAddrs()
+	addrs := make([]string, 0, len(alive))
+	for _, n := range alive {
+		addrs = append(addrs, n.Address())
+	}
+	slices.Sort(addrs)
 	r.peersMu.Lock()
 	defer r.peersMu.Unlock()
 	if len(addrs) == 0 || slices.Equal(addrs, r.remembered) {
