@@ -72,6 +72,11 @@ type worldOpts struct {
 	retry   uint8                   // retry_cnt of every QP
 	wrapBak func(verbs.QP) verbs.QP // see newWorldWrap
 	wrapDef func(verbs.CQ) verbs.CQ // each node's default CQ as its Conn sees it (nil: as it is)
+	// noRecovery: the Conns do not switch back; handshake, when set,
+	// bounds their fallback handshake (BoundHandshake), or with recovery
+	// is its HandshakeTimeout
+	noRecovery bool
+	handshake  time.Duration
 }
 
 // newWorldWith builds the world of newWorldWrap with the given fabric
@@ -116,7 +121,12 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: defCQ},
 			crossnic.Leg{Ctx: me.bak.ctx, QP: bakQP, CQ: me.bak.cq}, keys, false)
 		must(t, err)
-		must(t, me.conn.EnableRecovery(crossnic.Recovery{Clock: f, ProbeInterval: 2 * time.Millisecond}))
+		switch {
+		case !o.noRecovery:
+			must(t, me.conn.EnableRecovery(crossnic.Recovery{Clock: f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: o.handshake}))
+		case o.handshake > 0:
+			must(t, me.conn.BoundHandshake(f, o.handshake))
+		}
 		recvs := make([]verbs.RecvWR, 64)
 		for k := range recvs {
 			recvs[k] = verbs.RecvWR{WRID: recvWRID + uint64(k), SGList: []verbs.SGE{me.recvSGE(k)}}

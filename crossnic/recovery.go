@@ -162,17 +162,19 @@ func (c *Conn) Outstanding() Resume {
 
 // Tick does the timed work of recovery: probing the default QP and giving
 // up on a handshake the peer never answers. Call it regularly (at least
-// every ProbeInterval) once recovery is enabled.
+// every ProbeInterval) once recovery is enabled; without recovery, while
+// a handshake bounded by BoundHandshake waits (State says SQAwaitAck).
 func (c *Conn) Tick() {
 	if c.rec == nil {
+		if c.hs != nil {
+			c.tickHandshake(c.hs.clock.Now())
+		}
 		return
 	}
 	now := c.rec.Clock.Now()
 	switch c.m.SQ {
 	case fsm.SQAwaitAck:
-		if now-c.faultAt > c.rec.HandshakeTimeout {
-			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "the peer did not answer the fallback notification"}))
-		}
+		c.tickHandshake(now)
 	case fsm.SQWaitSignaled:
 		c.switchIfIdle()
 	case fsm.SQWaitNotify:

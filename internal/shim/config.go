@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ibpath/ibpath/internal/api"
 )
@@ -53,6 +54,13 @@ type Config struct {
 	// of two split CQs; more QPs than that switching back at once wait
 	// their turn on the backup. With SwitchBack on it must be at least 4.
 	CQHeadroom int
+	// Handshake (IBPATH_HANDSHAKE_TIMEOUT, a duration, default 5s): how
+	// long layer 2 waits for the peer's answer to a notification: the
+	// fallback notification this side sends when it sees a fault (past it
+	// the error surfaces, as plain verbs reported the fault) and, with
+	// SwitchBack on, the switch-back notification (past it the switch
+	// counts as broken). Zero: the default.
+	Handshake time.Duration
 	// Channels (IBPATH_CHANNELS=on|off, default on): hand the application
 	// completion channels of the shim, which it makes readable when a
 	// backup device completes the application's work (the kernel's event
@@ -69,18 +77,19 @@ type Config struct {
 
 // Env names.
 const (
-	EnvDisable  = "IBPATH_DISABLE"
-	EnvAPM      = "IBPATH_APM"
-	EnvRecord   = "IBPATH_RECORD"
-	EnvSingle   = "IBPATH_SINGLE_POSTER"
-	EnvPoller   = "IBPATH_SINGLE_POLLER"
-	EnvExpress  = "IBPATH_EXPRESS"
-	EnvChannels = "IBPATH_CHANNELS"
-	EnvSwitch   = "IBPATH_SWITCHBACK"
-	EnvBackup   = "IBPATH_BACKUP"
-	EnvSocket   = "IBPATH_SOCKET"
-	EnvLog      = "IBPATH_LOG"
-	EnvHeadroom = "IBPATH_CQ_HEADROOM"
+	EnvDisable   = "IBPATH_DISABLE"
+	EnvAPM       = "IBPATH_APM"
+	EnvRecord    = "IBPATH_RECORD"
+	EnvSingle    = "IBPATH_SINGLE_POSTER"
+	EnvPoller    = "IBPATH_SINGLE_POLLER"
+	EnvExpress   = "IBPATH_EXPRESS"
+	EnvChannels  = "IBPATH_CHANNELS"
+	EnvSwitch    = "IBPATH_SWITCHBACK"
+	EnvBackup    = "IBPATH_BACKUP"
+	EnvSocket    = "IBPATH_SOCKET"
+	EnvLog       = "IBPATH_LOG"
+	EnvHeadroom  = "IBPATH_CQ_HEADROOM"
+	EnvHandshake = "IBPATH_HANDSHAKE_TIMEOUT"
 )
 
 // defaultCQHeadroom is CQHeadroom's default with SwitchBack on: 16 QPs
@@ -121,6 +130,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.CQHeadroom, err = headroomEnv(getenv, c.SwitchBack); err != nil {
+		return c, err
+	}
+	if c.Handshake, err = handshakeEnv(getenv); err != nil {
 		return c, err
 	}
 	if v := getenv(EnvBackup); v != "" {
@@ -171,6 +183,38 @@ func headroomEnv(getenv func(string) string, switchBack bool) (int, error) {
 	return n, nil
 }
 
+// handshakeEnv is IBPATH_HANDSHAKE_TIMEOUT: a Go duration ("5s",
+// "500ms") from minHandshake to maxHandshake.
+func handshakeEnv(getenv func(string) string) (time.Duration, error) {
+	v := getenv(EnvHandshake)
+	if v == "" {
+		return defaultHandshake, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < minHandshake || d > maxHandshake {
+		return 0, fmt.Errorf("%s=%q: want a duration from %v to %v (e.g. 5s)", EnvHandshake, v, minHandshake, maxHandshake)
+	}
+	return d, nil
+}
+
+// The bounds of IBPATH_HANDSHAKE_TIMEOUT, and its default. The peer's
+// shim answers from a goroutine of its own in a millisecond or so; a
+// bound near the transport's own timeouts (about a second at timeout 14
+// and retry_cnt 3) would give up on a peer whose answer is only late.
+const (
+	defaultHandshake = 5 * time.Second
+	minHandshake     = 10 * time.Millisecond
+	maxHandshake     = 10 * time.Minute
+)
+
+// handshake is c's Handshake, or the default when unset.
+func (c Config) handshake() time.Duration {
+	if c.Handshake <= 0 {
+		return defaultHandshake
+	}
+	return c.Handshake
+}
+
 // maxCQHeadroom bounds IBPATH_CQ_HEADROOM.
 const maxCQHeadroom = 1 << 16
 
@@ -185,8 +229,9 @@ func (c Config) Banner(pid int) string {
 		daemon = "not used"
 	}
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
-		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s); backup device %s; ibpathd %s",
-		pid, onoff[c.APM], onoff[c.Record], c.singleWords(), onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record], c.Backup, daemon)
+		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s%s); backup device %s; ibpathd %s",
+		pid, onoff[c.APM], onoff[c.Record], c.singleWords(), onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record],
+		c.handshakeWords(), c.Backup, daemon)
 }
 
 // singleWords is the banner's note on the shadow rings' locks: the
@@ -203,6 +248,15 @@ func (c Config) singleWords() string {
 		return ""
 	}
 	return " (" + strings.Join(w, ", ") + ")"
+}
+
+// handshakeWords is the banner's note on the bound of layer 2's
+// handshakes (none without failover).
+func (c Config) handshakeWords() string {
+	if !c.Record {
+		return ""
+	}
+	return fmt.Sprintf(", handshake timeout %v", c.handshake())
 }
 
 // switchBackWord is the banner's switch-back state, with the CQ headroom

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -103,5 +104,29 @@ func TestFromEnvCQHeadroom(t *testing.T) {
 	c, _ := FromEnv(env(map[string]string{EnvSwitch: "on"}))
 	if b := c.Banner(7); !strings.Contains(b, "switch back on, 64 CQ entries of headroom") {
 		t.Errorf("banner %q", b)
+	}
+}
+
+// TestFromEnvHandshake: IBPATH_HANDSHAKE_TIMEOUT defaults to 5 s, takes a
+// Go duration within its bounds, refuses anything else naming the
+// variable and the bounds, and shows in the banner while layer 2 is on.
+func TestFromEnvHandshake(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": 5 * time.Second, "50ms": 50 * time.Millisecond, "2s": 2 * time.Second, "10m": 10 * time.Minute, "10ms": 10 * time.Millisecond} {
+		c, err := FromEnv(env(map[string]string{EnvHandshake: v}))
+		if err != nil || c.Handshake != want || c.handshake() != want {
+			t.Errorf("%s=%q: %v, %v; want %v", EnvHandshake, v, c.Handshake, err, want)
+		}
+		if b := c.Banner(7); !strings.Contains(b, "completion channels on, handshake timeout "+want.String()+")") {
+			t.Errorf("%s=%q: banner %q", EnvHandshake, v, b)
+		}
+	}
+	for _, v := range []string{"5", "fast", "9ms", "0s", "-1s", "11m", "1h"} {
+		_, err := FromEnv(env(map[string]string{EnvHandshake: v}))
+		if err == nil || !strings.Contains(err.Error(), EnvHandshake) || !strings.Contains(err.Error(), "from 10ms to 10m0s") {
+			t.Errorf("%s=%q: %v, want an error naming it and its bounds", EnvHandshake, v, err)
+		}
+	}
+	if (Config{}).handshake() != defaultHandshake {
+		t.Errorf("a Config without Handshake bounds the handshake by %v, want the default %v", (Config{}).handshake(), defaultHandshake)
 	}
 }

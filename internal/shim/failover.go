@@ -37,7 +37,8 @@ type failover struct {
 	polls     uint64                // PollCQ calls (debug log sampling)
 	laneScans int                   // tryExpress scans of every QP (tests)
 	clock     verbs.Clock           // recovery's time (tests give the simulated fabric's)
-	ticking   bool                  // switchLoop runs
+	ticking   bool                  // switchLoop runs (switch backs, bounded handshakes)
+	tickAgain bool                  // a Conn asked for ticking since the current tick began
 
 	// sent once mu is released (reporting may block on ibpathd's socket)
 	reports []status.QP
@@ -201,6 +202,9 @@ func (r *Runtime) divert(q *l2qp) bool {
 		return true
 	}
 	conn.SetMemReader(r.fo.read)
+	if err := conn.BoundHandshake(r.fo.clock, r.cfg.handshake()); err != nil {
+		r.log.Warn("libibpath: layer 2 cannot bound the fallback handshake; a peer that never answers leaves the QP waiting", "qpn", q.key.qpn, "err", err)
+	}
 	q.conn, q.lastSQ = conn, fsm.SQDefault
 	r.enableRecovery(q)
 	r.setStatus(q, func(s *status.QP) {
@@ -345,6 +349,9 @@ func (r *Runtime) observe(q *l2qp) {
 	}
 	sq, _ := c.State()
 	st := c.Stats()
+	if sq == fsm.SQAwaitAck && !q.recovery {
+		r.tickLater() // the wait for the peer's answer is bounded
+	}
 	if sq != q.lastSQ {
 		if q.recovery && q.failedOver {
 			// the steps of a switch back (probe answered, fence, release)

@@ -51,6 +51,9 @@ type l2opts struct {
 	noHotpath bool              // layer 2 failover off (plain verbs)
 	express   bool              // the hot path has the express lane (withExpress)
 	env       map[string]string // the shim's environment (IBPATH_*), read by FromEnv
+	// wrapProv, when set, wraps the provider the runtime opens its own
+	// contexts with (the default device's watch, the backup device)
+	wrapProv func(verbs.Provider) verbs.Provider
 }
 
 type l2host struct {
@@ -129,6 +132,9 @@ func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o
 	var prov verbs.Provider = h
 	if o.noWatch {
 		prov = refusingProvider{Provider: h, refuse: "mlx5_0"}
+	}
+	if o.wrapProv != nil {
+		prov = o.wrapProv(prov)
 	}
 	rt.SetProvider(prov)
 	if !o.noPublish {

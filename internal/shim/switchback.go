@@ -29,13 +29,6 @@ const (
 	// switchTick is how often the Conns away from home are ticked; it is
 	// also their probe interval.
 	switchTick = 10 * time.Millisecond
-	// switchHandshake bounds the wait for the peer's answer to a fallback
-	// notification once recovery is on (past it the error surfaces), and
-	// for the answer to a probe or a switch-back notification (past it
-	// the QP is reset and probed again). The peer's shim answers from its
-	// notifier goroutine; a dead peer's backup QP fails sooner by its
-	// transport timeouts.
-	switchHandshake = 5 * time.Second
 	// switchProbe bounds the wait for a probe's answer. A probe sent
 	// before the peer reset its QP may be retransmitted without end
 	// (rxe does so); past this the QP is reset and probed again.
@@ -69,13 +62,21 @@ func (r *Runtime) enableRecovery(q *l2qp) {
 	}
 	dev, port := q.set.dev, q.port
 	err := q.conn.EnableRecovery(crossnic.Recovery{Clock: r.fo.clock, ProbeInterval: switchTick,
-		HandshakeTimeout: switchHandshake, ProbeTimeout: switchProbe, DefAttr: &def, BakAttr: &bak, PathUp: func() bool { return r.portUp(dev, port) },
+		HandshakeTimeout: r.cfg.handshake(), ProbeTimeout: switchProbe, DefAttr: &def, BakAttr: &bak, PathUp: func() bool { return r.portUp(dev, port) },
 		Room: room})
 	if err != nil {
 		r.log.Warn("libibpath: no switch back", "qpn", q.key.qpn, "err", err)
 		return
 	}
 	q.recovery = true
+	r.tickLater()
+}
+
+// tickLater makes sure switchLoop runs: a Conn needs ticking (it switches
+// back, or its fallback handshake waits for the peer). Called with fo.mu
+// held.
+func (r *Runtime) tickLater() {
+	r.fo.tickAgain = true // a tick under way must not be the last
 	if !r.fo.ticking {
 		r.fo.ticking = true
 		go r.switchLoop()
@@ -112,7 +113,8 @@ func (r *Runtime) connectAttr(k qpKey) (verbs.QPAttr, bool) {
 	return a, true
 }
 
-// switchLoop ticks the Conns away from home until none is left.
+// switchLoop ticks the Conns away from home, and those whose fallback
+// handshake waits for the peer, until none is left.
 func (r *Runtime) switchLoop() {
 	t := time.NewTicker(switchTick)
 	defer t.Stop()
@@ -144,8 +146,13 @@ func (r *Runtime) switchTickOnce() bool {
 func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 	r.fo.mu.Lock()
 	defer r.unlockFO()
+	r.fo.tickAgain = false
 	for _, q := range r.fo.qps {
-		if q.gone || !q.diverted || !q.recovery || q.conn == nil || q.express {
+		if q.gone || !q.diverted || q.conn == nil || q.express {
+			continue
+		}
+		if !q.recovery {
+			away = r.tickHandshake(q) || away
 			continue
 		}
 		q.conn.Tick()
@@ -162,10 +169,29 @@ func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 		}
 	}
 	r.settle()
+	// A QP diverted during this tick (settle) that needs ticking asked
+	// for it (tickLater): the loop goes on for it.
+	away = away || r.fo.tickAgain
 	if !away {
 		r.fo.ticking = false
 	}
 	return away, home
+}
+
+// tickHandshake ticks q's Conn, without recovery, while its fallback
+// handshake waits for the peer's answer: past the bound (Config.Handshake)
+// the error surfaces and reaches the application. It reports whether the
+// handshake still waits. Called with fo.mu held.
+func (r *Runtime) tickHandshake(q *l2qp) bool {
+	if sq, _ := q.conn.State(); sq != fsm.SQAwaitAck {
+		return false
+	}
+	q.conn.Tick()
+	if err := r.runConn(q); err != nil {
+		r.log.Debug("libibpath: layer 2 handshake tick", "qpn", q.key.qpn, "err", err)
+	}
+	sq, _ := q.conn.State()
+	return sq == fsm.SQAwaitAck
 }
 
 // noteReset logs what keeps a QP from going home: the default QP that
