@@ -67,8 +67,31 @@ static void do_init(void)
 	ibpathInit();
 }
 
+/* fork(2) without exec: the child has the forking thread alone, and none
+ * of the Go runtime's threads. Go does not run in such a process (a
+ * garbage collection there waits for threads that are gone, a lock a
+ * lost thread held stays held), so the shim passes every verb of the
+ * child straight through: the child runs as plain verbs, unprotected. A
+ * child that execs loads the shim anew (LD_PRELOAD is inherited). */
+static int lip_child;
+
+static void lip_forked(void)
+{
+	lip_child = 1;
+	lip_enabled = 0;
+	lip_cq_headroom = 0;
+}
+
+__attribute__((constructor)) static void lip_atfork(void)
+{
+	if (pthread_atfork(NULL, NULL, lip_forked))
+		fprintf(stderr, "libibpath: pthread_atfork failed: a child forked without exec may hang in the shim\n");
+}
+
 static inline void lip_init(void)
 {
+	if (lip_child)
+		return; /* no Go side here, initialised or not */
 	pthread_once(&init_once, do_init);
 }
 

@@ -1,0 +1,46 @@
+package shim
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPreloadForkedChild: a program forks without exec while it runs a
+// QP under the shim. The child has one thread and none of the shim's Go
+// runtime, so the shim passes everything straight through there: the
+// child opens the device again and runs a QP of its own to the end, and
+// destroys the CQ it inherited, as plain verbs (with switching back on,
+// so that the CQ's headroom is the shim's business in the parent). The
+// parent runs on under the shim. The output is the same without the
+// shim.
+func TestPreloadForkedChild(t *testing.T) {
+	b := buildBed(t)
+	prog := filepath.Join(b.dir, "forkprobe")
+	td, _ := filepath.Abs("testdata")
+	if out, err := exec.Command("gcc", "-O2", "-o", prog, filepath.Join(td, "forkprobe.c"), "-L"+b.dir, "-libverbs",
+		"-Wl,-rpath,"+b.dir).CombinedOutput(); err != nil {
+		t.Fatalf("build forkprobe: %v\n%s", err, out)
+	}
+	fb := preloadBed{dir: b.dir, shim: b.shim, probe: prog}
+	plain, _ := fb.run(t, nil, "200")
+	want := "child: completions 250 close 0 destroy the inherited CQ 0\nparent: completions 250 then 250 close 0; child exited 0\n"
+	if plain != want {
+		t.Fatalf("the program itself misbehaves:\n%s", plain)
+	}
+	for _, env := range [][]string{
+		{"IBPATH_SOCKET=off", "IBPATH_LOG=info"},
+		{"IBPATH_SOCKET=off", "IBPATH_LOG=info", "IBPATH_SWITCHBACK=on"},
+	} {
+		out, errs := fb.run(t, env, "200")
+		if out != plain {
+			t.Errorf("%v: the forked program saw\n%s\nwithout the shim\n%s\nstderr:\n%s", env, out, plain, errs)
+		}
+		// The parent's device is seen once; the child's open of it is not
+		// the shim's business.
+		if n := strings.Count(errs, "libibpath: device opened"); n != 1 {
+			t.Errorf("%v: the shim saw %d opens of the device, want the parent's alone:\n%s", env, n, errs)
+		}
+	}
+}
