@@ -345,6 +345,10 @@ def main():
             # (ok, broken: rxe0 re-created there, cm_fix says with what result)
             row["cm_after_cut"] = m.get("cm_after_cut")
             row["cm_fix"] = m.get("cm_fix")
+            # a failed recovery: link A's IP both ways (ok, or dead from a
+            # guest: both guests rebooted, link_fix says with what result)
+            row["link_a"] = m.get("link_a")
+            row["link_fix"] = m.get("link_fix")
             row["port_active_s"] = m.get("port_active_s")
             row["status"] = "PASS" if row["finished"] and row["correct"] in ("yes", "n/c", "skip") else "FAIL"
         rows.append(row)
@@ -406,7 +410,7 @@ def main():
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
-            "recovered", "cm_after_cut", "cm_fix", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
+            "recovered", "cm_after_cut", "cm_fix", "link_a", "link_fix", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
             "shim_log_lines", "reason", "detail"]
     with open(os.path.join(out, "report.tsv"), "w") as f:
         f.write("\t".join(cols) + "\n")
@@ -445,6 +449,8 @@ def main():
         recov = r.get("recovered") or ""
         if r.get("cm_after_cut") == "broken":
             recov += "!"
+        if (r.get("link_a") or "ok") != "ok":
+            recov += "#"
         print(h % (r["prog"], r["shim"], r["cut"], r["status"] if r["must_pass"] else r["status"].lower(),
                    "yes" if r["finished"] else "no", r["correct"], recov, cut_at and "%.1f" % float(cut_at),
                    pause, tb, home, fmt(r.get("tput_MBps"), "%.2f"), latv, fmt(r.get("elapsed_s") and float(r["elapsed_s"]), "%.1f"),
@@ -464,6 +470,9 @@ def main():
     if cm:
         print("recov !: rdma_cm over link A broken in the cut guest after the row (its GSI QP receives no more; "
               "docs/LAB.md, Known limits): " + ", ".join(cm))
+    dead = ["%s (%s; %s)" % (r["name"], r["link_a"], r.get("link_fix") or "not rebooted") for r in rows if (r.get("link_a") or "ok") != "ok"]
+    if dead:
+        print("recov #: link A carried no IP after the row (a guest's virtio-net stopped sending; docs/LAB.md, Known limits): " + ", ".join(dead))
     budget = [r["name"] for r in rows if r["status"] == "SKIP" and r["reason"].startswith("lab budget")]
     if budget:
         print("not run, the lab budget (LAB_BUDGET) spent: %d rows: %s" % (len(budget), ", ".join(budget)))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# lab/test/rows_test.sh: tests of the lab's host-side row selection and
-# budget (lab/lib/rows.sh) and of how the report shows rows that did not
-# run (lab/report.py). No guest is booted: the guest calls are stubbed.
+# lab/test/rows_test.sh: tests of the lab's host-side row selection,
+# budget and repairs after a cut (lab/lib/rows.sh) and of how the report
+# shows rows that did not run or needed a repair (lab/report.py). No guest is booted: the guest calls are stubbed.
 # Run by ./test.sh; exit 0 when every check passed.
 set -uo pipefail
 LAB_REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -107,6 +107,55 @@ RECREATE_RC=1 CM_RESULTS="1 " cmrow cm-norecreate
 check "a failed re-creation is not checked again, and says so" \
 	bash -c "grep -qx 'cm_fix=rxe0 re-created in g1: still broken' '$LAB_OUT/rows/cm-norecreate/meta' && [ \$(grep -c 'rping -c' '$tmp/gexec') = 1 ]"
 rm -rf "$LAB_OUT"/rows/cm-*
+
+# row_link: after a failed recovery, link A's IP both ways; a guest whose
+# link carries nothing gets both guests rebooted (stubbed: LINK_RESULTS are
+# the pings' results in order, g1's then g2's, before and after a reboot)
+gexec() { # GUEST TIMEOUT CMD
+	echo "gexec $1 $3" >>"$tmp/gexec"
+	case $3 in
+	busybox\ ping*)
+		local r=${LINK_RESULTS%% *}
+		LINK_RESULTS=${LINK_RESULTS#* }
+		return "$r"
+		;;
+	esac
+}
+vm_stop() { echo vm_stop >>"$tmp/vm"; }
+vm_boot() { echo "vm_boot deadline $LAB_DEADLINE" >>"$tmp/vm"; return "${BOOT_RC:-0}"; }
+mkdir -p "$LAB_RUN"
+: >"$LAB_RUN/g1.pid" # the guests started just now
+linkrow() { # NAME: a cut row whose recovery failed, then row_link
+	ROW_DIR=$LAB_OUT/rows/$1
+	mkdir -p "$ROW_DIR"
+	printf '%s\n' "name=$1" prog=pingpong shim=off cut=setlink-g1 rep=1 recovered=no >"$ROW_DIR/meta"
+	: >"$tmp/gexec"
+	: >"$tmp/vm"
+	row_link "$1"
+}
+LAB_DEADLINE=3000 LINK_RESULTS="0 0 " linkrow link-ok
+check "link A that carries IP both ways: ok, no reboot" \
+	bash -c "grep -qx 'link_a=ok' '$LAB_OUT/rows/link-ok/meta' && [ ! -s '$tmp/vm' ]"
+check "  one ping from each guest to the other over link A" \
+	same "$(cut -d' ' -f2- "$tmp/gexec" | tr '\n' ';')" "g1 busybox ping -c 2 -W 2 10.77.0.2;g2 busybox ping -c 2 -W 2 10.77.0.1;"
+LAB_DEADLINE=3000 LINK_RESULTS="1 0 0 0 " linkrow link-fixed
+check "a guest whose link A is dead: both guests rebooted, the link checked again" \
+	same "$(grep '^link_' "$LAB_OUT/rows/link-fixed/meta" | tr '\n' ';')" "link_a=dead from g1;link_fix=guests rebooted: ok;"
+check "  the new guests get what is left of QEMU's deadline" \
+	grep -Eq "^vm_boot deadline (2999|3000)$" "$tmp/vm"
+LAB_DEADLINE=3000 LINK_RESULTS="0 1 1 0 " linkrow link-still
+check "a reboot after which the link is still dead says so" \
+	grep -qx "link_fix=guests rebooted: still dead" "$LAB_OUT/rows/link-still/meta"
+LAB_DEADLINE=3000 BOOT_RC=1 LINK_RESULTS="1 1 " linkrow link-noboot
+check "guests that do not boot again: still dead, the link not pinged again" \
+	bash -c "grep -qx 'link_fix=guests rebooted: still dead' '$LAB_OUT/rows/link-noboot/meta' && [ \$(grep -c ping '$tmp/gexec') = 2 ]"
+LAB_DEADLINE=100 LINK_RESULTS="1 1 " linkrow link-late
+check "no reboot with under 2 minutes of QEMU's deadline left" \
+	bash -c "grep -Eq '^link_fix=not rebooted: (99|100) s of QEMU.s deadline left$' '$LAB_OUT/rows/link-late/meta' && [ ! -s '$tmp/vm' ]"
+python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" >"$tmp/report" 2>&1
+check "the report lists the rows after which link A was dead, with the repair" \
+	grep -q "^recov #: link A carried no IP after the row .*link-fixed (dead from g1; guests rebooted: ok)" "$tmp/report"
+rm -rf "$LAB_OUT"/rows/link-*
 
 # the report: a row not run is listed with its reason; a FAIL fails the run
 python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" >"$tmp/report" 2>&1
