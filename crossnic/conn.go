@@ -65,7 +65,7 @@ type Conn struct {
 	stage    verbs.MR  // the staging area of replayed inline copies, registered on the backup
 	stageBuf []byte    // its memory (from the backup PD's allocator when it has one)
 
-	// hs bounds the fallback handshake without recovery (BoundHandshake)
+	// hs bounds the fallback handshake (BoundHandshake, or recovery's)
 	hs *handshakeBound
 	// recovery (switch back); nil rec: traffic stays on the backup
 	rec       *Recovery

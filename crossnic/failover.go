@@ -10,8 +10,8 @@ import (
 // fault starts a failover from the Default state.
 func (c *Conn) fault(reason string) {
 	c.stats.Faults++
-	if clk := c.handshakeClock(); clk != nil {
-		c.faultAt = clk.Now()
+	if c.hs != nil {
+		c.faultAt = c.hs.clock.Now()
 	}
 	if c.bakReady && !c.bakCtrl {
 		// A second fault before the backup was purged after a switch

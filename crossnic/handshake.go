@@ -9,8 +9,8 @@ import (
 )
 
 // handshakeBound bounds the wait for the peer's answer to this side's
-// fallback notification on a Conn without recovery (EnableRecovery's
-// HandshakeTimeout bounds it on a Conn with recovery).
+// fallback notification: BoundHandshake's, or EnableRecovery's Clock and
+// HandshakeTimeout (which take its place).
 type handshakeBound struct {
 	clock   verbs.Clock
 	timeout time.Duration
@@ -35,32 +35,12 @@ func (c *Conn) BoundHandshake(clock verbs.Clock, timeout time.Duration) error {
 	return nil
 }
 
-// handshakeClock and handshakeTimeout are what bounds the fallback
-// handshake: recovery's settings when it is on, else BoundHandshake's
-// (nil clock: unbounded).
-func (c *Conn) handshakeClock() verbs.Clock {
-	switch {
-	case c.rec != nil:
-		return c.rec.Clock
-	case c.hs != nil:
-		return c.hs.clock
-	}
-	return nil
-}
-
-func (c *Conn) handshakeTimeout() time.Duration {
-	if c.rec != nil {
-		return c.rec.HandshakeTimeout
-	}
-	return c.hs.timeout
-}
-
 // tickHandshake surfaces the error when the peer has not answered this
 // side's fallback notification in time.
 func (c *Conn) tickHandshake(now time.Duration) {
-	if c.m.SQ != fsm.SQAwaitAck || now-c.faultAt <= c.handshakeTimeout() {
+	if c.m.SQ != fsm.SQAwaitAck || c.hs == nil || now-c.faultAt <= c.hs.timeout {
 		return
 	}
 	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault,
-		Reason: fmt.Sprintf("the peer did not answer the fallback notification within %v", c.handshakeTimeout())}))
+		Reason: fmt.Sprintf("the peer did not answer the fallback notification within %v", c.hs.timeout)}))
 }

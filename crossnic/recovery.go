@@ -103,6 +103,7 @@ func (c *Conn) EnableRecovery(r Recovery) error {
 		return fmt.Errorf("crossnic: enable recovery: query the backup QP: %w", err)
 	}
 	c.rec = &r
+	c.hs = &handshakeBound{clock: r.Clock, timeout: r.HandshakeTimeout}
 	return nil
 }
 
