@@ -1,6 +1,7 @@
 package apm
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,9 +38,16 @@ func (m *Manager) step(e *entry, ev fsm.APMEvent) {
 	}
 }
 
-// load chooses and loads an alternate with REARM.
+// load chooses an alternate and loads it. Only a MIGRATED QP is re-armed
+// (IBV_QP_ALT_PATH with REARM): rdmavt refuses REARM on an ARMED QP and
+// strict devices on one in REARM too, so a QP in REARM takes the new
+// alternate alone and keeps loading, and an ARMED QP is offered it alone.
+// A device that takes no new alternate while ARMED keeps the armed one
+// (EvAltKept). A QP whose primary is not the machine's (the HCA migrated
+// and nobody told) is resynchronised first.
 func (m *Manager) load(e *entry, a fsm.APMAction) *fsm.APMEvent {
-	attr, _, err := e.qp.Query(verbs.QPAttrState | verbs.QPAttrPort | verbs.QPAttrAV | verbs.QPAttrTimeout)
+	attr, _, err := e.qp.Query(verbs.QPAttrState | verbs.QPAttrPort | verbs.QPAttrAV | verbs.QPAttrTimeout |
+		verbs.QPAttrPathMigState | verbs.QPAttrAltPath)
 	if err != nil {
 		return &fsm.APMEvent{Kind: fsm.EvQPError, Reason: fmt.Sprintf("ibv_query_qp: %v", err)}
 	}
@@ -51,24 +59,46 @@ func (m *Manager) load(e *entry, a fsm.APMAction) *fsm.APMEvent {
 		m.stats.NoAlternate++
 		return &fsm.APMEvent{Kind: fsm.EvNoAlternate, Reason: fmt.Sprintf("QP is %v; arming waits for RTS", attr.QPState)}
 	}
+	if p := ref(attr); p != e.m.Primary {
+		return &fsm.APMEvent{Kind: fsm.EvResync, Path: p}
+	}
 	var prefer *pathsel.Ref
 	if a.HasPrefer {
 		prefer = &pathsel.Ref{Port: a.Prefer.Port, Bits: a.Prefer.Bits}
 	}
 	cur := pathsel.Path{Port: attr.PortNum, AH: attr.AHAttr, PKeyIndex: attr.PKeyIndex, Timeout: attr.Timeout}
 	alt, reason := m.choose(e, cur, prefer)
-	if reason != "" {
+	armed := attr.PathMigState == verbs.MigArmed
+	kept := fsm.PathRef{Port: attr.AltPortNum, Bits: attr.AltAHAttr.SrcPathBits}
+	want := fsm.PathRef{Port: alt.Port, Bits: alt.Bits()}
+	switch {
+	case reason != "" && armed:
+		// Nothing better to load; the armed alternate stays (it may be
+		// the one that died: the machine judges it by its port).
+		return &fsm.APMEvent{Kind: fsm.EvAltKept, Path: kept, Want: kept}
+	case reason != "":
 		m.stats.NoAlternate++
 		return &fsm.APMEvent{Kind: fsm.EvNoAlternate, Reason: reason}
+	case armed && want == kept:
+		return &fsm.APMEvent{Kind: fsm.EvAltKept, Path: kept, Want: want}
 	}
-	err = e.qp.Modify(&verbs.QPAttr{AltAHAttr: alt.AH, AltPortNum: alt.Port, AltPKeyIndex: alt.PKeyIndex,
-		AltTimeout: alt.Timeout, PathMigState: verbs.MigRearm}, verbs.QPAttrAltPath|verbs.QPAttrPathMigState)
-	if err != nil {
+	na := verbs.QPAttr{AltAHAttr: alt.AH, AltPortNum: alt.Port, AltPKeyIndex: alt.PKeyIndex, AltTimeout: alt.Timeout}
+	mask := verbs.QPAttrAltPath
+	if attr.PathMigState == verbs.MigMigrated {
+		na.PathMigState = verbs.MigRearm
+		mask |= verbs.QPAttrPathMigState
+	}
+	err = e.qp.Modify(&na, mask)
+	switch {
+	case err != nil && armed && errors.Is(err, verbs.EINVAL):
+		m.stats.AltKept++
+		return &fsm.APMEvent{Kind: fsm.EvAltKept, Path: kept, Want: want}
+	case err != nil:
 		m.stats.NoAlternate++
 		return &fsm.APMEvent{Kind: fsm.EvNoAlternate, Reason: fmt.Sprintf("load %v alternate on port %d: %v", alt.Kind, alt.Port, err)}
 	}
 	m.stats.Loads++
-	return &fsm.APMEvent{Kind: fsm.EvAltLoaded, Path: fsm.PathRef{Port: alt.Port, Bits: alt.Bits()}}
+	return &fsm.APMEvent{Kind: fsm.EvAltLoaded, Path: want}
 }
 
 // peerWait is how long e may stay MIGRATED waiting for its peer.

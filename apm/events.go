@@ -49,6 +49,9 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 			if p := ref(attr); p != e.m.Primary {
 				m.stats.HWMigrations++
 				e.migrations++
+				// The machine waits for the peer (PeerFollowed) before
+				// re-arming, PeerWait at most.
+				e.peerUntil = m.clock.Now() + m.peerWait(e)
 				m.step(e, fsm.APMEvent{Kind: fsm.EvPathMigrated, Path: p})
 			}
 		}

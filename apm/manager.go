@@ -61,6 +61,7 @@ type Stats struct {
 	NoAlternate      int // loads that found no healthy alternate
 	ModifyFallbacks  int // application modifies retried without the APM bits
 	PeerFollowed     int // re-arms after a migration that the data path showed the peer had followed (before PeerWait)
+	AltKept          int // new alternates an ARMED QP's device refused (it keeps the armed one)
 }
 
 // New returns a manager. peers describes the adapters paths lead to; next

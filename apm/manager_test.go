@@ -140,8 +140,24 @@ func TestProactiveMigrationBeatsRCTimeouts(t *testing.T) {
 	}
 }
 
+// withProfile is spec on a fabric of profile p.
+func withProfile(spec sim.RailSpec, p sim.Profile) sim.RailSpec {
+	spec.Config.Profile = p
+	return spec
+}
+
+// keepsArmedAlternate reports whether a device of profile p refuses a new
+// alternate while ARMED (it keeps the armed one, even with its port down).
+func keepsArmedAlternate(p sim.Profile) bool { return p != sim.ProfileRdmavt }
+
 func TestFlapCyclesKeepTrafficAlive(t *testing.T) {
-	w := newWorld(t, dualPort, apm.Config{FailbackHold: 20 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
+	for _, prof := range sim.Profiles {
+		t.Run(string(prof), func(t *testing.T) { flapCycles(t, prof) })
+	}
+}
+
+func flapCycles(t *testing.T, prof sim.Profile) {
+	w := newWorld(t, withProfile(dualPort, prof), apm.Config{FailbackHold: 20 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
 	a, b := w.pair("mlx5_0", rcOpts{})
 	w.run(time.Millisecond)
 	tr := &traffic{a: a, b: b}
@@ -154,9 +170,18 @@ func TestFlapCyclesKeepTrafficAlive(t *testing.T) {
 		}
 		must(t, w.f.SetLink(p, false))
 		w.runTraffic(tr, 30*time.Millisecond, 50*time.Microsecond)
-		// One port is healthy: both sides must be armed again (LMC on it).
+		// One port is healthy: both sides must be armed again (LMC on it),
+		// except where the alternate's port died under an ARMED QP on a
+		// device that takes no new alternate while ARMED: unprotected,
+		// with the reason, until that port returns.
 		for _, e := range []*end{a, b} {
-			if s := e.state(t); s.State != fsm.APMArmed {
+			s := e.state(t)
+			switch {
+			case p == p2 && keepsArmedAlternate(prof) && e == a:
+				if s.State != fsm.APMUnprotected || !strings.Contains(s.Reason, "no new alternate while ARMED") {
+					t.Fatalf("cycle %d, alternate port down: %+v, want unprotected on the kept alternate", cycle, s)
+				}
+			case s.State != fsm.APMArmed:
 				t.Fatalf("cycle %d, port %d down: %v side %+v, want armed on the healthy port", cycle, p.Num(), e.n.host.Name(), s)
 			}
 		}
@@ -192,25 +217,43 @@ func TestFlapCyclesKeepTrafficAlive(t *testing.T) {
 }
 
 func TestBothPortsDownHandsOver(t *testing.T) {
-	w := newWorld(t, dualPort, apm.Config{})
-	a, b := w.pair("mlx5_0", rcOpts{})
-	w.run(time.Millisecond)
-	hca := w.nodes[0].host.HCA("mlx5_0")
-	must(t, w.f.SetLink(hca.Port(2), false))
-	w.runTraffic(&traffic{a: a, b: b}, 15*time.Millisecond, 100*time.Microsecond)
-	if s := a.state(t); s.State != fsm.APMArmed || s.Alternate != (fsm.PathRef{Port: 1, Bits: 1}) {
-		t.Fatalf("alternate port down: %+v, want re-armed on the LMC path of port 1", s)
-	}
-	must(t, w.f.SetLink(hca.Port(1), false))
-	w.run(time.Millisecond)
-	s := a.state(t)
-	if s.State != fsm.APMHandedOver || len(a.n.ho.got) != 1 || !strings.Contains(a.n.ho.got[0], "primary port down") {
-		t.Fatalf("both ports down: %+v, handovers %q", s, a.n.ho.got)
+	for _, prof := range sim.Profiles {
+		t.Run(string(prof), func(t *testing.T) {
+			w := newWorld(t, withProfile(dualPort, prof), apm.Config{})
+			a, b := w.pair("mlx5_0", rcOpts{})
+			w.run(time.Millisecond)
+			hca := w.nodes[0].host.HCA("mlx5_0")
+			must(t, w.f.SetLink(hca.Port(2), false))
+			w.runTraffic(&traffic{a: a, b: b}, 15*time.Millisecond, 100*time.Microsecond)
+			s := a.state(t)
+			if keepsArmedAlternate(prof) {
+				if s.State != fsm.APMUnprotected || !strings.Contains(s.Reason, "no new alternate while ARMED") {
+					t.Fatalf("alternate port down: %+v, want unprotected, ARMED on the dead alternate", s)
+				}
+			} else if s.State != fsm.APMArmed || s.Alternate != (fsm.PathRef{Port: 1, Bits: 1}) {
+				t.Fatalf("alternate port down: %+v, want re-armed on the LMC path of port 1", s)
+			}
+			must(t, w.f.SetLink(hca.Port(1), false))
+			w.run(time.Millisecond)
+			s = a.state(t)
+			if s.State != fsm.APMHandedOver || len(a.n.ho.got) != 1 || !strings.Contains(a.n.ho.got[0], "primary port down") {
+				t.Fatalf("both ports down: %+v, handovers %q", s, a.n.ho.got)
+			}
+		})
 	}
 }
 
+// TestPathMigErrHandsOver: the HCA migrates into a dead path. mlx5 says
+// so with PATH_MIG_ERR; strict and rdmavt never raise it, and the QP is
+// handed over when it fails there.
 func TestPathMigErrHandsOver(t *testing.T) {
-	w := newWorld(t, sim.RailSpec{Config: sim.Config{Seed: 2}, Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 2}, apm.Config{})
+	for _, prof := range sim.Profiles {
+		t.Run(string(prof), func(t *testing.T) { pathMigErrHandsOver(t, prof) })
+	}
+}
+
+func pathMigErrHandsOver(t *testing.T, prof sim.Profile) {
+	w := newWorld(t, sim.RailSpec{Config: sim.Config{Seed: 2, Profile: prof}, Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 2}, apm.Config{})
 	a, b := w.pair("mlx5_0", rcOpts{})
 	w.run(time.Millisecond)
 	// The peer's alternate port dies (nothing tells node0), then the
@@ -225,11 +268,21 @@ func TestPathMigErrHandsOver(t *testing.T) {
 	if len(tr.errs) != 1 || tr.errs[0].Status != verbs.WCRetryExcErr {
 		t.Fatalf("completions ok=%d errs=%+v, want RETRY_EXC_ERR surfacing", tr.ok, tr.errs)
 	}
-	if s := a.state(t); s.State != fsm.APMHandedOver || !strings.Contains(s.Reason, "PATH_MIG_ERR") {
-		t.Fatalf("status %+v, want handed over on PATH_MIG_ERR", s)
+	s := a.state(t)
+	if prof == sim.ProfileMlx5 {
+		if s.State != fsm.APMHandedOver || !strings.Contains(s.Reason, "PATH_MIG_ERR") {
+			t.Fatalf("status %+v, want handed over on PATH_MIG_ERR", s)
+		}
+		if !slices.Contains(a.n.events, verbs.EventPathMigErr) {
+			t.Fatalf("events %v lack PATH_MIG_ERR", a.n.events)
+		}
+		return
 	}
-	if !slices.Contains(a.n.events, verbs.EventPathMigErr) {
-		t.Fatalf("events %v lack PATH_MIG_ERR", a.n.events)
+	if slices.Contains(a.n.events, verbs.EventPathMigErr) {
+		t.Fatalf("events %v: profile %s never raises PATH_MIG_ERR", a.n.events, prof)
+	}
+	if s.State != fsm.APMHandedOver || len(a.n.ho.got) != 1 {
+		t.Fatalf("status %+v, handovers %q: want handed over without PATH_MIG_ERR", s, a.n.ho.got)
 	}
 }
 
@@ -489,5 +542,59 @@ func TestRefusedAlternateKeepsTheModifyAndTheReason(t *testing.T) {
 	}
 	if s := a.state(t); s.State != fsm.APMUnprotected || !strings.Contains(s.Reason, "alternate path not supported") {
 		t.Fatalf("after probes: %+v, want the refusal still as the reason", s)
+	}
+}
+
+// TestHWMigrationWaitsForPeer: the peer's primary cable is cut, nothing
+// tells node0, and its HCA migrates after retry_cnt timeouts. On strict
+// and rdmavt the requester's PATH_MIG comes at that moment, before the
+// peer has followed; the first resend on the new path is lost. Re-arming
+// on PATH_MIG would clear MigReq on the next resend, which the peer, still
+// ARMED on the old path, would drop: the WRITE would fail with
+// RETRY_EXC_ERR. Layer 1 waits for the peer instead, and re-arms after.
+func TestHWMigrationWaitsForPeer(t *testing.T) {
+	for _, prof := range sim.Profiles {
+		t.Run(string(prof), func(t *testing.T) {
+			w := newWorld(t, withProfile(dualPort, prof), apm.Config{})
+			a, b := w.pair("mlx5_0", rcOpts{})
+			w.run(time.Millisecond)
+			if s := a.state(t); s.State != fsm.APMArmed {
+				t.Fatalf("before the fault: %+v, want armed", s)
+			}
+			// The new path loses requests until 1 ms after the migration.
+			alt := w.nodes[0].host.HCA("mlx5_0").Port(2)
+			must(t, w.f.SetLoss(alt, 1, 0))
+			// node1 does not hear its own PORT_ERR (its layer 1 would
+			// migrate first): it stays ARMED on the dead path.
+			w.nodes[1].portDeaf = true
+			must(t, w.f.SetLink(w.nodes[1].host.HCA("mlx5_0").Port(1), false))
+			tr := &traffic{a: a, b: b}
+			tr.post(t, 1)
+			var migAt time.Duration
+			w.f.SetTracer(func(r sim.TraceRecord) {
+				if migAt == 0 && r.Kind == "apm" && strings.Contains(r.Detail, "retries exhausted") {
+					migAt = r.At
+				}
+			})
+			healed := false
+			for i := 0; i < 4000 && tr.ok+len(tr.errs) == 0; i++ {
+				w.run(100 * time.Microsecond)
+				tr.poll(t)
+				if !healed && migAt != 0 {
+					healed = true
+					w.f.At(migAt+time.Millisecond, func() { _ = w.f.SetLoss(alt, 0, 0) })
+				}
+			}
+			if tr.ok != 1 || len(tr.errs) != 0 {
+				t.Fatalf("ok=%d errs=%+v: the WRITE must complete on the new path", tr.ok, tr.errs)
+			}
+			w.run(50 * time.Millisecond)
+			if s := a.state(t); s.Primary.Port != 2 || (s.State != fsm.APMArmed && s.State != fsm.APMRearming && s.State != fsm.APMUnprotected) {
+				t.Fatalf("after the migration: %+v, want on port 2 and re-armed as far as the fabric allows", s)
+			}
+			if st := w.nodes[0].mgr.Stats(); st.HWMigrations != 1 {
+				t.Fatalf("stats %+v: want one migration by the HCA", st)
+			}
+		})
 	}
 }

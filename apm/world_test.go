@@ -2,6 +2,7 @@ package apm_test
 
 import (
 	"errors"
+	"flag"
 	"testing"
 	"time"
 
@@ -10,6 +11,10 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
+
+// simProfile is the profile of every fabric whose spec names none, so that
+// the whole package runs on each (./test.sh runs it on all of them).
+var simProfile = flag.String("sim.profile", "", "profile of the simulated fabrics whose test names none (strict, rdmavt, mlx5)")
 
 // world is a fabric with one process (and one apm manager) per host.
 type world struct {
@@ -60,6 +65,11 @@ func must(t testing.TB, err error) {
 
 func newWorld(t testing.TB, spec sim.RailSpec, cfg apm.Config) *world {
 	t.Helper()
+	if spec.Config.Profile == "" {
+		p, err := sim.ParseProfile(*simProfile)
+		must(t, err)
+		spec.Config.Profile = p
+	}
 	f, err := sim.NewRailFabric(spec)
 	must(t, err)
 	w := &world{t: t, f: f, cat: &pathsel.Catalog{}, step: 20 * time.Microsecond, maxWR: 512}

@@ -116,11 +116,12 @@ const (
 	EvFailbackDue                          // the home alternate has been armed long enough
 	EvQPError                              // error completion, QP or device fatal (Reason)
 	EvUnsupported                          // APM is impossible (Reason)
+	EvAltKept                              // the QP stays ARMED on Path: the device took no new alternate (Want) while ARMED
 )
 
 var evNames = [...]string{"arm-requested", "alt-loaded", "no-alternate", "armed-observed",
 	"path-migrated", "path-mig-err", "port-down", "port-up", "migrate-requested", "migrated",
-	"peer-followed", "resync", "probe", "failback-due", "qp-error", "unsupported"}
+	"peer-followed", "resync", "probe", "failback-due", "qp-error", "unsupported", "alt-kept"}
 
 func (k APMEventKind) String() string {
 	if int(k) < len(evNames) {
@@ -132,7 +133,8 @@ func (k APMEventKind) String() string {
 // APMEvent is one input of the machine.
 type APMEvent struct {
 	Kind   APMEventKind
-	Path   PathRef // EvAltLoaded, EvPathMigrated, EvResync
+	Path   PathRef // EvAltLoaded, EvPathMigrated, EvResync, EvAltKept
+	Want   PathRef // EvAltKept: the alternate that was chosen
 	Port   uint8   // EvPortDown, EvPortUp
 	Reason string  // EvNoAlternate, EvQPError, EvUnsupported
 }
@@ -143,8 +145,10 @@ type APMActionKind uint8
 // Actions of the path-migration machine.
 const (
 	// ActLoadAlternate: choose the best healthy alternate (Prefer first if
-	// set and healthy), load it with IBV_QP_ALT_PATH and REARM, and answer
-	// with EvAltLoaded or EvNoAlternate.
+	// set and healthy), load it with IBV_QP_ALT_PATH (and REARM when the
+	// QP is MIGRATED: REARM is refused on a QP in REARM or ARMED), and
+	// answer with EvAltLoaded, EvNoAlternate, or EvAltKept when the QP is
+	// ARMED and the device keeps its alternate.
 	ActLoadAlternate APMActionKind = iota
 	// ActPollArmed: query the QP with backoff until ARMED, then answer
 	// with EvArmedObserved.
@@ -267,8 +271,15 @@ func (m *APM) Step(ev APMEvent) []APMAction {
 		if ev.Path == m.Primary {
 			return nil // our own migration, already applied
 		}
-		m.Primary, m.HasAlt, m.State = ev.Path, false, APMUnprotected
-		return m.load("re-arm after migration")
+		// The HCA migrated by itself. A requester's HCA raises PATH_MIG the
+		// moment it migrates (qib_migrate_qp), before the peer has moved:
+		// treat it as a migration of our own and wait for the peer before
+		// re-arming, which would clear MigReq. (A responder's PATH_MIG
+		// means the peer moved first; waiting costs it only the wait.)
+		m.Primary, m.HasAlt, m.State, m.Reason = ev.Path, false, APMAwaitPeer, ""
+		return nil
+	case EvAltKept:
+		return m.altKept(ev)
 	case EvResync:
 		m.Primary, m.HasAlt, m.State = ev.Path, false, APMUnprotected
 		return m.load("re-arm after resync")
@@ -303,6 +314,38 @@ func (m *APM) Step(ev APMEvent) []APMAction {
 			// die with it; another port is back, so look again. An
 			// alternate can only arm while the primary still carries packets.
 			return m.load("another port is up")
+		}
+	}
+	return nil
+}
+
+// altKept: the QP is ARMED on ev.Path and the device refused the new
+// alternate ev.Want (it takes none while ARMED). The armed alternate stays
+// in use; if it is dead the QP is unprotected until its port returns or
+// the QP migrates. When ev.Want is clearly better (home, for auto
+// failback; another port, where the armed alternate shares the primary's)
+// the QP hops to the armed alternate, after which the wanted path loads
+// with REARM as a MIGRATED QP allows.
+func (m *APM) altKept(ev APMEvent) []APMAction {
+	m.Alt, m.HasAlt = ev.Path, true
+	if m.PortDown(ev.Path.Port) {
+		m.HasAlt, m.State = false, APMUnprotected
+		m.Reason = fmt.Sprintf("ARMED on the alternate %v, whose port is down; the device takes no new alternate while ARMED", ev.Path)
+		if m.PortDown(m.Primary.Port) {
+			return m.handOver("primary port down and no alternate: the armed alternate's port is down too, and the device takes no new alternate while ARMED")
+		}
+		return nil
+	}
+	m.State, m.Reason = APMArmed, ""
+	if m.PortDown(m.Primary.Port) && m.Alt.Port != m.Primary.Port {
+		return m.migrate("primary port down")
+	}
+	if ev.Want != ev.Path && !m.PortDown(ev.Want.Port) {
+		switch {
+		case ev.Want == m.Home && m.Failback == FailbackAuto && m.Primary != m.Home:
+			return m.migrate("hop to the armed alternate, so that home can be loaded (no new alternate while ARMED)")
+		case m.Alt.Port == m.Primary.Port && ev.Want.Port != m.Primary.Port:
+			return m.migrate("hop to the armed alternate, so that another port can be loaded (no new alternate while ARMED)")
 		}
 	}
 	return nil

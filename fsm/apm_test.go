@@ -77,7 +77,7 @@ func parseEvent(t *testing.T, n int, f []string) APMEvent {
 	}
 	var ev APMEvent
 	found := false
-	for k := EvArmRequested; k <= EvUnsupported; k++ {
+	for k := EvArmRequested; k <= EvAltKept; k++ {
 		if k.String() == f[0] {
 			ev.Kind, found = k, true
 		}
@@ -92,6 +92,15 @@ func parseEvent(t *testing.T, n int, f []string) APMEvent {
 	switch ev.Kind {
 	case EvAltLoaded, EvPathMigrated, EvResync:
 		ev.Path = parsePath(t, n, arg)
+	case EvAltKept:
+		ev.Path, ev.Want = parsePath(t, n, arg), parsePath(t, n, arg)
+		if len(f) > 2 {
+			w, ok := strings.CutPrefix(f[2], "want=")
+			if !ok {
+				t.Fatalf("line %d: %q: want want=PATH", n, f[2])
+			}
+			ev.Want = parsePath(t, n, w)
+		}
 	case EvPortDown, EvPortUp:
 		ev.Port = parsePath(t, n, arg).Port
 	default:

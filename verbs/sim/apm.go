@@ -96,10 +96,15 @@ func (q *QP) onArmLoaded(gen uint32) {
 }
 
 // retryExhausted runs when the local ACK timer has fired retry_cnt times.
-// An ARMED QP migrates to its alternate and retries there; PATH_MIG is
-// reported once the peer answers on the new path. A QP whose alternate is
-// down, or whose migration got no answer, reports PATH_MIG_ERR. Then the
-// oldest WR fails with RETRY_EXC_ERR and the QP goes to ERR.
+// An ARMED QP migrates to its alternate and retries there
+// (qib_restart_rc, hfi1_restart_rc). When PATH_MIG is raised, and whether
+// a failed migration raises PATH_MIG_ERR, depends on the profile: strict
+// and rdmavt raise PATH_MIG at once and never PATH_MIG_ERR (the QP
+// migrates even onto a dead port and its WRs then exhaust their retries
+// there); mlx5 raises PATH_MIG once the peer answers on the new path, and
+// PATH_MIG_ERR when the alternate's port is down or the new path gets no
+// answer. Then the oldest WR fails with RETRY_EXC_ERR and the QP goes to
+// ERR.
 func (q *QP) retryExhausted() {
 	f := q.ctx.fab()
 	head := q.sqHead
@@ -108,14 +113,18 @@ func (q *QP) retryExhausted() {
 		q.migPending = false
 		q.raise(verbs.EventPathMigErr)
 	case q.mig == verbs.MigArmed && q.altValid:
-		if !q.alt.port.usable() {
+		if f.beh.pathMigErr && !q.alt.port.usable() {
 			q.mig = verbs.MigMigrated
 			q.altValid, q.altLoaded = false, false
 			q.raise(verbs.EventPathMigErr)
 			break
 		}
 		q.migrate("retries exhausted on primary")
-		q.migPending = true
+		if f.beh.pathMigAtAnswer {
+			q.migPending = true
+		} else {
+			q.raise(verbs.EventPathMig)
+		}
 		q.rewind(head)
 		q.lastProgress = f.now
 		q.pump()

@@ -161,41 +161,75 @@ func TestMigrationTimeIsRetryBudget(t *testing.T) {
 	}
 }
 
+// TestBothPathsDownGivesPathMigErr: with both local ports down, the mlx5
+// profile refuses to migrate onto the dead alternate and raises
+// PATH_MIG_ERR; strict and rdmavt (qib_restart_rc) migrate anyway, raise
+// PATH_MIG at once and fail on the alternate after its retries. Either
+// way the oldest WR fails with RETRY_EXC_ERR.
 func TestBothPathsDownGivesPathMigErr(t *testing.T) {
-	c := newConn(t, connOpts{})
-	armBoth(t, c)
-	must(t, c.f.SetLink(c.a.hca.Port(2), false))
-	must(t, c.f.SetLink(c.a.hca.Port(1), false))
-	c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()), write(2, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
-	c.run(time.Second)
-	if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCRetryExcErr, verbs.WCWRFlushErr}) {
-		t.Fatalf("completions %v, want [RETRY_EXC_ERR WR_FLUSH_ERR]", st)
-	}
-	if ev := c.a.events(); !slices.Equal(ev, []verbs.EventType{verbs.EventPortErr, verbs.EventPortErr, verbs.EventPathMigErr}) {
-		t.Fatalf("events %v, want [PORT_ERR PORT_ERR PATH_MIG_ERR]", ev)
-	}
-	if s := c.a.qp.State(); s != verbs.QPSErr {
-		t.Fatalf("QP is %v, want ERR", s)
+	for _, tc := range []struct {
+		prof     sim.Profile
+		events   []verbs.EventType
+		timeouts uint64
+	}{
+		{sim.ProfileStrict, []verbs.EventType{verbs.EventPortErr, verbs.EventPortErr, verbs.EventPathMig}, 8},
+		{sim.ProfileRdmavt, []verbs.EventType{verbs.EventPortErr, verbs.EventPortErr, verbs.EventPathMig}, 8},
+		{sim.ProfileMlx5, []verbs.EventType{verbs.EventPortErr, verbs.EventPortErr, verbs.EventPathMigErr}, 4},
+	} {
+		t.Run(string(tc.prof), func(t *testing.T) {
+			c := newConn(t, connOpts{profile: tc.prof})
+			armBoth(t, c)
+			must(t, c.f.SetLink(c.a.hca.Port(2), false))
+			must(t, c.f.SetLink(c.a.hca.Port(1), false))
+			c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()), write(2, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+			c.run(time.Second)
+			if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCRetryExcErr, verbs.WCWRFlushErr}) {
+				t.Fatalf("completions %v, want [RETRY_EXC_ERR WR_FLUSH_ERR]", st)
+			}
+			if ev := c.a.events(); !slices.Equal(ev, tc.events) {
+				t.Fatalf("events %v, want %v", ev, tc.events)
+			}
+			if s := c.a.qp.State(); s != verbs.QPSErr {
+				t.Fatalf("QP is %v, want ERR", s)
+			}
+			if st := c.f.Stats(); st.RetryTimeouts != tc.timeouts {
+				t.Fatalf("%d timeouts, want %d", st.RetryTimeouts, tc.timeouts)
+			}
+		})
 	}
 }
 
+// TestRemoteAlternateBrokenGivesPathMigErr: the local alternate port is
+// fine, the peer's is not. The HCA migrates and gets no answer on the new
+// path: mlx5 reports PATH_MIG_ERR; strict and rdmavt reported PATH_MIG at
+// the migration and report nothing more. The WR fails after 4 timeouts on
+// each path.
 func TestRemoteAlternateBrokenGivesPathMigErr(t *testing.T) {
-	c := newConn(t, connOpts{})
-	armBoth(t, c)
-	// The local alternate port is fine; the peer's is not. The HCA migrates,
-	// gets no answer on the new path, and reports PATH_MIG_ERR.
-	must(t, c.f.SetLink(c.b.hca.Port(2), false))
-	must(t, c.f.SetLink(c.a.hca.Port(1), false))
-	c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
-	c.run(time.Second)
-	if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCRetryExcErr}) {
-		t.Fatalf("completions %v, want [RETRY_EXC_ERR]", st)
-	}
-	if ev := c.a.events(); !slices.Equal(ev, []verbs.EventType{verbs.EventPortErr, verbs.EventPathMigErr}) {
-		t.Fatalf("events %v, want [PORT_ERR PATH_MIG_ERR]", ev)
-	}
-	if st := c.f.Stats(); st.RetryTimeouts != 8 {
-		t.Fatalf("%d timeouts, want 8 (4 on each path)", st.RetryTimeouts)
+	for _, tc := range []struct {
+		prof   sim.Profile
+		events []verbs.EventType
+	}{
+		{sim.ProfileStrict, []verbs.EventType{verbs.EventPortErr, verbs.EventPathMig}},
+		{sim.ProfileRdmavt, []verbs.EventType{verbs.EventPortErr, verbs.EventPathMig}},
+		{sim.ProfileMlx5, []verbs.EventType{verbs.EventPortErr, verbs.EventPathMigErr}},
+	} {
+		t.Run(string(tc.prof), func(t *testing.T) {
+			c := newConn(t, connOpts{profile: tc.prof})
+			armBoth(t, c)
+			must(t, c.f.SetLink(c.b.hca.Port(2), false))
+			must(t, c.f.SetLink(c.a.hca.Port(1), false))
+			c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+			c.run(time.Second)
+			if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCRetryExcErr}) {
+				t.Fatalf("completions %v, want [RETRY_EXC_ERR]", st)
+			}
+			if ev := c.a.events(); !slices.Equal(ev, tc.events) {
+				t.Fatalf("events %v, want %v", ev, tc.events)
+			}
+			if st := c.f.Stats(); st.RetryTimeouts != 8 {
+				t.Fatalf("%d timeouts, want 8 (4 on each path)", st.RetryTimeouts)
+			}
+		})
 	}
 }
 

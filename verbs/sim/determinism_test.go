@@ -19,19 +19,41 @@ var simSeed = flag.Uint64("sim.seed", 0, "run only this schedule seed (0: all)")
 // armed: random loss, flaps of either port, a possible HCA death, and a
 // stream of mixed WRs. It returns the trace and what the requester saw.
 type workload struct {
+	profile  sim.Profile
 	trace    []string
 	posted   []uint64 // wr_ids posted, in order
 	signaled map[uint64]bool
+	ops      map[uint64]verbs.WROpcode
 	stats    sim.Stats
 	wcs      []verbs.WC
 	rwcs     []verbs.WC
+	// reqDied: the requester's HCA died (on a profile without fatal
+	// flushes its outstanding WRs never complete).
+	reqDied bool
+	// src and got: the bytes each SEND carried, and the bytes each
+	// receive buffer (by receive wr_id) holds at the end.
+	src map[uint64][]byte
+	got func(recv uint64) []byte
 }
+
+// recvOff is where receive k lands in the responder's buffer: past every
+// WRITE and READ target, one 64-byte slot each. SENDs come from
+// sendOff(i) in the requester's buffer, which nothing writes.
+func recvOff(k int) int { return 32768 + k*64 }
+func sendOff(i int) int { return 40000 + i*64%20000 }
+
+// scheduleProfile spreads the campaign's seeds over every profile.
+func scheduleProfile(seed uint64) sim.Profile { return sim.Profiles[seed%uint64(len(sim.Profiles))] }
 
 func runSchedule(t testing.TB, seed uint64) workload {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 99))
-	c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}})
-	w := workload{signaled: map[uint64]bool{}}
+	prof := scheduleProfile(seed)
+	c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: seed, Profile: prof}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}})
+	w := workload{profile: prof, signaled: map[uint64]bool{}, ops: map[uint64]verbs.WROpcode{}, src: map[uint64][]byte{}}
+	for i := range c.a.buf {
+		c.a.buf[i] = byte(i*7 + 1)
+	}
 	c.f.SetTracer(func(r sim.TraceRecord) { w.trace = append(w.trace, r.String()) })
 	armBoth(t, c)
 	must(t, c.f.SetLoss(c.a.hca.Port(1), rng.Float64()*0.05, rng.Float64()*0.05))
@@ -44,17 +66,20 @@ func runSchedule(t testing.TB, seed uint64) workload {
 	}
 	if rng.IntN(4) == 0 {
 		victim := []*sim.HCA{c.a.hca, c.b.hca}[rng.IntN(2)]
+		w.reqDied = victim == c.a.hca
 		c.f.At(c.f.Now()+time.Duration(rng.IntN(40))*time.Millisecond, func() { _ = c.f.KillHCA(victim) })
 	}
 	for i := 0; i < 300; i++ {
-		c.b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{c.b.sge(32768, 64)}}})
+		c.b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{c.b.sge(recvOff(i), 64)}}})
 	}
 	for i := 0; i < 150; i++ {
 		wr := verbs.SendWR{WRID: uint64(i), SGList: []verbs.SGE{c.a.sge(i*64%30000, 64)},
-			RemoteAddr: c.b.mr.Addr() + uint64(i*64%30000), RKey: c.b.mr.RKey()}
+			RemoteAddr: c.b.mr.Addr() + uint64(i*64%30000), RKey: c.b.mr.RKey(), ImmData: uint32(i) | 0x5a000000}
 		switch rng.IntN(4) {
 		case 0:
 			wr.Opcode = verbs.WRSend
+			wr.SGList = []verbs.SGE{c.a.sge(sendOff(i), 64)}
+			w.src[wr.WRID] = slices.Clone(c.a.buf[sendOff(i) : sendOff(i)+64])
 		case 1:
 			wr.Opcode = verbs.WRRDMARead
 		case 2:
@@ -62,6 +87,7 @@ func runSchedule(t testing.TB, seed uint64) workload {
 		default:
 			wr.Opcode = verbs.WRRDMAWrite
 		}
+		w.ops[wr.WRID] = wr.Opcode
 		if rng.IntN(3) > 0 {
 			wr.SendFlags = verbs.SendSignaled
 		}
@@ -75,6 +101,7 @@ func runSchedule(t testing.TB, seed uint64) workload {
 	w.wcs = drain(c.a.cq)
 	w.rwcs = drain(c.b.cq)
 	w.stats = c.f.Stats()
+	w.got = func(k uint64) []byte { return c.b.buf[recvOff(int(k)) : recvOff(int(k))+64] }
 	return w
 }
 
@@ -109,9 +136,13 @@ func TestSameSeedSameTrace(t *testing.T) {
 }
 
 // TestRandomFaultScheduleInvariants checks the transport's promises under
-// random faults: every WR gets at most one completion, every signaled WR
-// and every failed WR exactly one, in posting order; after the first error
-// only flushes follow.
+// random faults, on every profile: every WR gets at most one completion,
+// every signaled WR and every failed WR exactly one (unless its HCA died
+// on a profile that makes no flush completions), in posting order; after
+// the first error only flushes follow. At the responder, each receive
+// completes once, in order, and the successful ones carry, in order, the
+// SENDs and WRITE_WITH_IMMs the requester posted, with their data and
+// immediate.
 func TestRandomFaultScheduleInvariants(t *testing.T) {
 	runs := *simRuns
 	if testing.Short() {
@@ -123,7 +154,14 @@ func TestRandomFaultScheduleInvariants(t *testing.T) {
 			continue
 		}
 		w := runSchedule(t, s)
-		if err := checkCompletions(w); err != nil {
+		err := checkCompletions(w)
+		if err == nil {
+			err = checkResponder(w)
+		}
+		if err != nil {
+			err = fmt.Errorf("profile %s: %w", w.profile, err)
+		}
+		if err != nil {
 			t.Fatalf("seed %d: %v\nreproduce: go test ./verbs/sim -run TestRandomFaultScheduleInvariants -sim.seed %d", s, err, s)
 		}
 		if w.stats.Migrations > 0 {
@@ -166,6 +204,11 @@ func checkCompletions(w workload) error {
 			failed = true
 		}
 	}
+	if w.reqDied && !fatalFlushes(w.profile) {
+		// The device died and makes no completions: what completed
+		// before obeys the rules above; the rest never completes.
+		return nil
+	}
 	if !failed {
 		for _, id := range w.posted {
 			if w.signaled[id] && !seen[id] {
@@ -177,6 +220,59 @@ func checkCompletions(w workload) error {
 		// Every WR after the first error must have completed (flushed).
 		for _, id := range w.posted[last+1:] {
 			return fmt.Errorf("wr_id %d posted but never completed after the QP failed", id)
+		}
+	}
+	return nil
+}
+
+// fatalFlushes reports whether a dead device's QPs flush on profile p.
+func fatalFlushes(p sim.Profile) bool { return p == sim.ProfileRdmavt }
+
+// checkResponder checks the receives: each completes at most once, in
+// posting order, successes before flushes; the k-th success is the k-th
+// SEND or WRITE_WITH_IMM the requester posted, with its data and
+// immediate; and every such WR the requester saw succeed was received.
+func checkResponder(w workload) error {
+	var msgs []uint64 // the requester's WRs that consume a receive, in order
+	for _, id := range w.posted {
+		if op := w.ops[id]; op == verbs.WRSend || op == verbs.WRRDMAWriteWithImm {
+			msgs = append(msgs, id)
+		}
+	}
+	ok, flushed := 0, false
+	for i, wc := range w.rwcs {
+		if wc.WRID != uint64(i) {
+			return fmt.Errorf("receive completion %d is wr_id %d: receives complete once, in posting order", i, wc.WRID)
+		}
+		if wc.Status != verbs.WCSuccess {
+			flushed = true
+			continue
+		}
+		if flushed {
+			return fmt.Errorf("receive %d succeeded after a flush", wc.WRID)
+		}
+		if ok >= len(msgs) {
+			return fmt.Errorf("receive %d succeeded but only %d messages were posted: a message was delivered twice", wc.WRID, len(msgs))
+		}
+		id := msgs[ok]
+		ok++
+		switch w.ops[id] {
+		case verbs.WRSend:
+			if wc.Opcode != verbs.WCRecv || wc.ByteLen != 64 || wc.WCFlags&verbs.WCFlagWithImm != 0 {
+				return fmt.Errorf("receive %d: opcode %v len %d flags %v, want the SEND of wr_id %d", wc.WRID, wc.Opcode, wc.ByteLen, wc.WCFlags, id)
+			}
+			if got := w.got(wc.WRID); !slices.Equal(got, w.src[id]) {
+				return fmt.Errorf("receive %d holds other bytes than the SEND of wr_id %d", wc.WRID, id)
+			}
+		default:
+			if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.ImmData != uint32(id)|0x5a000000 {
+				return fmt.Errorf("receive %d: opcode %v imm %#x, want the WRITE_WITH_IMM of wr_id %d", wc.WRID, wc.Opcode, wc.ImmData, id)
+			}
+		}
+	}
+	for _, wc := range w.wcs {
+		if i := slices.Index(msgs, wc.WRID); wc.Status == verbs.WCSuccess && i >= ok {
+			return fmt.Errorf("wr_id %d completed successfully at the requester but was not received", wc.WRID)
 		}
 	}
 	return nil

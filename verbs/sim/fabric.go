@@ -36,6 +36,10 @@ type Config struct {
 	// the Go heap (the HCA would read it after the runtime moved or freed
 	// it). Off, any buffer can be registered.
 	StrictMem bool
+	// Profile chooses the device behaviours on which the sources differ
+	// (profile.go); "" is ProfileStrict. A name that ParseProfile refuses
+	// is taken as strict: parse user input with ParseProfile first.
+	Profile Profile
 }
 
 // DefaultConfig is the timing model used when a Config field is zero.
@@ -52,6 +56,7 @@ var DefaultConfig = Config{
 type Fabric struct {
 	mu  sync.Mutex
 	cfg Config
+	beh behaviour
 	rng *rand.Rand
 
 	now    time.Duration
@@ -101,8 +106,15 @@ func New(cfg Config) *Fabric {
 	if cfg.Spines == 0 {
 		cfg.Spines = d.Spines
 	}
+	if _, err := ParseProfile(string(cfg.Profile)); err != nil {
+		cfg.Profile = ProfileStrict
+	}
+	if cfg.Profile == "" {
+		cfg.Profile = ProfileStrict
+	}
 	f := &Fabric{
 		cfg:      cfg,
+		beh:      cfg.Profile.behaviour(),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		lids:     map[uint16]*Port{},
 		gids:     map[verbs.GID]*Port{},

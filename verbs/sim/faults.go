@@ -120,7 +120,11 @@ func (f *Fabric) KillHCA(a *HCA) error {
 	}
 	a.raiseDevice(verbs.AsyncEvent{Type: verbs.EventDeviceFatal})
 	for _, q := range a.qpList {
-		q.enterErr(^uint64(0), verbs.WCWRFlushErr)
+		if f.beh.fatalFlush {
+			q.enterErr(^uint64(0), verbs.WCWRFlushErr)
+		} else {
+			q.die()
+		}
 	}
 	a.alive = false
 	a.diedAt = f.now

@@ -40,11 +40,15 @@ type connOpts struct {
 	access   verbs.AccessFlags
 	sigAll   bool
 	maxWR    int
+	profile  sim.Profile // the fabric's profile (default strict)
 }
 
 func defaults(o connOpts) connOpts {
 	if o.spec.Hosts == 0 {
 		o.spec = sim.RailSpec{Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}
+	}
+	if o.profile != "" {
+		o.spec.Config.Profile = o.profile
 	}
 	if o.dev == "" {
 		o.dev = "mlx5_0"

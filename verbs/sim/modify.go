@@ -129,22 +129,37 @@ func (q *QP) checkValues(a *verbs.QPAttr, mask verbs.QPAttrMask, next verbs.QPSt
 		if err := checkAH(p, a.AltAHAttr, "alt_ah_attr"); err != nil {
 			return np, err
 		}
+		if q.mig == verbs.MigArmed && !q.ctx.fab().beh.altWhileArmed {
+			// The alternate of an ARMED QP is what the HCA would migrate
+			// to: it may change only in MIGRATED or REARM (profile strict).
+			return np, verbs.Errorf(opModify, verbs.EINVAL, "alternate path cannot be loaded while the QP is ARMED")
+		}
 		np.alt = path{port: p, ah: a.AltAHAttr, pkeyIndex: a.AltPKeyIndex, timeout: a.AltTimeout}
 		np.altValid = true
-		if np.mig == verbs.MigArmed {
-			np.mig = verbs.MigRearm // a new alternate must be loaded again
-		}
 	}
 	if mask&verbs.QPAttrPathMigState != 0 {
 		switch a.PathMigState {
 		case verbs.MigRearm:
-			if !np.altValid {
+			// rvt_modify_qp: REARM never on an ARMED QP, and only into
+			// RTS; strict takes it only from MIGRATED.
+			switch {
+			case next != verbs.QPSRTS:
+				return np, verbs.Errorf(opModify, verbs.EINVAL, "REARM is set only with the QP going to RTS (it goes to %v)", next)
+			case q.mig == verbs.MigArmed:
+				return np, verbs.Errorf(opModify, verbs.EINVAL, "REARM on an ARMED QP (REARM follows a migration)")
+			case q.mig == verbs.MigRearm && !q.ctx.fab().beh.rearmFromRearm:
+				return np, verbs.Errorf(opModify, verbs.EINVAL, "REARM on a QP already in REARM (only MIGRATED may be re-armed)")
+			case !np.altValid:
 				return np, verbs.Errorf(opModify, verbs.EINVAL, "REARM without an alternate path loaded")
 			}
 			np.mig = verbs.MigRearm
 			np.rearm = true
 		case verbs.MigMigrated:
+			// rvt_modify_qp: MIGRATED never from REARM, and only into RTS
+			// or SQD; on an ARMED QP it migrates.
 			switch {
+			case next != verbs.QPSRTS && next != verbs.QPSSQD:
+				return np, verbs.Errorf(opModify, verbs.EINVAL, "MIGRATED is set only with the QP going to RTS or SQD (it goes to %v)", next)
 			case q.mig == verbs.MigMigrated:
 				np.mig = verbs.MigMigrated // stays MIGRATED; a loaded alternate is not armed
 			case q.mig == verbs.MigArmed && mask&verbs.QPAttrAltPath == 0:

@@ -326,6 +326,24 @@ func (q *QP) enterErr(errIdx uint64, status verbs.WCStatus) {
 	q.flushRecv()
 }
 
+// die stops a QP of a device that died without flushing it: the
+// outstanding WRs never complete, as on a ConnectX whose user CQs get no
+// completion after a fatal error (profiles strict and mlx5).
+func (q *QP) die() {
+	if q.state == verbs.QPSErr {
+		return
+	}
+	f := q.ctx.fab()
+	if f.tracer != nil {
+		f.trace(q.hca, "qp", "qp %#x -> ERR (device fatal, no flush)", q.qpn)
+	}
+	q.state = verbs.QPSErr
+	q.rnrWait, q.timerArmed, q.migPending = false, false, false
+	q.incarn++
+	q.sqHead, q.sqNext, q.sqHigh = q.sqTail, q.sqTail, q.sqTail
+	q.rqHead = q.rqTail
+}
+
 func (q *QP) flushRecv() {
 	for i := q.rqHead; i < q.rqTail; i++ {
 		q.recvCQ.push(verbs.WC{WRID: q.rq[i&q.rqMask].wrid, Status: verbs.WCWRFlushErr, QPNum: q.qpn}, false)
