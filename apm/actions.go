@@ -101,7 +101,16 @@ func (m *Manager) load(e *entry, a fsm.APMAction) *fsm.APMEvent {
 	return &fsm.APMEvent{Kind: fsm.EvAltLoaded, Path: want}
 }
 
-// peerWait is how long e may stay MIGRATED waiting for its peer.
+// timerSlack is what a local ACK timer may fire late by, beyond its
+// period, for the default PeerWait: a software transport arms its retry
+// timer in kernel ticks (rdmavt: jiffies + busy_jiffies), two ticks at
+// HZ=100 are 20 ms; a hardware timer's coarseness is taken as half its
+// period.
+const timerSlack = 20 * time.Millisecond
+
+// peerWait is how long e may stay MIGRATED waiting for its peer: one
+// local ACK timeout, by when the HCA has resent what was in flight with
+// MigReq (which moves the peer), plus the timer's slack.
 func (m *Manager) peerWait(e *entry) time.Duration {
 	if m.cfg.PeerWait > 0 {
 		return m.cfg.PeerWait
@@ -111,7 +120,7 @@ func (m *Manager) peerWait(e *entry) time.Duration {
 	if err != nil || to == 0 {
 		return 100 * time.Millisecond
 	}
-	return max(to*3/2, time.Millisecond)
+	return to + max(to/2, timerSlack)
 }
 
 // migrate moves traffic to the armed alternate now.

@@ -28,8 +28,10 @@ type Config struct {
 	FailbackHold time.Duration
 	// PeerWait bounds how long a QP that ibpath migrated stays MIGRATED
 	// waiting for the peer to follow (PeerFollowed) before it re-arms.
-	// 0: 1.5 x the QP's local ACK timeout (at least 1 ms), by when any WR
-	// in flight has been resent on the new path and has moved the peer.
+	// 0: the QP's local ACK timeout, by when any WR in flight has been
+	// resent on the new path and has moved the peer, plus the larger of
+	// half the timeout and 20 ms for a timer that fires late (two kernel
+	// ticks at HZ=100 on a software transport).
 	PeerWait time.Duration
 	// MigrationPoll is how often an ARMED QP is queried for a migration
 	// the HCA made by itself, or an error, that no event told the manager

@@ -169,7 +169,9 @@ func flapCycles(t *testing.T, prof sim.Profile) {
 			p = p2 // the alternate's port flaps too
 		}
 		must(t, w.f.SetLink(p, false))
-		w.runTraffic(tr, 30*time.Millisecond, 50*time.Microsecond)
+		// The peer's HCA followed with PATH_MIG and waits PeerWait (one
+		// timeout and 20 ms) before it re-arms: then both sides arm.
+		w.runTraffic(tr, 50*time.Millisecond, 50*time.Microsecond)
 		// One port is healthy: both sides must be armed again (LMC on it),
 		// except where the alternate's port died under an ARMED QP on a
 		// device that takes no new alternate while ARMED: unprotected,
@@ -186,7 +188,7 @@ func flapCycles(t *testing.T, prof sim.Profile) {
 			}
 		}
 		must(t, w.f.SetLink(p, true))
-		w.runTraffic(tr, 80*time.Millisecond, 50*time.Microsecond)
+		w.runTraffic(tr, 100*time.Millisecond, 50*time.Microsecond)
 		for _, e := range []*end{a, b} {
 			s := e.state(t)
 			if s.State != fsm.APMArmed || s.Primary != s.Home {
@@ -298,7 +300,7 @@ func TestLMCOnlyFabric(t *testing.T) {
 		t.Fatalf("right after its own migration: %+v, want awaiting-peer", s)
 	}
 	tr := &traffic{a: a, b: b}
-	w.runTraffic(tr, 15*time.Millisecond, 50*time.Microsecond)
+	w.runTraffic(tr, 40*time.Millisecond, 50*time.Microsecond) // the peer re-arms after PeerWait
 	if len(tr.errs) != 0 || tr.ok == 0 {
 		t.Fatalf("traffic on the LMC path: ok %d errs %v", tr.ok, tr.errs)
 	}
@@ -366,7 +368,8 @@ func TestAutoFailbackWaitsForHold(t *testing.T) {
 	if a.port(t) != 2 {
 		t.Fatal("failed back before the hold-down")
 	}
-	w.runTraffic(tr, 80*time.Millisecond, 100*time.Microsecond)
+	// PeerWait (one timeout plus 20 ms) and the hold-down later: home.
+	w.runTraffic(tr, 120*time.Millisecond, 100*time.Microsecond)
 	if a.port(t) != 1 {
 		t.Fatalf("not back home after the hold-down: %+v", a.state(t))
 	}
@@ -596,5 +599,31 @@ func TestHWMigrationWaitsForPeer(t *testing.T) {
 				t.Fatalf("stats %+v: want one migration by the HCA", st)
 			}
 		})
+	}
+}
+
+// TestPeerWaitCoversLateTimers: after a proactive migration the WR that
+// was in flight is resent, with MigReq, at the QP's next local ACK timer,
+// and only that moves the peer. A timer fires late (a software
+// transport's by kernel ticks); if layer 1 re-armed before the resend,
+// the resend would lose MigReq and the peer, still on the old path, would
+// drop it until the WR failed. The default PeerWait covers the lateness.
+func TestPeerWaitCoversLateTimers(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		spec := dualPort
+		spec.Config = sim.Config{Seed: seed, TimerLate: 10 * time.Millisecond}
+		w := newWorld(t, spec, apm.Config{})
+		a, b := w.pair("mlx5_0", rcOpts{}) // timeout 10: 4.2 ms
+		w.run(time.Millisecond)
+		tr := &traffic{a: a, b: b}
+		tr.post(t, 1)
+		must(t, w.f.SetLink(w.nodes[0].host.HCA("mlx5_0").Port(1), false))
+		for i := 0; i < 5000 && tr.ok+len(tr.errs) == 0; i++ {
+			w.run(100 * time.Microsecond)
+			tr.poll(t)
+		}
+		if tr.ok != 1 || len(tr.errs) != 0 {
+			t.Fatalf("seed %d: ok=%d errs=%+v; the in-flight WRITE must complete on the new path", seed, tr.ok, tr.errs)
+		}
 	}
 }

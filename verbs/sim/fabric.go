@@ -36,6 +36,11 @@ type Config struct {
 	// the Go heap (the HCA would read it after the runtime moved or freed
 	// it). Off, any buffer can be registered.
 	StrictMem bool
+	// TimerLate makes every local ACK timer fire late by a uniform draw
+	// in [0, TimerLate]: a transport timer is a lower bound, and a
+	// software transport's fires on a kernel tick (rdmavt arms its retry
+	// timer in jiffies, plus busy_jiffies under load). Zero: on time.
+	TimerLate time.Duration
 	// Profile chooses the device behaviours on which the sources differ
 	// (profile.go); "" is ProfileStrict. A name that ParseProfile refuses
 	// is taken as strict: parse user input with ParseProfile first.

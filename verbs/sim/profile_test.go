@@ -162,3 +162,36 @@ func TestPathMigTiming(t *testing.T) {
 		})
 	}
 }
+
+// TestTimerLate: with Config.TimerLate the local ACK timer fires late by
+// at most that much, never early, and the draws differ.
+func TestTimerLate(t *testing.T) {
+	to := verbs.TimeoutDuration(10)
+	late := 3 * time.Millisecond
+	var fired []time.Duration
+	for seed := uint64(1); seed <= 8; seed++ {
+		c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: seed, TimerLate: late}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}})
+		must(t, c.f.SetLink(c.b.hca.Port(1), false))
+		t0 := c.f.Now()
+		var at time.Duration
+		c.f.SetTracer(func(r sim.TraceRecord) {
+			if at == 0 && r.Kind == "retry" {
+				at = r.At
+			}
+		})
+		c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+		c.run(to + late + time.Millisecond)
+		if at == 0 {
+			t.Fatalf("seed %d: no local ACK timeout within %v", seed, to+late+time.Millisecond)
+		}
+		d := at - t0
+		if d < to || d > to+late+time.Microsecond {
+			t.Fatalf("seed %d: the timer fired after %v, want within [%v, %v]", seed, d, to, to+late)
+		}
+		fired = append(fired, d)
+	}
+	slices.Sort(fired)
+	if fired[len(fired)-1]-fired[0] < late/4 {
+		t.Fatalf("timer delays %v: the lateness does not vary", fired)
+	}
+}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/ibpath/ibpath/verbs"
 )
@@ -140,6 +141,9 @@ func (q *QP) armTimer() {
 	d := q.lastProgress + to - f.now
 	if d < 0 {
 		d = 0
+	}
+	if f.cfg.TimerLate > 0 {
+		d += time.Duration(f.rng.Int64N(int64(f.cfg.TimerLate) + 1))
 	}
 	f.schedule(d, event{kind: evRetryTimer, qp: q, gen: q.incarn})
 }
