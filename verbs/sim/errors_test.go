@@ -548,3 +548,24 @@ func TestErrMixedWRsCompleteInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestSequenceNakCountsAgainstRetryCnt: a sequence NAK restarts the
+// requester and uses one of its retry_cnt retries, as a local ACK timeout
+// does (hfi1_restart_rc, qib_restart_rc). The first WR's request is lost
+// every time; the second's arrives once and draws one NAK; then the
+// timer fires. With retry_cnt 3 the WR fails after the NAK and 3 timeouts,
+// not 4.
+func TestSequenceNakCountsAgainstRetryCnt(t *testing.T) {
+	c := newConn(t, connOpts{})
+	for range 10 {
+		must(t, c.f.DropRequest(c.a.qp, 100))
+	}
+	c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()), write(2, c.a.sge(8, 8), c.b.mr.Addr()+8, c.b.mr.RKey()))
+	c.run(time.Second)
+	if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCRetryExcErr, verbs.WCWRFlushErr}) {
+		t.Fatalf("completions %v, want [RETRY_EXC_ERR WR_FLUSH_ERR]", st)
+	}
+	if n := c.f.Stats().RetryTimeouts; n != 3 {
+		t.Fatalf("%d local ACK timeouts, want 3 (the NAK used the first retry)", n)
+	}
+}

@@ -197,7 +197,17 @@ func (q *QP) onResponse(p *packet) {
 	case pktNakSeq:
 		q.ackUpTo((p.psn-1)&psnMask, nil)
 		if idx, ok := q.findPSN(p.psn); ok && idx < q.sqNext {
+			// A sequence NAK restarts the requester like a timeout and
+			// counts against retry_cnt (hfi1_restart_rc, qib_restart_rc,
+			// rxe's completer): a peer that only NAKs exhausts it.
+			f := q.ctx.fab()
+			if q.retries >= int(q.attr.RetryCnt) && !(f.cfg.EndlessRetry7 && q.attr.RetryCnt == 7) {
+				q.retryExhausted()
+				return
+			}
+			q.retries++
 			q.rewind(idx)
+			q.lastProgress = f.now
 			q.pump()
 		}
 	case pktNakRNR:

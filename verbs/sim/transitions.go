@@ -58,7 +58,7 @@ var rcTable = [verbs.QPSErr + 1][verbs.QPSErr + 1]rcRule{
 		verbs.QPSSQD: {valid: true,
 			optional: verbs.QPAttrPKeyIndex | verbs.QPAttrAV | verbs.QPAttrTimeout |
 				verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic |
-				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrCurState | verbs.QPAttrAltPath |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrPort | verbs.QPAttrAltPath |
 				verbs.QPAttrAccessFlags | verbs.QPAttrPathMigState | verbs.QPAttrMinRNRTimer},
 		verbs.QPSErr: {valid: true},
 	},

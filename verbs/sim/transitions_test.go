@@ -90,7 +90,7 @@ var wantRC = map[transPair]transWant{
 		verbs.QPAttrPathMigState | verbs.QPAttrMinRNRTimer},
 	{sSQD, sSQD}: {opt: verbs.QPAttrPKeyIndex | verbs.QPAttrAV | verbs.QPAttrTimeout |
 		verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic |
-		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrCurState | verbs.QPAttrAltPath |
+		verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrPort | verbs.QPAttrAltPath |
 		verbs.QPAttrAccessFlags | verbs.QPAttrPathMigState | verbs.QPAttrMinRNRTimer},
 	{sSQD, sERR}: {},
 
@@ -233,7 +233,7 @@ func TestCheckTransitionCurStateOnlyWhereListed(t *testing.T) {
 		{transPair{sRTR, sRTS}, true},
 		{transPair{sRTS, sRTS}, true},
 		{transPair{sSQD, sRTS}, true},
-		{transPair{sSQD, sSQD}, true},
+		{transPair{sSQD, sSQD}, false}, // qp_state_table[SQD][SQD] lists PORT, not CUR_STATE
 		{transPair{sRESET, sINIT}, false},
 		{transPair{sINIT, sINIT}, false},
 		{transPair{sINIT, sRTR}, false},
