@@ -204,6 +204,25 @@ func (q *CQ) push(wc verbs.WC, solicited bool) {
 	if f.tracer != nil {
 		f.trace(q.ctx.hca, "wc", "qp %#x wr_id %d %v %v len %d", wc.QPNum, wc.WRID, wc.Opcode, wc.Status, wc.ByteLen)
 	}
+	if a := q.ctx.hca; a.cqeDelay > 0 && a.alive {
+		gen := a.gen
+		f.at(f.now+a.cqeDelay, func() {
+			if a.gen != gen {
+				if f.tracer != nil {
+					f.trace(a, "wc", "qp %#x wr_id %d: CQE lost, the HCA died before writing it", wc.QPNum, wc.WRID)
+				}
+				return
+			}
+			q.write(wc, solicited)
+		})
+		return
+	}
+	q.write(wc, solicited)
+}
+
+// write puts a completion into the CQ's memory.
+func (q *CQ) write(wc verbs.WC, solicited bool) {
+	f := q.ctx.fab()
 	if q.destroyed || q.overrun {
 		return
 	}

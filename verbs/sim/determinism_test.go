@@ -30,6 +30,9 @@ type workload struct {
 	// reqDied: the requester's HCA died (on a profile without fatal
 	// flushes its outstanding WRs never complete).
 	reqDied bool
+	// respDied with respCQEDelay: the responder may have acknowledged
+	// messages whose receive CQEs it never wrote.
+	respDied, respCQEDelay bool
 	// src and got: the bytes each SEND carried, and the bytes each
 	// receive buffer (by receive wr_id) holds at the end.
 	src map[uint64][]byte
@@ -49,7 +52,11 @@ func runSchedule(t testing.TB, seed uint64) workload {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 99))
 	prof := scheduleProfile(seed)
-	c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: seed, Profile: prof}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}})
+	var late time.Duration
+	if rng.IntN(3) == 0 {
+		late = time.Duration(rng.IntN(2000)) * time.Microsecond
+	}
+	c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: seed, Profile: prof, TimerLate: late}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}})
 	w := workload{profile: prof, signaled: map[uint64]bool{}, ops: map[uint64]verbs.WROpcode{}, src: map[uint64][]byte{}}
 	for i := range c.a.buf {
 		c.a.buf[i] = byte(i*7 + 1)
@@ -64,9 +71,17 @@ func runSchedule(t testing.TB, seed uint64) workload {
 		start := c.f.Now() + time.Duration(rng.IntN(20))*time.Millisecond
 		must(t, c.f.Flap(p, start, time.Duration(1+rng.IntN(30))*time.Millisecond, 60*time.Millisecond, 1+rng.IntN(2)))
 	}
+	if rng.IntN(3) == 0 { // late and reordered packets
+		must(t, c.f.SetDelay(ports[rng.IntN(len(ports))], time.Duration(1+rng.IntN(30))*time.Microsecond))
+	}
+	if rng.IntN(4) == 0 { // CQEs written late: an HCA may die having ACKed
+		must(t, c.f.SetCQEDelay(c.b.hca, time.Duration(1+rng.IntN(20))*time.Microsecond))
+		w.respCQEDelay = true
+	}
 	if rng.IntN(4) == 0 {
 		victim := []*sim.HCA{c.a.hca, c.b.hca}[rng.IntN(2)]
 		w.reqDied = victim == c.a.hca
+		w.respDied = victim == c.b.hca
 		c.f.At(c.f.Now()+time.Duration(rng.IntN(40))*time.Millisecond, func() { _ = c.f.KillHCA(victim) })
 	}
 	for i := 0; i < 300; i++ {
@@ -269,6 +284,9 @@ func checkResponder(w workload) error {
 				return fmt.Errorf("receive %d: opcode %v imm %#x, want the WRITE_WITH_IMM of wr_id %d", wc.WRID, wc.Opcode, wc.ImmData, id)
 			}
 		}
+	}
+	if w.respDied && w.respCQEDelay {
+		return nil // ACKed, then the HCA died before writing the CQE
 	}
 	for _, wc := range w.wcs {
 		if i := slices.Index(msgs, wc.WRID); wc.Status == verbs.WCSuccess && i >= ok {

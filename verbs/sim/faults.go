@@ -119,6 +119,11 @@ func (f *Fabric) KillHCA(a *HCA) error {
 		f.trace(a, "fault", "HCA %s/%s dies", a.host.name, a.name)
 	}
 	a.raiseDevice(verbs.AsyncEvent{Type: verbs.EventDeviceFatal})
+	// Dead from here: CQEs still on their way are lost (SetCQEDelay);
+	// the flushes of a profile that makes them are the driver's, written
+	// at once.
+	a.alive = false
+	a.diedAt = f.now
 	for _, q := range a.qpList {
 		if f.beh.fatalFlush {
 			q.enterErr(^uint64(0), verbs.WCWRFlushErr)
@@ -126,8 +131,6 @@ func (f *Fabric) KillHCA(a *HCA) error {
 			q.die()
 		}
 	}
-	a.alive = false
-	a.diedAt = f.now
 	a.gen++
 	for _, p := range a.ports {
 		p.upGen++
@@ -203,6 +206,41 @@ func (f *Fabric) SetLoss(p *Port, req, resp float64) error {
 		return fmt.Errorf("sim: set loss on %v: probabilities must be in [0,1], got %v and %v", p, req, resp)
 	}
 	p.reqLoss, p.respLoss = req, resp
+	return nil
+}
+
+// SetDelay gives every packet entering or leaving port p an extra
+// latency drawn uniformly in [0, max] (0 turns it off): a congested or
+// adaptively routed path, on which packets arrive late and out of order.
+// The responder's PSN check sorts them out (sequence NAK, duplicate).
+func (f *Fabric) SetDelay(p *Port, max time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("sim: set delay: nil port")
+	}
+	if max < 0 {
+		return fmt.Errorf("sim: set delay on %v: %v is negative", p, max)
+	}
+	p.delay = max
+	return nil
+}
+
+// SetCQEDelay makes every completion of HCA a reach its CQ d after the
+// HCA made it (0: at once). The HCA executes and acknowledges first, so
+// an HCA that dies within d of an execution has acknowledged it to the
+// peer and never tells its own application: "ACK sent, the HCA died
+// before the CQE reached memory".
+func (f *Fabric) SetCQEDelay(a *HCA, d time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a == nil {
+		return fmt.Errorf("sim: set CQE delay: nil HCA")
+	}
+	if d < 0 {
+		return fmt.Errorf("sim: set CQE delay on %s: %v is negative", a.name, d)
+	}
+	a.cqeDelay = d
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -325,5 +326,73 @@ func TestEndlessRetry7(t *testing.T) {
 				t.Fatalf("after the link came back: completions %v, want [SUCCESS]", st)
 			}
 		})
+	}
+}
+
+// TestAckThenDieBeforeCQE: the responder executes a SEND and acknowledges
+// it, then its HCA dies before the receive's CQE reaches memory. The
+// requester's WR succeeded; the responder's application never learns of
+// the receive. Without the CQE delay the receive completes.
+func TestAckThenDieBeforeCQE(t *testing.T) {
+	for _, delay := range []time.Duration{0, 50 * time.Microsecond} {
+		c := newConn(t, connOpts{})
+		must(t, c.f.SetCQEDelay(c.b.hca, delay))
+		c.b.recv(t, 7, 0, 64)
+		c.a.post(t, verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{c.a.sge(0, 8)}})
+		c.run(10 * time.Microsecond) // executed and acknowledged
+		if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCSuccess}) {
+			t.Fatalf("delay %v: requester completions %v, want the SEND's success", delay, st)
+		}
+		must(t, c.f.KillHCA(c.b.hca))
+		c.run(time.Millisecond)
+		got := c.b.poll(t)
+		if delay == 0 && (len(got) != 1 || got[0].WRID != 7 || got[0].Status != verbs.WCSuccess) {
+			t.Fatalf("no CQE delay: responder completions %+v, want receive 7", got)
+		}
+		if delay > 0 && len(got) != 0 {
+			t.Fatalf("CQE delay %v: responder completions %+v, want none (the HCA died first)", delay, got)
+		}
+	}
+}
+
+// TestDelayReordersAndPSNRecovers: with a random extra latency on a port,
+// requests arrive out of order; the responder's PSN check (sequence NAK,
+// duplicate) delivers every WRITE once and in order, and every WR
+// completes successfully, in order.
+func TestDelayReordersAndPSNRecovers(t *testing.T) {
+	c := newConn(t, connOpts{})
+	must(t, c.f.SetDelay(c.a.hca.Port(1), 20*time.Microsecond))
+	naks := 0
+	c.f.SetTracer(func(r sim.TraceRecord) {
+		if r.Kind == "tx" && strings.HasPrefix(r.Detail, "NAK") {
+			naks++
+		}
+	})
+	for i := 0; i < 200; i++ {
+		off := i * 64 % 30000
+		for j := range 64 {
+			c.a.buf[off+j] = byte(i + j)
+		}
+		c.a.post(t, write(uint64(i), c.a.sge(off, 64), c.b.mr.Addr()+uint64(off), c.b.mr.RKey()))
+		c.run(time.Microsecond)
+	}
+	c.run(100 * time.Millisecond)
+	wcs := c.a.poll(t)
+	if len(wcs) != 200 {
+		t.Fatalf("%d completions, want 200", len(wcs))
+	}
+	for i, w := range wcs {
+		if w.WRID != uint64(i) || w.Status != verbs.WCSuccess {
+			t.Fatalf("completion %d = %+v, want wr_id %d success", i, w, i)
+		}
+	}
+	for i := 0; i < 200; i++ {
+		off := i * 64 % 30000
+		if !slices.Equal(c.a.buf[off:off+64], c.b.buf[off:off+64]) {
+			t.Fatalf("WRITE %d did not land", i)
+		}
+	}
+	if naks == 0 {
+		t.Fatal("no sequence NAK: the delay did not reorder anything")
 	}
 }

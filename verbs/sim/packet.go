@@ -158,6 +158,9 @@ func (f *Fabric) transmit(q *QP, pa *path, p *packet, bytes uint32) bool {
 		f.drop(p, "route down")
 		return false
 	}
+	if d := max(src.delay, dst.delay); d > 0 {
+		lat += time.Duration(f.rng.Int64N(int64(d) + 1))
+	}
 	if f.lost(p, src, dst) {
 		f.drop(p, "lost")
 		return false

@@ -37,6 +37,10 @@ type HCA struct {
 	nextQPN   uint32
 	mrs       map[uint32]*MR
 	nextKey   uint32
+	// cqeDelay: how long a completion takes to reach the CQ after the
+	// HCA made it (SetCQEDelay); one still on its way when the HCA dies
+	// is lost.
+	cqeDelay time.Duration
 }
 
 // Port is one HCA port, cabled to a leaf switch.
@@ -56,6 +60,7 @@ type Port struct {
 	gbps      float64
 	reqLoss   float64
 	respLoss  float64
+	delay     time.Duration // SetDelay: extra latency drawn in [0, delay] per packet
 	busyUntil time.Duration
 	downAt    time.Duration // when the link last went down (-1: never)
 	upGen     uint32        // bumped on every link change, to cancel a stale activation
