@@ -133,6 +133,7 @@ func (m *Manager) migrate(e *entry, a fsm.APMAction) *fsm.APMEvent {
 			m.stats.Failbacks++
 		}
 		e.peerUntil = m.clock.Now() + m.peerWait(e)
+		m.nudge(e)
 		return &fsm.APMEvent{Kind: fsm.EvMigrated}
 	}
 	// The HCA may have migrated on its own meanwhile: take the QP's word.
@@ -141,4 +142,18 @@ func (m *Manager) migrate(e *entry, a fsm.APMAction) *fsm.APMEvent {
 		return &fsm.APMEvent{Kind: fsm.EvQPError, Reason: fmt.Sprintf("ibv_modify_qp(MIGRATED): %v; ibv_query_qp: %v", err, qerr)}
 	}
 	return &fsm.APMEvent{Kind: fsm.EvResync, Path: ref(attr)}
+}
+
+// nudge asks the embedder to post a zero-length WRITE on e's QP, which
+// moves the peer and, through its sequence NAK, the resend of anything
+// lost on the old path (Config.Nudge).
+func (m *Manager) nudge(e *entry) {
+	if m.cfg.Nudge == nil {
+		return
+	}
+	if err := m.cfg.Nudge(e.qp); err != nil {
+		m.stats.NudgeFailures++
+		return
+	}
+	m.stats.Nudges++
 }

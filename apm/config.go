@@ -41,6 +41,16 @@ type Config struct {
 	// otherwise leave a migrated QP unprotected for good. One
 	// ibv_query_qp per ARMED QP per period. Default 100 ms.
 	MigrationPoll time.Duration
+	// Nudge, when set, is called right after each migration ibpath made
+	// (proactive, failback, operator, hop) to post a zero-length RDMA
+	// WRITE, unsignaled, on the QP through the embedder's data path. It
+	// leaves at once on the new path with MigReq: the peer follows at
+	// once, and if packets were lost on the old path the peer's sequence
+	// NAK makes the HCA resend them now instead of at its next local ACK
+	// timeout (a whole timeout, 67 ms at timeout 14). The embedder must
+	// keep the WR from the application (its slot, and any completion);
+	// an error is counted and otherwise ignored. Nil: no nudge.
+	Nudge func(qp verbs.QP) error
 }
 
 // DefaultConfig holds the defaults.

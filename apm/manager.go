@@ -62,6 +62,8 @@ type Stats struct {
 	ModifyFallbacks  int // application modifies retried without the APM bits
 	PeerFollowed     int // re-arms after a migration that the data path showed the peer had followed (before PeerWait)
 	AltKept          int // new alternates an ARMED QP's device refused (it keeps the armed one)
+	Nudges           int // zero-length WRITEs posted after a migration (Config.Nudge)
+	NudgeFailures    int // nudges the embedder could not post
 }
 
 // New returns a manager. peers describes the adapters paths lead to; next

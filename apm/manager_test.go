@@ -94,10 +94,25 @@ func TestRegisterSeesPortsAsTheyAreNow(t *testing.T) {
 	}
 }
 
+// nudgeWRID marks the zero-length WRITEs the tests' Config.Nudge posts.
+const nudgeWRID = 1 << 62
+
+// nudge is a Config.Nudge posting on the QP itself, as an embedder's
+// data path would (unsignaled: no completion to hide on success).
+func nudge(qp verbs.QP) error {
+	_, err := qp.PostSend([]verbs.SendWR{{WRID: nudgeWRID, Opcode: verbs.WRRDMAWrite}})
+	return err
+}
+
 // recovery measures the virtual time from pulling node0's port-1 cable to
-// the completion of a WRITE posted just before.
-func recovery(t *testing.T, proactive bool) time.Duration {
-	w := newWorld(t, dualPort, apm.Config{})
+// the completion of a WRITE posted just before: with proactive migration
+// (and a nudge when nudged), or waiting for the HCA's own.
+func recovery(t *testing.T, proactive, nudged bool) time.Duration {
+	cfg := apm.Config{}
+	if nudged {
+		cfg.Nudge = nudge
+	}
+	w := newWorld(t, dualPort, cfg)
 	var a, b *end
 	if proactive {
 		a, b = w.pair("mlx5_0", rcOpts{timeout: 14})
@@ -117,19 +132,28 @@ func recovery(t *testing.T, proactive bool) time.Duration {
 	t0 := w.f.Now()
 	must(t, w.f.SetLink(w.nodes[0].host.HCA("mlx5_0").Port(1), false))
 	for tr.ok+len(tr.errs) == 0 && w.f.Now()-t0 < 2*time.Second {
-		w.run(100 * time.Microsecond)
+		w.run(w.step)
 		tr.poll(t)
 	}
 	if tr.ok != 1 {
-		t.Fatalf("proactive=%v: WRITE did not succeed: %+v", proactive, tr.errs)
+		t.Fatalf("proactive=%v nudged=%v: WRITE did not succeed: %+v", proactive, nudged, tr.errs)
+	}
+	if st := w.nodes[0].mgr.Stats(); nudged && (st.Nudges != 1 || st.NudgeFailures != 0) {
+		t.Fatalf("stats %+v: want one nudge after the proactive migration", st)
 	}
 	return w.f.Now() - t0
 }
 
 func TestProactiveMigrationBeatsRCTimeouts(t *testing.T) {
 	to := verbs.TimeoutDuration(14)
-	pro, rc := recovery(t, true), recovery(t, false)
-	t.Logf("recovery after a cable pull (timeout 14 = %v, retry_cnt 3): proactive %v, waiting for RC timeouts %v", to, pro, rc)
+	pro, rc, nudged := recovery(t, true, false), recovery(t, false, false), recovery(t, true, true)
+	t.Logf("recovery after a cable pull (timeout 14 = %v, retry_cnt 3): proactive %v, proactive with a nudge %v, waiting for RC timeouts %v",
+		to, pro, nudged, rc)
+	// With a nudge the peer's sequence NAK resends the lost WRITE at once:
+	// the goal is 10 ms from PORT_ERR to the first good completion.
+	if nudged > 10*time.Millisecond {
+		t.Fatalf("proactive recovery with a nudge took %v, want at most 10 ms", nudged)
+	}
 	if rc < 4*to {
 		t.Fatalf("the HCA migrated after %v, before retry_cnt+1 timeouts (%v)", rc, 4*to)
 	}

@@ -14,6 +14,7 @@ import (
 
 var simRuns = flag.Int("sim.runs", 300, "schedules in TestRandomFaultScheduleInvariants")
 var simSeed = flag.Uint64("sim.seed", 0, "run only this schedule seed (0: all)")
+var simProfile = flag.String("sim.profile", "", "run every schedule on this profile (default: spread over all)")
 
 // workload is a seeded fault schedule over a two-QP connection with APM
 // armed: random loss, flaps of either port, a possible HCA death, and a
@@ -45,8 +46,14 @@ type workload struct {
 func recvOff(k int) int { return 32768 + k*64 }
 func sendOff(i int) int { return 40000 + i*64%20000 }
 
-// scheduleProfile spreads the campaign's seeds over every profile.
-func scheduleProfile(seed uint64) sim.Profile { return sim.Profiles[seed%uint64(len(sim.Profiles))] }
+// scheduleProfile spreads the campaign's seeds over every profile, or
+// gives the one -sim.profile names.
+func scheduleProfile(seed uint64) sim.Profile {
+	if *simProfile != "" {
+		return sim.Profile(*simProfile)
+	}
+	return sim.Profiles[seed%uint64(len(sim.Profiles))]
+}
 
 func runSchedule(t testing.TB, seed uint64) workload {
 	t.Helper()
@@ -162,6 +169,9 @@ func TestRandomFaultScheduleInvariants(t *testing.T) {
 	runs := *simRuns
 	if testing.Short() {
 		runs = 30
+	}
+	if _, err := sim.ParseProfile(*simProfile); err != nil {
+		t.Fatal(err)
 	}
 	migrated, failed := 0, 0
 	for s := uint64(1); s <= uint64(runs); s++ {
