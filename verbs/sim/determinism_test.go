@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -34,6 +35,9 @@ type workload struct {
 	// respDied with respCQEDelay: the responder may have acknowledged
 	// messages whose receive CQEs it never wrote.
 	respDied, respCQEDelay bool
+	// reqOverrun, respOverrun: that side's CQ overran and lost the
+	// completions after it.
+	reqOverrun, respOverrun bool
 	// src and got: the bytes each SEND carried, and the bytes each
 	// receive buffer (by receive wr_id) holds at the end.
 	src map[uint64][]byte
@@ -63,7 +67,19 @@ func runSchedule(t testing.TB, seed uint64) workload {
 	if rng.IntN(3) == 0 {
 		late = time.Duration(rng.IntN(2000)) * time.Microsecond
 	}
-	c := newConn(t, connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: seed, Profile: prof, TimerLate: late}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}})
+	o := connOpts{spec: sim.RailSpec{Config: sim.Config{Seed: seed, Profile: prof, TimerLate: late}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1}}
+	settle := 3 * time.Second
+	if rng.IntN(6) == 0 { // the longest timers: retry_cnt 7, timeout 20 (4.3 s)
+		o.retry, o.timeout = 7, 20
+		settle = 60 * time.Second
+	}
+	if rng.IntN(5) == 0 { // receives come late: RNR NAKs, rnr_retry 0..7
+		o.rnrRetry, o.minRNR = uint8(rng.IntN(8)), uint8(1+rng.IntN(5))
+	}
+	if rng.IntN(8) == 0 { // CQs that can overrun
+		o.cqe = 48 + rng.IntN(128)
+	}
+	c := newConn(t, o)
 	w := workload{profile: prof, signaled: map[uint64]bool{}, ops: map[uint64]verbs.WROpcode{}, src: map[uint64][]byte{}}
 	for i := range c.a.buf {
 		c.a.buf[i] = byte(i*7 + 1)
@@ -85,15 +101,34 @@ func runSchedule(t testing.TB, seed uint64) workload {
 		must(t, c.f.SetCQEDelay(c.b.hca, time.Duration(1+rng.IntN(20))*time.Microsecond))
 		w.respCQEDelay = true
 	}
+	switch rng.IntN(8) { // a switch dies for a while
+	case 0:
+		leaf := c.a.hca.Port(uint8(1 + rng.IntN(2))).Leaf()
+		at := c.f.Now() + time.Duration(rng.IntN(30))*time.Millisecond
+		c.f.At(at, func() { _ = c.f.FailSwitch(leaf) })
+		c.f.At(at+time.Duration(1+rng.IntN(50))*time.Millisecond, func() { _ = c.f.ReviveSwitch(leaf) })
+	case 1:
+		spine := c.f.Spine(rng.IntN(2))
+		at := c.f.Now() + time.Duration(rng.IntN(30))*time.Millisecond
+		c.f.At(at, func() { _ = c.f.FailSwitch(spine) })
+		c.f.At(at+time.Duration(1+rng.IntN(50))*time.Millisecond, func() { _ = c.f.ReviveSwitch(spine) })
+	}
 	if rng.IntN(4) == 0 {
 		victim := []*sim.HCA{c.a.hca, c.b.hca}[rng.IntN(2)]
 		w.reqDied = victim == c.a.hca
 		w.respDied = victim == c.b.hca
 		c.f.At(c.f.Now()+time.Duration(rng.IntN(40))*time.Millisecond, func() { _ = c.f.KillHCA(victim) })
 	}
-	for i := 0; i < 300; i++ {
-		c.b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{c.b.sge(recvOff(i), 64)}}})
+	early := 300
+	if o.rnrRetry != 7 || o.minRNR > 1 {
+		early = rng.IntN(100) // the rest are posted after the sends
 	}
+	postRecvs := func(from, to int) {
+		for i := from; i < to; i++ {
+			c.b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{c.b.sge(recvOff(i), 64)}}})
+		}
+	}
+	postRecvs(0, early)
 	for i := 0; i < 150; i++ {
 		wr := verbs.SendWR{WRID: uint64(i), SGList: []verbs.SGE{c.a.sge(i*64%30000, 64)},
 			RemoteAddr: c.b.mr.Addr() + uint64(i*64%30000), RKey: c.b.mr.RKey(), ImmData: uint32(i) | 0x5a000000}
@@ -101,6 +136,9 @@ func runSchedule(t testing.TB, seed uint64) workload {
 		case 0:
 			wr.Opcode = verbs.WRSend
 			wr.SGList = []verbs.SGE{c.a.sge(sendOff(i), 64)}
+			if rng.IntN(3) == 0 { // the same bytes in two SGEs
+				wr.SGList = []verbs.SGE{c.a.sge(sendOff(i), 24), c.a.sge(sendOff(i)+24, 40)}
+			}
 			w.src[wr.WRID] = slices.Clone(c.a.buf[sendOff(i) : sendOff(i)+64])
 		case 1:
 			wr.Opcode = verbs.WRRDMARead
@@ -113,29 +151,37 @@ func runSchedule(t testing.TB, seed uint64) workload {
 		if rng.IntN(3) > 0 {
 			wr.SendFlags = verbs.SendSignaled
 		}
+		if (wr.Opcode == verbs.WRSend || wr.Opcode == verbs.WRRDMAWrite) && rng.IntN(4) == 0 {
+			wr.SendFlags |= verbs.SendInline // copied at post time
+		}
 		if n, err := c.a.qp.PostSend([]verbs.SendWR{wr}); err == nil && n == 1 {
 			w.posted = append(w.posted, wr.WRID)
 			w.signaled[wr.WRID] = wr.SendFlags&verbs.SendSignaled != 0
 		}
 		c.run(time.Duration(rng.IntN(400)) * time.Microsecond)
 	}
-	c.run(3 * time.Second)
-	w.wcs = drain(c.a.cq)
-	w.rwcs = drain(c.b.cq)
+	postRecvs(early, 300)
+	c.run(settle)
+	w.wcs, w.reqOverrun = drain(c.a.cq)
+	w.rwcs, w.respOverrun = drain(c.b.cq)
 	w.stats = c.f.Stats()
 	w.got = func(k uint64) []byte { return c.b.buf[recvOff(int(k)) : recvOff(int(k))+64] }
 	return w
 }
 
-func drain(cq verbs.CQ) []verbs.WC {
-	var out []verbs.WC
+// drain polls cq empty; overrun reports a CQ that overran (EIO once
+// drained), which lost the completions after it.
+func drain(cq verbs.CQ) (out []verbs.WC, overrun bool) {
 	buf := make([]verbs.WC, 64)
 	for {
 		n, err := cq.Poll(buf)
-		if n == 0 || err != nil {
-			return out
-		}
 		out = append(out, buf[:n]...)
+		if err != nil {
+			return out, errors.Is(err, verbs.EIO)
+		}
+		if n == 0 {
+			return out, false
+		}
 	}
 }
 
@@ -229,7 +275,7 @@ func checkCompletions(w workload) error {
 			failed = true
 		}
 	}
-	if w.reqDied && !fatalFlushes(w.profile) {
+	if w.reqOverrun || (w.reqDied && !fatalFlushes(w.profile)) {
 		// The device died and makes no completions: what completed
 		// before obeys the rules above; the rest never completes.
 		return nil
@@ -264,11 +310,16 @@ func checkResponder(w workload) error {
 			msgs = append(msgs, id)
 		}
 	}
-	ok, flushed := 0, false
+	// An HCA that died with CQEs on their way lost them: the last
+	// successes before its death, never one followed by another success.
+	lossy := w.respDied && w.respCQEDelay
+	ok, flushed, next := 0, false, uint64(0)
 	for i, wc := range w.rwcs {
-		if wc.WRID != uint64(i) {
+		gap := lossy && wc.Status != verbs.WCSuccess && !flushed && wc.WRID > next
+		if wc.WRID != next && !gap {
 			return fmt.Errorf("receive completion %d is wr_id %d: receives complete once, in posting order", i, wc.WRID)
 		}
+		next = wc.WRID + 1
 		if wc.Status != verbs.WCSuccess {
 			flushed = true
 			continue
@@ -295,7 +346,7 @@ func checkResponder(w workload) error {
 			}
 		}
 	}
-	if w.respDied && w.respCQEDelay {
+	if w.respDied && w.respCQEDelay || w.respOverrun {
 		return nil // ACKed, then the HCA died before writing the CQE
 	}
 	for _, wc := range w.wcs {

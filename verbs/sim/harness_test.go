@@ -41,6 +41,7 @@ type connOpts struct {
 	sigAll   bool
 	maxWR    int
 	profile  sim.Profile // the fabric's profile (default strict)
+	cqe      int         // CQ entries of each end (default 4096)
 }
 
 func defaults(o connOpts) connOpts {
@@ -80,6 +81,9 @@ func defaults(o connOpts) connOpts {
 	if o.maxWR == 0 {
 		o.maxWR = 256
 	}
+	if o.cqe == 0 {
+		o.cqe = 4096
+	}
 	return o
 }
 
@@ -104,7 +108,7 @@ func newConn(t testing.TB, o connOpts) *conn {
 
 func openEnd(t testing.TB, h *sim.Host, o connOpts) *end {
 	t.Helper()
-	e, _ := openEndCQ(t, h, o, 4096, false)
+	e, _ := openEndCQ(t, h, o, o.cqe, false)
 	return e
 }
 
