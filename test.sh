@@ -2,8 +2,9 @@
 # The whole test suite: formatting, vet, the lab's host-side tests, every
 # test with the race detector,
 # then the seeded fault campaigns at full size without it (they start no
-# goroutines; the race pass runs them shortened). Extra arguments go to both
-# `go test` runs (e.g. ./test.sh -run APM).
+# goroutines; the race pass runs them shortened), and layer 1 on every
+# simulator profile. Extra arguments go to every
+# `go test` run (e.g. ./test.sh -run APM).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -30,4 +31,10 @@ else
 	echo "SKIP lab/test/rows_test.sh: needs python3 and bc" >&2
 fi
 go test -race -short -count=1 "$@" ./...
-go test -count=1 -run 'Campaign|RandomFaultSchedule' "$@" ./crossnic ./verbs/sim
+go test -count=1 -run 'Campaign|RandomFaultSchedule' "$@" ./crossnic
+# the simulator campaign at 10,000 schedules (profiles mixed by seed)
+go test -count=1 -run 'RandomFaultSchedule' "$@" ./verbs/sim -args -sim.runs 10000
+# layer 1 on the simulator's other profiles (its tests default to strict)
+for profile in rdmavt mlx5; do
+	go test -count=1 "$@" ./apm -args -sim.profile "$profile"
+done

@@ -328,8 +328,10 @@ func (f *Fabric) SetLID(p *Port, lid uint16) error {
 	return nil
 }
 
-// SetSMLID moves the subnet manager and raises SM_CHANGE on every active
-// InfiniBand port.
+// SetSMLID moves the subnet manager. Only the software SMA drivers (qib,
+// hfi1: subn_set_portinfo) raise SM_CHANGE for it, on every active
+// InfiniBand port: the rdmavt profile does; mlx4 and mlx5 raise none, nor
+// do the strict and mlx5 profiles.
 func (f *Fabric) SetSMLID(lid uint16) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -337,6 +339,9 @@ func (f *Fabric) SetSMLID(lid uint16) error {
 		return fmt.Errorf("sim: set SM LID %d: not a unicast LID", lid)
 	}
 	f.smLID = lid
+	if f.cfg.Profile != ProfileRdmavt {
+		return nil
+	}
 	for _, h := range f.hosts {
 		for _, a := range h.hcas {
 			if !a.alive || a.linkLayer != verbs.LinkLayerInfiniBand {
