@@ -111,13 +111,15 @@ func TestErrQPWithoutRemoteWriteNaks(t *testing.T) {
 		write(3, c.a.sge(0, 32), mr.Addr(), mr.RKey()))
 	c.run(5 * time.Millisecond)
 	epExpect(t, "requester", c.a.poll(t),
-		epWC{1, verbs.WCRemAccessErr}, epWC{2, verbs.WCWRFlushErr}, epWC{3, verbs.WCWRFlushErr})
+		epWC{1, verbs.WCRemInvReqErr}, epWC{2, verbs.WCWRFlushErr}, epWC{3, verbs.WCWRFlushErr})
 	if s := c.a.qp.State(); s != verbs.QPSErr {
 		t.Fatalf("requester QP state = %v, want ERR", s)
 	}
 	epExpect(t, "responder", c.b.poll(t), epWC{9, verbs.WCWRFlushErr})
-	if evs := epEventsOf(t, c.b.ctx); len(evs) != 1 || evs[0].Type != verbs.EventQPAccessErr {
-		t.Fatalf("responder events = %+v, want QP_ACCESS_ERR", evs)
+	// An operation the QP does not enable is an invalid request (rxe
+	// check_op_valid, qib/hfi1 nack_inv), not an access violation.
+	if evs := epEventsOf(t, c.b.ctx); len(evs) != 1 || evs[0].Type != verbs.EventQPReqErr {
+		t.Fatalf("responder events = %+v, want QP_REQ_ERR", evs)
 	}
 	if c.b.buf[0] != 0 {
 		t.Fatal("WRITE landed although the QP forbids remote writes")

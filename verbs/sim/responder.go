@@ -56,7 +56,7 @@ func (q *QP) execWrite(p *packet) {
 		return
 	}
 	if !q.allows(verbs.AccessRemoteWrite) {
-		q.accessErr(p)
+		q.invalidReq(p)
 		return
 	}
 	if p.length > 0 { // a zero-length WRITE checks no R_Key
@@ -108,7 +108,7 @@ func (q *QP) execSend(p *packet) {
 
 func (q *QP) execRead(p *packet) {
 	if !q.allows(verbs.AccessRemoteRead) {
-		q.accessErr(p)
+		q.invalidReq(p)
 		return
 	}
 	var src []byte
@@ -129,13 +129,11 @@ func (q *QP) execRead(p *packet) {
 
 func (q *QP) execAtomic(p *packet) {
 	if !q.allows(verbs.AccessRemoteAtomic) {
-		q.accessErr(p)
+		q.invalidReq(p)
 		return
 	}
 	if p.raddr%8 != 0 {
-		q.raise(verbs.EventQPReqErr)
-		q.respond(pktNakInvReq, p.psn, 1, p)
-		q.enterErr(^uint64(0), verbs.WCWRFlushErr)
+		q.invalidReq(p)
 		return
 	}
 	b, ok := q.hca.span(q.pd, p.rkey, p.raddr, 8, verbs.AccessRemoteAtomic)
@@ -200,6 +198,16 @@ func (q *QP) rnr(p *packet) {
 
 // accessErr: the request violates the QP's or the MR's access rights. The
 // responder raises QP_ACCESS_ERR and fails; the requester gets a NAK.
+// invalidReq answers a request the QP cannot take: an operation its
+// access flags do not enable (rxe check_op_valid, qib/hfi1 nack_inv), or
+// a misaligned atomic. The requester gets REM_INV_REQ_ERR; the responder
+// raises QP_REQ_ERR (mlx5 maps WQ_INVAL_REQ_ERROR to it) and goes to ERR.
+func (q *QP) invalidReq(p *packet) {
+	q.raise(verbs.EventQPReqErr)
+	q.respond(pktNakInvReq, p.psn, 1, p)
+	q.enterErr(^uint64(0), verbs.WCWRFlushErr)
+}
+
 func (q *QP) accessErr(p *packet) {
 	q.raise(verbs.EventQPAccessErr)
 	q.respond(pktNakAccess, p.psn, 1, p)
