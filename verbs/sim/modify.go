@@ -103,6 +103,20 @@ func (q *QP) checkValues(a *verbs.QPAttr, mask verbs.QPAttrMask, next verbs.QPSt
 		np.prim.timeout = a.Timeout
 	}
 	if mask&verbs.QPAttrAV != 0 {
+		// uverbs modify_qp: the address vector names a valid port; at
+		// INIT->RTR the QP's own, elsewhere the one PORT sets with it (AV
+		// alone sets PORT from it).
+		dp := h.Port(a.AHAttr.PortNum)
+		switch {
+		case dp == nil:
+			return np, verbs.Errorf(opModify, verbs.EINVAL, "ah_attr.port_num %d invalid on %s", a.AHAttr.PortNum, h.name)
+		case q.state == verbs.QPSInit && next == verbs.QPSRTR && dp != np.prim.port:
+			return np, verbs.Errorf(opModify, verbs.EINVAL, "ah_attr.port_num %d is not the QP's port %v", a.AHAttr.PortNum, np.prim.port)
+		case mask&verbs.QPAttrPort != 0 && a.PortNum != a.AHAttr.PortNum:
+			return np, verbs.Errorf(opModify, verbs.EINVAL, "ah_attr.port_num %d differs from port_num %d", a.AHAttr.PortNum, a.PortNum)
+		case !(q.state == verbs.QPSInit && next == verbs.QPSRTR):
+			np.prim.port = dp
+		}
 		if err := checkAH(np.prim.port, a.AHAttr, "ah_attr"); err != nil {
 			return np, err
 		}
@@ -119,6 +133,10 @@ func (q *QP) checkValues(a *verbs.QPAttr, mask verbs.QPAttrMask, next verbs.QPSt
 		}
 		if !h.apm {
 			return np, verbs.Errorf(opModify, verbs.EINVAL, "%s lacks IBV_DEVICE_AUTO_PATH_MIG", h.name)
+		}
+		if a.AltAHAttr.PortNum != a.AltPortNum {
+			// uverbs modify_qp: alt_port_num == alt_ah_attr.port_num.
+			return np, verbs.Errorf(opModify, verbs.EINVAL, "alt_ah_attr.port_num %d differs from alt_port_num %d", a.AltAHAttr.PortNum, a.AltPortNum)
 		}
 		if a.AltPKeyIndex != 0 {
 			return np, verbs.Errorf(opModify, verbs.EINVAL, "alt_pkey_index %d out of range", a.AltPKeyIndex)

@@ -389,3 +389,37 @@ func TestModResetDiscardsAndReconnects(t *testing.T) {
 		t.Fatal("data after reconnect missing")
 	}
 }
+
+// TestModAHPortChecks pins uverbs modify_qp's port checks: the address
+// vector's port must be valid, at INIT->RTR the QP's own, and equal to
+// port_num when both come; the alternate's port_num must equal
+// alt_port_num.
+func TestModAHPortChecks(t *testing.T) {
+	o := defaults(connOpts{})
+	f, err := sim.NewRailFabric(o.spec)
+	must(t, err)
+	a, b := openEnd(t, f.Host("node0"), o), openEnd(t, f.Host("node1"), o)
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: o.access},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	rtr := func(ah verbs.AHAttr) (verbs.QPAttr, verbs.QPAttrMask) {
+		return verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(), RQPSN: 1,
+				MaxDestRdAtomic: 4, MinRNRTimer: 1},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+	}
+	ah := ahTo(t, a, b, 1, 0)
+	bad := ah
+	bad.PortNum = 0
+	attr, mask := rtr(bad)
+	mvReject(t, a.qp, "ah_attr.port_num 0", attr, mask)
+	bad.PortNum = 2 // valid, but not the QP's port
+	attr, mask = rtr(bad)
+	mvReject(t, a.qp, "ah_attr.port_num other than the QP's at INIT->RTR", attr, mask)
+	alt := ahTo(t, a, b, 2, 0)
+	alt.PortNum = 1
+	attr, mask = rtr(ah)
+	attr.AltAHAttr, attr.AltPortNum, attr.AltTimeout = alt, 2, 10
+	mvReject(t, a.qp, "alt_ah_attr.port_num other than alt_port_num", attr, mask|verbs.QPAttrAltPath)
+	attr, mask = rtr(ah)
+	must(t, a.qp.Modify(&attr, mask))
+}
