@@ -79,6 +79,9 @@ func runSchedule(t testing.TB, seed uint64) workload {
 	if rng.IntN(8) == 0 { // CQs that can overrun
 		o.cqe = 48 + rng.IntN(128)
 	}
+	if rng.IntN(4) == 0 { // PSNs that wrap past 0xffffff during the schedule
+		o.psn = 0xffffff - uint32(rng.IntN(200))
+	}
 	c := newConn(t, o)
 	w := workload{profile: prof, signaled: map[uint64]bool{}, ops: map[uint64]verbs.WROpcode{}, src: map[uint64][]byte{}}
 	for i := range c.a.buf {

@@ -42,6 +42,7 @@ type connOpts struct {
 	maxWR    int
 	profile  sim.Profile // the fabric's profile (default strict)
 	cqe      int         // CQ entries of each end (default 4096)
+	psn      uint32      // first PSN of both directions (default 100)
 }
 
 func defaults(o connOpts) connOpts {
@@ -83,6 +84,9 @@ func defaults(o connOpts) connOpts {
 	}
 	if o.cqe == 0 {
 		o.cqe = 4096
+	}
+	if o.psn == 0 {
+		o.psn = 100
 	}
 	return o
 }
@@ -175,10 +179,10 @@ func connectRC(t testing.TB, a, b *end, o connOpts) {
 	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PKeyIndex: 0, PortNum: o.port, QPAccessFlags: o.access},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ahTo(t, a, b, o.port, 0), PathMTU: verbs.MTU1024,
-		DestQPN: b.qp.QPN(), RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: o.minRNR},
+		DestQPN: b.qp.QPN(), RQPSN: o.psn, MaxDestRdAtomic: 4, MinRNRTimer: o.minRNR},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 100, Timeout: o.timeout, RetryCnt: o.retry,
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: o.psn, Timeout: o.timeout, RetryCnt: o.retry,
 		RNRRetry: o.rnrRetry, MaxRdAtomic: 4},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
 			verbs.QPAttrMaxQPRdAtomic))
