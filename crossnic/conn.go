@@ -36,7 +36,10 @@ func (l *Leg) split() bool { return l.RecvCQ != nil && l.RecvCQ != l.CQ }
 // fault: every signaled WR completes exactly once, in posting order, with
 // the default QP's number; flush errors of WRs that are replayed never
 // reach it. When replay is impossible (an atomic outstanding, no backup,
-// the backup failing too), errors reach it exactly as verbs report them.
+// the backup failing too) or the error is the application's own (one any
+// path would report again: errorIsFault), errors reach it exactly as
+// verbs report them, and every WR and receive it posted completes once,
+// from the Conn's rings where a dead HCA completes nothing more.
 type Conn struct {
 	m        fsm.CrossNIC
 	def, bak Leg
@@ -60,10 +63,36 @@ type Conn struct {
 	// application's.
 	bakCtrl  bool
 	defHolds bool // the default QP holds the outstanding WRs (not flushed by us)
-	stats    ConnStats
-	read     MemReader // copies inline payloads of WRs posted through the Conn
-	stage    verbs.MR  // the staging area of replayed inline copies, registered on the backup
-	stageBuf []byte    // its memory (from the backup PD's allocator when it has one)
+	// defDead: the default device is known dead (DEVICE_FATAL, or a verb
+	// refused with EIO); bakDead the same of the backup's. A dead device
+	// may never complete what its QP held: a ConnectX after a fatal error
+	// writes no completion to user CQs (completeGone).
+	defDead, bakDead bool
+	// defGone, bakGone: that leg's device died after the error surfaced,
+	// and the WRs its QP held completed from the rings (completeGone):
+	// whatever it reports later was completed already and is hidden.
+	defGone, bakGone bool
+	// faultWC is the error completion of the default QP that started the
+	// current fault (when faultWCSet): the status the application gets
+	// for that WR if the error surfaces before anything was replayed.
+	faultWC    verbs.WC
+	faultWCSet bool
+	// recvsOffEnd: the receives before it in the receive ring (from its
+	// head) were on a default QP that went to ERR before its last reset
+	// while the receive queue was home, their flushes hidden (the peer's
+	// notification moves them to the backup); surfacing completes them
+	// (offRecvs).
+	recvsOffEnd uint64
+	hideFlushes bool // the default QP's errors in a drain are of WRs completed otherwise: hidden
+	// recvsOnBak: the outstanding receives are posted on the backup QP
+	// (they moved there), not the default; the machine's receive state
+	// says so a step before the move is done.
+	recvsOnBak bool
+	laneOut    bool // its traffic was handed to another data path (Lane)
+	stats      ConnStats
+	read       MemReader // copies inline payloads of WRs posted through the Conn
+	stage      verbs.MR  // the staging area of replayed inline copies, registered on the backup
+	stageBuf   []byte    // its memory (from the backup PD's allocator when it has one)
 
 	// hs bounds the fallback handshake (BoundHandshake, or recovery's)
 	hs *handshakeBound
@@ -75,7 +104,7 @@ type Conn struct {
 	probing   bool
 	probesOut int   // probes posted on the default QP and not completed (0 or 1)
 	roomHeld  bool  // holds its share of Recovery.Room
-	defErr    bool  // the default QP completed a WR in error since its last reset
+	defErr    bool  // the default QP completed a WR in error, or the Conn moved it to ERR, since its last reset
 	purgeErr  error // why the last purge of the backup failed (retried)
 	nextPurge time.Duration
 	nextProbe time.Duration
@@ -218,6 +247,9 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 	switch c.m.SQ {
 	case fsm.SQSurfaced:
 		_, err := c.post1(c.def.QP, wr)
+		if errors.Is(err, verbs.EIO) {
+			c.defDied()
+		}
 		return err
 	case fsm.SQDefault:
 		if c.sring.Len() >= len(c.sring.recs) {
@@ -237,7 +269,8 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 		// The default device refused it: fail over, and the WR goes with
 		// the others; if replay is impossible the post fails as it would
 		// without ibpath.
-		c.fault(fmt.Sprintf("ibv_post_send on the default QP: %v", err))
+		c.defDead = true
+		c.fault(fmt.Sprintf("ibv_post_send on the default QP: %v", err), nil)
 		if c.m.SQ == fsm.SQSurfaced {
 			return err
 		}
@@ -320,6 +353,9 @@ func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	for i := range wrs {
 		if c.m.SQ == fsm.SQSurfaced {
 			if _, err := c.def.QP.PostRecv(wrs[i : i+1]); err != nil {
+				if errors.Is(err, verbs.EIO) {
+					c.defDied()
+				}
 				return i, err
 			}
 			continue
@@ -336,10 +372,12 @@ func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		} else {
 			_, err = c.def.QP.PostRecv(wrs[i : i+1])
 			if errors.Is(err, verbs.EIO) {
+				c.defDead = true
 				err = nil // the default died: the receive moves with the others
 			}
 		}
 		if err != nil {
+			c.rring.dropLast() // not posted: the application was told
 			return i, err
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +22,12 @@ const (
 	// recvWRID is the wr_id of a node's first receive; sends use small
 	// ones (2r and 2r+1 for round r), so the two never meet.
 	recvWRID = 1 << 32
+	nrecvs   = 64 // receives each node keeps posted (wr_ids recvWRID+k)
 )
+
+// isRecvWRID says whether wr_id is one of the world's receives (the opcode
+// of an error completion is undefined).
+func isRecvWRID(id uint64) bool { return id >= recvWRID && id < recvWRID+nrecvs }
 
 // node is one host: a protected QP (default on mlx5_0, backup on mlx5_1)
 // over one buffer registered on both HCAs.
@@ -45,6 +52,12 @@ type world struct {
 	refused [2]bool     // a post failed (EIO): the sender stopped
 	lazy    [2]int      // poll that node only every lazy-th pump (0: every pump)
 	pumps   int
+	// What each application posted and saw complete, in order, send and
+	// receive queues apart (wr_ids: an error completion's opcode is
+	// undefined); atoms holds the completions of atomics (atomicWRID).
+	posted, rposted  [2][]uint64
+	sendSeq, recvSeq [2][]uint64
+	atoms            [2][]verbs.WC
 }
 
 func newWorld(t testing.TB, seed uint64) *world {
@@ -77,6 +90,23 @@ type worldOpts struct {
 	// is its HandshakeTimeout
 	noRecovery bool
 	handshake  time.Duration
+	rnrRetry   uint8 // rnr_retry of every QP (0: 7, without end)
+	noRecvs    bool  // the nodes post no receives at the start
+}
+
+// forProfiles runs fn once per vendor profile of the simulator, each as a
+// subtest: what a test checks must hold whether a dead device flushes its
+// QPs (rdmavt) or completes nothing more (strict, mlx5).
+func forProfiles(t *testing.T, fn func(t *testing.T, p sim.Profile)) {
+	for _, p := range sim.Profiles {
+		t.Run(string(p), func(t *testing.T) { fn(t, p) })
+	}
+}
+
+// newWorldProfile is newWorld on a fabric of the given profile.
+func newWorldProfile(t testing.TB, seed uint64, p sim.Profile) *world {
+	dir := crossnic.NewMemDirectory()
+	return newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, Profile: p}, retry: 3})
 }
 
 // newWorldWith builds the world of newWorldWrap with the given fabric
@@ -93,8 +123,12 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 			def: openSide(t, h, "mlx5_0", buf), bak: openSideSkip(t, h, "mlx5_1", buf, 3)}
 	}
 	a, b := w.n[0], w.n[1]
+	rnr := o.rnrRetry
+	if rnr == 0 {
+		rnr = 7
+	}
 	for _, p := range [][2]*side{{a.def, b.def}, {b.def, a.def}, {a.bak, b.bak}, {b.bak, a.bak}} {
-		connectRetry(t, p[0], p[1], o.retry)
+		connectRNR(t, p[0], p[1], o.retry, rnr)
 	}
 	// Shadow attributes published in advance; each side translates its
 	// own lkeys and the peer's rkeys.
@@ -127,9 +161,13 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		case o.handshake > 0:
 			must(t, me.conn.BoundHandshake(f, o.handshake))
 		}
-		recvs := make([]verbs.RecvWR, 64)
+		if o.noRecvs {
+			continue
+		}
+		recvs := make([]verbs.RecvWR, nrecvs)
 		for k := range recvs {
 			recvs[k] = verbs.RecvWR{WRID: recvWRID + uint64(k), SGList: []verbs.SGE{me.recvSGE(k)}}
+			w.rposted[i] = append(w.rposted[i], recvs[k].WRID)
 		}
 		_, err = me.conn.PostRecv(recvs)
 		must(t, err)
@@ -164,7 +202,10 @@ func (w *world) post(i, r int) error {
 				RemoteAddr: peer.inAddr(s), RKey: peer.def.mr.RKey()},
 		}
 	}
-	_, err := me.conn.PostSend(wrs)
+	n, err := me.conn.PostSend(wrs)
+	for _, wr := range wrs[:n] {
+		w.posted[i] = append(w.posted[i], wr.WRID)
+	}
 	return err
 }
 
@@ -203,6 +244,15 @@ func (w *world) pump() {
 
 func (w *world) onWC(i int, c verbs.WC) {
 	me := w.n[i]
+	if isRecvWRID(c.WRID) {
+		w.recvSeq[i] = append(w.recvSeq[i], c.WRID)
+	} else {
+		w.sendSeq[i] = append(w.sendSeq[i], c.WRID)
+	}
+	if c.WRID == atomicWRID {
+		w.atoms[i] = append(w.atoms[i], c)
+		return
+	}
 	if c.Status != verbs.WCSuccess {
 		w.errs[i] = append(w.errs[i], c)
 		return
@@ -223,8 +273,50 @@ func (w *world) onWC(i int, c verbs.WC) {
 	// Replace the consumed receive (same slot layout).
 	k := int(c.WRID - recvWRID)
 	if _, err := me.conn.PostRecv([]verbs.RecvWR{{WRID: c.WRID, SGList: []verbs.SGE{me.recvSGE(k)}}}); err != nil {
+		if errors.Is(err, verbs.EIO) {
+			return // its device died, as plain verbs report: not posted
+		}
 		w.t.Fatalf("%s: repost receive: %v", me.name, err)
 	}
+	w.rposted[i] = append(w.rposted[i], c.WRID)
+}
+
+// inOrder checks what node i's application saw complete against what it
+// posted: each send WR at most once and in posting order (a success for
+// a signaled WR, an error for any), and the receives in posting order,
+// each once. When all is true every receive posted must have completed
+// (the node's error surfaced and its QPs are in ERR or dead).
+func (w *world) inOrder(i int, all bool) error {
+	name := w.n[i].name
+	p := 0
+	for k, id := range w.sendSeq[i] {
+		for p < len(w.posted[i]) && w.posted[i][p] != id {
+			p++
+		}
+		if p == len(w.posted[i]) {
+			return fmt.Errorf("%s: send completion %d (wr_id %d) twice, out of posting order or never posted: completions %v", name, k, id, tail(w.sendSeq[i], k))
+		}
+		p++
+	}
+	for k, id := range w.recvSeq[i] {
+		if k >= len(w.rposted[i]) || w.rposted[i][k] != id {
+			return fmt.Errorf("%s: receive completion %d is wr_id %d, posted %v: not each receive once, in posting order", name, k, id, tail(w.rposted[i], k))
+		}
+	}
+	if all && len(w.recvSeq[i]) != len(w.rposted[i]) {
+		return fmt.Errorf("%s: %d receives posted, %d completed: the rest never completed", name, len(w.rposted[i]), len(w.recvSeq[i]))
+	}
+	return nil
+}
+
+// tail is a few elements of s around k, for messages.
+func tail(s []uint64, k int) []uint64 { return s[max(0, k-3):min(len(s), k+3)] }
+
+// dead reports whether node i's application QP is done for: in ERR, or
+// its device dead. Every WR it posted must then have completed.
+func (w *world) dead(i int) bool {
+	a, _, err := w.n[i].def.qp.Query(verbs.QPAttrState)
+	return err != nil || a.QPState == verbs.QPSErr
 }
 
 // run drives rounds from the senders in dirs for d of virtual time,
@@ -292,6 +384,12 @@ func (w *world) checkSafe(dirs ...int) error {
 			return fmt.Errorf("%s saw errors %v although its connection did not surface", me.name, w.errs[i])
 		}
 	}
+	for i := range w.n {
+		sq, _ := w.n[i].conn.State()
+		if err := w.inOrder(i, sq == fsm.SQSurfaced && w.dead(i)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -328,118 +426,156 @@ func (w *world) delivered(dirs ...int) error {
 	return nil
 }
 
+// The HCA-death tests run on every profile: a dead device's QPs flush
+// what they held (rdmavt) or complete nothing more (strict, mlx5), and
+// the application must see the same either way.
+
 func TestSenderHCADeathFailsOver(t *testing.T) {
-	w := newWorld(t, 1)
-	w.run(300*time.Microsecond, 0)
-	must(t, w.f.KillHCA(w.n[0].hca))
-	w.run(2*time.Millisecond, 0)
-	w.run(20 * time.Millisecond) // drain
-	if sq, rq := w.n[0].conn.State(); sq != fsm.SQFallback || rq != fsm.RQFallback {
-		t.Fatalf("node0 %v/%v, want fallback", sq, rq)
-	}
-	if sq, _ := w.n[1].conn.State(); sq != fsm.SQFallback {
-		t.Fatalf("node1 %v, want fallback", sq)
-	}
-	if err := w.check(0); err != nil {
-		t.Fatal(err)
-	}
-	if len(w.done[0]) != w.sent[0] || w.sent[0] < 40 {
-		t.Fatalf("%d of %d rounds completed", len(w.done[0]), w.sent[0])
-	}
-	st := w.n[0].conn.Stats()
-	t.Logf("node0 stats %+v", st)
-	if st.Replayed == 0 || st.RecvsMoved == 0 {
-		t.Fatalf("stats %+v: nothing was replayed or moved", st)
-	}
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		w := newWorldProfile(t, 1, p)
+		w.run(300*time.Microsecond, 0)
+		must(t, w.f.KillHCA(w.n[0].hca))
+		w.run(2*time.Millisecond, 0)
+		w.run(20 * time.Millisecond) // drain
+		if sq, rq := w.n[0].conn.State(); sq != fsm.SQFallback || rq != fsm.RQFallback {
+			t.Fatalf("node0 %v/%v, want fallback", sq, rq)
+		}
+		if sq, _ := w.n[1].conn.State(); sq != fsm.SQFallback {
+			t.Fatalf("node1 %v, want fallback", sq)
+		}
+		if err := w.check(0); err != nil {
+			t.Fatal(err)
+		}
+		if len(w.done[0]) != w.sent[0] || w.sent[0] < 40 {
+			t.Fatalf("%d of %d rounds completed", len(w.done[0]), w.sent[0])
+		}
+		st := w.n[0].conn.Stats()
+		t.Logf("node0 stats %+v", st)
+		if st.Replayed == 0 || st.RecvsMoved == 0 {
+			t.Fatalf("stats %+v: nothing was replayed or moved", st)
+		}
+	})
 }
 
 func TestReceiverHCADeathFailsOver(t *testing.T) {
-	w := newWorld(t, 2)
-	w.run(300*time.Microsecond, 0)
-	must(t, w.f.KillHCA(w.n[1].hca))
-	w.run(2*time.Millisecond, 0)
-	w.run(20 * time.Millisecond)
-	if err := w.check(0); err != nil {
-		t.Fatal(err)
-	}
-	if len(w.done[0]) != w.sent[0] || len(w.notifs[1]) != w.sent[0] {
-		t.Fatalf("%d rounds sent, %d completed, %d notified", w.sent[0], len(w.done[0]), len(w.notifs[1]))
-	}
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		w := newWorldProfile(t, 2, p)
+		w.run(300*time.Microsecond, 0)
+		must(t, w.f.KillHCA(w.n[1].hca))
+		w.run(2*time.Millisecond, 0)
+		w.run(20 * time.Millisecond)
+		if err := w.check(0); err != nil {
+			t.Fatal(err)
+		}
+		if len(w.done[0]) != w.sent[0] || len(w.notifs[1]) != w.sent[0] {
+			t.Fatalf("%d rounds sent, %d completed, %d notified", w.sent[0], len(w.done[0]), len(w.notifs[1]))
+		}
+	})
 }
 
 func TestAckLostBeforeSenderDeath(t *testing.T) {
-	w := newWorld(t, 3)
-	w.run(200*time.Microsecond, 0)
-	// The ACK of the next notification is lost, then the sender dies:
-	// the peer consumed it, so it must not arrive twice.
-	next := w.sent[0]
-	must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+1)))
-	must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+2)))
-	must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+3)))
-	w.run(6*time.Microsecond, 0)
-	must(t, w.f.KillHCA(w.n[0].hca))
-	w.run(2*time.Millisecond, 0)
-	w.run(20 * time.Millisecond)
-	if err := w.check(0); err != nil {
-		t.Fatal(err)
-	}
-	if st := w.n[0].conn.Stats(); st.Delivered == 0 {
-		t.Fatalf("stats %+v: the delivered notification was not recognised", st)
-	}
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		w := newWorldProfile(t, 3, p)
+		w.run(200*time.Microsecond, 0)
+		// The ACK of the next notification is lost, then the sender dies:
+		// the peer consumed it, so it must not arrive twice.
+		next := w.sent[0]
+		must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+1)))
+		must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+2)))
+		must(t, w.f.DropResponse(w.n[0].def.qp, uint32(2*next+3)))
+		w.run(6*time.Microsecond, 0)
+		must(t, w.f.KillHCA(w.n[0].hca))
+		w.run(2*time.Millisecond, 0)
+		w.run(20 * time.Millisecond)
+		if err := w.check(0); err != nil {
+			t.Fatal(err)
+		}
+		if st := w.n[0].conn.Stats(); st.Delivered == 0 {
+			t.Fatalf("stats %+v: the delivered notification was not recognised", st)
+		}
+	})
 }
 
 func TestBothDirectionsSendRecv(t *testing.T) {
-	w := newWorld(t, 4)
-	w.sendRx = [2]bool{true, true}
-	w.run(300*time.Microsecond, 0, 1)
-	must(t, w.f.KillHCA(w.n[1].hca))
-	w.run(2*time.Millisecond, 0, 1)
-	w.run(20 * time.Millisecond)
-	if err := w.delivered(0, 1); err != nil {
-		t.Fatal(err)
-	}
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		w := newWorldProfile(t, 4, p)
+		w.sendRx = [2]bool{true, true}
+		w.run(300*time.Microsecond, 0, 1)
+		must(t, w.f.KillHCA(w.n[1].hca))
+		w.run(2*time.Millisecond, 0, 1)
+		w.run(20 * time.Millisecond)
+		if err := w.delivered(0, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestBothSidesDetectIndependently(t *testing.T) {
-	w := newWorld(t, 5)
-	w.run(300*time.Microsecond, 0, 1)
-	// Both default HCAs die at once: each side starts its own fallback.
-	must(t, w.f.KillHCA(w.n[0].hca))
-	must(t, w.f.KillHCA(w.n[1].hca))
-	w.run(2*time.Millisecond, 0, 1)
-	w.run(20 * time.Millisecond)
-	if err := w.delivered(0, 1); err != nil {
-		t.Fatal(err)
-	}
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		w := newWorldProfile(t, 5, p)
+		w.run(300*time.Microsecond, 0, 1)
+		// Both default HCAs die at once: each side starts its own fallback.
+		must(t, w.f.KillHCA(w.n[0].hca))
+		must(t, w.f.KillHCA(w.n[1].hca))
+		w.run(2*time.Millisecond, 0, 1)
+		w.run(20 * time.Millisecond)
+		if err := w.delivered(0, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
+// TestAtomicInFlightSurfaces: an atomic executes at the responder, its
+// response is lost, and the requester's HCA dies: a replay could add a
+// second time, so the error surfaces. On every profile the application
+// sees the same: the atomic completes exactly once, with WR_FLUSH_ERR,
+// and so does every other WR and receive it had posted, in posting order
+// (from the shadow rings where the dead HCA completes nothing more); the
+// counter shows the one execution.
 func TestAtomicInFlightSurfaces(t *testing.T) {
-	w := newWorld(t, 6)
-	w.run(100*time.Microsecond, 0)
-	a, b := w.n[0], w.n[1]
-	ctr := b.def.mr.Addr() + uint64(len(b.buf)-8)
-	// The atomic executes, its response is lost, the sender dies.
-	_, err := a.conn.PostSend([]verbs.SendWR{{WRID: 9999, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled,
-		CompareAdd: 1, SGList: []verbs.SGE{{Addr: a.def.mr.Addr() + uint64(len(a.buf)-8), Length: 8, LKey: a.def.mr.LKey()}},
-		RemoteAddr: ctr, RKey: b.def.mr.RKey()}})
-	must(t, err)
-	w.f.RunFor(5 * time.Microsecond)
-	must(t, w.f.KillHCA(a.hca))
-	w.run(5 * time.Millisecond)
-	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || a.conn.Reason() == "" {
-		t.Fatalf("state %v reason %q, want surfaced", sq, a.conn.Reason())
-	}
-	if n := binary.LittleEndian.Uint64(b.buf[len(b.buf)-8:]); n > 1 {
-		t.Fatalf("counter %d: the atomic was replayed", n)
-	}
-	found := false
-	for _, e := range w.errs[0] {
-		if e.WRID == 9999 {
-			found = true
+	seen := map[sim.Profile][]verbs.WC{}
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		w := newWorldProfile(t, 6, p)
+		w.run(100*time.Microsecond, 0)
+		a, b := w.n[0], w.n[1]
+		must(t, w.f.DropResponse(a.def.qp, w.nextPSN(0))) // the atomic's response
+		w.postAtomic(0)
+		w.f.RunFor(5 * time.Microsecond)
+		if n := binary.LittleEndian.Uint64(b.buf[len(b.buf)-8:]); n != 1 {
+			t.Fatalf("counter %d before the death, want the atomic executed once", n)
 		}
-	}
-	if !found {
-		t.Fatalf("the atomic's error did not reach the application: errors %v", w.errs[0])
+		must(t, w.f.KillHCA(a.hca))
+		w.run(5 * time.Millisecond)
+		if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), "atomic") {
+			t.Fatalf("state %v reason %q, want surfaced for the atomic", sq, a.conn.Reason())
+		}
+		if err := w.atomicOnce(0); err != nil {
+			t.Fatal(err)
+		}
+		if st := w.atoms[0][0].Status; st != verbs.WCWRFlushErr {
+			t.Fatalf("the atomic completed with %v, want WR_FLUSH_ERR (its HCA died)", st)
+		}
+		if st := a.conn.Stats(); st.Replayed != 0 {
+			t.Fatalf("stats %+v: something was replayed", st)
+		}
+		must(t, w.checkSafe(0))
+		must(t, w.exactlyOnce(0))
+		if len(w.recvSeq[0]) != nrecvs {
+			t.Fatalf("%d of the %d receives completed", len(w.recvSeq[0]), nrecvs)
+		}
+		var errs []verbs.WC
+		for _, wc := range append(w.errs[0], w.atoms[0]...) {
+			if wc.Status != verbs.WCWRFlushErr || wc.QPNum != a.def.qp.QPN() {
+				t.Fatalf("error completion %+v, want WR_FLUSH_ERR on QP %#x", wc, a.def.qp.QPN())
+			}
+			errs = append(errs, verbs.WC{WRID: wc.WRID, Status: wc.Status})
+		}
+		seen[p] = errs
+	})
+	for _, p := range sim.Profiles[1:] {
+		if !slices.Equal(seen[p], seen[sim.Profiles[0]]) {
+			t.Fatalf("the application saw\n%v on %s,\n%v on %s", seen[p], p, seen[sim.Profiles[0]], sim.Profiles[0])
+		}
 	}
 }
 
@@ -517,5 +653,28 @@ func TestDefaultPathAllocatesNothing(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(200, step); a != 0 {
 		t.Fatalf("%.1f allocations per posted WR on the default path", a)
+	}
+}
+
+// TestRefusedReceiveNotRecorded: a receive the backup QP cannot take (its
+// memory has no backup registration) is refused, as ibv_post_recv would,
+// and not kept in the receive ring: a later move of the receives must not
+// post a receive the application was told failed.
+func TestRefusedReceiveNotRecorded(t *testing.T) {
+	w := newWorld(t, 14)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.KillHCA(w.n[1].hca))
+	w.run(2*time.Millisecond, 0)
+	me := w.n[1]
+	if _, rq := me.conn.State(); rq != fsm.RQFallback {
+		t.Fatalf("node1's receives %v, want fallback", rq)
+	}
+	before := len(me.conn.Outstanding().Recvs)
+	bad := verbs.RecvWR{WRID: 77, SGList: []verbs.SGE{{Addr: me.inAddr(0), Length: slot, LKey: me.def.mr.LKey() ^ 0x5a5a00}}}
+	if _, err := me.conn.PostRecv([]verbs.RecvWR{bad}); err == nil {
+		t.Fatal("a receive with no backup lkey was accepted")
+	}
+	if got := me.conn.Outstanding().Recvs; len(got) != before || slices.ContainsFunc(got, func(r verbs.RecvWR) bool { return r.WRID == 77 }) {
+		t.Fatalf("%d receives outstanding after the refused one (%d before)", len(got), before)
 	}
 }

@@ -3,8 +3,11 @@ package crossnic
 // Control messages travel as zero-length RDMA_WRITE_WITH_IMM (no memory is
 // touched, no rkey checked): the immediate carries the kind in its top two
 // bits and a receive counter modulo 2^30 below them. The receiver rebuilds
-// the full counter from what it already knows, since the true value is
-// never behind that and never 2^30 ahead of it.
+// the full counter from what it already knows: the value nearest to that
+// with the same low bits. A true counter is never behind it and never
+// 2^29 ahead; one behind it (the peer's HCA ACKed a message and died
+// before the receive's completion reached memory) comes out behind, for
+// the rewind to refuse (ErrCounterMismatch).
 type ctrlKind uint32
 
 const (
@@ -39,6 +42,9 @@ func encodeCtrl(k ctrlKind, counter uint64) uint32 {
 // kept for kinds added later.
 func decodeCtrl(imm uint32, base uint64) (ctrlKind, uint64, error) {
 	k := ctrlKind(imm >> ctrlCounterBits)
-	low := uint64(imm & ctrlCounterMask)
-	return k, base + (low-base)&ctrlCounterMask, nil
+	ahead := (uint64(imm&ctrlCounterMask) - base) & ctrlCounterMask
+	if behind := ctrlCounterMask + 1 - ahead; ahead >= 1<<(ctrlCounterBits-1) && behind <= base {
+		return k, base - behind, nil
+	}
+	return k, base + ahead, nil
 }

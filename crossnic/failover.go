@@ -1,14 +1,20 @@
 package crossnic
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
 )
 
-// fault starts a failover from the Default state.
-func (c *Conn) fault(reason string) {
+// fault starts a failover from the Default state; wc is the error
+// completion of the default QP that showed the fault, if one did.
+func (c *Conn) fault(reason string, wc *verbs.WC) {
+	c.faultWCSet = wc != nil
+	if wc != nil {
+		c.faultWC = *wc
+	}
 	c.stats.Faults++
 	if c.hs != nil {
 		c.faultAt = c.hs.clock.Now()
@@ -26,6 +32,9 @@ func (c *Conn) fault(reason string) {
 // act performs the machine's actions in order.
 func (c *Conn) act(acts []fsm.CNAction) {
 	for _, a := range acts {
+		if c.m.SQ == fsm.SQSurfaced && a.Kind != fsm.ActSurface {
+			return // an action before surfaced the error (Surface did its work): the rest is moot
+		}
 		var err error
 		switch a.Kind {
 		case fsm.ActFlushDefault:
@@ -66,14 +75,19 @@ func (c *Conn) act(acts []fsm.CNAction) {
 func (c *Conn) flushDefault() {
 	_ = c.drain(&c.def)
 	c.defHolds = false
+	c.defErr = true // its flushes are the Conn's doing, not a new fault
 	// The sends were all on the default QP (after a switch back too: its
 	// fence drained the backup), so none is on the backup now: if the
 	// error surfaces before the replay, every outstanding WR is flushed
 	// to the application here (surfaceHeld), none is left waiting for a
 	// flush the backup will never give.
 	c.bakFrom = c.sring.head
-	// A dead device refuses the modify (EIO); its QPs flushed already.
-	_ = c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+	// A dead device refuses the modify (EIO); its QPs may have flushed
+	// (rdmavt) or may never complete what they hold (a ConnectX): either
+	// way those WRs are replayed, and their flushes hidden.
+	if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+		c.defDead = true
+	}
 	_ = c.drain(&c.def)
 }
 
@@ -81,6 +95,7 @@ func (c *Conn) flushDefault() {
 // control receive already there.
 func (c *Conn) repostRecvs() error {
 	var err error
+	c.recvsOnBak = true
 	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
 		if err = c.postRecvBackup(w); err != nil {
 			return false
@@ -88,6 +103,7 @@ func (c *Conn) repostRecvs() error {
 		c.stats.RecvsMoved++
 		return true
 	})
+	c.recvsOffEnd = 0
 	return err
 }
 
@@ -117,6 +133,7 @@ func (c *Conn) rewind(peerRecv uint64) error {
 	})
 	c.stats.Delivered += plan.Delivered
 	c.bakFrom = c.sring.head
+	c.faultWCSet = false // the WR it was of goes to the backup, which reports its own errors
 	return c.replayTail()
 }
 
@@ -193,27 +210,215 @@ func (c *Conn) stageInline() error {
 
 // surfaceHeld: the error reaches the application. While the default QP
 // still holds every WR and every receive (the fault was caught before its
-// flush) its own completions say what happened. Otherwise WRs no QP holds
-// (recorded during the handshake, or held for a switch) complete with
-// WR_FLUSH_ERR here, and both QPs go to ERR so the WRs and receives they
-// hold flush to the application too: the QP is dead in both directions,
-// as a plain QP in error is, or the peer would go on sending into
-// receives the application no longer posts (a default QP reset for a
-// switch back may be healthy, and a surfaced Conn posts new receives
-// there, not on the backup). Nothing is lost, nothing completes twice.
+// flush) its own completions say what happened: first the one that showed
+// the fault, if one did. Otherwise WRs no QP holds (recorded during the
+// handshake, or held for a switch) complete here, the one the default QP
+// failed with its error (RETRY_EXC_ERR, as plain verbs report it), the
+// others with WR_FLUSH_ERR; and both QPs go to ERR so the WRs and
+// receives they hold flush to the application too: the QP is dead in
+// both directions, as a plain QP in error is, or the peer would go on
+// sending into receives the application no longer posts (a default QP
+// reset for a switch back may be healthy, and a surfaced Conn posts new
+// receives there, not on the backup). A QP whose device died may never
+// flush: what it holds completes from the rings (completeGone). Nothing
+// is lost, nothing completes twice.
 func (c *Conn) surfaceHeld() {
-	if c.defHolds && c.m.RQ != fsm.RQFallback {
-		return
+	fw, haveFW := c.faultWC, c.faultWCSet
+	c.faultWCSet = false
+	if haveFW && c.defHolds {
+		c.retireWC(&c.def, &fw)
+		c.ready = append(c.ready, fw)
 	}
 	if !c.defHolds {
-		for i := max(c.bakFrom, c.sring.head); i < c.sring.tail; i++ {
-			w, _ := c.sring.wr(i)
-			c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, QPNum: c.defQPN})
+		c.flushUnposted(fw, haveFW)
+		if !c.recvsOnBak {
+			c.offRecvs()
 		}
-		c.bakFrom = c.sring.tail
 	}
-	if c.bakReady {
-		_ = c.bak.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+	if c.defHolds && !c.recvsOnBak {
+		// Not moved to ERR (its completions say what happened): is its
+		// device alive to make them?
+		if !c.defDead {
+			_, _, err := c.def.QP.Query(verbs.QPAttrState)
+			c.defDead = errors.Is(err, verbs.EIO)
+		}
+	} else {
+		c.backupToErr()
+		if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+			c.defDead = true
+		}
 	}
-	_ = c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
+	if c.defDead {
+		c.completeGone(&c.def)
+	}
+	if c.bakDead {
+		c.completeGone(&c.bak)
+	}
+}
+
+// flushUnposted completes with an error the recorded WRs no QP holds
+// ([bakFrom, tail): recorded during the handshake, or held for a switch
+// back) and forgets them. The first is the WR the default QP failed when
+// nothing was replayed yet: it gets that error (fw), the others
+// WR_FLUSH_ERR, as plain verbs report a QP that failed.
+func (c *Conn) flushUnposted(fw verbs.WC, haveFW bool) {
+	start := max(c.bakFrom, c.sring.head)
+	for i := start; i < c.sring.tail; i++ {
+		w, _ := c.sring.wr(i)
+		st := verbs.WCWRFlushErr
+		if haveFW && i == c.sring.head && fw.WRID == w.WRID {
+			st = fw.Status
+		}
+		c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: st, Opcode: verbs.WCOpcodeFor(w.Opcode), QPNum: c.defQPN})
+	}
+	c.sring.truncate(start)
+	c.bakFrom = c.sring.tail
+}
+
+// offRecvs completes with WR_FLUSH_ERR the receives no QP holds: with the
+// receive queue home, the default QP went to ERR (a probe or the peer's
+// sends failed on it) and its flushes were hidden, waiting for the peer's
+// notification to move the receives to the backup; the error surfaced
+// instead. Those are the receives posted before its last reset, or all of
+// them while it is still in ERR. What the default QP completed so far is
+// collected first, its flushes still hidden.
+func (c *Conn) offRecvs() {
+	end := c.recvsOffEnd
+	if c.defErr {
+		end = c.rring.tail
+	}
+	if end <= c.rring.head {
+		return
+	}
+	c.hideFlushes = true
+	_ = c.drain(&c.def)
+	c.hideFlushes = false
+	for c.rring.head < end {
+		id, _ := c.rring.headWRID()
+		c.ready = append(c.ready, verbs.WC{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: c.defQPN})
+		_ = c.rring.Complete(false)
+	}
+	c.recvsOffEnd = 0
+}
+
+// backupToErr moves the backup QP to ERR (the error surfaced), so that
+// what it holds flushes to the application.
+func (c *Conn) backupToErr() {
+	if !c.bakReady {
+		return
+	}
+	if err := c.bak.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+		c.bakDead = true
+	}
+}
+
+// refuse tells the peer that this side cannot fail over (its error
+// surfaced), so that it surfaces at once instead of waiting for an
+// answer.
+func (c *Conn) refuse() { _ = c.sendCtrl(ctrlRefuse) }
+
+// holds says which of the application's queues leg l holds: its sends
+// (all outstanding ones on the default QP while defHolds; else, on the
+// backup, those posted there: [head, bakFrom)) and its receives.
+func (c *Conn) holds(l *Leg) (sends, recvs bool) {
+	def := l == &c.def
+	return def == c.defHolds, def != c.recvsOnBak
+}
+
+// sendEnd is where the sends leg l holds end in the ring.
+func (c *Conn) sendEnd(l *Leg) uint64 {
+	if l == &c.def {
+		return c.sring.tail
+	}
+	return min(max(c.bakFrom, c.sring.head), c.sring.tail)
+}
+
+// retireWC retires from the rings the WR that a completion of leg l,
+// about to reach the application, completes, so that no ring completes it
+// again (completeGone); it reports whether the completion is of one the
+// leg holds for the application. The opcode of an error completion is
+// undefined: a leg with two CQs says the queue (drainCQ set the opcode);
+// on one CQ the wr_id does, a send the leg holds first, else the oldest
+// receive (receives complete in order). Where a send and a receive share
+// the wr_id either may be retired: for a flush, all the application sees
+// is the wr_id and the status.
+func (c *Conn) retireWC(l *Leg, wc *verbs.WC) bool {
+	sends, recvs := c.holds(l)
+	if wc.Status == verbs.WCSuccess {
+		switch {
+		case isRecv(wc) && recvs && c.rring.Len() > 0:
+			_ = c.rring.Complete(true)
+		case !isRecv(wc) && sends:
+			c.sring.completeSuccess(c.sendEnd(l))
+		default:
+			return false
+		}
+		return true
+	}
+	recvHead := func() bool {
+		id, ok := c.rring.headWRID()
+		return recvs && ok && id == wc.WRID
+	}
+	switch {
+	case l.split() && isRecv(wc):
+		if !recvHead() {
+			return false
+		}
+	case l.split():
+		return sends && c.sring.retireWRID(c.sendEnd(l), wc.WRID)
+	case sends && c.sring.retireWRID(c.sendEnd(l), wc.WRID):
+		return true
+	case !recvHead():
+		return false
+	}
+	_ = c.rring.Complete(false)
+	return true
+}
+
+// defDied: the default device is dead (DEVICE_FATAL, or a verb refused
+// with EIO). Once the error surfaced, what its QP held completes from the
+// rings.
+func (c *Conn) defDied() {
+	c.defDead = true
+	if c.m.SQ == fsm.SQSurfaced {
+		c.completeGone(&c.def)
+	}
+}
+
+// completeGone: leg l's device died after the error surfaced. A dead
+// device may make no completion for the WRs its QP held (a ConnectX after
+// a fatal error writes none to user CQs; rdmavt flushes them): what it did
+// complete is collected first, then every WR it still holds for the
+// application completes here with WR_FLUSH_ERR, in posting order, as a
+// flush of the QP would have, and whatever it reports later is hidden.
+func (c *Conn) completeGone(l *Leg) {
+	gone := &c.defGone
+	if l == &c.bak {
+		gone = &c.bakGone
+	}
+	if *gone || l.QP == nil || c.laneOut {
+		return // (after Lane the rings do not know what the QPs hold)
+	}
+	sends, recvs := c.holds(l)
+	if sends || recvs {
+		_ = c.drain(l)
+	}
+	*gone = true
+	if sends {
+		end := c.sendEnd(l)
+		for i := c.sring.head; i < end; i++ {
+			w, _ := c.sring.wr(i)
+			c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpcodeFor(w.Opcode), QPNum: c.defQPN})
+		}
+		c.sring.retire(end)
+	}
+	if recvs {
+		c.rring.Outstanding(func(w *verbs.RecvWR) bool {
+			c.ready = append(c.ready, verbs.WC{WRID: w.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: c.defQPN})
+			return true
+		})
+		for c.rring.Len() > 0 {
+			_ = c.rring.Complete(false)
+		}
+	}
 }

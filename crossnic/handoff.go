@@ -32,8 +32,11 @@ func (c *Conn) Settled() bool {
 		len(c.ready) == 0 && c.bakFrom >= c.sring.tail
 }
 
-// Lane describes the settled Conn's data path (call Settled first).
+// Lane describes the settled Conn's data path (call Settled first). From
+// then on the Conn's rings no longer see the traffic: if its error
+// surfaces, it moves its QPs to ERR but completes nothing from its rings.
 func (c *Conn) Lane() Lane {
+	c.laneOut = true
 	lk := make(map[uint32]uint32, len(c.keys.LKeys))
 	for k, v := range c.keys.LKeys {
 		lk[k] = v

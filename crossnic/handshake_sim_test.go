@@ -7,6 +7,7 @@ import (
 
 	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
 
@@ -30,34 +31,36 @@ func TestHandshakeBound(t *testing.T) {
 		{"recovery, HandshakeTimeout", false, 3 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := crossnic.NewMemDirectory()
-			w := newWorldWith(t, [2]crossnic.Directory{dir, dir},
-				worldOpts{cfg: sim.Config{Seed: 11}, retry: 3, noRecovery: tc.noRecovery, handshake: tc.bound})
-			w.lazy[1] = 1 << 30 // never pumped
-			a := w.n[0]
-			w.run(300*time.Microsecond, 0)
-			must(t, w.f.KillHCA(a.hca))
-			w.run(time.Millisecond, 0)
-			if sq, _ := a.conn.State(); sq != fsm.SQAwaitAck {
-				t.Fatalf("node0 %v after the kill, want await-ack (the peer does not answer)", sq)
-			}
-			w.run(10*time.Millisecond, 0)
-			sq, _ := a.conn.State()
-			if !tc.surfaces {
-				if sq != fsm.SQAwaitAck || len(w.errs[0]) != 0 {
-					t.Fatalf("node0 %v with errors %v, want still waiting", sq, w.errs[0])
+			forProfiles(t, func(t *testing.T, p sim.Profile) {
+				dir := crossnic.NewMemDirectory()
+				w := newWorldWith(t, [2]crossnic.Directory{dir, dir},
+					worldOpts{cfg: sim.Config{Seed: 11, Profile: p}, retry: 3, noRecovery: tc.noRecovery, handshake: tc.bound})
+				w.lazy[1] = 1 << 30 // never pumped
+				a := w.n[0]
+				w.run(300*time.Microsecond, 0)
+				must(t, w.f.KillHCA(a.hca))
+				w.run(time.Millisecond, 0)
+				if sq, _ := a.conn.State(); sq != fsm.SQAwaitAck {
+					t.Fatalf("node0 %v after the kill, want await-ack (the peer does not answer)", sq)
 				}
-				return
-			}
-			want := "the peer did not answer the fallback notification within 3ms"
-			if sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), want) {
-				t.Fatalf("node0 %v, reason %q: want surfaced, %q", sq, a.conn.Reason(), want)
-			}
-			if len(w.errs[0]) == 0 {
-				t.Fatalf("no error reached the application: %d sent, %d done", w.sent[0], len(w.done[0]))
-			}
-			must(t, w.exactlyOnce(0))
-			must(t, w.checkSafe(0))
+				w.run(10*time.Millisecond, 0)
+				sq, _ := a.conn.State()
+				if !tc.surfaces {
+					if sq != fsm.SQAwaitAck || len(w.errs[0]) != 0 {
+						t.Fatalf("node0 %v with errors %v, want still waiting", sq, w.errs[0])
+					}
+					return
+				}
+				want := "the peer did not answer the fallback notification within 3ms"
+				if sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), want) {
+					t.Fatalf("node0 %v, reason %q: want surfaced, %q", sq, a.conn.Reason(), want)
+				}
+				if len(w.errs[0]) == 0 {
+					t.Fatalf("no error reached the application: %d sent, %d done", w.sent[0], len(w.done[0]))
+				}
+				must(t, w.exactlyOnce(0))
+				must(t, w.checkSafe(0))
+			})
 		})
 	}
 }
@@ -76,4 +79,45 @@ func TestBoundHandshakeRefusesBadInput(t *testing.T) {
 			t.Fatalf("timeout %v: %v", d, err)
 		}
 	}
+}
+
+// TestSurfacedKeepsTheFaultStatus: node1's HCA dies and its ibpath never
+// runs; node0's default QP reports RETRY_EXC_ERR, node0 falls back and
+// its handshake, unanswered, times out before anything was replayed. Its
+// application then sees what plain verbs would have shown for the failed
+// QP: RETRY_EXC_ERR for the oldest WR still outstanding, WR_FLUSH_ERR for
+// every later one, each once, in posting order, on every profile.
+func TestSurfacedKeepsTheFaultStatus(t *testing.T) {
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		dir := crossnic.NewMemDirectory()
+		w := newWorldWith(t, [2]crossnic.Directory{dir, dir},
+			worldOpts{cfg: sim.Config{Seed: 13, Profile: p}, retry: 3, noRecovery: true, handshake: 3 * time.Millisecond})
+		a := w.n[0]
+		w.run(300*time.Microsecond, 0)
+		w.lazy[1] = 1 << 30 // never pumped from now on
+		must(t, w.f.KillHCA(w.n[1].hca))
+		w.run(40*time.Millisecond, 0)
+		if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), "did not answer") {
+			t.Fatalf("node0 %v %q, want surfaced after the unanswered handshake", sq, a.conn.Reason())
+		}
+		var sends []verbs.WC
+		for _, wc := range w.errs[0] {
+			if !isRecvWRID(wc.WRID) {
+				sends = append(sends, wc)
+			}
+		}
+		if len(sends) == 0 || sends[0].Status != verbs.WCRetryExcErr {
+			t.Fatalf("send errors %v: want RETRY_EXC_ERR first", sends)
+		}
+		for _, wc := range sends[1:] {
+			if wc.Status != verbs.WCWRFlushErr {
+				t.Fatalf("send errors %v: want WR_FLUSH_ERR after the first", sends)
+			}
+		}
+		if first, done := sends[0].WRID, len(w.done[0]); first != uint64(2*done) {
+			t.Fatalf("RETRY_EXC_ERR for WR %d; the oldest outstanding is %d (%d rounds done)", first, 2*done, done)
+		}
+		must(t, w.exactlyOnce(0))
+		must(t, w.checkSafe(0))
+	})
 }

@@ -97,7 +97,14 @@ func isRecv(wc *verbs.WC) bool {
 // onDefault handles a completion of the default QP.
 func (c *Conn) onDefault(wc verbs.WC) {
 	if c.m.SQ == fsm.SQSurfaced {
-		if !ownWRID(wc.WRID) { // a probe or notification of a switch back is not the application's
+		switch {
+		case ownWRID(wc.WRID): // a probe or notification of a switch back is not the application's
+		case c.defGone, c.hideFlushes && wc.Status != verbs.WCSuccess:
+			// Its device died and what it held completed from the rings:
+			// a late flush of one of those.
+			c.stats.HiddenFlushes++
+		default:
+			c.retireWC(&c.def, &wc)
 			c.ready = append(c.ready, wc)
 		}
 		return
@@ -105,6 +112,16 @@ func (c *Conn) onDefault(wc verbs.WC) {
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status == verbs.WCWRFlushErr && c.rec != nil && c.staleFlush() {
 			c.stats.HiddenFlushes++
+			return
+		}
+		if !ownWRID(wc.WRID) && !errorIsFault(wc.Status, c.flushFromFault) && c.retireWC(&c.def, &wc) {
+			// The application's own error, on a WR the default QP still
+			// holds for it: any path would report it again. It reaches
+			// the application as plain verbs report it, and the QP is in
+			// error as a plain one would be: its later WRs flush to the
+			// application, the peer's notification is refused.
+			c.ready = append(c.ready, wc)
+			c.Surface(fmt.Sprintf("completion error %v of WR %d on the default QP: the application's error, not a fault", wc.Status, wc.WRID))
 			return
 		}
 		c.defErr = true // the QP is in error: only a reset makes it usable
@@ -116,10 +133,9 @@ func (c *Conn) onDefault(wc verbs.WC) {
 			c.probeErr = fmt.Errorf("probe on QP %#x completed with %v", c.def.QP.QPN(), wc.Status)
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeFailed}))
 		case c.m.SQ == fsm.SQDefault:
-			c.fault(fmt.Sprintf("completion error %v on the default QP", wc.Status))
+			c.fault(fmt.Sprintf("completion error %v on the default QP", wc.Status), &wc)
 			if c.m.SQ == fsm.SQSurfaced {
-				c.ready = append(c.ready, wc) // no replay: the application sees it
-				return
+				return // no replay: surfaceHeld gave the application this error
 			}
 		case c.m.SQ == fsm.SQWaitDrained || c.m.SQ == fsm.SQWaitNotify:
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
@@ -165,12 +181,23 @@ func (c *Conn) staleFlush() bool {
 // the application's traffic after a fallback.
 func (c *Conn) onBackup(wc verbs.WC) {
 	if wc.Status != verbs.WCSuccess {
+		if wc.WRID != ctrlSendWRID && wc.WRID != ctrlRecvWRID && !c.bakGone {
+			// The application's WR, retired before the error surfaces
+			// (so that no ring completes it again). A flush that is none
+			// of the WRs the backup holds, on a backup that holds no
+			// receives, is a stale receive's (reposted home at a switch
+			// back, not purged yet): the application's copy of it is on
+			// the default QP.
+			_, recvs := c.holds(&c.bak)
+			if c.retireWC(&c.bak, &wc) || recvs {
+				wc.QPNum = c.defQPN
+				c.ready = append(c.ready, wc)
+			} else {
+				c.stats.HiddenFlushes++
+			}
+		}
 		if c.m.SQ != fsm.SQSurfaced {
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: wc.Status.String()}))
-		}
-		if wc.WRID != ctrlSendWRID && wc.WRID != ctrlRecvWRID {
-			wc.QPNum = c.defQPN
-			c.ready = append(c.ready, wc)
 		}
 		return
 	}
@@ -210,13 +237,34 @@ func (c *Conn) onControl(imm uint32) {
 		// Our error surfaced: the QP is dead in both directions, as with
 		// plain verbs. Tell the peer at once instead of letting it wait.
 		if k == ctrlNotify {
-			_ = c.sendCtrl(ctrlRefuse)
+			c.refuse()
 		}
 	case k == ctrlRefuse:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "the peer cannot fail over (its error surfaced)"}))
 	case k == ctrlAck:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerAck, PeerRecv: peerRecv}))
 	case k == ctrlNotify:
+		if c.m.SQ == fsm.SQDefault {
+			// The peer fell back first; what the default QP completed
+			// before counts against its counter.
+			_ = c.drain(&c.def)
+		}
+		if c.m.SQ == fsm.SQDefault {
+			// A notification no rewind can follow (an atomic outstanding
+			// here, or a counter behind what completed here or beyond
+			// what was posted) is refused before this side moves
+			// anything: its error surfaces as plain verbs report it, from
+			// the default QP, which still holds every WR, and the peer
+			// surfaces at once instead of replaying against an answer
+			// this side could not keep.
+			if _, err := c.sring.PlanRewind(peerRecv); err != nil {
+				c.Surface(fmt.Sprintf("the peer's fallback notification cannot be followed: %v", err))
+			}
+		}
+		if c.m.SQ == fsm.SQSurfaced {
+			c.refuse()
+			return
+		}
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerNotify, PeerRecv: peerRecv}))
 	default:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: fmt.Sprintf("control message of kind %d on the backup QP", k)}))
@@ -229,15 +277,24 @@ func (c *Conn) onControl(imm uint32) {
 // waiting for an error completion could hang. Feed PORT_ERR here only for
 // QPs layer 1 does not protect: for an armed QP, layer 1 migrates at
 // PORT_ERR and hands the QP over (HandOver) only if it cannot.
+//
+// DEVICE_FATAL counts in every state: the Conn then knows that the default
+// QP may never complete what it holds (a ConnectX after a fatal error
+// writes no completion to user CQs), and once the error surfaced it
+// completes those WRs itself (completeGone).
 func (c *Conn) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent, defPort uint8) {
-	if ctx != c.def.Ctx || c.m.SQ != fsm.SQDefault {
+	if ctx != c.def.Ctx {
 		return
 	}
-	switch {
-	case ev.Type == verbs.EventDeviceFatal:
-		c.fault("DEVICE_FATAL on the default HCA")
-	case ev.Type == verbs.EventPortErr && ev.Port == defPort:
-		c.fault(fmt.Sprintf("PORT_ERR on the default port %d", ev.Port))
+	if ev.Type == verbs.EventDeviceFatal {
+		c.defDied()
+		if c.m.SQ == fsm.SQDefault {
+			c.fault("DEVICE_FATAL on the default HCA", nil)
+		}
+		return
+	}
+	if c.m.SQ == fsm.SQDefault && ev.Type == verbs.EventPortErr && ev.Port == defPort {
+		c.fault(fmt.Sprintf("PORT_ERR on the default port %d", ev.Port), nil)
 	}
 }
 
@@ -245,6 +302,6 @@ func (c *Conn) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent, defPort uint8
 // protect the QP any more.
 func (c *Conn) HandOver(_ verbs.QP, reason string) {
 	if c.m.SQ == fsm.SQDefault {
-		c.fault("layer 1 handed over: " + reason)
+		c.fault("layer 1 handed over: "+reason, nil)
 	}
 }

@@ -321,6 +321,9 @@ func (c *Conn) resetDefault() {
 		return
 	}
 	_ = c.drain(&c.def)
+	if c.m.SQ == fsm.SQSurfaced {
+		return // what the drain handled surfaced the error: the QP stays in ERR
+	}
 	c.probing = false
 	c.nextProbe = c.rec.Clock.Now() + c.rec.ProbeInterval
 	if !c.takeRoom() {
@@ -345,6 +348,10 @@ func (c *Conn) resetDefault() {
 		c.stats.ResetFailures++
 		c.resetErr = err
 		return
+	}
+	if c.defErr && !c.recvsOnBak {
+		// The receives it held flushed, hidden: they are on no QP now.
+		c.recvsOffEnd = c.rring.tail
 	}
 	c.defUsable, c.defErr = true, false
 	c.resetErr = nil
@@ -435,10 +442,12 @@ func (c *Conn) repostRecvsDefault() error {
 	_ = c.drain(&c.bak)
 	c.collecting = false
 	var err error
+	c.recvsOnBak = false
 	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
 		_, err = c.def.QP.PostRecv([]verbs.RecvWR{*w})
 		return err == nil
 	})
+	c.recvsOffEnd = 0
 	c.bakDirty = true
 	return err
 }

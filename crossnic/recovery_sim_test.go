@@ -110,23 +110,25 @@ func TestRecoveryAttrGiven(t *testing.T) {
 // died) is tried again every probe interval, the reason kept; the traffic
 // stays on the backup, delivered, and the Conn never counts as home.
 func TestRecoveryResetFails(t *testing.T) {
-	w := newWorld(t, 11)
-	w.run(300*time.Microsecond, 0)
-	must(t, w.f.KillHCA(w.n[0].hca))
-	w.run(5*time.Millisecond, 0)
-	c := w.n[0].conn
-	first := c.Stats().ResetFailures
-	if c.ResetErr() == nil || first == 0 {
-		t.Fatalf("reset of a dead HCA's QP: err %v, %d failures", c.ResetErr(), first)
-	}
-	w.run(20*time.Millisecond, 0)
-	if st := c.Stats(); st.ResetFailures <= first || c.Home() || c.Settled() {
-		t.Fatalf("after 20 ms: %+v, home %v, settled %v; want more reset attempts, neither", st, c.Home(), c.Settled())
-	}
-	w.run(20 * time.Millisecond)
-	if err := w.delivered(0); err != nil {
-		t.Fatal(err)
-	}
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		w := newWorldProfile(t, 11, p)
+		w.run(300*time.Microsecond, 0)
+		must(t, w.f.KillHCA(w.n[0].hca))
+		w.run(5*time.Millisecond, 0)
+		c := w.n[0].conn
+		first := c.Stats().ResetFailures
+		if c.ResetErr() == nil || first == 0 {
+			t.Fatalf("reset of a dead HCA's QP: err %v, %d failures", c.ResetErr(), first)
+		}
+		w.run(20*time.Millisecond, 0)
+		if st := c.Stats(); st.ResetFailures <= first || c.Home() || c.Settled() {
+			t.Fatalf("after 20 ms: %+v, home %v, settled %v; want more reset attempts, neither", st, c.Home(), c.Settled())
+		}
+		w.run(20 * time.Millisecond)
+		if err := w.delivered(0); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestSwitchBackLazyReceiver: the receiver polls only every 10 steps
@@ -401,44 +403,50 @@ func TestPurgeRetried(t *testing.T) {
 // completions to the application: when the backup HCA dies too, both QPs
 // go to ERR and the probe flushes on the default QP, but the application
 // sees only its own WRs, each once, in order, then errors, as plain verbs
-// would show.
+// would show; whether the dead backup HCA flushes what it held (rdmavt)
+// or not (strict, mlx5), every WR and receive completes.
 func TestSurfacedKeepsOwnWRs(t *testing.T) {
-	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 16, EndlessRetry7: true}, retry: 7})
-	w.sendRx = [2]bool{true, true}
-	a := w.n[0]
-	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: time.Millisecond}))
-	port := a.hca.Port(1)
-	w.run(300*time.Microsecond, 0, 1)
-	must(t, w.f.SetLink(port, false))
-	w.run(20*time.Millisecond, 0, 1)
-	if st := a.conn.Stats(); st.Probes != 1 || st.ProbeFailures < 2 || st.SwitchBacks != 0 {
-		t.Fatalf("probes on a dead path: %+v, want one outstanding, timed out again and again", st)
-	}
-	must(t, w.f.KillHCA(w.f.Host("node0").HCA("mlx5_1")))
-	must(t, w.f.SetLink(port, true))
-	w.run(50*time.Millisecond, 0, 1)
-	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced {
-		t.Fatalf("node0: %v, want surfaced (its backup HCA died)", sq)
-	}
-	for i, n := range w.n {
-		for _, id := range w.done[i] {
-			if id >= ^uint64(0)-4 {
-				t.Fatalf("%s: the application got a completion of ibpath's own WR %#x", n.name, id)
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		dir := crossnic.NewMemDirectory()
+		w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 16, EndlessRetry7: true, Profile: p}, retry: 7})
+		w.sendRx = [2]bool{true, true}
+		a := w.n[0]
+		must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: time.Millisecond}))
+		port := a.hca.Port(1)
+		w.run(300*time.Microsecond, 0, 1)
+		must(t, w.f.SetLink(port, false))
+		w.run(20*time.Millisecond, 0, 1)
+		if st := a.conn.Stats(); st.Probes != 1 || st.ProbeFailures < 2 || st.SwitchBacks != 0 {
+			t.Fatalf("probes on a dead path: %+v, want one outstanding, timed out again and again", st)
+		}
+		must(t, w.f.KillHCA(w.f.Host("node0").HCA("mlx5_1")))
+		must(t, w.f.SetLink(port, true))
+		w.run(50*time.Millisecond, 0, 1)
+		if sq, _ := a.conn.State(); sq != fsm.SQSurfaced {
+			t.Fatalf("node0: %v, want surfaced (its backup HCA died)", sq)
+		}
+		for i, n := range w.n {
+			for _, id := range w.done[i] {
+				if id >= ^uint64(0)-4 {
+					t.Fatalf("%s: the application got a completion of ibpath's own WR %#x", n.name, id)
+				}
+			}
+			for _, wc := range w.errs[i] {
+				if wc.WRID >= ^uint64(0)-4 {
+					t.Fatalf("%s: the application got an error completion of ibpath's own WR %#x (%v)", n.name, wc.WRID, wc.Status)
+				}
 			}
 		}
-		for _, wc := range w.errs[i] {
-			if wc.WRID >= ^uint64(0)-4 {
-				t.Fatalf("%s: the application got an error completion of ibpath's own WR %#x (%v)", n.name, wc.WRID, wc.Status)
-			}
+		if err := w.checkSafe(0, 1); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := w.checkSafe(0, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.exactlyOnce(0); err != nil {
-		t.Fatal(err)
-	}
+		if err := w.exactlyOnce(0); err != nil {
+			t.Fatal(err)
+		}
+		if len(w.recvSeq[0]) != len(w.rposted[0]) {
+			t.Fatalf("node0: %d receives posted, %d completed", len(w.rposted[0]), len(w.recvSeq[0]))
+		}
+	})
 }
 
 // TestLazyPollerNestedDrain: a node that polls only now and then finds

@@ -67,6 +67,22 @@ func (r *RecvRing) Complete(success bool) error {
 	return nil
 }
 
+// dropLast forgets the receive recorded last (its post failed).
+func (r *RecvRing) dropLast() {
+	if r.tail > r.head {
+		r.tail--
+	}
+}
+
+// headWRID is the wr_id of the oldest outstanding receive (the next to
+// complete); false when none is outstanding.
+func (r *RecvRing) headWRID() (uint64, bool) {
+	if r.head == r.tail {
+		return 0, false
+	}
+	return r.recs[r.head&r.mask].wrid, true
+}
+
 // Completed is the receive counter: successful receive completions so far.
 func (r *RecvRing) Completed() uint64 { return r.completed }
 

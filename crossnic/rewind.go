@@ -37,7 +37,11 @@ func (r *SendRing) PlanRewind(peerRecv uint64) (Plan, error) {
 		return Plan{}, ErrAtomicOutstanding
 	}
 	if peerRecv < r.notifsDone {
-		return Plan{}, fmt.Errorf("%w: peer consumed %d notifications, %d already completed here", ErrCounterMismatch, peerRecv, r.notifsDone)
+		// The peer's HCA ACKed a message and died before the receive's
+		// completion reached its memory: replaying from its counter would
+		// deliver that message twice, skipping it would lose track of a
+		// receive. Neither is safe.
+		return Plan{}, fmt.Errorf("%w: the peer's counter %d is behind the %d notifications already completed here", ErrCounterMismatch, peerRecv, r.notifsDone)
 	}
 	consumed := peerRecv - r.notifsDone // notifications among the outstanding WRs
 	delivered := 0

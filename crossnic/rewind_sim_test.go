@@ -56,7 +56,7 @@ func openSideSkip(t testing.TB, h *sim.Host, dev string, buf []byte, skip int) *
 	s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTRC,
 		Cap: verbs.QPCap{MaxSendWR: qcap, MaxRecvWR: qcap, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	must(t, err)
-	s.mr, err = s.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	s.mr, err = s.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
 	must(t, err)
 	return s
 }
@@ -64,8 +64,12 @@ func openSideSkip(t testing.TB, h *sim.Host, dev string, buf []byte, skip int) *
 func connect(t testing.TB, a, b *side) { connectRetry(t, a, b, 3) }
 
 // connectRetry is connect with the given retry_cnt.
-func connectRetry(t testing.TB, a, b *side, retry uint8) {
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+func connectRetry(t testing.TB, a, b *side, retry uint8) { connectRNR(t, a, b, retry, 7) }
+
+// connectRNR is connectRetry with the given rnr_retry (7: without end).
+// The QP allows remote WRITEs and atomics, as the application's MRs do.
+func connectRNR(t testing.TB, a, b *side, retry, rnr uint8) {
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := b.ctx.QueryPort(1)
 	must(t, err)
@@ -73,7 +77,7 @@ func connectRetry(t testing.TB, a, b *side, retry uint8) {
 		PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 1},
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: retry, RNRRetry: rnr, MaxRdAtomic: 1},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
 			verbs.QPAttrMaxQPRdAtomic))
 }

@@ -150,6 +150,43 @@ func (r *SendRing) CompleteSignaled() int {
 	return 0
 }
 
+// retireWRID retires the WRs up to and including the first one before
+// end whose wr_id is wrid (an error completion: it completes that WR, and
+// the unsignaled ones before it finished or completed in error before it).
+// It reports whether one was found.
+func (r *SendRing) retireWRID(end, wrid uint64) bool {
+	for i := r.head; i < min(end, r.tail); i++ {
+		if r.recs[i&r.mask].wrid == wrid {
+			r.retire(i + 1)
+			return true
+		}
+	}
+	return false
+}
+
+// completeSuccess retires what a successful send completion covers among
+// the WRs before end: up to the oldest signaled one, or, when none is
+// signaled, all of them (the completion is of a WR posted after them,
+// unrecorded, so they completed before it).
+func (r *SendRing) completeSuccess(end uint64) {
+	end = min(end, r.tail)
+	for i := r.head; i < end; i++ {
+		if r.recs[i&r.mask].signaledIn(r.sigAll) {
+			r.retire(i + 1)
+			return
+		}
+	}
+	r.retire(end)
+}
+
+// truncate forgets the WRs from index i on (they completed without a QP,
+// the newest of the ring).
+func (r *SendRing) truncate(i uint64) {
+	for r.tail > max(i, r.head) {
+		r.dropLast()
+	}
+}
+
 // retire drops the records before end, counting what they completed.
 func (r *SendRing) retire(end uint64) {
 	for ; r.head < end; r.head++ {

@@ -76,8 +76,14 @@ func connectApp(t *testing.T, a, b *app, roce bool) {
 	must(t, a.shadow.Connected(a.qp))
 }
 
+// testShadow runs on every profile: A's HCA dies in the middle of the
+// traffic, flushing its QPs (rdmavt) or not (strict, mlx5).
 func testShadow(t *testing.T, ll verbs.LinkLayer) {
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1, LinkLayer: ll})
+	forProfiles(t, func(t *testing.T, p sim.Profile) { testShadowOn(t, ll, p) })
+}
+
+func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8, Profile: p}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1, LinkLayer: ll})
 	must(t, err)
 	dir := crossnic.NewMemDirectory()
 	a, b := newApp(t, f.Host("node0"), dir), newApp(t, f.Host("node1"), dir)

@@ -40,6 +40,7 @@ func portUp(n *node) func() bool {
 // polling lazily, the workload (one-sided or two-sided, one or both
 // directions), and the provider's retransmission: the IB spec's retry
 // count, or soft-RoCE's, which retransmits without end at retry_cnt 7.
+// The seeds take the simulator's profiles in turn (campaignProfile).
 func flapSchedule(t testing.TB, seed uint64) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	endless := rng.IntN(2) == 0
@@ -48,7 +49,8 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 		retry = 7
 	}
 	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, EndlessRetry7: endless}, retry: retry})
+	profile := campaignProfile(seed)
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, EndlessRetry7: endless, Profile: profile}, retry: retry})
 	probeTO := 60 * time.Millisecond
 	if rng.IntN(3) == 0 {
 		// a probe timeout as short as the peer's switch-back steps: the
@@ -67,7 +69,7 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 	if rng.IntN(3) == 0 {
 		w.lazy[rng.IntN(2)] = 2 + rng.IntN(30)
 	}
-	desc := fmt.Sprintf("endless %v probe timeout %v dirs %v sendRx %v lazy %v", endless, probeTO, dirs, w.sendRx, w.lazy)
+	desc := fmt.Sprintf("profile %s endless %v probe timeout %v dirs %v sendRx %v lazy %v", profile, endless, probeTO, dirs, w.sendRx, w.lazy)
 	ports := func(k int) []*sim.Port {
 		switch k {
 		case 0, 1:

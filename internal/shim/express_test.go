@@ -260,10 +260,7 @@ func TestExpressSharedCQWithArmedQP(t *testing.T) {
 	qa1, qa2, qb1 := qs[0], qs[1], qs[2]
 	qa1.total, qa2.total, qb1.total = 60, 60, 60
 	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa1.sendDone) >= 10 })
-	qa1.sendNext(t)
-	if err := qa1.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); err != nil {
-		t.Fatal(err)
-	}
+	qa1.failNext(t, f)
 	drive(t, f, hosts, 5*time.Microsecond, func() bool { return finished(qa1, qa2, qb1)() && qb1.onLane() })
 	settled(t, f, a, b)
 	checkFailedOver(t, qa1, `reason="completion error`)

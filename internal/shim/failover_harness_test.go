@@ -311,6 +311,21 @@ func (q *appQP) round(k int) []verbs.SendWR {
 		RemoteAddr: paddr, RKey: q.peer.x.mr.RKey()}, send}
 }
 
+// failNext posts q's next message and makes its QP fail on it with the
+// link up, as a transport fault: the message's first request (PSN 2k for
+// message k, the QPs start at PSN 0) is lost on each of its tries, and the
+// QP reports RETRY_EXC_ERR. (A QP moved to ERR, flushing, is not a fault
+// to layer 2: nothing failed but the QP, which any path would report.)
+func (q *appQP) failNext(t *testing.T, f *sim.Fabric) {
+	t.Helper()
+	for i := 0; i < 5; i++ { // the first try, its resend at the peer's sequence NAK, three retries
+		if err := f.DropRequest(q.qp, uint32(2*q.sent)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.sendNext(t)
+}
+
 func (q *appQP) sendNext(t *testing.T) {
 	t.Helper()
 	if _, err := q.x.hp.postSend(q.fq, q.round(q.sent)); err != nil {

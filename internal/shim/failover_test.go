@@ -198,10 +198,11 @@ func TestFailoverSharedCQ(t *testing.T) {
 	if qa2.armed() {
 		t.Fatal("a QP layer 2 does not mirror was armed")
 	}
-	qa1.sendNext(t)
-	if err := qa1.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); err != nil {
-		t.Fatal(err)
-	}
+	total := qa2.total
+	qa2.total = qa2.sent // the second QP waits while the first one's retries run out
+	qa1.failNext(t, f)
+	drive(t, f, hosts, 5*time.Microsecond, qa1.diverted)
+	qa2.total = total
 	drive(t, f, hosts, 5*time.Microsecond, func() bool { return finished(qa1, qb2)() && len(qa2.sendDone) >= 40 })
 	checkFailedOver(t, qa1, `reason="completion error`)
 	checkFailedOver(t, qb1, `reason="the peer's fallback notification on the backup QP"`)
