@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lab/guest/lib.sh: helpers for jobs that run inside a lab guest (sourced by
 # the agent before each job). LAB_ID, LAB_WORK, LAB_REPO, LAB_BUILD, LAB_RUN
 # are set by stage2.sh.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the variables are read by the files that source this one
 # lab/lib/common.sh: paths, logging and waiting helpers shared by the host side
 # of the lab. Sourced by lab/run.sh; not meant to be run on its own.
 

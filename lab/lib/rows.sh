@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lab/lib/rows.sh: the rows of the lab run. A row is one program, run once
 # without or with the shim, with or without a cable cut. Its raw material
 # (program output on both sides, a meta file of key=value lines) goes to

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lab/lib/setup.sh: everything done on the host before a guest boots.
 #   setup_packages  apt-get what the lab needs (only when something is missing)
 #   setup_kernel    extract the Debian kernel linux-image-amd64 depends on, uncompressed

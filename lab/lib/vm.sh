@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lab/lib/vm.sh: the two guests seen from the host: boot, jobs, cable pulls,
 # shutdown. Sourced by lab/run.sh after lib/common.sh.
 #
@@ -18,6 +19,7 @@ LAB_PORT_BASE=${LAB_PORT_BASE:-41700}
 # vm_start GUEST: start QEMU for GUEST in the background, killed after LAB_DEADLINE.
 vm_start() {
 	local g=$1 accel
+	# shellcheck disable=SC2054 # tcg,thread=multi is one qemu argument
 	case $LAB_ACCEL in
 	kvm) accel=(-enable-kvm -cpu host) ;;
 	*) accel=(-accel tcg,thread=multi -cpu max -bios /usr/share/qemu/qboot.rom) ;;
