@@ -126,7 +126,15 @@ type Conn struct {
 	resetErr error
 	probeErr error         // why the last probe failed
 	probeAt  time.Duration // when the outstanding probe was posted
-	notifyAt time.Duration // when the switch-back notification was posted
+	// unposted*: the error surfaced with WRs no QP holds; they complete
+	// once the backup's older ones did (flushUnpostedDue)
+	unpostedFW                  verbs.WC
+	unpostedHaveFW, unpostedDue bool
+	notifyAt                    time.Duration // when the switch-back notification was posted
+	// notifyBound: how long one wait for the switch-back notification's
+	// answer lasts (HandshakeTimeout, or the default QP's own give-up
+	// time when longer: waitBound)
+	notifyBound time.Duration
 }
 
 // ConnStats counts what a Conn did.

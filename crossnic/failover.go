@@ -230,7 +230,10 @@ func (c *Conn) surfaceHeld() {
 		c.ready = append(c.ready, fw)
 	}
 	if !c.defHolds {
-		c.flushUnposted(fw, haveFW)
+		// The WRs no QP holds complete after those the backup holds,
+		// which are older: once its completions (flushes, or none from
+		// a dead device: completeGone) are all in (flushUnpostedDue).
+		c.unpostedFW, c.unpostedHaveFW, c.unpostedDue = fw, haveFW, true
 		if !c.recvsOnBak {
 			c.offRecvs()
 		}
@@ -253,6 +256,17 @@ func (c *Conn) surfaceHeld() {
 	}
 	if c.bakDead {
 		c.completeGone(&c.bak)
+	}
+	c.flushUnpostedDue()
+}
+
+// flushUnpostedDue completes the WRs no QP holds (flushUnposted) once the
+// surfaced error made them due and the backup's older WRs all completed:
+// the application sees its sends complete in posting order.
+func (c *Conn) flushUnpostedDue() {
+	if c.unpostedDue && (c.sring.head >= c.bakFrom || c.bakGone) {
+		c.unpostedDue = false
+		c.flushUnposted(c.unpostedFW, c.unpostedHaveFW)
 	}
 }
 

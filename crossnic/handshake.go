@@ -31,8 +31,23 @@ func (c *Conn) BoundHandshake(clock verbs.Clock, timeout time.Duration) error {
 	if timeout <= 0 {
 		return fmt.Errorf("crossnic: bound the handshake: timeout %v is not positive", timeout)
 	}
+	if a, _, err := c.bak.QP.Query(verbs.QPAttrTimeout | verbs.QPAttrRetryCnt); err == nil {
+		timeout = waitBound(timeout, a)
+	}
 	c.hs = &handshakeBound{clock: clock, timeout: timeout}
 	return nil
+}
+
+// waitBound is how long a wait for the answer to a message sent on a QP
+// with attributes a lasts: the configured time, and never less than the
+// QP itself retransmits an unanswered packet before it reports an error
+// (retry_cnt+1 local ACK timeouts, a quarter more for late timers). On a
+// fabric whose timeout is 20 (4.3 s per try) a lost packet is sent again
+// only after 4.3 s: a shorter wait would surface an error the hardware
+// was about to repair.
+func waitBound(configured time.Duration, a verbs.QPAttr) time.Duration {
+	g := verbs.TimeoutDuration(a.Timeout) * time.Duration(int(a.RetryCnt)+1)
+	return max(configured, g+g/4)
 }
 
 // tickHandshake surfaces the error when the peer has not answered this

@@ -15,7 +15,8 @@ import (
 // answers (its Conn is never polled or ticked: a peer process that is
 // alive but whose ibpath does not run). node0's wait for the answer to its
 // fallback notification is bounded, by BoundHandshake without recovery and
-// by Recovery.HandshakeTimeout with it: past the bound the error surfaces,
+// by Recovery.HandshakeTimeout with it, never shorter than the backup QP's
+// own give-up time: past the bound the error surfaces,
 // every signaled WR completes once (with success or an error) and the
 // reason says why (the receives node0 had posted complete in error, as
 // plain verbs would flush them). Without either it waits for ever.
@@ -43,6 +44,13 @@ func TestHandshakeBound(t *testing.T) {
 				if sq, _ := a.conn.State(); sq != fsm.SQAwaitAck {
 					t.Fatalf("node0 %v after the kill, want await-ack (the peer does not answer)", sq)
 				}
+				// The wait lasts the backup QP's own give-up time, longer
+				// than the bound here: 4 tries of 4.2 ms, a quarter more.
+				giveUp := verbs.TimeoutDuration(10) * 4 * 5 / 4
+				w.run(giveUp-2*time.Millisecond, 0)
+				if sq, _ := a.conn.State(); sq != fsm.SQAwaitAck {
+					t.Fatalf("node0 %v before the backup QP's give-up time, want still waiting", sq)
+				}
 				w.run(10*time.Millisecond, 0)
 				sq, _ := a.conn.State()
 				if !tc.surfaces {
@@ -51,7 +59,7 @@ func TestHandshakeBound(t *testing.T) {
 					}
 					return
 				}
-				want := "the peer did not answer the fallback notification within 3ms"
+				want := "the peer did not answer the fallback notification within " + giveUp.String()
 				if sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), want) {
 					t.Fatalf("node0 %v, reason %q: want surfaced, %q", sq, a.conn.Reason(), want)
 				}

@@ -20,6 +20,7 @@ func (c *Conn) Poll(wc []verbs.WC) (int, error) {
 			return 0, err
 		}
 	}
+	c.flushUnpostedDue()
 	c.purgeBackup()
 	n := copy(wc, c.ready)
 	c.ready = c.ready[:copy(c.ready, c.ready[n:])]
@@ -282,7 +283,18 @@ func (c *Conn) onControl(imm uint32) {
 // QP may never complete what it holds (a ConnectX after a fatal error
 // writes no completion to user CQs), and once the error surfaced it
 // completes those WRs itself (completeGone).
+//
+// DEVICE_FATAL of the backup device, while traffic is on the backup QP,
+// is a backup fault: the error surfaces and what the backup held
+// completes from the shadow rings (a dead ConnectX completes nothing
+// more, and waiting for it would hang the application).
 func (c *Conn) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent, defPort uint8) {
+	if ctx == c.bak.Ctx && ctx != c.def.Ctx {
+		if ev.Type == verbs.EventDeviceFatal && c.m.SQ != fsm.SQDefault && c.m.SQ != fsm.SQSurfaced {
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "DEVICE_FATAL on the backup HCA"}))
+		}
+		return
+	}
 	if ctx != c.def.Ctx {
 		return
 	}

@@ -20,6 +20,9 @@ type Recovery struct {
 	// (default 1 s; past it the error surfaces), and for the answer to
 	// the switch-back notification on the default QP (past it the switch
 	// counts as broken: traffic stays on the backup, the QP is reset).
+	// Either wait lasts at least as long as the QP the message travels
+	// on retransmits before it reports an error (retry_cnt+1 local ACK
+	// timeouts, and a quarter more), however short this is.
 	HandshakeTimeout time.Duration
 	// ProbeTimeout is how long a probe may go unanswered (default
 	// HandshakeTimeout) before it counts as a failure in the statistics
@@ -103,7 +106,8 @@ func (c *Conn) EnableRecovery(r Recovery) error {
 		return fmt.Errorf("crossnic: enable recovery: query the backup QP: %w", err)
 	}
 	c.rec = &r
-	c.hs = &handshakeBound{clock: r.Clock, timeout: r.HandshakeTimeout}
+	c.hs = &handshakeBound{clock: r.Clock, timeout: waitBound(r.HandshakeTimeout, c.bakAttr)}
+	c.notifyBound = waitBound(r.HandshakeTimeout, c.defAttr)
 	return nil
 }
 
@@ -179,7 +183,7 @@ func (c *Conn) Tick() {
 	case fsm.SQWaitSignaled:
 		c.switchIfIdle()
 	case fsm.SQWaitNotify:
-		if now-c.notifyAt > c.rec.HandshakeTimeout {
+		if now-c.notifyAt > c.notifyBound {
 			if c.m.RQ == fsm.RQDefault && !c.defErr {
 				// The peer's sends arrive on this QP, which is not in
 				// error: the notification is waited for (a reset would
@@ -192,11 +196,11 @@ func (c *Conn) Tick() {
 				c.notifyWaits++
 				if c.notifyWaits >= maxNotifyWaits {
 					c.Surface(fmt.Sprintf("the switch-back notification on QP %#x got no answer within %v",
-						c.def.QP.QPN(), time.Duration(maxNotifyWaits)*c.rec.HandshakeTimeout))
+						c.def.QP.QPN(), time.Duration(maxNotifyWaits)*c.notifyBound))
 					break
 				}
 				c.probeErr = fmt.Errorf("switch-back notification on QP %#x: no answer within %v (still waiting for it)",
-					c.def.QP.QPN(), c.rec.HandshakeTimeout)
+					c.def.QP.QPN(), c.notifyBound)
 				c.notifyAt = now
 				break
 			}
@@ -409,10 +413,18 @@ func (c *Conn) releaseNotify() error {
 	return nil
 }
 
-// releaseHeld posts the held WRs on the default QP, in order.
+// releaseHeld posts the held WRs on the default QP, in order. An inline
+// WR is sent from the copy taken when it was posted, as in a replay: the
+// application may have reused its buffer since (inline data names memory
+// by address, so the staging area serves any device).
 func (c *Conn) releaseHeld() error {
 	for i := max(c.holdFrom, c.sring.head); i < c.sring.tail; i++ {
-		w, _ := c.sring.wr(i)
+		w, inline := c.sring.wr(i)
+		if w.SendFlags&verbs.SendInline != 0 && len(inline) > 0 {
+			if err := c.fromCopy(w, i, inline); err != nil {
+				return fmt.Errorf("crossnic: release WR %d on the default QP: %w", w.WRID, err)
+			}
+		}
 		if _, err := c.post1(c.def.QP, w); err != nil {
 			return fmt.Errorf("crossnic: release WR %d on the default QP: %w", w.WRID, err)
 		}

@@ -552,11 +552,14 @@ func TestSwitchNotifyNeverAnswered(t *testing.T) {
 	must(t, w.f.SetLink(port, true))
 	untilWaitNotify(t, w, a)
 	must(t, w.f.SetLink(port, false))
-	w.run(2500*time.Microsecond, 0)
+	// Each wait lasts the QP's own give-up time when that is longer than
+	// HandshakeTimeout: retry_cnt+1 local ACK timeouts, a quarter more.
+	bound := verbs.TimeoutDuration(10) * 8 * 5 / 4
+	w.run(2*bound+bound/2, 0)
 	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify {
 		t.Fatalf("after two timeouts: %v, want still waiting", sq)
 	}
-	w.run(2*time.Millisecond, 0)
+	w.run(bound, 0)
 	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), "got no answer") {
 		t.Fatalf("after three timeouts: %v %q, want surfaced", sq, a.conn.Reason())
 	}

@@ -15,6 +15,11 @@ var (
 	// ErrCounterMismatch: the peer's receive counter contradicts what was
 	// sent (behind what already completed, or beyond what was posted).
 	ErrCounterMismatch = errors.New("crossnic: peer receive counter inconsistent with the send ring")
+	// ErrReadUnanswered: an RDMA READ the peer executed (a notification
+	// posted after it was consumed) got no response here. Its data may
+	// never have landed, and reading again could read what the peer
+	// changed once it saw the later notification ("done reading").
+	ErrReadUnanswered = errors.New("crossnic: a READ the peer executed got no response: replay is unsafe")
 )
 
 // Plan is what a rewind does with the outstanding send WRs.
@@ -44,11 +49,19 @@ func (r *SendRing) PlanRewind(peerRecv uint64) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: the peer's counter %d is behind the %d notifications already completed here", ErrCounterMismatch, peerRecv, r.notifsDone)
 	}
 	consumed := peerRecv - r.notifsDone // notifications among the outstanding WRs
-	delivered := 0
+	delivered, read := 0, -1
 	for i := r.head; i < r.tail && consumed > 0; i++ {
-		if r.recs[i&r.mask].op.ConsumesRecv() {
+		switch rec := &r.recs[i&r.mask]; {
+		case rec.op == verbs.WRRDMARead && read < 0:
+			read = int(i - r.head)
+		case rec.op.ConsumesRecv():
 			consumed--
 			delivered = int(i + 1 - r.head)
+			if read >= 0 {
+				// A READ before this notification is still outstanding:
+				// executed at the peer, its response lost.
+				return Plan{}, fmt.Errorf("%w (WR %d)", ErrReadUnanswered, r.recs[(r.head+uint64(read))&r.mask].wrid)
+			}
 		}
 	}
 	if consumed > 0 {

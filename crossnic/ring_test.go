@@ -2,6 +2,7 @@ package crossnic
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ibpath/ibpath/verbs"
@@ -142,6 +143,31 @@ func TestPlanRewind(t *testing.T) {
 	r.TakeDelivered(p.Delivered, func(w *verbs.SendWR) { synth = append(synth, w.WRID) })
 	if len(synth) != 1 || synth[0] != 3 || r.NotifsDone() != 2 || r.Len() != 3 {
 		t.Fatalf("synthesized %v, notifs %d, left %d", synth, r.NotifsDone(), r.Len())
+	}
+}
+
+// TestPlanRefusesUnansweredRead: a READ before a notification the peer
+// consumed was executed there, but its response never arrived here (its
+// data may be missing); reading again could read what the peer changed
+// after that notification. The rewind refuses. A READ after the last
+// consumed notification is replayed like a WRITE.
+func TestPlanRefusesUnansweredRead(t *testing.T) {
+	build := func() *SendRing {
+		r, _ := NewSendRing(cap8, false)
+		mustRecord(t, r, wr(1, verbs.WRRDMAWrite, false), wr(2, verbs.WRRDMARead, false),
+			wr(3, verbs.WRRDMAWriteWithImm, true), wr(4, verbs.WRRDMARead, false), wr(5, verbs.WRRDMAWriteWithImm, true))
+		return r
+	}
+	if _, err := build().PlanRewind(1); !errors.Is(err, ErrReadUnanswered) || !strings.Contains(err.Error(), "WR 2") {
+		t.Fatalf("READ 2 before consumed notification 3: %v, want ErrReadUnanswered naming WR 2", err)
+	}
+	if p, err := build().PlanRewind(0); err != nil || p.Delivered != 0 || p.Replay != 5 {
+		t.Fatalf("nothing consumed: plan %+v, %v; want all 5 replayed", p, err)
+	}
+	r := build()
+	r.CompleteSignaled() // WRs 1-3 completed here: READ 2 answered
+	if p, err := r.PlanRewind(1); err != nil || p.Delivered != 0 || p.Replay != 2 {
+		t.Fatalf("READ 4 after the last consumed notification: plan %+v, %v; want 2 replayed", p, err)
 	}
 }
 
