@@ -40,7 +40,8 @@ mapfile -t racy < <(go list ./... | grep -Ev "$single")
 go test -race -short -count=1 "$@" "${racy[@]}"
 go test -race -short -count=1 -run 'Directory' "$@" ./crossnic
 go test -short -count=1 "$@" ./verbs/sim ./fsm ./pathsel ./apm ./crossnic
-go test -count=1 -run 'Campaign|RandomFaultSchedule' "$@" ./crossnic
+go test -count=1 -run 'Campaign|RandomFaultSchedule' "$@" ./crossnic \
+	-args -crossnic.runs 10000 -crossnic.switchruns 10000
 # the simulator campaign at 10,000 schedules (profiles mixed by seed)
 go test -count=1 -run 'RandomFaultSchedule' "$@" ./verbs/sim -args -sim.runs 10000
 # layer 1 on the simulator's other profiles (its tests default to strict)

@@ -5,6 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +31,29 @@ type tally struct {
 	// atomics in flight at the fault: how many executed at the
 	// responder, completed with success, surfaced as an error
 	atomics, atomicsExecuted, atomicsOK, atomicsFailed int
+	// schedules of each fault kind, and those that surfaced
+	kinds, surfaced [len(faultKinds)]int
+	readsRefused    int // schedules that surfaced an unanswered READ
+
+}
+
+// add sums o into tl.
+func (tl *tally) add(o tally) {
+	tl.faults += o.faults
+	tl.failovers += o.failovers
+	tl.delivered += o.delivered
+	tl.replayed += o.replayed
+	tl.recvsMoved += o.recvsMoved
+	tl.switchBacks += o.switchBacks
+	tl.atomics += o.atomics
+	tl.atomicsExecuted += o.atomicsExecuted
+	tl.atomicsOK += o.atomicsOK
+	tl.atomicsFailed += o.atomicsFailed
+	tl.readsRefused += o.readsRefused
+	for k := range tl.kinds {
+		tl.kinds[k] += o.kinds[k]
+		tl.surfaced[k] += o.surfaced[k]
+	}
 }
 
 // campaignProfile is the simulator profile of a schedule: the seeds take
@@ -42,14 +69,79 @@ func (w *world) nextPSN(i int) uint32 {
 	if w.sendRx[i] {
 		return uint32(w.sent[i])
 	}
+	if w.load[i]&wlRead != 0 { // and the READ's response between
+		return uint32(3 * w.sent[i])
+	}
 	return uint32(2 * w.sent[i])
 }
 
-// schedule runs one seeded fault schedule and returns what it did.
+// faultKinds names the campaign's faults (schedule). Those marked with a
+// star in their name leave no healthy backup path for some QP, or take a
+// peer away: the error may then surface (cleanly); on the others no
+// error may reach the application.
+var faultKinds = [...]string{
+	"kill the victim's default HCA",
+	"kill the victim's default HCA",
+	"kill both default HCAs",
+	"the victim's default link down",
+	"flap the victim's default link",
+	"flap the victim's default link",
+	"the default rail's leaf dies, then comes back",
+	"the spine of the default path dies (silently), then comes back",
+	"*kill both HCAs of the victim's host",
+	"*a backup fault, then the default HCA dies",
+	"*the default HCA dies, then a backup fault during the handshake or replay",
+	"the default HCA dies, then the peer's during the handshake or replay",
+	"the peer's process stops for a while as the default HCA dies",
+	"*the peer's process is killed",
+	"*the Directory fails its lookups as the default HCA dies",
+}
+
+// mayFail reports whether fault kind k may surface the error.
+func mayFail(k int) bool { return faultKinds[k][0] == '*' }
+
+// failingDirectory is a Directory whose lookups fail once failing is set:
+// the store unreachable or damaged at the failover.
+type failingDirectory struct {
+	*crossnic.MemDirectory
+	failing bool
+}
+
+func (d *failingDirectory) LookupQP(def crossnic.Endpoint) (crossnic.Backup, bool) {
+	if d.failing {
+		return crossnic.Backup{}, false
+	}
+	return d.MemDirectory.LookupQP(def)
+}
+
+func (d *failingDirectory) LookupMR(def crossnic.MRRef) (uint32, bool) {
+	if d.failing {
+		return 0, false
+	}
+	return d.MemDirectory.LookupMR(def)
+}
+
+// schedule runs one seeded fault schedule and returns what it did. Beside
+// the fault kind (faultKinds) a schedule draws the workload of each
+// direction (SENDs or NCCL-Simple WRITEs; multi-SGE, inline, with
+// READs), packet loss, delay and reordering, a receiver that reposts its
+// receives late (RNR), lost ACKs before the fault, an atomic in flight,
+// and now and then the long timers of a large fabric (retry_cnt 7,
+// timeout 20: 4.3 s per try).
 func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, Profile: campaignProfile(seed)}, retry: 3})
+	fault := rng.IntN(len(faultKinds))
+	o := worldOpts{cfg: sim.Config{Seed: seed, Profile: campaignProfile(seed)}, retry: 3, acrossSpines: fault == 7}
+	long := rng.IntN(16) == 0
+	if long {
+		o.retry, o.timeout = 7, 20
+	}
+	mem := crossnic.NewMemDirectory()
+	fdir := &failingDirectory{MemDirectory: mem}
+	w := newWorldWith(t, [2]crossnic.Directory{fdir, fdir}, o)
+	if os.Getenv("IBPATH_SIM_TRACE") != "" {
+		w.f.SetTracer(func(r sim.TraceRecord) { fmt.Printf("%+v\n", r) })
+	}
 	var dirs []int
 	switch rng.IntN(3) {
 	case 0:
@@ -60,14 +152,37 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		dirs = []int{0, 1}
 	}
 	w.sendRx = [2]bool{rng.IntN(2) == 0, rng.IntN(2) == 0}
+	w.load = [2]workload{workload(rng.IntN(8)), workload(rng.IntN(8))}
+	victim := rng.IntN(2)
+	peer := 1 - victim
+	desc := fmt.Sprintf("fault %d (%s) victim %d dirs %v sendRx %v load %v", fault, faultKinds[fault], victim, dirs, w.sendRx, w.load)
+	defer func() {
+		if t.Failed() { // the checker failed the test on the way
+			t.Logf("schedule %d, profile %s: %s", seed, o.cfg.Profile, desc)
+		}
+	}()
+	if long {
+		desc += " retry_cnt 7 timeout 20"
+	}
 	if rng.IntN(2) == 0 {
 		loss := rng.Float64() * 0.02
 		must(t, w.f.SetLoss(w.n[0].hca.Port(1), loss, loss))
+		desc += fmt.Sprintf(" loss %.3f", loss)
+	}
+	if rng.IntN(4) == 0 {
+		d := time.Duration(1+rng.IntN(30)) * time.Microsecond
+		for _, n := range w.n {
+			must(t, w.f.SetDelay(n.hca.Port(1), d))
+			must(t, w.f.SetDelay(n.bak.ctx.(*sim.Context).HCA().Port(1), d))
+		}
+		desc += fmt.Sprintf(" delay %v", d)
+	}
+	if rng.IntN(4) == 0 {
+		k := rng.IntN(2)
+		w.holdRecvs[k] = time.Duration(200+rng.IntN(2000)) * time.Microsecond
+		desc += fmt.Sprintf(" rnr at %d (reposts every %v)", k, w.holdRecvs[k])
 	}
 	w.run(time.Duration(50+rng.IntN(400))*time.Microsecond, dirs...)
-	victim := rng.IntN(2)
-	fault := rng.IntN(6)
-	desc := fmt.Sprintf("dirs %v sendRx %v fault %d victim %d", dirs, w.sendRx, fault, victim)
 	if rng.IntN(2) == 0 { // lose the ACKs of the next few PSNs first
 		psn := w.nextPSN(victim)
 		for k := uint32(0); k < 4; k++ {
@@ -82,39 +197,130 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		w.f.RunFor(time.Duration(rng.IntN(4)) * time.Microsecond)
 		desc += " atomic"
 	}
+	vic, per := w.n[victim], w.n[peer]
+	defHCA := func(n *node) *sim.HCA { return n.hca }
+	bakHCA := func(n *node) *sim.HCA { return n.bak.ctx.(*sim.Context).HCA() }
+	soon := func() time.Duration { return time.Duration(rng.IntN(60)) * time.Microsecond }
+	comesBack := false // the fault heals: traffic must end home
+	killed := false    // the peer's process is gone
 	switch fault {
 	case 0, 1:
-		must(t, w.f.KillHCA(w.n[victim].hca))
+		must(t, w.f.KillHCA(defHCA(vic)))
 	case 2:
-		must(t, w.f.KillHCA(w.n[0].hca))
-		must(t, w.f.KillHCA(w.n[1].hca))
+		must(t, w.f.KillHCA(defHCA(w.n[0])))
+		must(t, w.f.KillHCA(defHCA(w.n[1])))
 	case 3:
-		must(t, w.f.SetLink(w.n[victim].hca.Port(1), false))
-	case 4, 5: // a flap: the link comes back and traffic must go home
-		must(t, w.f.SetLink(w.n[victim].hca.Port(1), false))
+		must(t, w.f.SetLink(defHCA(vic).Port(1), false))
+	case 4, 5:
+		must(t, w.f.SetLink(defHCA(vic).Port(1), false))
 		w.run(time.Duration(1+rng.IntN(20))*time.Millisecond, dirs...)
-		must(t, w.f.SetLink(w.n[victim].hca.Port(1), true))
+		must(t, w.f.SetLink(defHCA(vic).Port(1), true))
+		comesBack = true
+	case 6:
+		leaf := w.f.Leaf("rail0-p1")
+		must(t, w.f.FailSwitch(leaf))
+		w.run(time.Duration(1+rng.IntN(20))*time.Millisecond, dirs...)
+		must(t, w.f.ReviveSwitch(leaf))
+		comesBack = true
+	case 7:
+		// DLIDs 1..4 in HCA order: node0's default path goes by spine 1
+		// (DLID 3), node1's by spine 1 (DLID 1), the backups' by spine 0.
+		sp := w.f.Spine(1)
+		must(t, w.f.FailSwitch(sp))
+		w.run(time.Duration(1+rng.IntN(60))*time.Millisecond, dirs...)
+		must(t, w.f.ReviveSwitch(sp))
+		comesBack = true
+	case 8:
+		must(t, w.f.KillHCA(defHCA(vic)))
+		must(t, w.f.KillHCA(bakHCA(vic)))
+	case 9:
+		switch rng.IntN(3) {
+		case 0:
+			must(t, w.f.KillHCA(bakHCA(w.n[rng.IntN(2)])))
+		case 1:
+			must(t, w.f.SetLink(bakHCA(w.n[rng.IntN(2)]).Port(1), false))
+		default:
+			must(t, w.f.FailSwitch(w.f.Leaf("rail1-p1")))
+		}
+		w.run(soon(), dirs...)
+		must(t, w.f.KillHCA(defHCA(vic)))
+	case 10:
+		must(t, w.f.KillHCA(defHCA(vic)))
+		w.run(soon(), dirs...)
+		who := w.n[rng.IntN(2)]
+		if rng.IntN(2) == 0 {
+			must(t, w.f.KillHCA(bakHCA(who)))
+		} else {
+			must(t, w.f.SetLink(bakHCA(who).Port(1), false))
+			w.run(time.Duration(rng.IntN(5000))*time.Microsecond, dirs...)
+			must(t, w.f.SetLink(bakHCA(who).Port(1), true))
+		}
+	case 11:
+		must(t, w.f.KillHCA(defHCA(vic)))
+		w.run(soon(), dirs...)
+		must(t, w.f.KillHCA(defHCA(per)))
+	case 12:
+		w.stopped[peer] = true
+		must(t, w.f.KillHCA(defHCA(vic)))
+		w.run(time.Duration(1+rng.IntN(50))*time.Millisecond, dirs...)
+		w.stopped[peer] = false
+	case 13:
+		// The kernel destroys a dead process's QPs: its peer's packets
+		// go unanswered on both paths.
+		w.stopped[peer] = true
+		killed = true
+		must(t, per.def.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState))
+		must(t, per.bak.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState))
+	case 14:
+		fdir.failing = true
+		must(t, w.f.KillHCA(defHCA(vic)))
 	}
 	w.run(time.Duration(200+rng.IntN(800))*time.Microsecond, dirs...)
-	if fault >= 4 {
-		w.run(60*time.Millisecond, dirs...) // probes succeed, fences drain
+	if comesBack {
+		w.run(40*time.Millisecond, dirs...) // probes succeed, fences drain
+	}
+	if long {
+		w.run(40 * time.Second) // 8 tries of 4.3 s, then the handshake
 	}
 	w.run(30 * time.Millisecond) // drain
+	for k := 0; k < 100 && mayFail(fault) && w.check(dirs...) != nil; k++ {
+		// No way left: the error takes the retries of the backup path
+		// (and the handshake's bound) to surface.
+		w.run(10 * time.Millisecond)
+	}
+	if killed {
+		// The dead process's sends and receives are nobody's concern.
+		dirs = slices.DeleteFunc(dirs, func(i int) bool { return i == peer })
+	}
 	surfaced := false
 	for _, n := range w.n {
 		if sq, _ := n.conn.State(); sq == fsm.SQSurfaced {
 			surfaced = true
 		}
 	}
-	if surfaced && !atomic {
-		return desc, fmt.Errorf("a connection surfaced without an atomic in flight: %s / %s", w.n[0].conn.Reason(), w.n[1].conn.Reason())
+	// A READ executed at the peer before a notification it consumed, its
+	// response lost in the fault, is not replayed (ErrReadUnanswered):
+	// that side's error surfaces, and its peer's with it.
+	readRefused := false
+	for _, n := range w.n {
+		readRefused = readRefused || strings.Contains(n.conn.Reason(), crossnic.ErrReadUnanswered.Error())
 	}
-	if fault >= 4 && !surfaced {
+	if surfaced && !atomic && !mayFail(fault) && !readRefused {
+		return desc, fmt.Errorf("a connection surfaced without an atomic in flight or a fault that leaves no way: %s / %s", w.n[0].conn.Reason(), w.n[1].conn.Reason())
+	}
+	if comesBack && !surfaced {
 		for _, n := range w.n {
 			if sq, rq := n.conn.State(); sq != fsm.SQDefault || rq != fsm.RQDefault {
-				return desc, fmt.Errorf("%s did not switch back after the flap: %v/%v (%s) %+v", n.name, sq, rq, n.conn.Reason(), n.conn.Stats())
+				return desc, fmt.Errorf("%s did not switch back after the fault healed: %v/%v (%s) %+v", n.name, sq, rq, n.conn.Reason(), n.conn.Stats())
 			}
 		}
+	}
+	tl.kinds[fault]++
+	if surfaced {
+		tl.surfaced[fault]++
+	}
+	if readRefused {
+		tl.readsRefused++
 	}
 	for _, n := range w.n {
 		st := n.conn.Stats()
@@ -127,16 +333,21 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 			tl.failovers++
 		}
 	}
-	if err := w.check(dirs...); err != nil {
+	check := w.check
+	if killed || long {
+		// A sender whose peer is gone, or whose QPs wait out 4.3 s
+		// tries, may still have rounds pending, as without ibpath.
+		check = w.checkSafe
+	}
+	if err := check(dirs...); err != nil {
 		return desc, err
 	}
-	if atomic {
+	if atomic && !killed {
 		if err := w.atomicOnce(victim); err != nil {
 			return desc, err
 		}
 		tl.atomics++
-		peer := w.n[1-victim]
-		tl.atomicsExecuted += int(binary.LittleEndian.Uint64(peer.buf[len(peer.buf)-8:]))
+		tl.atomicsExecuted += int(binary.LittleEndian.Uint64(per.buf[len(per.buf)-8:]))
 		if w.atoms[victim][0].Status == verbs.WCSuccess {
 			tl.atomicsOK++
 		} else {
@@ -148,6 +359,9 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 			if err := w.exactlyOnce(i); err != nil {
 				return desc, err
 			}
+			continue
+		}
+		if killed || long {
 			continue
 		}
 		if err := w.delivered(i); err != nil {
@@ -211,18 +425,32 @@ func TestCrossNICCampaign(t *testing.T) {
 	if testing.Short() {
 		runs = 100
 	}
-	var tl tally
-	for s := uint64(1); s <= uint64(runs); s++ {
-		if *campaignSeed != 0 && s != *campaignSeed {
-			continue
-		}
-		desc, err := schedule(t, s, &tl)
+	var (
+		mu sync.Mutex
+		tl tally
+	)
+	seedWorkers(t, runs, *campaignSeed, func(t *testing.T, s uint64) {
+		var one tally
+		desc, err := schedule(t, s, &one)
 		if err != nil {
 			t.Fatalf("schedule %d, profile %s (%s): %v\nreproduce: go test ./crossnic -run TestCrossNICCampaign -crossnic.seed %d -v", s, campaignProfile(s), desc, err, s)
 		}
+		mu.Lock()
+		tl.add(one)
+		mu.Unlock()
+	})
+	if t.Failed() {
+		return
 	}
-	t.Logf("%d schedules: %+v", runs, tl)
-	if *campaignSeed == 0 && (tl.failovers < runs || tl.delivered == 0 || tl.replayed == 0 || tl.recvsMoved == 0 || tl.switchBacks == 0 ||
+	if *campaignSeed != 0 {
+		runs = 1
+	}
+	t.Logf("%d schedules: failovers %d, faults %d, delivered %d, replayed %d, receives moved %d, switch backs %d; atomics %d (executed %d, ok %d, failed %d); unanswered READs refused %d",
+		runs, tl.failovers, tl.faults, tl.delivered, tl.replayed, tl.recvsMoved, tl.switchBacks, tl.atomics, tl.atomicsExecuted, tl.atomicsOK, tl.atomicsFailed, tl.readsRefused)
+	for k, name := range faultKinds {
+		t.Logf("fault %2d %-70s %5d schedules, %4d surfaced", k, name, tl.kinds[k], tl.surfaced[k])
+	}
+	if *campaignSeed == 0 && (tl.failovers < runs/2 || tl.delivered == 0 || tl.replayed == 0 || tl.recvsMoved == 0 || tl.switchBacks == 0 ||
 		tl.atomicsExecuted == 0 || tl.atomicsOK == 0 || tl.atomicsFailed == 0) {
 		t.Fatalf("the campaign did not exercise failover fully: %+v", tl)
 	}

@@ -25,6 +25,38 @@ const (
 	nrecvs   = 64 // receives each node keeps posted (wr_ids recvWRID+k)
 )
 
+// workload varies how a round of the WRITE workload is posted: the bulk
+// WRITE with two SGEs, inline (its source slot scribbled over at once,
+// as an application may after an inline post), and an RDMA READ of the
+// peer's fixed region between the WRITE and the notification.
+type workload uint8
+
+const (
+	wlMultiSGE workload = 1 << iota
+	wlInline
+	wlRead
+)
+
+func (l workload) String() string {
+	var b strings.Builder
+	for k, name := range []string{"multi-sge", "inline", "read"} {
+		if l&(1<<k) != 0 {
+			if b.Len() > 0 {
+				b.WriteByte('+')
+			}
+			b.WriteString(name)
+		}
+	}
+	if b.Len() == 0 {
+		return "plain"
+	}
+	return b.String()
+}
+
+// readWRID is the wr_id of round r's READ (wlRead): apart from the
+// sends' 2r, 2r+1 and the receives'.
+func readWRID(r int) uint64 { return 1<<40 + 1 + uint64(r) }
+
 // isRecvWRID says whether wr_id is one of the world's receives (the opcode
 // of an error completion is undefined).
 func isRecvWRID(id uint64) bool { return id >= recvWRID && id < recvWRID+nrecvs }
@@ -52,6 +84,16 @@ type world struct {
 	refused [2]bool     // a post failed (EIO): the sender stopped
 	lazy    [2]int      // poll that node only every lazy-th pump (0: every pump)
 	pumps   int
+	wc      [32]verbs.WC // pump's poll buffer
+	polled  int          // completions the last pump delivered
+	stopped [2]bool      // that node's process is stopped: never polled, nothing posted
+	load    [2]workload  // how each node's rounds are built (WRITE workload)
+	// holdRecvs: that node reposts the receives it consumed only every
+	// holdRecvs of virtual time, in a burst (its peer's SENDs meet an
+	// empty receive queue meanwhile: RNR); held are those waiting
+	holdRecvs [2]time.Duration
+	held      [2][]uint64
+	heldAt    [2]time.Duration
 	// What each application posted and saw complete, in order, send and
 	// receive queues apart (wr_ids: an error completion's opcode is
 	// undefined); atoms holds the completions of atomics (atomicWRID).
@@ -92,6 +134,40 @@ type worldOpts struct {
 	handshake  time.Duration
 	rnrRetry   uint8 // rnr_retry of every QP (0: 7, without end)
 	noRecvs    bool  // the nodes post no receives at the start
+	timeout    uint8 // local ACK timeout of every QP (0: 10, 4 ms)
+	// acrossSpines: each HCA hangs off a leaf of its own, so all traffic
+	// crosses a spine (the DLID picks which); else the rails' leaves
+	// join the hosts' HCAs of one rail directly
+	acrossSpines bool
+}
+
+// worldFabric builds the fabric of two hosts with two single-port HCAs
+// each (mlx5_0 for the default QPs, mlx5_1 for the backups).
+func worldFabric(o worldOpts) (*sim.Fabric, error) {
+	if !o.acrossSpines {
+		return sim.NewRailFabric(sim.RailSpec{Config: o.cfg, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	}
+	f := sim.New(o.cfg)
+	for i := 0; i < 2; i++ {
+		h, err := f.AddHost(fmt.Sprintf("node%d", i))
+		if err != nil {
+			return nil, err
+		}
+		for r := 0; r < 2; r++ {
+			leaf, err := f.AddLeaf(fmt.Sprintf("leaf%d-%d", i, r))
+			if err != nil {
+				return nil, err
+			}
+			a, err := h.AddHCA(sim.HCASpec{Name: fmt.Sprintf("mlx5_%d", r), Ports: 1})
+			if err != nil {
+				return nil, err
+			}
+			if err := f.Cable(a.Port(1), leaf); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return f, nil
 }
 
 // forProfiles runs fn once per vendor profile of the simulator, each as a
@@ -113,12 +189,15 @@ func newWorldProfile(t testing.TB, seed uint64, p sim.Profile) *world {
 // configuration and retry count.
 func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world {
 	wrapBak := o.wrapBak
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: o.cfg, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	f, err := worldFabric(o)
 	must(t, err)
 	w := &world{t: t, f: f}
 	for i, name := range []string{"node0", "node1"} {
 		h := f.Host(name)
-		buf := make([]byte, 2*nslots*slot+8)
+		buf := make([]byte, 4*nslots*slot+8)
+		for k := 0; k < nslots; k++ {
+			copy(buf[(2*nslots+k)*slot:], fixedPattern(k))
+		}
 		w.n[i] = &node{name: name, buf: buf, hca: h.HCA("mlx5_0"),
 			def: openSide(t, h, "mlx5_0", buf), bak: openSideSkip(t, h, "mlx5_1", buf, 3)}
 	}
@@ -127,8 +206,12 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 	if rnr == 0 {
 		rnr = 7
 	}
+	timeout := o.timeout
+	if timeout == 0 {
+		timeout = 10
+	}
 	for _, p := range [][2]*side{{a.def, b.def}, {b.def, a.def}, {a.bak, b.bak}, {b.bak, a.bak}} {
-		connectRNR(t, p[0], p[1], o.retry, rnr)
+		connectTimeout(t, p[0], p[1], o.retry, rnr, timeout)
 	}
 	// Shadow attributes published in advance; each side translates its
 	// own lkeys and the peer's rkeys.
@@ -155,6 +238,7 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: defCQ},
 			crossnic.Leg{Ctx: me.bak.ctx, QP: bakQP, CQ: me.bak.cq}, keys, false)
 		must(t, err)
+		me.conn.SetMemReader(me.read)
 		switch {
 		case !o.noRecovery:
 			must(t, me.conn.EnableRecovery(crossnic.Recovery{Clock: f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: o.handshake}))
@@ -176,10 +260,28 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 }
 
 // Memory layout of a node's buffer: [0, nslots*slot) is what it sends,
-// [nslots*slot, 2*nslots*slot) what its peer writes or sends into, and
-// the last 8 bytes a counter for atomics.
-func (n *node) outAddr(s int) uint64 { return n.def.mr.Addr() + uint64(s*slot) }
-func (n *node) inAddr(s int) uint64  { return n.def.mr.Addr() + uint64((nslots+s)*slot) }
+// [nslots*slot, 2*nslots*slot) what its peer writes or sends into,
+// [2*nslots*slot, 3*nslots*slot) a fixed region its peer READs
+// (fixedPattern), [3*nslots*slot, 4*nslots*slot) where its READs land,
+// and the last 8 bytes a counter for atomics.
+func (n *node) outAddr(s int) uint64   { return n.def.mr.Addr() + uint64(s*slot) }
+func (n *node) inAddr(s int) uint64    { return n.def.mr.Addr() + uint64((nslots+s)*slot) }
+func (n *node) fixedAddr(s int) uint64 { return n.def.mr.Addr() + uint64((2*nslots+s)*slot) }
+func (n *node) readAddr(s int) uint64  { return n.def.mr.Addr() + uint64((3*nslots+s)*slot) }
+func (n *node) readBytes(s int) []byte { return n.buf[(3*nslots+s)*slot : (3*nslots+s+1)*slot] }
+
+// read is the node's MemReader: its buffer, which is all the memory its
+// WRs name.
+func (n *node) read(addr uint64, k uint32) []byte {
+	base := n.def.mr.Addr()
+	if addr < base || addr+uint64(k) > base+uint64(len(n.buf)) {
+		return nil
+	}
+	return n.buf[addr-base : addr-base+uint64(k)]
+}
+
+// fixedPattern is the content of slot s of every node's fixed region.
+func fixedPattern(s int) []byte { return pattern(128 + s) }
 func (n *node) recvSGE(k int) verbs.SGE {
 	return verbs.SGE{Addr: n.inAddr(k % nslots), Length: slot, LKey: n.def.mr.LKey()}
 }
@@ -190,43 +292,64 @@ func (w *world) post(i, r int) error {
 	me, peer := w.n[i], w.n[1-i]
 	s := r % nslots
 	copy(me.buf[s*slot:(s+1)*slot], pattern(r))
+	lkey := me.def.mr.LKey()
 	var wrs []verbs.SendWR
 	if w.sendRx[i] {
 		wrs = []verbs.SendWR{{WRID: uint64(2*r + 1), Opcode: verbs.WRSendWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(r),
-			SGList: []verbs.SGE{{Addr: me.outAddr(s), Length: slot, LKey: me.def.mr.LKey()}}}}
+			SGList: []verbs.SGE{{Addr: me.outAddr(s), Length: slot, LKey: lkey}}}}
 	} else {
-		wrs = []verbs.SendWR{
-			{WRID: uint64(2 * r), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: me.outAddr(s), Length: slot, LKey: me.def.mr.LKey()}},
-				RemoteAddr: peer.inAddr(s), RKey: peer.def.mr.RKey()},
-			{WRID: uint64(2*r + 1), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(r),
-				RemoteAddr: peer.inAddr(s), RKey: peer.def.mr.RKey()},
+		bulk := verbs.SendWR{WRID: uint64(2 * r), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: me.outAddr(s), Length: slot, LKey: lkey}},
+			RemoteAddr: peer.inAddr(s), RKey: peer.def.mr.RKey()}
+		if w.load[i]&wlMultiSGE != 0 {
+			bulk.SGList = []verbs.SGE{{Addr: me.outAddr(s), Length: slot / 4, LKey: lkey}, {Addr: me.outAddr(s) + slot/4, Length: slot - slot/4, LKey: lkey}}
 		}
+		if w.load[i]&wlInline != 0 {
+			bulk.SendFlags |= verbs.SendInline
+		}
+		wrs = []verbs.SendWR{bulk}
+		if w.load[i]&wlRead != 0 {
+			clear(me.readBytes(s))
+			wrs = append(wrs, verbs.SendWR{WRID: readWRID(r), Opcode: verbs.WRRDMARead,
+				SGList:     []verbs.SGE{{Addr: me.readAddr(s), Length: slot, LKey: lkey}},
+				RemoteAddr: peer.fixedAddr(s), RKey: peer.def.mr.RKey()})
+		}
+		wrs = append(wrs, verbs.SendWR{WRID: uint64(2*r + 1), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(r),
+			RemoteAddr: peer.inAddr(s), RKey: peer.def.mr.RKey()})
 	}
 	n, err := me.conn.PostSend(wrs)
 	for _, wr := range wrs[:n] {
 		w.posted[i] = append(w.posted[i], wr.WRID)
 	}
+	if n > 0 && w.load[i]&wlInline != 0 && !w.sendRx[i] {
+		// The inline data was copied at the post: the application may
+		// reuse its buffer now, and a replay must still send the round.
+		clear(me.buf[s*slot : (s+1)*slot])
+	}
 	return err
 }
 
-// pump delivers async events of the default devices and polls both nodes
+// pump delivers async events of both devices and polls both nodes
 // (a lazy one only now and then).
 func (w *world) pump() {
 	w.pumps++
+	w.polled = 0
 	for i, me := range w.n {
-		if w.lazy[i] > 1 && w.pumps%w.lazy[i] != 0 {
+		if w.stopped[i] || w.lazy[i] > 1 && w.pumps%w.lazy[i] != 0 {
 			continue
 		}
-		for {
-			ev, err := me.def.ctx.GetAsyncEvent()
-			if err != nil {
-				break
+		for _, ctx := range []verbs.Context{me.def.ctx, me.bak.ctx} {
+			for {
+				ev, err := ctx.GetAsyncEvent()
+				if err != nil {
+					break
+				}
+				me.conn.HandleEvent(ctx, ev, 1)
+				ctx.AckAsyncEvent(ev)
 			}
-			me.conn.HandleEvent(me.def.ctx, ev, 1)
-			me.def.ctx.AckAsyncEvent(ev)
 		}
 		me.conn.Tick()
-		wc := make([]verbs.WC, 32)
+		w.releaseHeld(i)
+		wc := w.wc[:]
 		for {
 			n, err := me.conn.Poll(wc)
 			if err != nil {
@@ -235,6 +358,7 @@ func (w *world) pump() {
 			if n == 0 {
 				break
 			}
+			w.polled += n
 			for _, c := range wc[:n] {
 				w.onWC(i, c)
 			}
@@ -262,6 +386,12 @@ func (w *world) onWC(i int, c verbs.WC) {
 	}
 	if c.Opcode != verbs.WCRecv && c.Opcode != verbs.WCRecvRDMAWithImm {
 		w.done[i] = append(w.done[i], c.WRID)
+		if r := int(c.WRID / 2); w.load[i]&wlRead != 0 && !w.sendRx[i] {
+			// The round's READ, posted before, completed with it.
+			if s := r % nslots; !bytes.Equal(me.readBytes(s), fixedPattern(s)) {
+				w.t.Fatalf("%s: round %d completed without its READ's data at %v: %v sendSeq %v posted %v got %x", me.name, r, w.f.Now(), c, w.sendSeq[i], w.posted[i], me.readBytes(s)[:8])
+			}
+		}
 		return
 	}
 	r := int(c.ImmData)
@@ -270,15 +400,35 @@ func (w *world) onWC(i int, c verbs.WC) {
 		w.t.Fatalf("%s: notification %d arrived without its data", me.name, r)
 	}
 	w.notifs[i] = append(w.notifs[i], c.ImmData)
-	// Replace the consumed receive (same slot layout).
-	k := int(c.WRID - recvWRID)
-	if _, err := me.conn.PostRecv([]verbs.RecvWR{{WRID: c.WRID, SGList: []verbs.SGE{me.recvSGE(k)}}}); err != nil {
+	if w.holdRecvs[i] > 0 {
+		w.held[i] = append(w.held[i], c.WRID)
+		return
+	}
+	w.repost(i, c.WRID)
+}
+
+// repost replaces a consumed receive (same slot layout).
+func (w *world) repost(i int, wrid uint64) {
+	me := w.n[i]
+	k := int(wrid - recvWRID)
+	if _, err := me.conn.PostRecv([]verbs.RecvWR{{WRID: wrid, SGList: []verbs.SGE{me.recvSGE(k)}}}); err != nil {
 		if errors.Is(err, verbs.EIO) {
 			return // its device died, as plain verbs report: not posted
 		}
 		w.t.Fatalf("%s: repost receive: %v", me.name, err)
 	}
-	w.rposted[i] = append(w.rposted[i], c.WRID)
+	w.rposted[i] = append(w.rposted[i], wrid)
+}
+
+// releaseHeld reposts node i's held receives once holdRecvs passed.
+func (w *world) releaseHeld(i int) {
+	if now := w.f.Now(); len(w.held[i]) > 0 && now-w.heldAt[i] >= w.holdRecvs[i] {
+		w.heldAt[i] = now
+		for _, id := range w.held[i] {
+			w.repost(i, id)
+		}
+		w.held[i] = w.held[i][:0]
+	}
 }
 
 // inOrder checks what node i's application saw complete against what it
@@ -320,20 +470,28 @@ func (w *world) dead(i int) bool {
 }
 
 // run drives rounds from the senders in dirs for d of virtual time,
-// keeping at most window rounds unconfirmed per sender.
+// keeping at most window rounds unconfirmed per sender. The world moves
+// in steps of 5 µs; when it has nothing to do (nothing posted, nothing
+// polled) it moves to the fabric's next event at once, up to idleStep
+// (a long local ACK timeout, a stopped peer): the Conns' own timers
+// then run up to idleStep late, as in an application that polls slowly.
+// Not with a lazy node, whose pace is counted in 5 µs steps.
 func (w *world) run(d time.Duration, dirs ...int) {
+	const step, idleStep = 5 * time.Microsecond, 500 * time.Microsecond
 	end := w.f.Now() + d
-	for w.f.Now() < end {
+	for now := w.f.Now(); now < end; now = w.f.Now() {
+		posted := false
 		for _, i := range dirs {
 			// credits: no more than nslots/2 rounds ahead of what the
 			// peer's application consumed, as a real sender's flow
 			// control (a lazy peer must not have its slots overwritten)
 			credit := w.sent[i]-len(w.notifs[1-i]) < nslots/2
-			if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && credit && len(w.errs[i]) == 0 && !w.refused[i] {
+			if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && credit && len(w.errs[i]) == 0 && !w.refused[i] && !w.stopped[i] {
 				err := w.post(i, w.sent[i])
 				switch {
 				case err == nil:
 					w.sent[i]++
+					posted = true
 				case errors.Is(err, verbs.EIO):
 					// Refused, as plain verbs would once the error
 					// surfaced: not sent, and nothing more is posted.
@@ -343,7 +501,14 @@ func (w *world) run(d time.Duration, dirs ...int) {
 				}
 			}
 		}
-		w.f.RunFor(5 * time.Microsecond)
+		next := now + step
+		if !posted && w.polled == 0 && w.lazy == [2]int{} {
+			next = now + idleStep
+			if at, ok := w.f.NextEvent(); ok && at < next {
+				next = max(at, now+step)
+			}
+		}
+		w.f.RunUntil(min(next, end))
 		w.pump()
 	}
 }

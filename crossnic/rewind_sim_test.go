@@ -54,9 +54,9 @@ func openSideSkip(t testing.TB, h *sim.Host, dev string, buf []byte, skip int) *
 		must(t, err)
 	}
 	s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTRC,
-		Cap: verbs.QPCap{MaxSendWR: qcap, MaxRecvWR: qcap, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: qcap, MaxRecvWR: qcap, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: slot}})
 	must(t, err)
-	s.mr, err = s.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
+	s.mr, err = s.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	must(t, err)
 	return s
 }
@@ -67,9 +67,14 @@ func connect(t testing.TB, a, b *side) { connectRetry(t, a, b, 3) }
 func connectRetry(t testing.TB, a, b *side, retry uint8) { connectRNR(t, a, b, retry, 7) }
 
 // connectRNR is connectRetry with the given rnr_retry (7: without end).
-// The QP allows remote WRITEs and atomics, as the application's MRs do.
-func connectRNR(t testing.TB, a, b *side, retry, rnr uint8) {
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic},
+func connectRNR(t testing.TB, a, b *side, retry, rnr uint8) { connectTimeout(t, a, b, retry, rnr, 10) }
+
+// connectTimeout is connectRNR with the given local ACK timeout
+// (4.096 µs·2^timeout). The QP allows remote WRITEs, READs and atomics,
+// as the application's MRs do.
+func connectTimeout(t testing.TB, a, b *side, retry, rnr, timeout uint8) {
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
+		QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := b.ctx.QueryPort(1)
 	must(t, err)
@@ -77,7 +82,7 @@ func connectRNR(t testing.TB, a, b *side, retry, rnr uint8) {
 		PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: retry, RNRRetry: rnr, MaxRdAtomic: 1},
+	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: timeout, RetryCnt: retry, RNRRetry: rnr, MaxRdAtomic: 1},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
 			verbs.QPAttrMaxQPRdAtomic))
 }
@@ -95,13 +100,20 @@ func poll(t testing.TB, cq verbs.CQ) []verbs.WC {
 	}
 }
 
-func pattern(round int) []byte {
-	b := make([]byte, slot)
-	for i := range b {
-		b[i] = byte(round*31 + i)
+// pattern is the content of round's slot (shared: callers only read it).
+func pattern(round int) []byte { return patterns[uint8(round)] }
+
+// patterns holds the 256 distinct patterns (31·round mod 256 depends on
+// round mod 256 only), built once: the campaigns check every round.
+var patterns = func() (p [256][]byte) {
+	for r := range p {
+		p[r] = make([]byte, slot)
+		for i := range p[r] {
+			p[r][i] = byte(r*31 + i)
+		}
 	}
-	return b
-}
+	return p
+}()
 
 // TestRewindAfterLostAckDeliversNotificationsOnce: NCCL-Simple traffic (a
 // bulk WRITE, then a WRITE_WITH_IMM notification) from A to B. The ACK of

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,7 +103,7 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 		w.run(after, dirs...)
 		flap(k2, down2)
 	}
-	w.run(80*time.Millisecond, dirs...)
+	w.run(20*time.Millisecond, dirs...)
 	// No new rounds: the ends must come home within a few handshake
 	// timeouts whatever happened.
 	home := func() bool {
@@ -186,26 +187,26 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if testing.Short() {
 		runs = 40
 	}
-	failed, surfaced, twice := 0, 0, 0
-	for s := uint64(1); s <= uint64(runs) && failed < 5; s++ {
-		if *switchSeed != 0 && s != *switchSeed {
-			continue
+	var failed, surfaced, twice atomic.Int64
+	seedWorkers(t, runs, *switchSeed, func(t *testing.T, s uint64) {
+		if failed.Load() >= 5 {
+			t.SkipNow()
 		}
 		ok := t.Run(fmt.Sprint(s), func(t *testing.T) {
 			desc, err := flapSchedule(t, s)
 			if strings.Contains(desc, "then after") {
-				twice++
+				twice.Add(1)
 			}
 			switch {
 			case errors.Is(err, errSurfaced):
-				surfaced++
+				surfaced.Add(1)
 			case err != nil:
 				t.Fatalf("%s: %v\nreproduce: go test ./crossnic -run TestSwitchBackCampaign -crossnic.switchseed %d -v", desc, err, s)
 			}
 		})
 		if !ok {
-			failed++
+			failed.Add(1)
 		}
-	}
-	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced", runs, twice, surfaced)
+	})
+	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced", runs, twice.Load(), surfaced.Load())
 }

@@ -152,6 +152,10 @@ func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
 	return p.gids[index], nil
 }
 
+// errNoEvent is GetAsyncEvent's answer when nothing is pending: built once,
+// as callers poll for events far more often than events come.
+var errNoEvent = verbs.Errorf("ibv_get_async_event", verbs.EAGAIN, "no event pending")
+
 // GetAsyncEvent implements ibv_get_async_event on a non-blocking fd.
 func (c *Context) GetAsyncEvent() (verbs.AsyncEvent, error) {
 	f := c.fab()
@@ -161,7 +165,7 @@ func (c *Context) GetAsyncEvent() (verbs.AsyncEvent, error) {
 		return verbs.AsyncEvent{}, verbs.Errorf("ibv_get_async_event", verbs.EINVAL, "device context closed")
 	}
 	if len(c.events) == 0 {
-		return verbs.AsyncEvent{}, verbs.Errorf("ibv_get_async_event", verbs.EAGAIN, "no event pending")
+		return verbs.AsyncEvent{}, errNoEvent
 	}
 	ev := c.events[0]
 	c.events[0] = verbs.AsyncEvent{}

@@ -173,6 +173,18 @@ func (f *Fabric) Pending() int {
 	return len(f.events)
 }
 
+// NextEvent reports when the next scheduled event is due; false when
+// nothing is scheduled. A driver with nothing of its own to do before
+// then may advance the clock that far at once.
+func (f *Fabric) NextEvent() (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.events) == 0 {
+		return 0, false
+	}
+	return f.events[0].at, true
+}
+
 // Step processes the next scheduled event, advancing virtual time to it.
 // It reports false when nothing is scheduled.
 func (f *Fabric) Step() bool {
