@@ -75,6 +75,10 @@ func (w *world) nextPSN(i int) uint32 {
 	return uint32(2 * w.sent[i])
 }
 
+// traceHook, when set, sees each schedule's fabric before it runs
+// (TestScheduleDeterministic; not for parallel use).
+var traceHook func(*sim.Fabric)
+
 // faultKinds names the campaign's faults (schedule). Those marked with a
 // star in their name leave no healthy backup path for some QP, or take a
 // peer away: the error may then surface (cleanly); on the others no
@@ -141,6 +145,9 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	w := newWorldWith(t, [2]crossnic.Directory{fdir, fdir}, o)
 	if os.Getenv("IBPATH_SIM_TRACE") != "" {
 		w.f.SetTracer(func(r sim.TraceRecord) { fmt.Printf("%+v\n", r) })
+	}
+	if traceHook != nil {
+		traceHook(w.f)
 	}
 	var dirs []int
 	switch rng.IntN(3) {
