@@ -76,6 +76,7 @@ type Fabric struct {
 	nextLID  uint16
 	smLID    uint16
 	drops    []psnDrop
+	holds    []psnHold
 	tracer   func(TraceRecord)
 	pktFree  []*packet
 	stats    Stats

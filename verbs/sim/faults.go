@@ -297,6 +297,53 @@ func (f *Fabric) matchDrop(p *packet) bool {
 	return false
 }
 
+// psnHold is a one-shot rule holding the request of requester QP qp whose
+// PSN range holds psn in the fabric until virtual time until.
+type psnHold struct {
+	qp    *QP
+	psn   uint32
+	until time.Duration
+}
+
+// HoldRequest holds in the fabric, once, the next request of requester qp
+// whose PSN range holds psn, and delivers it at virtual time until (or
+// when it would have arrived, if that is later): a packet delayed in a
+// switch buffer, as SetDelay delays every packet of a port, but one
+// chosen packet and for as long as a test needs. The requester hears
+// nothing and retransmits at its local ACK timeout, as for a lost packet;
+// the held packet arrives afterwards, a stale copy carrying the payload
+// it was sent with, at whatever the destination QP is by then: a later
+// incarnation of it after a reset takes or rejects it by its PSN alone,
+// as an HCA does (packets carry no incarnation).
+func (f *Fabric) HoldRequest(qp verbs.QP, psn uint32, until time.Duration) error {
+	q, ok := qp.(*QP)
+	if !ok || q == nil {
+		return fmt.Errorf("sim: hold rule: not a simulated QP")
+	}
+	if psn > psnMask {
+		return fmt.Errorf("sim: hold rule: psn %#x exceeds 24 bits", psn)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holds = append(f.holds, psnHold{qp: q, psn: psn, until: until})
+	return nil
+}
+
+// matchHold applies (and consumes) a hold rule matching p: the time p is
+// to arrive at, at the earliest.
+func (f *Fabric) matchHold(p *packet) (time.Duration, bool) {
+	if p.kind != pktRequest {
+		return 0, false
+	}
+	for i, h := range f.holds {
+		if x := psnDiff(h.psn, p.psn); h.qp == p.owner && x >= 0 && x < int32(p.npkts) {
+			f.holds = append(f.holds[:i], f.holds[i+1:]...)
+			return h.until, true
+		}
+	}
+	return 0, false
+}
+
 // SetLID gives port p a new base LID (aligned to its LMC), as an SM
 // re-sweep does, and raises LID_CHANGE. Peers addressing the old LID lose
 // their packets.

@@ -407,3 +407,65 @@ func TestDelayReordersAndPSNRecovers(t *testing.T) {
 		t.Fatal("no sequence NAK: the delay did not reorder anything")
 	}
 }
+
+// TestHoldRequestDeliversStaleCopy: a held request reaches its responder
+// only at the time given, with the payload it was sent with; meanwhile
+// the requester retransmits it at its local ACK timeout, as for a lost
+// packet, and goes on. Arriving while the same incarnation of the QP pair
+// runs, the held copy is a duplicate and executes nothing; arriving after
+// both QPs were reset and connected again, a new incarnation takes or
+// rejects it by its PSN alone: from the same PSN it executes (a stale
+// write over newer data), from another it does not.
+func TestHoldRequestDeliversStaleCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		reset    bool
+		psn      uint32 // of the new incarnation
+		executes bool
+	}{
+		{"same incarnation", false, 0, false},
+		{"reset, same PSN", true, 100, true},
+		{"reset, other PSN", true, 0x654321, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newConn(t, connOpts{}) // PSNs from 100, local ACK timeout 4.2 ms
+			until := c.f.Now() + 20*time.Millisecond
+			must(t, c.f.HoldRequest(c.a.qp, 100, until))
+			fill(c.a.buf[:8], 1)
+			c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+			c.run(time.Millisecond)
+			if len(c.a.poll(t)) != 0 || c.b.buf[0] != 0 {
+				t.Fatal("the held request arrived before its time")
+			}
+			c.run(9 * time.Millisecond) // the retransmission
+			if wcs := c.a.poll(t); len(wcs) != 1 || wcs[0].Status != verbs.WCSuccess {
+				t.Fatalf("after the local ACK timeout: %+v, want the retransmission's success", wcs)
+			}
+			fill(c.a.buf[:8], 2)
+			c.a.post(t, write(2, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+			c.run(time.Millisecond)
+			if len(c.a.poll(t)) != 1 || c.b.buf[0] != 2 {
+				t.Fatal("the second write did not land")
+			}
+			if tc.reset {
+				for _, e := range []*end{c.a, c.b} {
+					must(t, e.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState))
+				}
+				o := defaults(connOpts{psn: tc.psn})
+				connectRC(t, c.a, c.b, o)
+				connectRC(t, c.b, c.a, o)
+			}
+			c.run(until - c.f.Now() + time.Millisecond)
+			want := byte(2)
+			if tc.executes {
+				want = 1
+			}
+			if c.b.buf[0] != want {
+				t.Fatalf("after the held copy arrived the responder holds %d, want %d", c.b.buf[0], want)
+			}
+			if w := c.a.poll(t); len(w) != 0 {
+				t.Fatalf("the held copy's answer completed something at the requester: %+v", w)
+			}
+		})
+	}
+}

@@ -174,6 +174,15 @@ func (f *Fabric) transmit(q *QP, pa *path, p *packet, bytes uint32) bool {
 	src.busyUntil = start + ser
 	p.sentAt, p.leftAt = f.now, start+ser
 	at := start + ser + lat - f.now
+	if until, held := f.matchHold(p); held {
+		// Held in the fabric: it carries what it was sent with, whatever
+		// the requester's memory and WQE hold when it arrives.
+		detach(p)
+		at = max(at, until-f.now)
+		if f.tracer != nil {
+			f.trace(src.hca, "fault", "%s qp %#x psn %d held in the fabric until %v", kindName(p), q.qpn, p.psn, f.now+at)
+		}
+	}
 	f.schedule(at, event{kind: evPacket, pkt: p})
 	if f.tracer != nil {
 		f.trace(src.hca, "tx", "%s qp %#x -> %v qp %#x psn %d n %d", kindName(p), q.qpn, dst, p.dqpn, p.psn, p.npkts)
@@ -246,15 +255,24 @@ func (f *Fabric) deliver(p *packet) {
 func (f *Fabric) detachInflight(q *QP) {
 	for i := range f.events {
 		p := f.events[i].pkt
-		if p == nil || p.owner != q || p.kind != pktRequest || p.wqe == nil {
+		if p == nil || p.owner != q || p.kind != pktRequest {
 			continue
 		}
-		buf := make([]byte, 0, p.length)
-		for _, seg := range payloadSegs(p) {
-			buf = append(buf, seg...)
-		}
-		p.data, p.wqe = buf, nil
+		detach(p)
 	}
+}
+
+// detach gives request p a copy of its payload, so it no longer reads the
+// requester's WQE or memory.
+func detach(p *packet) {
+	if p.wqe == nil {
+		return
+	}
+	buf := make([]byte, 0, p.length)
+	for _, seg := range payloadSegs(p) {
+		buf = append(buf, seg...)
+	}
+	p.data, p.wqe = buf, nil
 }
 
 // payloadSegs lists the memory a request's payload comes from.
