@@ -56,11 +56,11 @@ type Conn struct {
 	one      [1]verbs.SendWR // a single WR to post, without allocating
 	bakFrom  uint64          // ring WRs posted on the backup start here
 	bakReady bool
-	// bakCtrl: the backup QP's control receive is still at the head of
+	// bakCtrl: the backup QP's control receives are still at the head of
 	// its receive queue (posted before the first fault or at the last
-	// purge, not consumed since). A fallback handshake is started only
-	// then: the peer's answer consumes that receive, never one of the
-	// application's.
+	// purge, none consumed since). A fallback handshake is started only
+	// then: the peer's answer and announcement consume those receives,
+	// never one of the application's.
 	bakCtrl  bool
 	defHolds bool // the default QP holds the outstanding WRs (not flushed by us)
 	// defDead: the default device is known dead (DEVICE_FATAL, or a verb
@@ -124,6 +124,16 @@ type Conn struct {
 	// receive counter the collecting drain stops at
 	peerSent uint64
 	resetErr error
+	// ownPSN is the send PSN this side drew at its last fallback
+	// handshake and announced to the peer; peerPSN the peer's (when
+	// peerPSNSet: its announcement arrived since). Every reset of the
+	// default QP until the next handshake, and the purge of the backup,
+	// connect with them: send PSN ownPSN, receive PSN peerPSN.
+	ownPSN, peerPSN uint32
+	peerPSNSet      bool
+	// defInit: the default QP is reset and waits in INIT (its control
+	// receive posted) for the peer's announcement before RTR
+	defInit  bool
 	probeErr error         // why the last probe failed
 	probeAt  time.Duration // when the outstanding probe was posted
 	// unposted*: the error surfaced with WRs no QP holds; they complete
@@ -192,16 +202,28 @@ func newConn(def, bak Leg, keys *KeyMap, sqSigAll bool, qc verbs.QPCap, peerQPN 
 	return c, nil
 }
 
-// PostControlRecv posts on a backup QP the receive that the peer's
-// control message (fallback notification or acknowledgement) consumes.
-// Post it once, when the backup QP is connected and before any fault; a
-// Conn posts the next one itself when it purges the backup after a switch
-// back.
+// PostControlRecv posts on a backup QP the receives that the peer's
+// control messages at a failover consume: its fallback notification (or
+// acknowledgement) and the announcement of its starting PSN that follows
+// it. Post them once, when the backup QP is connected and before any
+// fault (the QP needs room for two receives beyond the application's); a
+// Conn posts the next ones itself when it purges the backup after a
+// switch back.
 func PostControlRecv(bak verbs.QP) error {
-	if _, err := bak.PostRecv([]verbs.RecvWR{{WRID: ctrlRecvWRID}}); err != nil {
-		return fmt.Errorf("crossnic: post the control receive on backup QP %#x: %w", bak.QPN(), err)
+	if err := postCtrlRecvs(bak, ctrlRecvs); err != nil {
+		return fmt.Errorf("crossnic: post the control receives on backup QP %#x: %w", bak.QPN(), err)
 	}
 	return nil
+}
+
+// postCtrlRecvs posts n control receives on qp.
+func postCtrlRecvs(qp verbs.QP, n int) error {
+	var wrs [ctrlRecvs]verbs.RecvWR
+	for i := range wrs[:n] {
+		wrs[i].WRID = ctrlRecvWRID
+	}
+	_, err := qp.PostRecv(wrs[:n])
+	return err
 }
 
 // MapLKey adds the backup lkey of a region registered after the Conn was

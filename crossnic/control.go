@@ -1,13 +1,27 @@
 package crossnic
 
+import "fmt"
+
 // Control messages travel as zero-length RDMA_WRITE_WITH_IMM (no memory is
-// touched, no rkey checked): the immediate carries the kind in its top two
-// bits and a receive counter modulo 2^30 below them. The receiver rebuilds
-// the full counter from what it already knows: the value nearest to that
-// with the same low bits. A true counter is never behind it and never
-// 2^29 ahead; one behind it (the peer's HCA ACKed a message and died
-// before the receive's completion reached memory) comes out behind, for
-// the rewind to refuse (ErrCounterMismatch).
+// touched, no rkey checked). The immediate's top two bits are its kind:
+//
+//	bits 31-30  kind
+//	kind 1 notify, 2 ack, 3 switch: bits 29-0 a receive counter mod 2^30
+//	kind 0, bit 29 clear: refusal; every other bit zero
+//	kind 0, bit 29 set:   announcement; bits 28-24 zero, bits 23-0 a PSN
+//
+// The receiver of a counter rebuilds it in full from what it already
+// knows: the value nearest to that with the same low bits. A true counter
+// is never behind it and never 2^29 ahead; one behind it (the peer's HCA
+// ACKed a message and died before the receive's completion reached
+// memory) comes out behind, for the rewind to refuse
+// (ErrCounterMismatch).
+//
+// The shim's express lane (cmd/libibpath/express.c) reads the refusal
+// from the immediate too: it tests imm & ctrlRefuseMask == ctrlRefuseBits,
+// with the values of cmd/libibpath/ctrl.h, which TestShimControlHeader
+// writes from this file (go test ./crossnic -run TestShimControlHeader
+// -update) and checks.
 type ctrlKind uint32
 
 const (
@@ -15,9 +29,22 @@ const (
 	ctrlNotify ctrlKind = 1 // "I fell back; here is my receive counter"
 	ctrlAck    ctrlKind = 2 // "me too; here is mine"
 	ctrlSwitch ctrlKind = 3 // "my sends are back on the default QP" (on the default QP)
+	// ctrlAnnounce: "my QPs' send PSN after their next resets" (kind 0
+	// with the announcement bit; never on the wire as a kind of its own)
+	ctrlAnnounce ctrlKind = 4
 
 	ctrlCounterBits = 30
 	ctrlCounterMask = 1<<ctrlCounterBits - 1
+
+	// ctrlRefuseMask and ctrlRefuseBits: an immediate is a refusal when
+	// imm&ctrlRefuseMask == ctrlRefuseBits (kind 0, announcement bit
+	// clear). A refusal carries nothing else: it is sent as 0.
+	ctrlRefuseMask = 0xe0000000
+	ctrlRefuseBits = 0
+	// ctrlAnnounceBit marks an announcement; ctrlPSNMask its PSN, and
+	// the bits between must be zero.
+	ctrlAnnounceBit = 1 << 29
+	ctrlPSNMask     = 1<<24 - 1
 )
 
 // Reserved work request IDs of ibpath's own WRs on a protected QP (the four
@@ -30,18 +57,44 @@ const (
 	ctrlSwitchWRID = ^uint64(0) - 4
 )
 
+// ctrlRecvs is how many control receives head a backup QP's receive queue
+// when it is connected or purged: the peer's fallback notification (or
+// acknowledgement) and the announcement that follows it consume one each.
+const ctrlRecvs = 2
+
 // ownWRID reports whether id is one of the Conn's own WRs (the reserved
 // wr_ids above).
 func ownWRID(id uint64) bool { return id >= ctrlSwitchWRID && id <= ctrlSendWRID }
 
+// encodeCtrl encodes a notify, ack or switch carrying counter.
 func encodeCtrl(k ctrlKind, counter uint64) uint32 {
 	return uint32(k)<<ctrlCounterBits | uint32(counter&ctrlCounterMask)
 }
 
-// decodeCtrl never fails today (every kind has a meaning); the error is
-// kept for kinds added later.
+// encodeRefusal is the refusal's immediate.
+func encodeRefusal() uint32 { return ctrlRefuseBits }
+
+// encodeAnnounce is the immediate announcing psn (24 bits).
+func encodeAnnounce(psn uint32) uint32 { return ctrlAnnounceBit | psn&ctrlPSNMask }
+
+// IsRefusal reports whether a control message's immediate is the peer's
+// refusal: the test the shim's express lane makes in C.
+func IsRefusal(imm uint32) bool { return imm&ctrlRefuseMask == ctrlRefuseBits }
+
+// decodeCtrl decodes a control immediate: its kind and, for a notify, ack
+// or switch, the full counter rebuilt from base; for an announcement the
+// PSN. An immediate no peer sends (reserved bits set) is an error.
 func decodeCtrl(imm uint32, base uint64) (ctrlKind, uint64, error) {
 	k := ctrlKind(imm >> ctrlCounterBits)
+	if k == 0 {
+		switch {
+		case imm == encodeRefusal():
+			return ctrlRefuse, 0, nil
+		case imm&^(ctrlAnnounceBit|ctrlPSNMask) == 0 && imm&ctrlAnnounceBit != 0:
+			return ctrlAnnounce, uint64(imm & ctrlPSNMask), nil
+		}
+		return 0, 0, fmt.Errorf("control message with immediate %#x: no such kind", imm)
+	}
 	ahead := (uint64(imm&ctrlCounterMask) - base) & ctrlCounterMask
 	if behind := ctrlCounterMask + 1 - ahead; ahead >= 1<<(ctrlCounterBits-1) && behind <= base {
 		return k, base - behind, nil

@@ -1,6 +1,8 @@
 package crossnic
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -16,6 +18,11 @@ func (c *Conn) fault(reason string, wc *verbs.WC) {
 		c.faultWC = *wc
 	}
 	c.stats.Faults++
+	// The PSN the notification's announcement carries is drawn before
+	// anything else: handling the fault can handle the peer's
+	// notification too (both sides saw it), and connect the default QP
+	// once the peer's announcement follows.
+	c.ownPSN = c.drawPSN()
 	if c.hs != nil {
 		c.faultAt = c.hs.clock.Now()
 	}
@@ -108,15 +115,44 @@ func (c *Conn) repostRecvs() error {
 }
 
 // sendCtrl sends a notification or acknowledgement carrying the receive
-// counter to the peer's backup QP.
+// counter to the peer's backup QP, and right behind it the announcement
+// of the send PSN this side's QPs start from at their next resets (drawn
+// now); or a refusal, alone. The peer's backup has a control receive for
+// each (PostControlRecv), and nothing of this side's traffic goes to the
+// backup before them: the replay follows the handshake. Every handshake
+// message is followed by an announcement, with recovery or without, so
+// that the peer's second control receive never waits for a message that
+// does not come (the application's first message would take it).
 func (c *Conn) sendCtrl(k ctrlKind) error {
 	_ = c.drain(&c.def) // the counter must include every receive already completed
-	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWriteWithImm,
-		ImmData: encodeCtrl(k, c.rring.Completed())}})
+	imm := encodeRefusal()
+	if k != ctrlRefuse {
+		imm = encodeCtrl(k, c.rring.Completed())
+	}
+	if err := c.postCtrl(imm); err != nil || k == ctrlRefuse {
+		return err
+	}
+	return c.postCtrl(encodeAnnounce(c.ownPSN))
+}
+
+// postCtrl posts a control message with immediate imm on the backup QP.
+func (c *Conn) postCtrl(imm uint32) error {
+	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWriteWithImm, ImmData: imm}})
 	if err != nil {
 		return fmt.Errorf("crossnic: send control message on the backup QP: %w", err)
 	}
 	return nil
+}
+
+// drawPSN draws a starting PSN: from Recovery.PSN when set, else from
+// crypto/rand.
+func (c *Conn) drawPSN() uint32 {
+	if c.rec != nil && c.rec.PSN != nil {
+		return c.rec.PSN() & ctrlPSNMask
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return binary.LittleEndian.Uint32(b[:]) & ctrlPSNMask
 }
 
 // rewind skips what the peer's counter proves delivered (synthesizing the

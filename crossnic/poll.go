@@ -228,7 +228,8 @@ func (c *Conn) onBackup(wc verbs.WC) {
 	}
 }
 
-// onControl handles the peer's notification, acknowledgement or refusal.
+// onControl handles the peer's notification, acknowledgement, refusal or
+// PSN announcement.
 func (c *Conn) onControl(imm uint32) {
 	k, peerRecv, err := decodeCtrl(imm, c.sring.NotifsDone())
 	switch {
@@ -243,8 +244,22 @@ func (c *Conn) onControl(imm uint32) {
 	case k == ctrlRefuse:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "the peer cannot fail over (its error surfaced)"}))
 	case k == ctrlAck:
+		c.peerPSNSet = false // the peer's announcement follows its acknowledgement
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerAck, PeerRecv: peerRecv}))
+	case k == ctrlAnnounce:
+		c.peerAnnounced(uint32(peerRecv))
 	case k == ctrlNotify:
+		// The peer's announcement follows its notification: what it
+		// announced before is of an earlier handshake. Unless the
+		// notification is the answer to this side's own (both saw the
+		// fault), this side answers with an acknowledgement and an
+		// announcement of its own, drawn now, before handling the
+		// notification may connect the default QP.
+		c.peerPSNSet = false
+		prior := c.m.SQ
+		if prior != fsm.SQAwaitAck {
+			c.ownPSN = c.drawPSN()
+		}
 		if c.m.SQ == fsm.SQDefault {
 			// The peer fell back first; what the default QP completed
 			// before counts against its counter.
@@ -267,6 +282,7 @@ func (c *Conn) onControl(imm uint32) {
 			return
 		}
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerNotify, PeerRecv: peerRecv}))
+		c.peerFellBackAgain(prior)
 	default:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: fmt.Sprintf("control message of kind %d on the backup QP", k)}))
 	}

@@ -35,9 +35,13 @@ type Recovery struct {
 	ProbeTimeout time.Duration
 	// DefAttr and BakAttr are the connect attributes the default and the
 	// backup QP are reset with (RTR and RTS fields: path, destination,
-	// timers; the PSNs start from resetPSN whatever they say). Nil:
-	// ibv_query_qp's answer now.
+	// timers; the PSNs are those the two ends announced at the fallback
+	// handshake, whatever these say). Nil: ibv_query_qp's answer now.
 	DefAttr, BakAttr *verbs.QPAttr
+	// PSN, when set, draws the starting send PSN this side announces at
+	// each fallback handshake (24 bits are kept); nil: crypto/rand. Tests
+	// give a seeded source, so that a simulated run replays exactly.
+	PSN func() uint32
 	// PathUp, when set, says whether the default QP's port is up. While
 	// it is not, the default QP is not reset (on RoCE the reset's route
 	// resolution would wait for a neighbour that cannot answer, up to a
@@ -75,6 +79,10 @@ var errNoRoom = errors.New("no room in the application's CQs for the switch back
 
 // errPathDown: the default QP is not reset while its port is down.
 var errPathDown = errors.New("the default port is down")
+
+// errAwaitPSN: the reset default QP waits in INIT for the peer's
+// announcement of its starting PSN.
+var errAwaitPSN = errors.New("reset to INIT; waiting for the peer's starting PSN (its announcement on the backup QP)")
 
 // EnableRecovery turns on switching back: after a failover the default QP
 // is reset and probed; when a probe succeeds, the next signaled WR becomes
@@ -219,7 +227,7 @@ func (c *Conn) Tick() {
 		if c.probing && now-c.probeAt > c.rec.ProbeTimeout {
 			c.probeTimedOut(now)
 		}
-		if !c.defUsable && now >= c.nextProbe {
+		if !c.defUsable && !c.defInit && now >= c.nextProbe {
 			c.resetDefault() // its port may be back (a RoCE GID returns with its link)
 		}
 		if c.defUsable && !c.probing && now >= c.nextProbe && c.probesOut == 0 && c.takeRoom() {
@@ -275,19 +283,11 @@ func (c *Conn) probeTimedOut(now time.Duration) {
 	c.probeAt = now // the next failure is counted one ProbeTimeout later
 }
 
-// resetPSN is where a reset QP's PSNs start, in both directions. Both
-// ends reset their QP (each at its own failover, or each at its purge),
-// so they agree on it without knowing the PSNs the applications exchanged
-// out of band, which a QP the application only took to RTR (a pure
-// receiver) never applied to its send queue.
-const resetPSN = 0
-
-// resetQP takes a QP through RESET, INIT, RTR and RTS with its connect
-// attributes (REMOTE_WRITE added: probes and notifications are zero-length
-// WRITEs; PSNs from resetPSN), and posts the control receive first on its
-// empty queue.
-func resetQP(qp verbs.QP, a verbs.QPAttr) error {
-	a.RQPSN, a.SQPSN = resetPSN, resetPSN
+// initQP takes a QP through RESET to INIT (REMOTE_WRITE added to its
+// access flags: probes and notifications are zero-length WRITEs) and
+// posts n control receives first on its empty receive queue. Its PSNs are
+// set by connectQP, once the peer's is known.
+func initQP(qp verbs.QP, a verbs.QPAttr, n int) error {
 	steps := []struct {
 		attr verbs.QPAttr
 		mask verbs.QPAttrMask
@@ -296,11 +296,31 @@ func resetQP(qp verbs.QP, a verbs.QPAttr) error {
 		{verbs.QPAttr{QPState: verbs.QPSInit, PKeyIndex: a.PKeyIndex, PortNum: a.PortNum,
 			QPAccessFlags: a.QPAccessFlags | verbs.AccessRemoteWrite},
 			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: a.AHAttr, PathMTU: a.PathMTU, DestQPN: a.DestQPN, RQPSN: a.RQPSN,
+	}
+	for _, s := range steps {
+		if err := qp.Modify(&s.attr, s.mask); err != nil {
+			return fmt.Errorf("reset QP %#x to %v: %w", qp.QPN(), s.attr.QPState, err)
+		}
+	}
+	if err := postCtrlRecvs(qp, n); err != nil {
+		return fmt.Errorf("post the control receive on QP %#x: %w", qp.QPN(), err)
+	}
+	return nil
+}
+
+// connectQP takes a QP in INIT through RTR (receive PSN rq: the peer's
+// announced one) and RTS (send PSN sq: this side's) with its connect
+// attributes.
+func connectQP(qp verbs.QP, a verbs.QPAttr, rq, sq uint32) error {
+	steps := []struct {
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: a.AHAttr, PathMTU: a.PathMTU, DestQPN: a.DestQPN, RQPSN: rq,
 			MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer},
 			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: a.SQPSN, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
+		{verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sq, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
 			MaxRdAtomic: a.MaxRdAtomic},
 			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
 				verbs.QPAttrMaxQPRdAtomic},
@@ -309,9 +329,6 @@ func resetQP(qp verbs.QP, a verbs.QPAttr) error {
 		if err := qp.Modify(&s.attr, s.mask); err != nil {
 			return fmt.Errorf("reset QP %#x to %v: %w", qp.QPN(), s.attr.QPState, err)
 		}
-	}
-	if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: ctrlRecvWRID}}); err != nil {
-		return fmt.Errorf("post the control receive on QP %#x: %w", qp.QPN(), err)
 	}
 	return nil
 }
@@ -327,6 +344,9 @@ func (c *Conn) resetDefault() {
 	_ = c.drain(&c.def)
 	if c.m.SQ == fsm.SQSurfaced {
 		return // what the drain handled surfaced the error: the QP stays in ERR
+	}
+	if c.defInit {
+		return // reset already: it waits in INIT for the peer's PSN
 	}
 	c.probing = false
 	c.nextProbe = c.rec.Clock.Now() + c.rec.ProbeInterval
@@ -347,7 +367,7 @@ func (c *Conn) resetDefault() {
 		c.defUsable, c.resetErr = false, errPathDown
 		return
 	}
-	if err := resetQP(c.def.QP, c.defAttr); err != nil {
+	if err := initQP(c.def.QP, c.defAttr, 1); err != nil {
 		c.defUsable = false
 		c.stats.ResetFailures++
 		c.resetErr = err
@@ -357,9 +377,67 @@ func (c *Conn) resetDefault() {
 		// The receives it held flushed, hidden: they are on no QP now.
 		c.recvsOffEnd = c.rring.tail
 	}
-	c.defUsable, c.defErr = true, false
-	c.resetErr = nil
+	c.defUsable, c.defErr, c.defInit = false, false, true
+	c.resetErr = errAwaitPSN
 	c.probesOut = 0 // the reset discarded them
+	if c.peerPSNSet {
+		c.connectDefault()
+	}
+}
+
+// connectDefault takes the default QP waiting in INIT to RTS with the
+// PSNs of the last handshake: receive PSN the peer's, send PSN this
+// side's. Probes and notifications go on it only from then on. A QP that
+// cannot be connected is reset again every ProbeInterval.
+func (c *Conn) connectDefault() {
+	c.defInit = false
+	if err := connectQP(c.def.QP, c.defAttr, c.peerPSN, c.ownPSN); err != nil {
+		c.stats.ResetFailures++
+		c.resetErr = err
+		return
+	}
+	c.defUsable, c.resetErr = true, nil
+}
+
+// peerAnnounced: the peer announced the send PSN its QPs start from at
+// their next resets (it follows its fallback notification or
+// acknowledgement). A default QP waiting in INIT for it is connected now.
+func (c *Conn) peerAnnounced(psn uint32) {
+	c.peerPSN, c.peerPSNSet = psn, true
+	if c.rec != nil && c.defInit {
+		c.connectDefault()
+	}
+}
+
+// peerFellBackAgain: the peer's fallback notification arrived while this
+// side's sends were away from the default QP already (prior: the send
+// queue's state then), so the fsm does not reset the default QP for it.
+// But the peer resets its own, and connects it with the PSN this side
+// just announced: this side's default QP, connected with the PSNs of the
+// earlier handshake, would send into it PSNs it takes for duplicates (and
+// acknowledges without executing them) or for a gap. It goes to ERR at
+// once, before the peer can have this side's announcement, and is reset
+// (a switch back under way on it fails over to the backup first) and
+// connected with the new PSNs.
+func (c *Conn) peerFellBackAgain(prior fsm.SQState) {
+	if c.rec == nil || c.defInit || c.m.SQ == fsm.SQSurfaced {
+		return
+	}
+	switch prior {
+	case fsm.SQFallback, fsm.SQWaitSignaled, fsm.SQWaitDrained, fsm.SQWaitNotify:
+	default:
+		return // the fsm resets it (Default), or reset it already (AwaitAck)
+	}
+	if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+		c.defDead = true
+	}
+	c.defErr = true
+	if c.m.SQ == fsm.SQFallback {
+		c.resetDefault()
+		return
+	}
+	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
+		Reason: "the peer fell back again during the switch back"}))
 }
 
 // ProbeErr is why the last try of the default path that failed did: a
@@ -475,7 +553,13 @@ func (c *Conn) purgeBackup() {
 		return // a failed purge is tried again every ProbeInterval, not at every poll
 	}
 	_ = c.drain(&c.bak)
-	if err := resetQP(c.bak.QP, c.bakAttr); err != nil {
+	err := errors.New("no starting PSN from the peer since the last handshake")
+	if c.peerPSNSet {
+		if err = initQP(c.bak.QP, c.bakAttr, ctrlRecvs); err == nil {
+			err = connectQP(c.bak.QP, c.bakAttr, c.peerPSN, c.ownPSN)
+		}
+	}
+	if err != nil {
 		c.bakReady = false
 		c.purgeErr = fmt.Errorf("purge the backup QP: %w", err)
 		c.nextPurge = now + c.rec.ProbeInterval

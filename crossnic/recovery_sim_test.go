@@ -316,9 +316,10 @@ func TestSwitchNotifyTimeout(t *testing.T) {
 // and this side switches back too. The peer never faults again, and every
 // message arrives once.
 func TestProbeTimeoutPeerHome(t *testing.T) {
-	w, a, port := cutWorld(t, 16, crossnic.Recovery{ProbeTimeout: 2 * time.Millisecond}, 0, 1)
+	const psn = 0x5a5a5a // where A's reset default QP starts sending
+	w, a, port := cutWorld(t, 16, crossnic.Recovery{ProbeTimeout: 2 * time.Millisecond, PSN: func() uint32 { return psn }}, 0, 1)
 	b := w.n[1]
-	must(t, w.f.DropResponse(a.def.qp, 0)) // the first probe after the repair
+	must(t, w.f.DropResponse(a.def.qp, psn)) // the first probe after the repair
 	must(t, w.f.SetLink(port, true))
 	w.run(100*time.Millisecond, 0, 1)
 	if err := a.conn.ProbeErr(); err == nil || !strings.Contains(err.Error(), "not reset") {

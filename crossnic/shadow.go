@@ -157,7 +157,7 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 	}
 	c := init.Cap
 	c.MaxSendWR += 4
-	c.MaxRecvWR += 2
+	c.MaxRecvWR += ctrlRecvs + 1
 	split := init.SendCQ != nil && init.RecvCQ != nil && init.SendCQ != init.RecvCQ
 	n := c.MaxSendWR + c.MaxRecvWR + 1
 	if split {

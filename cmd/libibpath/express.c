@@ -472,10 +472,11 @@ static int backup_wcs(struct lip_qp *q, struct ibv_wc *wc, int k, struct xl_surf
 			if (ctrl)
 				continue;
 		} else if (ctrl) {
-			/* the peer's refusal (kind 0 in the immediate's top bits)
-			 * surfaces; other control messages change nothing once
-			 * both queues are on the backup */
-			if (w.wr_id == LIP_CTRL_RECV_WRID && (w.opcode & IBV_WC_RECV) && (ntohl(w.imm_data) >> 30) == 0)
+			/* the peer's refusal surfaces; other control messages
+			 * (an acknowledgement, the peer's PSN announcement)
+			 * change nothing once both queues are on the backup */
+			if (w.wr_id == LIP_CTRL_RECV_WRID && (w.opcode & IBV_WC_RECV) &&
+			    (ntohl(w.imm_data) & LIP_CTRL_REFUSE_MASK) == LIP_CTRL_REFUSE)
 				surface(q, &w, s);
 			continue;
 		} else {

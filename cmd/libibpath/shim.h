@@ -145,9 +145,8 @@ extern struct lip_hooks lip_hooks;
  * Never a verbs return value. */
 #define LIP_HOME (-0x4c4951)
 
-/* Reserved wr_ids of layer 2's control WRs on a backup QP (crossnic). */
-#define LIP_CTRL_SEND_WRID (~0ull - 1)
-#define LIP_CTRL_RECV_WRID (~0ull - 2)
+/* Layer 2's control WRs and immediates (crossnic): LIP_CTRL_*. */
+#include "ctrl.h"
 
 /* A key translation table: default key -> backup key. Insert-only
  * open addressing; readers need no lock (used is stored last). */

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -360,7 +361,7 @@ func (x *fakeExpress) backupWCs(l *fakeLane, wc []verbs.WC, surf *[]fakeSurf) in
 				continue
 			}
 		case ctrl:
-			if w.WRID == fakeCtrlRecv && w.Opcode&verbs.WCRecv != 0 && w.ImmData>>30 == 0 {
+			if w.WRID == fakeCtrlRecv && w.Opcode&verbs.WCRecv != 0 && crossnic.IsRefusal(w.ImmData) {
 				x.surface(l, w, surf) // the peer's refusal
 			}
 			continue

@@ -15,7 +15,8 @@ import (
 // Switching back. With Config.SwitchBack on, every Conn layer 2 adopts
 // gets crossnic's recovery: once the failover runs on the backup and the
 // default port is up again, the default QP is reset with the connect
-// attributes the application gave it (PSNs from 0 on both ends) and
+// attributes the application gave it (PSNs those the two ends announced
+// at the fallback handshake) and
 // probed with a zero-length WRITE; when a probe succeeds, the next signaled WR
 // is the fence on the backup, later WRs wait for it, and a notification
 // on the default QP brings the peer's receives home (docs/CROSSNIC.md).

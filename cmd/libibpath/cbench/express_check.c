@@ -265,6 +265,10 @@ static void check_polls(void)
 	complete(&bak, 2, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0);
 	complete(&bak, LIP_CTRL_SEND_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0);
 	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(2u << 30 | 5)); /* an ack */
+	/* the peer's PSN announcements (kind 0 as the refusal, the
+	 * announcement bit set): dropped, not a refusal, whatever the PSN */
+	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(LIP_CTRL_ANNOUNCE | 0));
+	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(LIP_CTRL_ANNOUNCE | (0xabcdefu & LIP_CTRL_PSN_MASK)));
 	complete(&bak, 40, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0);
 	complete(&app, 1, qp.qp_num, IBV_WC_WR_FLUSH_ERR, 0, 0);         /* the default QP's flush */
 	complete(&app, 50, other.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0); /* another QP on the CQ */
@@ -309,11 +313,11 @@ static void check_polls(void)
 
 static void check_refusal_and_off(void)
 {
-	/* a fresh lane; the peer's refusal (kind 0) surfaces */
+	/* a fresh lane; the peer's refusal surfaces */
 	lip_express_on(lq, lane());
 	hook_surfaced = 0;
 	struct ibv_wc wc[4];
-	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(7));
+	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(LIP_CTRL_REFUSE));
 	int got = app.ctx.ops.poll_cq(&acq, 4, wc);
 	got += app.ctx.ops.poll_cq(&acq, 4, wc);
 	CHECK(got == 0 && hook_surfaced == 1 && lq->xl->surfaced, "refusal: got %d surfaced %d", got, hook_surfaced);
