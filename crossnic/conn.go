@@ -130,6 +130,7 @@ type Conn struct {
 	// default QP until the next handshake, and the purge of the backup,
 	// connect with them: send PSN ownPSN, receive PSN peerPSN.
 	ownPSN, peerPSN uint32
+	psnSrc          func() uint32 // SetPSNSource (nil: crypto/rand)
 	peerPSNSet      bool
 	// defInit: the default QP is reset and waits in INIT (its control
 	// receive posted) for the peer's announcement before RTR

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -239,6 +240,8 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 			crossnic.Leg{Ctx: me.bak.ctx, QP: bakQP, CQ: me.bak.cq}, keys, false)
 		must(t, err)
 		me.conn.SetMemReader(me.read)
+		psns := rand.New(rand.NewPCG(o.cfg.Seed, uint64(i)))
+		me.conn.SetPSNSource(psns.Uint32) // a seed replays the same PSNs
 		switch {
 		case !o.noRecovery:
 			must(t, me.conn.EnableRecovery(crossnic.Recovery{Clock: f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: o.handshake}))

@@ -144,16 +144,22 @@ func (c *Conn) postCtrl(imm uint32) error {
 	return nil
 }
 
-// drawPSN draws a starting PSN: from Recovery.PSN when set, else from
-// crypto/rand.
+// drawPSN draws a starting PSN: from the source SetPSNSource or
+// Recovery.PSN gave, else from crypto/rand.
 func (c *Conn) drawPSN() uint32 {
-	if c.rec != nil && c.rec.PSN != nil {
-		return c.rec.PSN() & ctrlPSNMask
+	if c.psnSrc != nil {
+		return c.psnSrc() & ctrlPSNMask
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return binary.LittleEndian.Uint32(b[:]) & ctrlPSNMask
 }
+
+// SetPSNSource makes src draw the starting send PSNs this side announces
+// at each fallback handshake (24 bits are kept), with recovery or
+// without; nil: crypto/rand. Tests give a seeded source, so that a
+// simulated run replays exactly.
+func (c *Conn) SetPSNSource(src func() uint32) { c.psnSrc = src }
 
 // rewind skips what the peer's counter proves delivered (synthesizing the
 // completions the application is owed) and replays the rest on the backup.

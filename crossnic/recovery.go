@@ -39,8 +39,8 @@ type Recovery struct {
 	// handshake, whatever these say). Nil: ibv_query_qp's answer now.
 	DefAttr, BakAttr *verbs.QPAttr
 	// PSN, when set, draws the starting send PSN this side announces at
-	// each fallback handshake (24 bits are kept); nil: crypto/rand. Tests
-	// give a seeded source, so that a simulated run replays exactly.
+	// each fallback handshake, as SetPSNSource (nil: keep the source
+	// set there, or crypto/rand).
 	PSN func() uint32
 	// PathUp, when set, says whether the default QP's port is up. While
 	// it is not, the default QP is not reset (on RoCE the reset's route
@@ -114,6 +114,9 @@ func (c *Conn) EnableRecovery(r Recovery) error {
 		return fmt.Errorf("crossnic: enable recovery: query the backup QP: %w", err)
 	}
 	c.rec = &r
+	if r.PSN != nil {
+		c.psnSrc = r.PSN
+	}
 	c.hs = &handshakeBound{clock: r.Clock, timeout: waitBound(r.HandshakeTimeout, c.bakAttr)}
 	c.notifyBound = waitBound(r.HandshakeTimeout, c.defAttr)
 	return nil
