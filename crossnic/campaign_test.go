@@ -23,6 +23,7 @@ const atomicWRID = 1 << 40
 var (
 	campaignRuns = flag.Int("crossnic.runs", 1000, "fault schedules in TestCrossNICCampaign (100000 for a long local run)")
 	campaignSeed = flag.Uint64("crossnic.seed", 0, "run only this schedule")
+	onlyProfile  = flag.String("crossnic.profile", "", "run every campaign schedule on this simulator profile (default: the seeds take them in turn)")
 )
 
 // tally sums what the schedules exercised.
@@ -58,8 +59,24 @@ func (tl *tally) add(o tally) {
 
 // campaignProfile is the simulator profile of a schedule: the seeds take
 // the profiles in turn, so every run covers a dead device that flushes
-// its QPs (rdmavt) and one that completes nothing more (strict, mlx5).
-func campaignProfile(seed uint64) sim.Profile { return sim.Profiles[seed%uint64(len(sim.Profiles))] }
+// its QPs (rdmavt) and one that completes nothing more (strict, mlx5);
+// -crossnic.profile puts every schedule on one (to measure it alone).
+func campaignProfile(seed uint64) sim.Profile {
+	if *onlyProfile != "" {
+		return sim.Profile(*onlyProfile)
+	}
+	return sim.Profiles[seed%uint64(len(sim.Profiles))]
+}
+
+// checkProfileFlag fails the test on a -crossnic.profile that names no
+// profile.
+func checkProfileFlag(t *testing.T) {
+	if *onlyProfile != "" {
+		if _, err := sim.ParseProfile(*onlyProfile); err != nil {
+			t.Fatalf("-crossnic.profile: %v", err)
+		}
+	}
+}
 
 // nextPSN is the PSN of the next request node i posts on its default QP,
 // before any reset: each round is one packet per WR (a slot fits the
@@ -428,6 +445,7 @@ func (w *world) atomicOnce(i int) error {
 // order, whether or not its dead HCA flushed them), and an atomic in
 // flight executes at most once and completes exactly once.
 func TestCrossNICCampaign(t *testing.T) {
+	checkProfileFlag(t)
 	runs := *campaignRuns
 	if testing.Short() {
 		runs = 100

@@ -183,6 +183,7 @@ var errSurfaced = errors.New("surfaced after the second flap")
 // with nothing surfaced; after two, the error may surface (cleanly), and
 // the campaign says how often it did.
 func TestSwitchBackCampaign(t *testing.T) {
+	checkProfileFlag(t)
 	runs := *switchRuns
 	if testing.Short() {
 		runs = 40
