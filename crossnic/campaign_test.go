@@ -34,7 +34,8 @@ type tally struct {
 	atomics, atomicsExecuted, atomicsOK, atomicsFailed int
 	// schedules of each fault kind, and those that surfaced
 	kinds, surfaced [len(faultKinds)]int
-	readsRefused    int // schedules that surfaced an unanswered READ
+	readsRefused    int // connections that surfaced an unanswered READ
+	shared          int // schedules with a second connection on the same HCAs
 
 }
 
@@ -51,6 +52,7 @@ func (tl *tally) add(o tally) {
 	tl.atomicsOK += o.atomicsOK
 	tl.atomicsFailed += o.atomicsFailed
 	tl.readsRefused += o.readsRefused
+	tl.shared += o.shared
 	for k := range tl.kinds {
 		tl.kinds[k] += o.kinds[k]
 		tl.surfaced[k] += o.surfaced[k]
@@ -177,9 +179,25 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	}
 	w.sendRx = [2]bool{rng.IntN(2) == 0, rng.IntN(2) == 0}
 	w.load = [2]workload{workload(rng.IntN(8)), workload(rng.IntN(8))}
+	ws := []*world{w}
+	shared := rng.IntN(4) == 0
+	if shared {
+		// A second connection of the same two processes, its own QPs on
+		// the same HCAs: one backup HCA serves both.
+		o2 := o
+		o2.fabric = w.f
+		w2 := newWorldWith(t, [2]crossnic.Directory{fdir, fdir}, o2)
+		w2.sendRx = [2]bool{rng.IntN(2) == 0, rng.IntN(2) == 0}
+		w2.load = [2]workload{workload(rng.IntN(8)), workload(rng.IntN(8))}
+		ws = append(ws, w2)
+	}
+	run := func(d time.Duration, dirs ...int) { runAll(ws, d, dirs...) }
 	victim := rng.IntN(2)
 	peer := 1 - victim
 	desc := fmt.Sprintf("fault %d (%s) victim %d dirs %v sendRx %v load %v", fault, faultKinds[fault], victim, dirs, w.sendRx, w.load)
+	if shared {
+		desc += fmt.Sprintf(", a second connection on the same HCAs: sendRx %v load %v", ws[1].sendRx, ws[1].load)
+	}
 	defer func() {
 		if t.Failed() { // the checker failed the test on the way
 			t.Logf("schedule %d, profile %s: %s", seed, o.cfg.Profile, desc)
@@ -203,16 +221,18 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	}
 	if rng.IntN(4) == 0 {
 		k := rng.IntN(2)
-		w.holdRecvs[k] = time.Duration(200+rng.IntN(2000)) * time.Microsecond
+		for _, x := range ws {
+			x.holdRecvs[k] = time.Duration(200+rng.IntN(2000)) * time.Microsecond
+		}
 		desc += fmt.Sprintf(" rnr at %d (reposts every %v)", k, w.holdRecvs[k])
 	}
-	w.run(time.Duration(50+rng.IntN(400))*time.Microsecond, dirs...)
+	run(time.Duration(50+rng.IntN(400))*time.Microsecond, dirs...)
 	if rng.IntN(2) == 0 { // lose the ACKs of the next few PSNs first
 		psn := w.nextPSN(victim)
 		for k := uint32(0); k < 4; k++ {
 			must(t, w.f.DropResponse(w.n[victim].def.qp, psn+k))
 		}
-		w.run(time.Duration(rng.IntN(10))*time.Microsecond, dirs...)
+		run(time.Duration(rng.IntN(10))*time.Microsecond, dirs...)
 		desc += " ack-lost"
 	}
 	atomic := rng.IntN(5) == 0
@@ -237,13 +257,13 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		must(t, w.f.SetLink(defHCA(vic).Port(1), false))
 	case 4, 5:
 		must(t, w.f.SetLink(defHCA(vic).Port(1), false))
-		w.run(time.Duration(1+rng.IntN(20))*time.Millisecond, dirs...)
+		run(time.Duration(1+rng.IntN(20))*time.Millisecond, dirs...)
 		must(t, w.f.SetLink(defHCA(vic).Port(1), true))
 		comesBack = true
 	case 6:
 		leaf := w.f.Leaf("rail0-p1")
 		must(t, w.f.FailSwitch(leaf))
-		w.run(time.Duration(1+rng.IntN(20))*time.Millisecond, dirs...)
+		run(time.Duration(1+rng.IntN(20))*time.Millisecond, dirs...)
 		must(t, w.f.ReviveSwitch(leaf))
 		comesBack = true
 	case 7:
@@ -251,7 +271,7 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		// (DLID 3), node1's by spine 1 (DLID 1), the backups' by spine 0.
 		sp := w.f.Spine(1)
 		must(t, w.f.FailSwitch(sp))
-		w.run(time.Duration(1+rng.IntN(60))*time.Millisecond, dirs...)
+		run(time.Duration(1+rng.IntN(60))*time.Millisecond, dirs...)
 		must(t, w.f.ReviveSwitch(sp))
 		comesBack = true
 	case 8:
@@ -266,105 +286,99 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		default:
 			must(t, w.f.FailSwitch(w.f.Leaf("rail1-p1")))
 		}
-		w.run(soon(), dirs...)
+		run(soon(), dirs...)
 		must(t, w.f.KillHCA(defHCA(vic)))
 	case 10:
 		must(t, w.f.KillHCA(defHCA(vic)))
-		w.run(soon(), dirs...)
+		run(soon(), dirs...)
 		who := w.n[rng.IntN(2)]
 		if rng.IntN(2) == 0 {
 			must(t, w.f.KillHCA(bakHCA(who)))
 		} else {
 			must(t, w.f.SetLink(bakHCA(who).Port(1), false))
-			w.run(time.Duration(rng.IntN(5000))*time.Microsecond, dirs...)
+			run(time.Duration(rng.IntN(5000))*time.Microsecond, dirs...)
 			must(t, w.f.SetLink(bakHCA(who).Port(1), true))
 		}
 	case 11:
 		must(t, w.f.KillHCA(defHCA(vic)))
-		w.run(soon(), dirs...)
+		run(soon(), dirs...)
 		must(t, w.f.KillHCA(defHCA(per)))
 	case 12:
-		w.stopped[peer] = true
+		for _, x := range ws {
+			x.stopped[peer] = true
+		}
 		must(t, w.f.KillHCA(defHCA(vic)))
-		w.run(time.Duration(1+rng.IntN(50))*time.Millisecond, dirs...)
-		w.stopped[peer] = false
+		run(time.Duration(1+rng.IntN(50))*time.Millisecond, dirs...)
+		for _, x := range ws {
+			x.stopped[peer] = false
+		}
 	case 13:
 		// The kernel destroys a dead process's QPs: its peer's packets
 		// go unanswered on both paths.
-		w.stopped[peer] = true
 		killed = true
-		must(t, per.def.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState))
-		must(t, per.bak.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState))
+		for _, x := range ws {
+			x.stopped[peer] = true
+			must(t, x.n[peer].def.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState))
+			must(t, x.n[peer].bak.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState))
+		}
 	case 14:
 		fdir.failing = true
 		must(t, w.f.KillHCA(defHCA(vic)))
 	}
-	w.run(time.Duration(200+rng.IntN(800))*time.Microsecond, dirs...)
+	run(time.Duration(200+rng.IntN(800))*time.Microsecond, dirs...)
 	if comesBack {
-		w.run(40*time.Millisecond, dirs...) // probes succeed, fences drain
+		run(40*time.Millisecond, dirs...) // probes succeed, fences drain
 	}
 	if long {
-		w.run(40 * time.Second) // 8 tries of 4.3 s, then the handshake
+		run(40 * time.Second) // 8 tries of 4.3 s, then the handshake
 	}
-	w.run(30 * time.Millisecond) // drain
-	for k := 0; k < 100 && mayFail(fault) && w.check(dirs...) != nil; k++ {
+	run(30 * time.Millisecond) // drain
+	settled := func() bool {
+		for _, x := range ws {
+			if x.check(dirs...) != nil {
+				return false
+			}
+		}
+		return true
+	}
+	for k := 0; k < 100 && mayFail(fault) && !settled(); k++ {
 		// No way left: the error takes the retries of the backup path
 		// (and the handshake's bound) to surface.
-		w.run(10 * time.Millisecond)
+		run(10 * time.Millisecond)
 	}
 	if killed {
 		// The dead process's sends and receives are nobody's concern.
 		dirs = slices.DeleteFunc(dirs, func(i int) bool { return i == peer })
 	}
-	surfaced := false
-	for _, n := range w.n {
-		if sq, _ := n.conn.State(); sq == fsm.SQSurfaced {
-			surfaced = true
+	tl.kinds[fault]++
+	if shared {
+		tl.shared++
+	}
+	for k, x := range ws {
+		surfaced, readRefused, err := verdict(x, dirs, fault, k == 0 && atomic, comesBack, killed || long)
+		if err != nil {
+			if k > 0 {
+				err = fmt.Errorf("the second connection: %w", err)
+			}
+			return desc, err
 		}
-	}
-	// A READ executed at the peer before a notification it consumed, its
-	// response lost in the fault, is not replayed (ErrReadUnanswered):
-	// that side's error surfaces, and its peer's with it.
-	readRefused := false
-	for _, n := range w.n {
-		readRefused = readRefused || strings.Contains(n.conn.Reason(), crossnic.ErrReadUnanswered.Error())
-	}
-	if surfaced && !atomic && !mayFail(fault) && !readRefused {
-		return desc, fmt.Errorf("a connection surfaced without an atomic in flight or a fault that leaves no way: %s / %s", w.n[0].conn.Reason(), w.n[1].conn.Reason())
-	}
-	if comesBack && !surfaced {
-		for _, n := range w.n {
-			if sq, rq := n.conn.State(); sq != fsm.SQDefault || rq != fsm.RQDefault {
-				return desc, fmt.Errorf("%s did not switch back after the fault healed: %v/%v (%s) %+v", n.name, sq, rq, n.conn.Reason(), n.conn.Stats())
+		if surfaced {
+			tl.surfaced[fault]++
+		}
+		if readRefused {
+			tl.readsRefused++
+		}
+		for _, n := range x.n {
+			st := n.conn.Stats()
+			tl.faults += st.Faults
+			tl.delivered += st.Delivered
+			tl.replayed += st.Replayed
+			tl.recvsMoved += st.RecvsMoved
+			tl.switchBacks += st.SwitchBacks
+			if st.Faults > 0 || st.RecvsMoved > 0 {
+				tl.failovers++
 			}
 		}
-	}
-	tl.kinds[fault]++
-	if surfaced {
-		tl.surfaced[fault]++
-	}
-	if readRefused {
-		tl.readsRefused++
-	}
-	for _, n := range w.n {
-		st := n.conn.Stats()
-		tl.faults += st.Faults
-		tl.delivered += st.Delivered
-		tl.replayed += st.Replayed
-		tl.recvsMoved += st.RecvsMoved
-		tl.switchBacks += st.SwitchBacks
-		if st.Faults > 0 || st.RecvsMoved > 0 {
-			tl.failovers++
-		}
-	}
-	check := w.check
-	if killed || long {
-		// A sender whose peer is gone, or whose QPs wait out 4.3 s
-		// tries, may still have rounds pending, as without ibpath.
-		check = w.checkSafe
-	}
-	if err := check(dirs...); err != nil {
-		return desc, err
 	}
 	if atomic && !killed {
 		if err := w.atomicOnce(victim); err != nil {
@@ -378,21 +392,59 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 			tl.atomicsFailed++
 		}
 	}
+	return desc, nil
+}
+
+// verdict checks one connection of a schedule: whether its error surfaced
+// and whether a READ was refused, and that it surfaced only where allowed
+// (a fault kind that may, an atomic in flight on it, a READ refused), came
+// home after a healed fault, and that every invariant holds; safeOnly:
+// rounds may still be pending (a killed peer, 4.3 s tries).
+func verdict(w *world, dirs []int, fault int, atomic, comesBack, safeOnly bool) (surfaced, readRefused bool, err error) {
+	for _, n := range w.n {
+		if sq, _ := n.conn.State(); sq == fsm.SQSurfaced {
+			surfaced = true
+		}
+		// A READ executed at the peer before a notification it
+		// consumed, its response lost in the fault, is not replayed
+		// (ErrReadUnanswered): that side's error surfaces, and its
+		// peer's with it.
+		readRefused = readRefused || strings.Contains(n.conn.Reason(), crossnic.ErrReadUnanswered.Error())
+	}
+	if surfaced && !atomic && !mayFail(fault) && !readRefused {
+		return surfaced, readRefused, fmt.Errorf("a connection surfaced without an atomic in flight or a fault that leaves no way: %s / %s", w.n[0].conn.Reason(), w.n[1].conn.Reason())
+	}
+	if comesBack && !surfaced {
+		for _, n := range w.n {
+			if sq, rq := n.conn.State(); sq != fsm.SQDefault || rq != fsm.RQDefault {
+				return surfaced, readRefused, fmt.Errorf("%s did not switch back after the fault healed: %v/%v (%s) %+v", n.name, sq, rq, n.conn.Reason(), n.conn.Stats())
+			}
+		}
+	}
+	check := w.check
+	if safeOnly {
+		// A sender whose peer is gone, or whose QPs wait out 4.3 s
+		// tries, may still have rounds pending, as without ibpath.
+		check = w.checkSafe
+	}
+	if err := check(dirs...); err != nil {
+		return surfaced, readRefused, err
+	}
 	for _, i := range dirs {
 		if sq, _ := w.n[i].conn.State(); sq == fsm.SQSurfaced {
 			if err := w.exactlyOnce(i); err != nil {
-				return desc, err
+				return surfaced, readRefused, err
 			}
 			continue
 		}
-		if killed || long {
+		if safeOnly {
 			continue
 		}
 		if err := w.delivered(i); err != nil {
-			return desc, err
+			return surfaced, readRefused, err
 		}
 	}
-	return desc, nil
+	return surfaced, readRefused, nil
 }
 
 // postAtomic posts from node i a FETCH_ADD of 1 on the counter at the end
@@ -470,10 +522,10 @@ func TestCrossNICCampaign(t *testing.T) {
 	if *campaignSeed != 0 {
 		runs = 1
 	}
-	t.Logf("%d schedules: failovers %d, faults %d, delivered %d, replayed %d, receives moved %d, switch backs %d; atomics %d (executed %d, ok %d, failed %d); unanswered READs refused %d",
-		runs, tl.failovers, tl.faults, tl.delivered, tl.replayed, tl.recvsMoved, tl.switchBacks, tl.atomics, tl.atomicsExecuted, tl.atomicsOK, tl.atomicsFailed, tl.readsRefused)
+	t.Logf("%d schedules: failovers %d, faults %d, delivered %d, replayed %d, receives moved %d, switch backs %d; atomics %d (executed %d, ok %d, failed %d); unanswered READs refused %d; %d schedules with a second connection on the same HCAs",
+		runs, tl.failovers, tl.faults, tl.delivered, tl.replayed, tl.recvsMoved, tl.switchBacks, tl.atomics, tl.atomicsExecuted, tl.atomicsOK, tl.atomicsFailed, tl.readsRefused, tl.shared)
 	for k, name := range faultKinds {
-		t.Logf("fault %2d %-70s %5d schedules, %4d surfaced", k, name, tl.kinds[k], tl.surfaced[k])
+		t.Logf("fault %2d %-70s %5d schedules, %4d connections surfaced", k, name, tl.kinds[k], tl.surfaced[k])
 	}
 	if *campaignSeed == 0 && (tl.failovers < runs/2 || tl.delivered == 0 || tl.replayed == 0 || tl.recvsMoved == 0 || tl.switchBacks == 0 ||
 		tl.atomicsExecuted == 0 || tl.atomicsOK == 0 || tl.atomicsFailed == 0) {

@@ -140,6 +140,9 @@ type worldOpts struct {
 	// crosses a spine (the DLID picks which); else the rails' leaves
 	// join the hosts' HCAs of one rail directly
 	acrossSpines bool
+	// fabric, when set, is an existing world's: the new world's
+	// connection shares its hosts' HCAs (its QPs, CQs and MRs its own)
+	fabric *sim.Fabric
 }
 
 // worldFabric builds the fabric of two hosts with two single-port HCAs
@@ -190,8 +193,12 @@ func newWorldProfile(t testing.TB, seed uint64, p sim.Profile) *world {
 // configuration and retry count.
 func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world {
 	wrapBak := o.wrapBak
-	f, err := worldFabric(o)
-	must(t, err)
+	f := o.fabric
+	if f == nil {
+		var err error
+		f, err = worldFabric(o)
+		must(t, err)
+	}
 	w := &world{t: t, f: f}
 	for i, name := range []string{"node0", "node1"} {
 		h := f.Host(name)
@@ -240,7 +247,7 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 			crossnic.Leg{Ctx: me.bak.ctx, QP: bakQP, CQ: me.bak.cq}, keys, false)
 		must(t, err)
 		me.conn.SetMemReader(me.read)
-		psns := rand.New(rand.NewPCG(o.cfg.Seed, uint64(i)))
+		psns := rand.New(rand.NewPCG(o.cfg.Seed, uint64(i)+uint64(me.def.qp.QPN())<<1))
 		me.conn.SetPSNSource(psns.Uint32) // a seed replays the same PSNs
 		switch {
 		case !o.noRecovery:
@@ -479,41 +486,60 @@ func (w *world) dead(i int) bool {
 // (a long local ACK timeout, a stopped peer): the Conns' own timers
 // then run up to idleStep late, as in an application that polls slowly.
 // Not with a lazy node, whose pace is counted in 5 µs steps.
-func (w *world) run(d time.Duration, dirs ...int) {
+func (w *world) run(d time.Duration, dirs ...int) { runAll([]*world{w}, d, dirs...) }
+
+// runAll is run for several worlds on one fabric (connections sharing
+// the hosts' HCAs), each with the same senders.
+func runAll(ws []*world, d time.Duration, dirs ...int) {
 	const step, idleStep = 5 * time.Microsecond, 500 * time.Microsecond
-	end := w.f.Now() + d
-	for now := w.f.Now(); now < end; now = w.f.Now() {
-		posted := false
-		for _, i := range dirs {
-			// credits: no more than nslots/2 rounds ahead of what the
-			// peer's application consumed, as a real sender's flow
-			// control (a lazy peer must not have its slots overwritten)
-			credit := w.sent[i]-len(w.notifs[1-i]) < nslots/2
-			if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && credit && len(w.errs[i]) == 0 && !w.refused[i] && !w.stopped[i] {
-				err := w.post(i, w.sent[i])
-				switch {
-				case err == nil:
-					w.sent[i]++
-					posted = true
-				case errors.Is(err, verbs.EIO):
-					// Refused, as plain verbs would once the error
-					// surfaced: not sent, and nothing more is posted.
-					w.refused[i] = true
-				default:
-					w.t.Fatalf("%s post: %v", w.n[i].name, err)
-				}
+	f := ws[0].f
+	end := f.Now() + d
+	for now := f.Now(); now < end; now = f.Now() {
+		idle := true
+		for _, w := range ws {
+			if w.postRounds(dirs) || w.polled > 0 || w.lazy != [2]int{} {
+				idle = false
 			}
 		}
 		next := now + step
-		if !posted && w.polled == 0 && w.lazy == [2]int{} {
+		if idle {
 			next = now + idleStep
-			if at, ok := w.f.NextEvent(); ok && at < next {
+			if at, ok := f.NextEvent(); ok && at < next {
 				next = max(at, now+step)
 			}
 		}
-		w.f.RunUntil(min(next, end))
-		w.pump()
+		f.RunUntil(min(next, end))
+		for _, w := range ws {
+			w.pump()
+		}
 	}
+}
+
+// postRounds posts the next round of each sender in dirs that has room
+// and credit, and reports whether it posted any.
+func (w *world) postRounds(dirs []int) bool {
+	posted := false
+	for _, i := range dirs {
+		// credits: no more than nslots/2 rounds ahead of what the
+		// peer's application consumed, as a real sender's flow
+		// control (a lazy peer must not have its slots overwritten)
+		credit := w.sent[i]-len(w.notifs[1-i]) < nslots/2
+		if w.sent[i]-len(w.done[i])-len(w.errs[i]) < window && credit && len(w.errs[i]) == 0 && !w.refused[i] && !w.stopped[i] {
+			err := w.post(i, w.sent[i])
+			switch {
+			case err == nil:
+				w.sent[i]++
+				posted = true
+			case errors.Is(err, verbs.EIO):
+				// Refused, as plain verbs would once the error
+				// surfaced: not sent, and nothing more is posted.
+				w.refused[i] = true
+			default:
+				w.t.Fatalf("%s post: %v", w.n[i].name, err)
+			}
+		}
+	}
+	return posted
 }
 
 // check verifies the invariants for the senders in dirs: every signaled WR
