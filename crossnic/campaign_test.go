@@ -34,8 +34,9 @@ type tally struct {
 	atomics, atomicsExecuted, atomicsOK, atomicsFailed int
 	// schedules of each fault kind, and those that surfaced
 	kinds, surfaced [len(faultKinds)]int
-	readsRefused    int // connections that surfaced an unanswered READ
-	shared          int // schedules with a second connection on the same HCAs
+	kindFailovers   [len(faultKinds)]int // connections that failed over, per kind
+	readsRefused    int                  // connections that surfaced an unanswered READ
+	shared          int                  // schedules with a second connection on the same HCAs
 
 }
 
@@ -56,6 +57,7 @@ func (tl *tally) add(o tally) {
 	for k := range tl.kinds {
 		tl.kinds[k] += o.kinds[k]
 		tl.surfaced[k] += o.surfaced[k]
+		tl.kindFailovers[k] += o.kindFailovers[k]
 	}
 }
 
@@ -267,9 +269,12 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		must(t, w.f.ReviveSwitch(leaf))
 		comesBack = true
 	case 7:
-		// DLIDs 1..4 in HCA order: node0's default path goes by spine 1
-		// (DLID 3), node1's by spine 1 (DLID 1), the backups' by spine 0.
-		sp := w.f.Spine(1)
+		// The DLID picks the spine (LID mod spines): the spine of the
+		// path to node1's default port; node0's default LID is even too
+		// (the LIDs go 2, 3, 4, 5 in cabling order), the backups' odd.
+		pa, err := w.n[1].def.ctx.QueryPort(1)
+		must(t, err)
+		sp := w.f.Spine(int(pa.LID) % 2)
 		must(t, w.f.FailSwitch(sp))
 		run(time.Duration(1+rng.IntN(60))*time.Millisecond, dirs...)
 		must(t, w.f.ReviveSwitch(sp))
@@ -377,6 +382,7 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 			tl.switchBacks += st.SwitchBacks
 			if st.Faults > 0 || st.RecvsMoved > 0 {
 				tl.failovers++
+				tl.kindFailovers[fault]++
 			}
 		}
 	}
@@ -525,7 +531,10 @@ func TestCrossNICCampaign(t *testing.T) {
 	t.Logf("%d schedules: failovers %d, faults %d, delivered %d, replayed %d, receives moved %d, switch backs %d; atomics %d (executed %d, ok %d, failed %d); unanswered READs refused %d; %d schedules with a second connection on the same HCAs",
 		runs, tl.failovers, tl.faults, tl.delivered, tl.replayed, tl.recvsMoved, tl.switchBacks, tl.atomics, tl.atomicsExecuted, tl.atomicsOK, tl.atomicsFailed, tl.readsRefused, tl.shared)
 	for k, name := range faultKinds {
-		t.Logf("fault %2d %-70s %5d schedules, %4d connections surfaced", k, name, tl.kinds[k], tl.surfaced[k])
+		t.Logf("fault %2d %-70s %5d schedules, %5d connections failed over, %4d surfaced", k, name, tl.kinds[k], tl.kindFailovers[k], tl.surfaced[k])
+		if *campaignSeed == 0 && runs >= 1000 && tl.kindFailovers[k] == 0 {
+			t.Errorf("fault %d (%s) made no connection fail over in %d schedules: it does not reach the traffic", k, name, tl.kinds[k])
+		}
 	}
 	if *campaignSeed == 0 && (tl.failovers < runs/2 || tl.delivered == 0 || tl.replayed == 0 || tl.recvsMoved == 0 || tl.switchBacks == 0 ||
 		tl.atomicsExecuted == 0 || tl.atomicsOK == 0 || tl.atomicsFailed == 0) {
