@@ -81,6 +81,18 @@ func encodeAnnounce(psn uint32) uint32 { return ctrlAnnounceBit | psn&ctrlPSNMas
 // refusal: the test the shim's express lane makes in C.
 func IsRefusal(imm uint32) bool { return imm&ctrlRefuseMask == ctrlRefuseBits }
 
+// ControlMessage names the control message an immediate carries, for tools
+// that watch a protected QP's completions (the simulator demo): "notify",
+// "ack" and "switch" with the sender's receive counter mod 2^30, "refuse",
+// "announce" with the announced PSN; "" for an immediate no peer sends.
+func ControlMessage(imm uint32) (kind string, value uint32) {
+	k, v, err := decodeCtrl(imm, 0)
+	if err != nil {
+		return "", 0
+	}
+	return [...]string{ctrlRefuse: "refuse", ctrlNotify: "notify", ctrlAck: "ack", ctrlSwitch: "switch", ctrlAnnounce: "announce"}[k], uint32(v)
+}
+
 // decodeCtrl decodes a control immediate: its kind and, for a notify, ack
 // or switch, the full counter rebuilt from base; for an announcement the
 // PSN. An immediate no peer sends (reserved bits set) is an error.

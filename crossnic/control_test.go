@@ -50,3 +50,23 @@ func TestControlAnnounce(t *testing.T) {
 		}
 	}
 }
+
+// TestControlMessage: the names and values tools read from immediates.
+func TestControlMessage(t *testing.T) {
+	for _, c := range []struct {
+		imm   uint32
+		kind  string
+		value uint32
+	}{
+		{encodeCtrl(ctrlNotify, 7), "notify", 7},
+		{encodeCtrl(ctrlAck, 1<<30+5), "ack", 5},
+		{encodeCtrl(ctrlSwitch, 3), "switch", 3},
+		{encodeRefusal(), "refuse", 0},
+		{encodeAnnounce(0xabcdef), "announce", 0xabcdef},
+		{1<<28 | 1, "", 0}, // kind 0 with a reserved bit
+	} {
+		if k, v := ControlMessage(c.imm); k != c.kind || v != c.value {
+			t.Errorf("%#x: %q %d, want %q %d", c.imm, k, v, c.kind, c.value)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package demo
 
 import (
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -87,8 +89,11 @@ func (t *ctrlTap) Poll(wc []verbs.WC) (int, error) {
 		switch {
 		case c.Status != verbs.WCSuccess:
 		case recv && (c.WRID < recvBase || c.WRID >= recvBase+t.e.t.nextRecv):
-			k := c.ImmData >> 30
-			p.msgs = append(p.msgs, ControlMsg{At: t.clock.Now(), Ack: k == 2, Switch: k == 3, Counter: uint64(c.ImmData & (1<<30 - 1))})
+			// The PSN announcement behind each notification and ack is
+			// the reset PSNs' business (docs/CROSSNIC.md): not shown.
+			if k, v := crossnic.ControlMessage(c.ImmData); k != "announce" {
+				p.msgs = append(p.msgs, ControlMsg{At: t.clock.Now(), Ack: k == "ack", Switch: k == "switch", Counter: uint64(v)})
+			}
 		case recv || c.WRID < 2*uint64(t.e.t.nextSeq):
 			p.wcs[t.leg]++
 		}
@@ -183,6 +188,11 @@ func (s *scenario) protect(a, b *endpoint, bakA, bakB *device) error {
 			crossnic.Leg{Ctx: p.bak.ctx, QP: p.qp, CQ: p.tap}, keys, false); err != nil {
 			return fmt.Errorf("crossnic.NewConn on %v: %w", e, err)
 		}
+		// The PSNs its resets start from, drawn from the seed: the same
+		// seed gives the same run.
+		h := fnv.New64a()
+		h.Write([]byte(e.String()))
+		p.conn.SetPSNSource(rand.New(rand.NewPCG(s.opts.Seed, h.Sum64())).Uint32)
 		// Switching back: once the default path works again, layer 2
 		// resets, probes and fences its way home.
 		if err := p.conn.EnableRecovery(crossnic.Recovery{Clock: s.f, ProbeInterval: probeInterval}); err != nil {
