@@ -138,9 +138,19 @@ func (c *Conn) onDefault(wc verbs.WC) {
 			if c.m.SQ == fsm.SQSurfaced {
 				return // no replay: surfaceHeld gave the application this error
 			}
-		case c.m.SQ == fsm.SQWaitDrained || c.m.SQ == fsm.SQWaitNotify:
+		case c.m.SQ == fsm.SQWaitDrained:
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
 				Reason: fmt.Sprintf("completion error %v on the default QP during the switch back", wc.Status)}))
+		case c.m.SQ == fsm.SQWaitNotify:
+			// The switch-back notification was posted: an error does not
+			// say whether the peer took it (its ACK may be what was lost),
+			// and a peer that took it moved its receives home. Sending the
+			// held WRs to the backup then would land them in receives the
+			// peer no longer reads (data lost without an error). The
+			// error surfaces instead, as for a second fault before the
+			// purge.
+			c.Surface(fmt.Sprintf("completion error %v on the default QP after the switch-back notification: the peer may have taken it", wc.Status))
+			return
 		}
 		c.stats.HiddenFlushes++
 		return
