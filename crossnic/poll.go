@@ -1,6 +1,7 @@
 package crossnic
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ibpath/ibpath/fsm"
@@ -13,6 +14,7 @@ import (
 // completions of the backup leg the default QP's numbers.
 func (c *Conn) Poll(wc []verbs.WC) (int, error) {
 	if err := c.drain(&c.def); err != nil {
+		c.defCQFailed(err)
 		return 0, err
 	}
 	if c.bakReady {
@@ -25,6 +27,24 @@ func (c *Conn) Poll(wc []verbs.WC) (int, error) {
 	n := copy(wc, c.ready)
 	c.ready = c.ready[:copy(c.ready, c.ready[n:])]
 	return n, nil
+}
+
+// defCQFailed: ibv_poll_cq failed on the application's CQ (the default
+// leg's). EIO with the device alive is an overrun, the application's own
+// error: the CQ is unusable and its QPs are in error, as with plain verbs,
+// and no other HCA would do better. The Conn surfaces; its backup QP goes
+// to ERR with it, so that the peer's failover fails at once instead of
+// waiting for an answer this side's application will never poll for.
+// The error returns to the application as ibv_poll_cq reported it.
+func (c *Conn) defCQFailed(err error) {
+	if !errors.Is(err, verbs.EIO) || c.m.SQ == fsm.SQSurfaced {
+		return
+	}
+	if _, _, qerr := c.def.QP.Query(verbs.QPAttrState); errors.Is(qerr, verbs.EIO) {
+		c.defDied() // the device died: its CQ answers EIO too
+		return
+	}
+	c.Surface(fmt.Sprintf("the application's CQ failed (an overrun): %v", err))
 }
 
 func (c *Conn) drain(l *Leg) error {

@@ -40,13 +40,18 @@ func openSide(t testing.TB, h *sim.Host, dev string, buf []byte) *side {
 // openSideSkip first creates skip unused QPs, so the side's QP number
 // differs from other HCAs' first QP.
 func openSideSkip(t testing.TB, h *sim.Host, dev string, buf []byte, skip int) *side {
+	return openSideCQ(t, h, dev, buf, skip, 1024)
+}
+
+// openSideCQ is openSideSkip with a CQ of cqe entries.
+func openSideCQ(t testing.TB, h *sim.Host, dev string, buf []byte, skip, cqe int) *side {
 	s := &side{}
 	var err error
 	s.ctx, err = h.Open(dev)
 	must(t, err)
 	s.pd, err = s.ctx.AllocPD()
 	must(t, err)
-	s.cq, err = s.ctx.CreateCQ(1024, nil, 0)
+	s.cq, err = s.ctx.CreateCQ(cqe, nil, 0)
 	must(t, err)
 	for i := 0; i < skip; i++ {
 		_, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTRC,
