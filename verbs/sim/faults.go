@@ -264,17 +264,27 @@ func (f *Fabric) DropResponse(qp verbs.QP, psn uint32) error {
 }
 
 func (f *Fabric) addDrop(qp verbs.QP, psn uint32, resp bool) error {
-	q, ok := qp.(*QP)
-	if !ok || q == nil {
-		return fmt.Errorf("sim: drop rule: not a simulated QP")
-	}
-	if psn > psnMask {
-		return fmt.Errorf("sim: drop rule: psn %#x exceeds 24 bits", psn)
+	q, err := ruleQP("drop", qp, psn)
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.drops = append(f.drops, psnDrop{qp: q, psn: psn, resp: resp})
 	return nil
+}
+
+// ruleQP checks the arguments of a PSN rule (kind: "drop", "hold"): a
+// simulated QP and a 24-bit PSN.
+func ruleQP(kind string, qp verbs.QP, psn uint32) (*QP, error) {
+	q, ok := qp.(*QP)
+	if !ok || q == nil {
+		return nil, fmt.Errorf("sim: %s rule: not a simulated QP", kind)
+	}
+	if psn > psnMask {
+		return nil, fmt.Errorf("sim: %s rule: psn %#x exceeds 24 bits", kind, psn)
+	}
+	return q, nil
 }
 
 // matchDrop applies (and consumes) a PSN drop rule matching p.
@@ -316,12 +326,9 @@ type psnHold struct {
 // incarnation of it after a reset takes or rejects it by its PSN alone,
 // as an HCA does (packets carry no incarnation).
 func (f *Fabric) HoldRequest(qp verbs.QP, psn uint32, until time.Duration) error {
-	q, ok := qp.(*QP)
-	if !ok || q == nil {
-		return fmt.Errorf("sim: hold rule: not a simulated QP")
-	}
-	if psn > psnMask {
-		return fmt.Errorf("sim: hold rule: psn %#x exceeds 24 bits", psn)
+	q, err := ruleQP("hold", qp, psn)
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
