@@ -55,3 +55,34 @@ func TestSurfaceOnBackupCompletesInOrder(t *testing.T) {
 		}
 	})
 }
+
+// TestFenceHoldsOnSlowBackup: node0 switches back while its backup path
+// is slow (up to 200 µs per packet): the fence, its last WR there, must
+// complete before the switch-back notification goes out on the default
+// QP and the held WRs follow it, or they overtake the fence and the
+// peer's notifications arrive out of order. Back-to-back signaled WRs
+// (every round's notification is signaled) put the fence right behind
+// another signaled WR.
+func TestFenceHoldsOnSlowBackup(t *testing.T) {
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		for _, sendRx := range []bool{false, true} {
+			w := newWorldProfile(t, 37, p)
+			w.sendRx = [2]bool{sendRx, sendRx}
+			a := w.n[0]
+			port := a.hca.Port(1)
+			w.run(300*time.Microsecond, 0)
+			must(t, w.f.SetLink(port, false))
+			w.run(5*time.Millisecond, 0)
+			must(t, w.f.SetDelay(a.bak.ctx.(*sim.Context).HCA().Port(1), 200*time.Microsecond))
+			must(t, w.f.SetLink(port, true))
+			w.run(60*time.Millisecond, 0)
+			w.run(20 * time.Millisecond)
+			if st := a.conn.Stats(); st.SwitchBacks != 1 {
+				t.Fatalf("sendRx %v: node0 %+v, want one switch back", sendRx, st)
+			}
+			if err := w.delivered(0); err != nil {
+				t.Fatalf("sendRx %v: %v", sendRx, err)
+			}
+		}
+	})
+}
