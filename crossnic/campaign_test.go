@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -98,10 +97,6 @@ func (w *world) nextPSN(i int) uint32 {
 	return uint32(2 * w.sent[i])
 }
 
-// traceHook, when set, sees each schedule's fabric before it runs
-// (TestScheduleDeterministic; not for parallel use).
-var traceHook func(*sim.Fabric)
-
 // faultKinds names the campaign's faults (schedule). Those marked with a
 // star in their name leave no healthy backup path for some QP, or take a
 // peer away: the error may then surface (cleanly); on the others no
@@ -170,12 +165,6 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	mem := crossnic.NewMemDirectory()
 	fdir := &failingDirectory{MemDirectory: mem}
 	w := newWorldWith(t, [2]crossnic.Directory{fdir, fdir}, o)
-	if os.Getenv("IBPATH_SIM_TRACE") != "" {
-		w.f.SetTracer(func(r sim.TraceRecord) { fmt.Printf("%+v\n", r) })
-	}
-	if traceHook != nil {
-		traceHook(w.f)
-	}
 	var dirs []int
 	switch rng.IntN(3) {
 	case 0:
@@ -412,8 +401,8 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	if atomic && w.overran[victim] {
 		// Its completion may be one the overrun lost; it still executed
 		// at most once.
-		if exec := binary.LittleEndian.Uint64(per.buf[len(per.buf)-8:]); exec > 1 {
-			return desc, fmt.Errorf("the atomic executed %d times at %s: replayed", exec, per.name)
+		if _, err := w.atomicAtMostOnce(victim); err != nil {
+			return desc, err
 		}
 	} else if atomic && !killed {
 		if err := w.atomicOnce(victim); err != nil {
@@ -449,7 +438,7 @@ func verdict(w *world, dirs []int, fault int, atomic, comesBack, safeOnly bool) 
 		// A switch-back notification that failed may have been taken by
 		// the peer (its ACK lost): the error surfaces rather than send
 		// the held WRs where the peer no longer reads (docs/CROSSNIC.md).
-		switchLost = switchLost || strings.Contains(n.conn.Reason(), "after the switch-back notification")
+		switchLost = switchLost || strings.Contains(n.conn.Reason(), crossnic.ErrSwitchNotifyLost.Error())
 	}
 	if surfaced && !atomic && !mayFail(fault) && !readRefused && !switchLost {
 		return surfaced, readRefused, fmt.Errorf("a connection surfaced without an atomic in flight or a fault that leaves no way: %s / %s", w.n[0].conn.Reason(), w.n[1].conn.Reason())
@@ -510,16 +499,27 @@ func (w *world) postAtomic(i int) {
 	w.posted[i] = append(w.posted[i], atomicWRID)
 }
 
+// atomicAtMostOnce reads how many times the atomic node i posted executed
+// at the peer (the counter it adds 1 to): an error past once.
+func (w *world) atomicAtMostOnce(i int) (uint64, error) {
+	peer := w.n[1-i]
+	exec := binary.LittleEndian.Uint64(peer.buf[len(peer.buf)-8:])
+	if exec > 1 {
+		return exec, fmt.Errorf("the atomic executed %d times at %s: replayed", exec, peer.name)
+	}
+	return exec, nil
+}
+
 // atomicOnce checks the atomic node i posted (postAtomic): it executed at
 // most once at the responder (the counter it adds 1 to), and completed at
 // the requester exactly once: with success, having executed exactly once
 // and fetched the counter's value before it, or with an error, the
 // connection's error surfaced.
 func (w *world) atomicOnce(i int) error {
-	me, peer := w.n[i], w.n[1-i]
-	exec := binary.LittleEndian.Uint64(peer.buf[len(peer.buf)-8:])
-	if exec > 1 {
-		return fmt.Errorf("the atomic executed %d times at %s: replayed", exec, peer.name)
+	me := w.n[i]
+	exec, err := w.atomicAtMostOnce(i)
+	if err != nil {
+		return err
 	}
 	if len(w.atoms[i]) != 1 {
 		return fmt.Errorf("the atomic completed %d times at %s (%v), want exactly once", len(w.atoms[i]), me.name, w.atoms[i])

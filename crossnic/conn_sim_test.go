@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -128,6 +129,10 @@ func newWorldWrap(t testing.TB, seed uint64, dirs [2]crossnic.Directory, wrapBak
 	return newWorldWith(t, dirs, worldOpts{cfg: sim.Config{Seed: seed}, retry: 3, wrapBak: wrapBak})
 }
 
+// traceHook, when set, sees each new world's fabric before it runs
+// (TestScheduleDeterministic; not for parallel use).
+var traceHook func(*sim.Fabric)
+
 // worldOpts are the knobs of newWorldWith.
 type worldOpts struct {
 	cfg     sim.Config              // the fabric's (Seed included)
@@ -206,6 +211,12 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		var err error
 		f, err = worldFabric(o)
 		must(t, err)
+		if os.Getenv("IBPATH_SIM_TRACE") != "" { // the trace of a schedule replayed by its seed
+			f.SetTracer(func(r sim.TraceRecord) { fmt.Printf("%+v\n", r) })
+		}
+		if traceHook != nil {
+			traceHook(f)
+		}
 	}
 	w := &world{t: t, f: f}
 	for i, name := range []string{"node0", "node1"} {

@@ -169,7 +169,7 @@ func (c *Conn) onDefault(wc verbs.WC) {
 			// peer no longer reads (data lost without an error). The
 			// error surfaces instead, as for a second fault before the
 			// purge.
-			c.Surface(fmt.Sprintf("completion error %v on the default QP after the switch-back notification: the peer may have taken it", wc.Status))
+			c.Surface(fmt.Sprintf("completion error %v on the default QP: %v", wc.Status, ErrSwitchNotifyLost))
 			return
 		}
 		c.stats.HiddenFlushes++

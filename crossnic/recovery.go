@@ -77,6 +77,12 @@ type Room interface {
 // CQs' headroom is not free.
 var errNoRoom = errors.New("no room in the application's CQs for the switch back's own completions yet (other QPs on them are switching back)")
 
+// ErrSwitchNotifyLost is in the Reason of a Conn whose switch-back
+// notification failed after it was posted: the peer may have taken it (its
+// ACK being what was lost) and moved its receives home, so the held WRs
+// cannot go to the backup, and the error surfaces.
+var ErrSwitchNotifyLost = errors.New("crossnic: the switch-back notification failed after it was posted: the peer may have taken it")
+
 // errPathDown: the default QP is not reset while its port is down.
 var errPathDown = errors.New("the default port is down")
 

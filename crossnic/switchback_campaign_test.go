@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -53,9 +52,6 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 	dir := crossnic.NewMemDirectory()
 	profile := campaignProfile(seed)
 	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, EndlessRetry7: endless, Profile: profile}, retry: retry})
-	if os.Getenv("IBPATH_SIM_TRACE") != "" {
-		w.f.SetTracer(func(r sim.TraceRecord) { fmt.Printf("%+v\n", r) })
-	}
 	probeTO := 60 * time.Millisecond
 	if rng.IntN(3) == 0 {
 		// a probe timeout as short as the peer's switch-back steps: the
