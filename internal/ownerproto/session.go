@@ -36,7 +36,8 @@ type Session struct {
 	wg   sync.WaitGroup
 }
 
-// ErrRefused: the daemon answered the hello with an error.
+// ErrRefused: the daemon answered the hello, or a request, with an
+// error: asking again gets the same answer.
 var ErrRefused = errors.New("ownerproto: refused by ibpathd")
 
 // Dial connects to the daemon's socket, upgrades to the owner protocol,
@@ -300,7 +301,7 @@ func (s *Session) call(ctx context.Context, m Msg, reply *Msg) error {
 			return fmt.Errorf("ownerproto: %s: %w", m.Type, s.Err())
 		}
 		if r.Ack != nil && r.Ack.Error != "" {
-			return fmt.Errorf("ownerproto: %s refused by ibpathd: %s", m.Type, r.Ack.Error)
+			return fmt.Errorf("%w: %s: %s", ErrRefused, m.Type, r.Ack.Error)
 		}
 		if reply != nil {
 			*reply = r

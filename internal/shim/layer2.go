@@ -344,20 +344,28 @@ type sessionDir struct {
 // a program are often connected before the session is up). A publication
 // that fails does not stop the others: the peer needs the MRs' mappings
 // even when a QP's publication timed out (ibpathd may have taken it and
-// answered late). The error names every one that failed.
+// answered late). The error names every one that failed and may go
+// through when sent again; refusals are logged (deliveryFailed).
 func (d *sessionDir) republish(p Publisher) error {
 	d.mu.Lock()
 	qps := append([]ownerproto.PublishQP(nil), d.qps...)
 	mrs := append([]ownerproto.PublishMR(nil), d.mrs...)
 	d.mu.Unlock()
-	var errs []error
+	var refused, failed []error
+	note := func(err error) {
+		if errors.Is(err, ownerproto.ErrRefused) {
+			refused = append(refused, err)
+		} else {
+			failed = append(failed, err)
+		}
+	}
 	for _, q := range qps {
 		q.Remote = d.r.remoteOf(q.Key.QPN)
 		ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
 		err := p.PublishQP(ctx, q)
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("publish QP %#x: %w", q.Key.QPN, err))
+			note(fmt.Errorf("publish QP %#x: %w", q.Key.QPN, err))
 		}
 	}
 	for _, m := range mrs {
@@ -366,10 +374,16 @@ func (d *sessionDir) republish(p Publisher) error {
 		err := p.PublishMR(ctx, m)
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("publish MR rkey %#x: %w", m.Key.RKey, err))
+			note(fmt.Errorf("publish MR rkey %#x: %w", m.Key.RKey, err))
 		}
 	}
-	return errors.Join(errs...)
+	if len(refused) > 0 {
+		d.r.deliveryFailed(errors.Join(refused...)) // logged, not retried
+	}
+	if len(failed) > 0 {
+		return errors.Join(failed...)
+	}
+	return nil
 }
 
 // republishRetry is how long after a republication that failed the scan
@@ -386,22 +400,35 @@ func (r *Runtime) republishAll(p Publisher) {
 		dirs = append(dirs, s.dir)
 	}
 	r.l2mu.Unlock()
-	failed := false
+	// The due retry is this one; a publication that fails from here on,
+	// in it or beside it, makes the next.
+	r.republishAt.Store(0)
 	for _, d := range dirs {
 		if err := d.republish(p); err != nil {
-			failed = true
-			r.log.Warn("libibpath: republish backup attributes to ibpathd; trying again", "err", err, "in", republishRetry)
+			r.deliveryFailed(fmt.Errorf("republish: %w", err))
 		}
-	}
-	if failed {
-		r.republishAt.Store(time.Now().Add(republishRetry).UnixNano())
-	} else {
-		r.republishAt.Store(0)
 	}
 	select {
 	case r.rescan <- struct{}{}:
 	default:
 	}
+}
+
+// deliveryFailed is told that a publication recorded here did not reach
+// ibpathd (it answered late under load, or the session broke). Nothing
+// is dropped: the scan sends every publication again republishRetry later
+// (an earlier due time stands), until they all go through, for the peer's
+// node needs each mapping before a failover (an RDMA WRITE's replay
+// cannot translate an rkey it never learnt).
+// A refusal (ownerproto.ErrRefused: ibpathd would answer the same again)
+// is only logged.
+func (r *Runtime) deliveryFailed(err error) {
+	if errors.Is(err, ownerproto.ErrRefused) {
+		r.log.Warn("libibpath: ibpathd refused backup attributes; the peer cannot fail over to them", "err", err)
+		return
+	}
+	r.log.Warn("libibpath: backup attributes did not reach ibpathd; trying again", "err", err, "in", republishRetry)
+	r.republishAt.CompareAndSwap(0, time.Now().Add(republishRetry).UnixNano())
 }
 
 // republishDue sends the publications again when the last republication
@@ -438,10 +465,12 @@ func (d *sessionDir) PublishQP(def crossnic.Endpoint, b crossnic.Backup) error {
 	defer cancel()
 	err := p.PublishQP(ctx, pub)
 	d.r.log.Debug("libibpath: published a backup QP", "qpn", def.QPN, "backup", b.QPN, "push_to", pub.Remote, "err", err)
-	if err == nil {
-		d.pushMRs(p, pub.Remote)
+	if err != nil {
+		d.r.deliveryFailed(fmt.Errorf("publish QP %#x: %w", def.QPN, err))
+		return nil
 	}
-	return err
+	d.pushMRs(p, pub.Remote)
+	return nil
 }
 
 // pushMRs publishes every MR published so far to route r's node, once
@@ -467,10 +496,10 @@ func (d *sessionDir) pushMRs(p Publisher, r ownerproto.Route) {
 		err := p.PublishMR(ctx, m)
 		cancel()
 		if err != nil {
-			d.r.log.Warn("libibpath: push backup MRs to the peer's node", "route", r, "err", err)
 			d.mu.Lock()
 			delete(d.pushed, r) // the next publication to r tries again
 			d.mu.Unlock()
+			d.r.deliveryFailed(fmt.Errorf("push MR rkey %#x to the peer's node: %w", m.Key.RKey, err))
 			return
 		}
 	}
@@ -511,7 +540,10 @@ func (d *sessionDir) PublishMR(def crossnic.MRRef, rkey uint32) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
 	defer cancel()
-	return p.PublishMR(ctx, pub)
+	if err := p.PublishMR(ctx, pub); err != nil {
+		d.r.deliveryFailed(fmt.Errorf("publish MR rkey %#x: %w", def.RKey, err))
+	}
+	return nil
 }
 
 func (d *sessionDir) LookupMR(def crossnic.MRRef) (uint32, bool) {

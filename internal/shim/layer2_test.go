@@ -89,11 +89,17 @@ type host struct {
 
 func newHost(t *testing.T, h *sim.Host, c *cluster) *host {
 	t.Helper()
+	return newHostWith(t, h, &node{c: c})
+}
+
+// newHostWith is newHost with the session rep (its ibpathd).
+func newHostWith(t *testing.T, h *sim.Host, rep Reporter) *host {
+	t.Helper()
 	cfg, _ := FromEnv(env(nil))
 	rt := NewRuntime(cfg, nil)
 	t.Cleanup(rt.Close)
 	rt.SetProvider(h)
-	rt.SetReporter(&node{c: c})
+	rt.SetReporter(rep)
 	x := &host{rt: rt, id: 1}
 	var err error
 	if x.ctx, err = h.Open("mlx5_0"); err != nil {
@@ -256,12 +262,25 @@ func TestLayer2PublishesWhenTheSessionComesLate(t *testing.T) {
 	}
 }
 
-// slowNode is a node whose first failQPs QP publications time out (an
-// ibpathd slow to answer, as under TCG in the lab).
+// slowNode is a node whose first failQPs QP publications and first
+// failMRs MR publications time out (an ibpathd slow to answer, as under
+// TCG in the lab).
 type slowNode struct {
 	*node
 	mu      sync.Mutex
 	failQPs int
+	failMRs int
+}
+
+func (n *slowNode) PublishMR(ctx context.Context, p ownerproto.PublishMR) error {
+	n.mu.Lock()
+	fail := n.failMRs > 0
+	n.failMRs--
+	n.mu.Unlock()
+	if fail {
+		return fmt.Errorf("ownerproto: publish_mr: %w", context.DeadlineExceeded)
+	}
+	return n.node.PublishMR(ctx, p)
 }
 
 func (n *slowNode) PublishQP(ctx context.Context, p ownerproto.PublishQP) error {
@@ -321,6 +340,85 @@ func TestLayer2RepublishRetried(t *testing.T) {
 	}
 	if a.rt.republishAt.Load() != 0 {
 		t.Fatal("a republication is still due after every one went through")
+	}
+}
+
+// TestLayer2PublicationRetriedInSession: with the session attached from
+// the start, ibpathd answers a's first MR and QP publications late (a
+// timeout, as under load in the lab, where the peer's failover then found
+// no backup rkey for its replayed WRITE). Neither is dropped: both are
+// sent again until they go through, b's node learns a's MR mapping, and
+// the backups connect.
+func TestLayer2PublicationRetriedInSession(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	lb := &syncbuf.Buffer{}
+	slow := &slowNode{node: &node{c: c}, failQPs: 1, failMRs: 2}
+	a := newHostWith(t, f.Host("node0"), slow)
+	a.rt.log = slog.New(slog.NewTextHandler(lb, nil))
+	b := newHost(t, f.Host("node1"), c)
+	pa, _ := a.ctx.QueryPort(1)
+	aMR := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for k := range c.mrs {
+			if k.LID == pa.LID {
+				return true
+			}
+		}
+		return false
+	}
+	if aMR() {
+		t.Fatal("a's MR publication was meant to time out")
+	}
+	a.connect(t, b)
+	b.connect(t, a)
+	deadline := time.Now().Add(10 * time.Second)
+	for !aMR() || strings.Contains(b.backup(), "connecting") || strings.Contains(a.backup(), "connecting") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's MR mapping published %v, backups a %q b %q\n%s", aMR(), a.backup(), b.backup(), lb)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(lb.String(), "did not reach ibpathd; trying again") {
+		t.Fatalf("no line says a publication failed:\n%s", lb)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for a.rt.republishAt.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a republication is still due after every one went through")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// refusingNode is a node whose ibpathd refuses every MR publication.
+type refusingNode struct{ *node }
+
+func (n *refusingNode) PublishMR(context.Context, ownerproto.PublishMR) error {
+	return fmt.Errorf("%w: publish_mr: not yours", ownerproto.ErrRefused)
+}
+
+// TestLayer2RefusalNotRetried: a publication ibpathd refuses would be
+// refused again: it is logged as such and no retry is scheduled.
+func TestLayer2RefusalNotRetried(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	a := newHostWith(t, f.Host("node0"), nil)
+	lb := &syncbuf.Buffer{}
+	a.rt.log = slog.New(slog.NewTextHandler(lb, nil))
+	a.rt.SetReporter(&refusingNode{&node{c: c}}) // republishes the MR: refused
+	if !strings.Contains(lb.String(), "ibpathd refused backup attributes") {
+		t.Fatalf("no line says the MR was refused:\n%s", lb)
+	}
+	if at := a.rt.republishAt.Load(); at != 0 {
+		t.Fatalf("a refused publication is retried at %d", at)
 	}
 }
 
