@@ -88,16 +88,37 @@ rxe_counters() {
 # row when LAB_QP_WATCH is set (the row's qps-<guest>.out): the PSNs of two
 # ends that stopped agreeing, and the NAKs and retransmissions between them.
 qp_watch() {
-	local prev cur
+	local prev cur tprev tcur
 	prev=$(rxe_counters)
+	tprev=$(thread_ticks)
 	while :; do
 		echo "AT $(ts)"
 		rdma resource show qp 2>&1 | grep -v ' type GSI\| type SMI' | sed 's/^/  /'
 		cur=$(rxe_counters)
 		counters_moved "$prev" "$cur" "  moved "
 		prev=$cur
+		tcur=$(thread_ticks)
+		ticks_moved "$tprev" "$tcur"
+		tprev=$tcur
 		sleep "$1"
 	done
+}
+
+# thread_ticks: "tid comm ticks" for every thread of the guest, ticks being
+# its user plus system CPU time (clock ticks, /proc/PID/task/TID/stat).
+thread_ticks() {
+	local f
+	for f in /proc/[0-9]*/task/[0-9]*/stat; do
+		cat "$f" 2>/dev/null
+	done | awk '{ c = $0; sub(/^[^(]*\(/, "", c); sub(/\).*$/, "", c); n = split($0, a, ") "); split(a[n], b, " "); gsub(/ /, "_", c); print $1, c, b[12] + b[13] }'
+}
+
+# ticks_moved PREV CUR: the eight threads that used the most CPU between two
+# thread_ticks samples, "  cpu TID COMM TICKS".
+ticks_moved() {
+	printf '%s\n--\n%s\n' "$1" "$2" |
+		awk '$1 == "--" { cur = 1; next } !cur { t[$1 " " $2] = $3; next } { d = $3 - t[$1 " " $2]; if (d > 0) print "  cpu", $1, $2, d }' |
+		sort -k4,4nr | head -8
 }
 
 # rxe_debug_on: clear the kernel log and turn on rdma_rxe's debug messages
