@@ -305,6 +305,15 @@ func (c *Conn) onControl(imm uint32) {
 			// this side could not keep.
 			if _, err := c.sring.PlanRewind(peerRecv); err != nil {
 				c.Surface(fmt.Sprintf("the peer's fallback notification cannot be followed: %v", err))
+				// The peer's default QP went to ERR when it fell back:
+				// nothing on this one is acknowledged again. A provider
+				// that retransmits without end (rdma_rxe at retry_cnt 7)
+				// would hold the WRs for ever; in ERR they flush to the
+				// application now.
+				if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+					c.defDead = true
+					c.completeGone(&c.def)
+				}
 			}
 		}
 		if c.m.SQ == fsm.SQSurfaced {

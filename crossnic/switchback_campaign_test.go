@@ -19,6 +19,11 @@ import (
 var (
 	switchRuns = flag.Int("crossnic.switchruns", 300, "flap schedules in TestSwitchBackCampaign")
 	switchSeed = flag.Uint64("crossnic.switchseed", 0, "run only this flap schedule")
+	// Delay and reordering make a probe outlive the peer's reset, and the
+	// reset that follows its failure start over from the handshake's
+	// PSNs while the peer's stream has moved on (docs/CROSSNIC.md, "Known
+	// limits"): off until that reset carries the streams on.
+	switchDelay = flag.Bool("crossnic.switchdelay", false, "draw delay and reordering in TestSwitchBackCampaign too")
 )
 
 // portUp is the PathUp of a node: its default port is ACTIVE (the shim
@@ -40,7 +45,8 @@ func portUp(n *node) func() bool {
 // (or both), for how long, a second flap during the switch back, one end
 // polling lazily, the workload (one-sided or two-sided, one or both
 // directions), and the provider's retransmission: the IB spec's retry
-// count, or soft-RoCE's, which retransmits without end at retry_cnt 7.
+// count, or soft-RoCE's, which retransmits without end at retry_cnt 7;
+// and what the cross-NIC campaign varies in the traffic (drawTraffic).
 // The seeds take the simulator's profiles in turn (campaignProfile).
 func flapSchedule(t testing.TB, seed uint64) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 11))
@@ -71,6 +77,7 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 		w.lazy[rng.IntN(2)] = 2 + rng.IntN(30)
 	}
 	desc := fmt.Sprintf("profile %s endless %v probe timeout %v dirs %v sendRx %v lazy %v", profile, endless, probeTO, dirs, w.sendRx, w.lazy)
+	desc += drawTraffic(t, rand.New(rand.NewPCG(seed, 12)), w)
 	ports := func(k int) []*sim.Port {
 		switch k {
 		case 0, 1:
@@ -117,20 +124,28 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 	for i := 0; i < 150 && (!home() || w.delivered(dirs...) != nil); i++ {
 		w.run(10 * time.Millisecond)
 	}
-	surfaced := false
+	surfaced, readRefused := false, false
+	for _, n := range w.n {
+		// A READ executed at the peer before a notification it consumed,
+		// its response lost in the flap, is not replayed
+		// (ErrReadUnanswered): that side's error surfaces, and its
+		// peer's with it, after one flap too.
+		readRefused = readRefused || strings.Contains(n.conn.Reason(), crossnic.ErrReadUnanswered.Error())
+	}
 	for _, n := range w.n {
 		if sq, _ := n.conn.State(); sq == fsm.SQSurfaced {
 			surfaced = true
-			if !twice {
+			if !twice && !readRefused {
 				return desc, fmt.Errorf("%s surfaced after a single flap: %s", n.name, n.conn.Reason())
 			}
 		}
 	}
 	if surfaced {
 		// A second fault before both ends purged their backups is not
-		// survived (docs/CROSSNIC.md, limits): the error reaches the
-		// application as plain verbs would report it, and nothing is
-		// lost, duplicated or corrupted on the way.
+		// survived (docs/CROSSNIC.md, limits), nor a READ whose
+		// response was lost: the error reaches the application as plain
+		// verbs would report it, and nothing is lost, duplicated or
+		// corrupted on the way.
 		check := w.check
 		if endless {
 			// rdma_rxe at retry_cnt 7: the peer of a side whose QPs went
@@ -149,6 +164,9 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 				return desc, fmt.Errorf("%w (%s)", err, w.states())
 			}
 		}
+		if readRefused {
+			return desc + " (surfaced: a READ unanswered)", errReadSurfaced
+		}
 		return desc + " (surfaced)", errSurfaced
 	}
 	if err := w.delivered(dirs...); err != nil {
@@ -162,6 +180,37 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 		}
 	}
 	return desc, nil
+}
+
+// drawTraffic draws, beside a flap schedule's own draws (from their own
+// stream, so that the flaps of a seed stay what they were), what the
+// cross-NIC campaign varies in the traffic: each direction's workload
+// (SENDs or WRITEs; multi-SGE, inline, with READs), packet loss on a
+// default link, a receiver that reposts its receives late (RNR), and with
+// -crossnic.switchdelay delay and reordering on every link. It returns
+// their description.
+func drawTraffic(t testing.TB, rng *rand.Rand, w *world) string {
+	w.load = [2]workload{workload(rng.IntN(8)), workload(rng.IntN(8))}
+	desc := fmt.Sprintf(" load %v", w.load)
+	if rng.IntN(2) == 0 {
+		loss := rng.Float64() * 0.02
+		must(t, w.f.SetLoss(w.n[rng.IntN(2)].hca.Port(1), loss, loss))
+		desc += fmt.Sprintf(" loss %.3f", loss)
+	}
+	if *switchDelay && rng.IntN(4) == 0 {
+		d := time.Duration(1+rng.IntN(30)) * time.Microsecond
+		for _, n := range w.n {
+			must(t, w.f.SetDelay(n.hca.Port(1), d))
+			must(t, w.f.SetDelay(n.bak.ctx.(*sim.Context).HCA().Port(1), d))
+		}
+		desc += fmt.Sprintf(" delay %v", d)
+	}
+	if rng.IntN(4) == 0 {
+		k := rng.IntN(2)
+		w.holdRecvs[k] = time.Duration(200+rng.IntN(2000)) * time.Microsecond
+		desc += fmt.Sprintf(" rnr at %d (reposts every %v)", k, w.holdRecvs[k])
+	}
+	return desc
 }
 
 // states describes both Conns for a failure message.
@@ -178,17 +227,21 @@ func (w *world) states() string {
 // cleanly; the campaign counts these.
 var errSurfaced = errors.New("surfaced after the second flap")
 
+// errReadSurfaced: a schedule ended with the error surfaced, cleanly,
+// because a READ the peer executed lost its response in a flap.
+var errReadSurfaced = errors.New("surfaced: a READ the peer executed got no response")
+
 // TestSwitchBackCampaign runs seeded flap schedules (flapSchedule), each
 // as a subtest of its own. After one flap every schedule must come home
-// with nothing surfaced; after two, the error may surface (cleanly), and
-// the campaign says how often it did.
+// with nothing surfaced, unless a READ lost its response; after two, the
+// error may surface (cleanly), and the campaign says how often it did.
 func TestSwitchBackCampaign(t *testing.T) {
 	checkProfileFlag(t)
 	runs := *switchRuns
 	if testing.Short() {
 		runs = 40
 	}
-	var failed, surfaced, twice atomic.Int64
+	var failed, surfaced, twice, reads atomic.Int64
 	seedWorkers(t, runs, *switchSeed, func(t *testing.T, s uint64) {
 		if failed.Load() >= 5 {
 			t.SkipNow()
@@ -201,6 +254,8 @@ func TestSwitchBackCampaign(t *testing.T) {
 			switch {
 			case errors.Is(err, errSurfaced):
 				surfaced.Add(1)
+			case errors.Is(err, errReadSurfaced):
+				reads.Add(1)
 			case err != nil:
 				t.Fatalf("%s: %v\nreproduce: go test ./crossnic -run TestSwitchBackCampaign -crossnic.switchseed %d -v", desc, err, s)
 			}
@@ -209,5 +264,6 @@ func TestSwitchBackCampaign(t *testing.T) {
 			failed.Add(1)
 		}
 	})
-	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced", runs, twice.Load(), surfaced.Load())
+	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost",
+		runs, twice.Load(), surfaced.Load(), reads.Load())
 }

@@ -285,6 +285,35 @@ func TestModSQDWithoutNotifyRaisesNothing(t *testing.T) {
 	}
 }
 
+// TestQueryReturnsLivePSNs: ibv_query_qp reports the PSNs where the two
+// streams stand (rule 97), not the ones the QP was connected with: after
+// three WRITEs (one of them three packets long) the requester's next PSN
+// and the responder's expected one are 105, and the responder keeps
+// reporting it once in ERR.
+func TestQueryReturnsLivePSNs(t *testing.T) {
+	c := newConn(t, connOpts{})
+	c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()),
+		write(2, c.a.sge(0, 3000), c.b.mr.Addr(), c.b.mr.RKey()),
+		write(3, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+	c.run(time.Millisecond)
+	if got := len(c.a.poll(t)); got != 3 {
+		t.Fatalf("%d completions, want 3", got)
+	}
+	a, _, err := c.a.qp.Query(verbs.QPAttrSQPSN)
+	must(t, err)
+	b, _, err := c.b.qp.Query(verbs.QPAttrRQPSN)
+	must(t, err)
+	if a.SQPSN != 105 || b.RQPSN != 105 {
+		t.Fatalf("requester sq_psn %d, responder rq_psn %d; want 105 and 105", a.SQPSN, b.RQPSN)
+	}
+	must(t, c.b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState))
+	b, _, err = c.b.qp.Query(verbs.QPAttrRQPSN)
+	must(t, err)
+	if b.RQPSN != 105 {
+		t.Fatalf("rq_psn in ERR %d, want 105", b.RQPSN)
+	}
+}
+
 func TestModQueryReturnsWhatWasSet(t *testing.T) {
 	c := newConn(t, connOpts{maxWR: 100})
 	a, init, err := c.a.qp.Query(verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrCap)

@@ -233,6 +233,9 @@ func (q *QP) Query(mask verbs.QPAttrMask) (verbs.QPAttr, verbs.QPInitAttr, error
 	a := q.attr
 	a.QPState = q.state
 	a.CurQPState = q.state
+	// The live PSNs, as the drivers report them: the next PSN the
+	// responder expects and the next a new request takes (rule 97).
+	a.RQPSN, a.SQPSN = q.ePSN, q.nextPSN
 	a.PathMigState = q.mig
 	a.Cap = q.cap
 	a.SQDraining = q.state == verbs.QPSSQD && q.draining
