@@ -212,12 +212,7 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		desc += fmt.Sprintf(" loss %.3f", loss)
 	}
 	if rng.IntN(4) == 0 {
-		d := time.Duration(1+rng.IntN(30)) * time.Microsecond
-		for _, n := range w.n {
-			must(t, w.f.SetDelay(n.hca.Port(1), d))
-			must(t, w.f.SetDelay(n.bak.ctx.(*sim.Context).HCA().Port(1), d))
-		}
-		desc += fmt.Sprintf(" delay %v", d)
+		desc += drawDelay(t, rng, w)
 	}
 	if rng.IntN(4) == 0 {
 		k := rng.IntN(2)

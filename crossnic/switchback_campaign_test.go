@@ -198,12 +198,7 @@ func drawTraffic(t testing.TB, rng *rand.Rand, w *world) string {
 		desc += fmt.Sprintf(" loss %.3f", loss)
 	}
 	if *switchDelay && rng.IntN(4) == 0 {
-		d := time.Duration(1+rng.IntN(30)) * time.Microsecond
-		for _, n := range w.n {
-			must(t, w.f.SetDelay(n.hca.Port(1), d))
-			must(t, w.f.SetDelay(n.bak.ctx.(*sim.Context).HCA().Port(1), d))
-		}
-		desc += fmt.Sprintf(" delay %v", d)
+		desc += drawDelay(t, rng, w)
 	}
 	if rng.IntN(4) == 0 {
 		k := rng.IntN(2)
@@ -211,6 +206,18 @@ func drawTraffic(t testing.TB, rng *rand.Rand, w *world) string {
 		desc += fmt.Sprintf(" rnr at %d (reposts every %v)", k, w.holdRecvs[k])
 	}
 	return desc
+}
+
+// drawDelay gives every link of w's default and backup HCAs one drawn
+// delay (1 to 30 us; packets reorder behind a delayed one) and returns its
+// description.
+func drawDelay(t testing.TB, rng *rand.Rand, w *world) string {
+	d := time.Duration(1+rng.IntN(30)) * time.Microsecond
+	for _, n := range w.n {
+		must(t, w.f.SetDelay(n.hca.Port(1), d))
+		must(t, w.f.SetDelay(n.bak.ctx.(*sim.Context).HCA().Port(1), d))
+	}
+	return fmt.Sprintf(" delay %v", d)
 }
 
 // states describes both Conns for a failure message.

@@ -273,23 +273,26 @@ type slowNode struct {
 }
 
 func (n *slowNode) PublishMR(ctx context.Context, p ownerproto.PublishMR) error {
-	n.mu.Lock()
-	fail := n.failMRs > 0
-	n.failMRs--
-	n.mu.Unlock()
-	if fail {
-		return fmt.Errorf("ownerproto: publish_mr: %w", context.DeadlineExceeded)
+	if err := n.late(&n.failMRs, "publish_mr"); err != nil {
+		return err
 	}
 	return n.node.PublishMR(ctx, p)
 }
 
-func (n *slowNode) PublishQP(ctx context.Context, p ownerproto.PublishQP) error {
+// late counts one publication off *left and reports whether it times out.
+func (n *slowNode) late(left *int, what string) error {
 	n.mu.Lock()
-	fail := n.failQPs > 0
-	n.failQPs--
-	n.mu.Unlock()
-	if fail {
-		return fmt.Errorf("ownerproto: publish_qp: %w", context.DeadlineExceeded)
+	defer n.mu.Unlock()
+	*left--
+	if *left >= 0 {
+		return fmt.Errorf("ownerproto: %s: %w", what, context.DeadlineExceeded)
+	}
+	return nil
+}
+
+func (n *slowNode) PublishQP(ctx context.Context, p ownerproto.PublishQP) error {
+	if err := n.late(&n.failQPs, "publish_qp"); err != nil {
+		return err
 	}
 	return n.node.PublishQP(ctx, p)
 }
