@@ -132,6 +132,16 @@ type Conn struct {
 	ownPSN, peerPSN uint32
 	psnSrc          func() uint32 // SetPSNSource (nil: crypto/rand)
 	peerPSNSet      bool
+	// defSQ and defRQ are the PSNs the next reset of the default QP
+	// connects it with. After a handshake: ownPSN and peerPSN. A reset
+	// without one (a probe or a switch-back notification that failed)
+	// carries on where the two ends' streams stand: defSQ counts the
+	// control WRs (one packet each) the default QP completed since,
+	// defRQ is the receive PSN the QP had reached (resetPSNs).
+	defSQ, defRQ uint32
+	// defPaired: the default QP was connected with defSQ/defRQ since the
+	// last handshake (a reset then carries on rather than start over)
+	defPaired bool
 	// defInit: the default QP is reset and waits in INIT (its control
 	// receive posted) for the peer's announcement before RTR
 	defInit  bool
@@ -162,6 +172,10 @@ type ConnStats struct {
 	ResetFailures int // resets of the default QP for a switch back that failed (retried)
 	ProbeFailures int // probes of the default path that completed in error
 	ResetsSkipped int // resets of the default QP not done: the peer's sends arrive on it
+	// ResetsCarried counts resets of the default QP without a handshake
+	// since it was last connected: the two streams' PSNs carried on
+	// (resetPSNs), not started over.
+	ResetsCarried int
 	// BackupCompletions counts the successful completions of application
 	// WRs delivered from the backup leg (synthesized ones not included):
 	// the first one ends "fault to first good completion on the backup".

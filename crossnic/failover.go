@@ -23,6 +23,7 @@ func (c *Conn) fault(reason string, wc *verbs.WC) {
 	// notification too (both sides saw it), and connect the default QP
 	// once the peer's announcement follows.
 	c.ownPSN = c.drawPSN()
+	c.defSQ = c.ownPSN
 	if c.hs != nil {
 		c.faultAt = c.hs.clock.Now()
 	}

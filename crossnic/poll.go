@@ -179,9 +179,11 @@ func (c *Conn) onDefault(wc verbs.WC) {
 	case wc.WRID == probeWRID:
 		c.probing = false
 		c.probesOut = max(c.probesOut-1, 0)
+		c.defSQ = (c.defSQ + 1) & ctrlPSNMask // acknowledged: the peer's QP took its PSN
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeOK}))
 		c.switchIfIdle()
 	case wc.WRID == ctrlSwitchWRID && !isRecv(&wc):
+		c.defSQ = (c.defSQ + 1) & ctrlPSNMask
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNNotifyCompleted}))
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
 		if k, n, err := decodeCtrl(wc.ImmData, c.rring.Completed()); err == nil && k == ctrlSwitch {
@@ -289,6 +291,7 @@ func (c *Conn) onControl(imm uint32) {
 		prior := c.m.SQ
 		if prior != fsm.SQAwaitAck {
 			c.ownPSN = c.drawPSN()
+			c.defSQ = c.ownPSN
 		}
 		if c.m.SQ == fsm.SQDefault {
 			// The peer fell back first; what the default QP completed

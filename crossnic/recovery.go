@@ -376,15 +376,40 @@ func (c *Conn) resetDefault() {
 		c.defUsable, c.resetErr = false, errPathDown
 		return
 	}
-	if err := initQP(c.def.QP, c.defAttr, 1); err != nil {
+	c.resetPSNs()
+	// The peer's sends came home onto this QP (its switch-back
+	// notification arrived): no control message comes on it, and the
+	// application's receives it held, flushed and hidden by the error,
+	// are posted on it again, in order, for the messages the peer
+	// resends into the reset QP (resetPSNs).
+	rqHome := c.m.RQ == fsm.RQDefault
+	ctrl := 1
+	if rqHome {
+		ctrl = 0
+	}
+	if err := initQP(c.def.QP, c.defAttr, ctrl); err != nil {
 		c.defUsable = false
 		c.stats.ResetFailures++
 		c.resetErr = err
+		if c.defErr && !c.recvsOnBak {
+			c.recvsOffEnd = c.rring.tail // flushed, hidden: on no QP now
+		}
 		return
 	}
 	if c.defErr && !c.recvsOnBak {
-		// The receives it held flushed, hidden: they are on no QP now.
-		c.recvsOffEnd = c.rring.tail
+		c.recvsOffEnd = c.rring.tail // flushed, hidden: on no QP now
+		if rqHome {
+			var err error
+			c.rring.Outstanding(func(w *verbs.RecvWR) bool {
+				_, err = c.def.QP.PostRecv([]verbs.RecvWR{*w})
+				return err == nil
+			})
+			if err != nil {
+				c.Surface(fmt.Sprintf("post the application's receives on the reset default QP %#x: %v", c.def.QP.QPN(), err))
+				return
+			}
+			c.recvsOffEnd = 0
+		}
 	}
 	c.defUsable, c.defErr, c.defInit = false, false, true
 	c.resetErr = errAwaitPSN
@@ -394,18 +419,44 @@ func (c *Conn) resetDefault() {
 	}
 }
 
-// connectDefault takes the default QP waiting in INIT to RTS with the
-// PSNs of the last handshake: receive PSN the peer's, send PSN this
-// side's. Probes and notifications go on it only from then on. A QP that
-// cannot be connected is reset again every ProbeInterval.
+// connectDefault takes the default QP waiting in INIT to RTS with defRQ
+// and defSQ: after a handshake the peer's announced PSN and this side's.
+// Probes and notifications go on it only from then on. A QP that cannot
+// be connected is reset again every ProbeInterval.
 func (c *Conn) connectDefault() {
 	c.defInit = false
-	if err := connectQP(c.def.QP, c.defAttr, c.peerPSN, c.ownPSN); err != nil {
+	if err := connectQP(c.def.QP, c.defAttr, c.defRQ, c.defSQ); err != nil {
 		c.stats.ResetFailures++
 		c.resetErr = err
 		return
 	}
-	c.defUsable, c.resetErr = true, nil
+	c.defUsable, c.resetErr, c.defPaired = true, nil, true
+}
+
+// resetPSNs is called before the default QP is reset. One connected since
+// the last handshake is reset without the peer resetting its own: the two
+// streams carry on where they stand, not from the announced PSNs. The
+// peer's stream stands at the receive PSN this QP reached (queried before
+// the reset clears it): a packet of the peer's that this QP took is not
+// expected again (the peer saw it acknowledged, and sends the next), one
+// it did not take comes again with the PSN expected. This side's stream
+// stands after the last control WR the QP completed (defSQ): the peer's
+// QP took everything up to it, and whatever it took after it (an
+// acknowledgement lost) it acknowledges again as a duplicate. Starting
+// over from the announced PSNs instead put the two ends apart (the peer's
+// sends taken for a gap, or a later WR for a duplicate and acknowledged
+// without being executed): the switch-back campaign's delayed links found
+// it. A QP that cannot be queried (a dead device) keeps defRQ.
+func (c *Conn) resetPSNs() {
+	if !c.defPaired {
+		return // never connected since the handshake: the announced PSNs
+	}
+	a, _, err := c.def.QP.Query(verbs.QPAttrRQPSN | verbs.QPAttrState)
+	if err == nil && a.QPState != verbs.QPSReset && a.QPState != verbs.QPSInit {
+		// (a QP a failed reset left in RESET or INIT has lost its PSNs)
+		c.defRQ = a.RQPSN & ctrlPSNMask
+		c.stats.ResetsCarried++
+	}
 }
 
 // peerAnnounced: the peer announced the send PSN its QPs start from at
@@ -413,6 +464,7 @@ func (c *Conn) connectDefault() {
 // acknowledgement). A default QP waiting in INIT for it is connected now.
 func (c *Conn) peerAnnounced(psn uint32) {
 	c.peerPSN, c.peerPSNSet = psn, true
+	c.defRQ, c.defPaired = psn, false
 	if c.rec != nil && c.defInit {
 		c.connectDefault()
 	}

@@ -569,3 +569,52 @@ func TestSwitchNotifyNeverAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSwitchNotifyAckLost: the peer executes this side's switch-back
+// notification (and moves its receives home), but every ACK of it is
+// lost, so the notification completes with RETRY_EXC_ERR. The error does
+// not say whether the peer took it; here it did. Sending the held WRs to
+// the backup would land them where the peer no longer reads (lost
+// without an error): the error surfaces instead (ErrSwitchNotifyLost),
+// and every message either arrives once, in order, or completes with an
+// error.
+func TestSwitchNotifyAckLost(t *testing.T) {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3})
+	w.sendRx = [2]bool{true, true}
+	a := w.n[0]
+	for _, n := range w.n {
+		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, PathUp: portUp(n)}))
+	}
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(port, true))
+	deadline := w.f.Now() + 200*time.Millisecond
+	for sq, _ := a.conn.State(); sq != fsm.SQWaitDrained; sq, _ = a.conn.State() {
+		if w.f.Now() > deadline {
+			t.Fatalf("never in wait-drained: %v %+v", sq, a.conn.Stats())
+		}
+		w.run(time.Microsecond, 0)
+	}
+	// The notification is the next packet of A's default QP.
+	qa, _, err := a.def.qp.Query(verbs.QPAttrSQPSN)
+	must(t, err)
+	for range 4 { // retry_cnt 3: the first send and three retries
+		must(t, w.f.DropResponse(a.def.qp, qa.SQPSN))
+	}
+	w.run(100*time.Millisecond, 0)
+	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), crossnic.ErrSwitchNotifyLost.Error()) {
+		t.Fatalf("A after its notification's ACKs were lost: %v %q, want surfaced with %v", sq, a.conn.Reason(), crossnic.ErrSwitchNotifyLost)
+	}
+	if _, rq := w.n[1].conn.State(); rq != fsm.RQDefault {
+		t.Fatalf("B's receives are %v: the notification was meant to reach it", rq)
+	}
+	if err := w.check(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.exactlyOnce(0); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -19,11 +19,10 @@ import (
 var (
 	switchRuns = flag.Int("crossnic.switchruns", 300, "flap schedules in TestSwitchBackCampaign")
 	switchSeed = flag.Uint64("crossnic.switchseed", 0, "run only this flap schedule")
-	// Delay and reordering make a probe outlive the peer's reset, and the
-	// reset that follows its failure start over from the handshake's
-	// PSNs while the peer's stream has moved on (docs/CROSSNIC.md, "Known
-	// limits"): off until that reset carries the streams on.
-	switchDelay = flag.Bool("crossnic.switchdelay", false, "draw delay and reordering in TestSwitchBackCampaign too")
+	// Delay with a second flap during the switch back completes a
+	// receive twice in 2 of 10,000 schedules (seeds 6469 and 7438 with
+	// it on; docs/CROSSNIC.md, "Limits"): off by default until fixed.
+	delayTwice = flag.Bool("crossnic.switchdelay2", false, "draw delay and reordering in TestSwitchBackCampaign's two-flap schedules too")
 )
 
 // portUp is the PathUp of a node: its default port is ACTIVE (the shim
@@ -48,7 +47,7 @@ func portUp(n *node) func() bool {
 // count, or soft-RoCE's, which retransmits without end at retry_cnt 7;
 // and what the cross-NIC campaign varies in the traffic (drawTraffic).
 // The seeds take the simulator's profiles in turn (campaignProfile).
-func flapSchedule(t testing.TB, seed uint64) (string, error) {
+func flapSchedule(t testing.TB, seed uint64, carried *atomic.Int64) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	endless := rng.IntN(2) == 0
 	retry := uint8(3)
@@ -58,6 +57,11 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 	dir := crossnic.NewMemDirectory()
 	profile := campaignProfile(seed)
 	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, EndlessRetry7: endless, Profile: profile}, retry: retry})
+	defer func() {
+		for _, n := range w.n {
+			carried.Add(int64(n.conn.Stats().ResetsCarried))
+		}
+	}()
 	probeTO := 60 * time.Millisecond
 	if rng.IntN(3) == 0 {
 		// a probe timeout as short as the peer's switch-back steps: the
@@ -77,7 +81,10 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 		w.lazy[rng.IntN(2)] = 2 + rng.IntN(30)
 	}
 	desc := fmt.Sprintf("profile %s endless %v probe timeout %v dirs %v sendRx %v lazy %v", profile, endless, probeTO, dirs, w.sendRx, w.lazy)
-	desc += drawTraffic(t, rand.New(rand.NewPCG(seed, 12)), w)
+	// Whether a second flap follows is drawn first: delay and reordering
+	// go with one flap only, unless -crossnic.switchdelay2 (drawTraffic).
+	twice := rng.IntN(2) == 0
+	desc += drawTraffic(t, rand.New(rand.NewPCG(seed, 12)), w, !twice || *delayTwice)
 	ports := func(k int) []*sim.Port {
 		switch k {
 		case 0, 1:
@@ -99,7 +106,6 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 	desc += fmt.Sprintf(" flap %d for %v", k, down)
 	t.Logf("schedule %d: %s", seed, desc) // printed if the checker fails the test on the way
 	flap(k, down)
-	twice := rng.IntN(2) == 0
 	if twice {
 		// A second flap while the ends switch back: after the port is
 		// ACTIVE again (2 ms), during probes, fences and notifications.
@@ -186,10 +192,10 @@ func flapSchedule(t testing.TB, seed uint64) (string, error) {
 // stream, so that the flaps of a seed stay what they were), what the
 // cross-NIC campaign varies in the traffic: each direction's workload
 // (SENDs or WRITEs; multi-SGE, inline, with READs), packet loss on a
-// default link, a receiver that reposts its receives late (RNR), and with
-// -crossnic.switchdelay delay and reordering on every link. It returns
-// their description.
-func drawTraffic(t testing.TB, rng *rand.Rand, w *world) string {
+// default link, delay and reordering on every link (when delay is true),
+// and a receiver that reposts its receives late (RNR). It returns their
+// description.
+func drawTraffic(t testing.TB, rng *rand.Rand, w *world, delay bool) string {
 	w.load = [2]workload{workload(rng.IntN(8)), workload(rng.IntN(8))}
 	desc := fmt.Sprintf(" load %v", w.load)
 	if rng.IntN(2) == 0 {
@@ -197,7 +203,7 @@ func drawTraffic(t testing.TB, rng *rand.Rand, w *world) string {
 		must(t, w.f.SetLoss(w.n[rng.IntN(2)].hca.Port(1), loss, loss))
 		desc += fmt.Sprintf(" loss %.3f", loss)
 	}
-	if *switchDelay && rng.IntN(4) == 0 {
+	if rng.IntN(4) == 0 && delay {
 		desc += drawDelay(t, rng, w)
 	}
 	if rng.IntN(4) == 0 {
@@ -248,13 +254,13 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if testing.Short() {
 		runs = 40
 	}
-	var failed, surfaced, twice, reads atomic.Int64
+	var failed, surfaced, twice, reads, carried atomic.Int64
 	seedWorkers(t, runs, *switchSeed, func(t *testing.T, s uint64) {
 		if failed.Load() >= 5 {
 			t.SkipNow()
 		}
 		ok := t.Run(fmt.Sprint(s), func(t *testing.T) {
-			desc, err := flapSchedule(t, s)
+			desc, err := flapSchedule(t, s, &carried)
 			if strings.Contains(desc, "then after") {
 				twice.Add(1)
 			}
@@ -271,6 +277,12 @@ func TestSwitchBackCampaign(t *testing.T) {
 			failed.Add(1)
 		}
 	})
-	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost",
-		runs, twice.Load(), surfaced.Load(), reads.Load())
+	if *switchSeed != 0 {
+		runs = 1
+	}
+	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets carried the PSNs on",
+		runs, twice.Load(), surfaced.Load(), reads.Load(), carried.Load())
+	if runs >= 1000 && *switchSeed == 0 && carried.Load() == 0 {
+		t.Error("no reset without a handshake carried the PSNs on: the schedules no longer reach resetPSNs")
+	}
 }
