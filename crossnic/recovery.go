@@ -222,15 +222,16 @@ func (c *Conn) Tick() {
 				break
 			}
 			// The notification got no answer: the default path broke
-			// again. The QP goes to ERR first, so that the notification,
-			// still outstanding on it, can never arrive after the held
-			// WRs went to the backup (a provider that retransmits without
-			// end would deliver it once the path is back); then the held
-			// WRs go to the backup and the QP is reset, as for an error.
+			// again. As after an error completion of it, nothing says
+			// whether the peer took it (its ACKs may be what was lost),
+			// and a peer that took it moved its receives home: the held
+			// WRs sent to the backup would land where it no longer
+			// reads. The error surfaces (the QP goes to ERR, so that the
+			// notification cannot arrive later either).
 			_ = c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
 			c.defErr = true
-			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
-				Reason: "the switch-back notification got no answer"}))
+			c.Surface(fmt.Sprintf("the switch-back notification on QP %#x got no answer within %v: %v",
+				c.def.QP.QPN(), c.notifyBound, ErrSwitchNotifyLost))
 		}
 	case fsm.SQFallback:
 		if c.probing && now-c.probeAt > c.rec.ProbeTimeout {

@@ -618,3 +618,64 @@ func TestSwitchNotifyAckLost(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSwitchNotifyTimeoutPeerTook: the peer executes this side's
+// switch-back notification (and moves its receives home), but no ACK of
+// it comes back within the notification's bound, on a provider that
+// retransmits without end (no error completion ever). The peer's own
+// sends are still on the backup (its probe gets no answer). A timeout
+// does not say whether the peer took the notification; here it did, and
+// sending the held WRs to the backup would land them where the peer no
+// longer reads. Every message either arrives once, in order, or
+// completes with an error.
+func TestSwitchNotifyTimeoutPeerTook(t *testing.T) {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 31, EndlessRetry7: true}, retry: 7, noRecovery: true})
+	w.sendRx = [2]bool{true, true}
+	a, b := w.n[0], w.n[1]
+	for _, n := range w.n {
+		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond,
+			HandshakeTimeout: time.Millisecond, PathUp: portUp(n)}))
+	}
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := w.f.Now() + 200*time.Millisecond
+		for !ok() {
+			if w.f.Now() > deadline {
+				sa, ra := a.conn.State()
+				sb, rb := b.conn.State()
+				t.Fatalf("never %s: A %v/%v, B %v/%v", what, sa, ra, sb, rb)
+			}
+			w.run(time.Microsecond, 0)
+		}
+	}
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(a.hca.Port(1), false))
+	until("B probing", func() bool { return b.conn.Stats().Probes > 0 })
+	// B's probe goes unanswered for long: its sends stay on the backup.
+	qb, _, err := b.def.qp.Query(verbs.QPAttrSQPSN)
+	must(t, err)
+	for range 200 {
+		must(t, w.f.DropResponse(b.def.qp, (qb.SQPSN-1)&0xffffff))
+	}
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(a.hca.Port(1), true))
+	until("A about to notify", func() bool { sa, _ := a.conn.State(); return sa == fsm.SQWaitDrained })
+	qa, _, err := a.def.qp.Query(verbs.QPAttrSQPSN)
+	must(t, err)
+	for range 200 {
+		must(t, w.f.DropResponse(a.def.qp, qa.SQPSN))
+	}
+	until("B taking A's notification", func() bool { _, rb := b.conn.State(); return rb == fsm.RQDefault })
+	w.run(300*time.Millisecond, 0)
+	sa, ra := a.conn.State()
+	t.Logf("A %v/%v %q", sa, ra, a.conn.Reason())
+	if err := w.check(0); err != nil {
+		t.Fatal(err)
+	}
+	if sa == fsm.SQSurfaced {
+		if err := w.exactlyOnce(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
