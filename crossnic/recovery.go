@@ -397,20 +397,23 @@ func (c *Conn) resetDefault() {
 		}
 		return
 	}
-	if c.defErr && !c.recvsOnBak {
-		c.recvsOffEnd = c.rring.tail // flushed, hidden: on no QP now
-		if rqHome {
-			var err error
-			c.rring.Outstanding(func(w *verbs.RecvWR) bool {
-				_, err = c.def.QP.PostRecv([]verbs.RecvWR{*w})
-				return err == nil
-			})
-			if err != nil {
-				c.Surface(fmt.Sprintf("post the application's receives on the reset default QP %#x: %v", c.def.QP.QPN(), err))
-				return
-			}
-			c.recvsOffEnd = 0
+	switch {
+	case rqHome:
+		// A reset empties the receive queue whether the receives
+		// flushed (an error) or not (a reset after a failed connect).
+		var err error
+		c.rring.Outstanding(func(w *verbs.RecvWR) bool {
+			_, err = c.def.QP.PostRecv([]verbs.RecvWR{*w})
+			return err == nil
+		})
+		if err != nil {
+			c.recvsOffEnd = c.rring.tail // on no QP now
+			c.Surface(fmt.Sprintf("post the application's receives on the reset default QP %#x: %v", c.def.QP.QPN(), err))
+			return
 		}
+		c.recvsOffEnd = 0
+	case c.defErr && !c.recvsOnBak:
+		c.recvsOffEnd = c.rring.tail // flushed, hidden: on no QP now
 	}
 	c.defUsable, c.defErr, c.defInit = false, false, true
 	c.resetErr = errAwaitPSN
