@@ -80,7 +80,8 @@ type Fabric struct {
 	tracer   func(TraceRecord)
 	pktFree  []*packet
 	stats    Stats
-	addrNext uint64 // next simulated virtual address for registered memory
+	stale    []StaleExecution // the first few of Stats.StaleExecuted
+	addrNext uint64           // next simulated virtual address for registered memory
 }
 
 // Stats counts what the fabric did, for benchmarks and tests.
@@ -92,6 +93,11 @@ type Stats struct {
 	Completions   uint64 // work completions generated
 	Migrations    uint64 // automatic or manual path migrations
 	RetryTimeouts uint64 // local ACK timeouts that fired
+	// StaleExecuted counts requests a responder executed after their
+	// requester QP was reset or destroyed (StaleExecution);
+	// StaleEffective those of them that did something (Effective).
+	StaleExecuted  uint64
+	StaleEffective uint64
 }
 
 // New returns an empty fabric.

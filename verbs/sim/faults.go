@@ -313,6 +313,7 @@ type psnHold struct {
 	qp    *QP
 	psn   uint32
 	until time.Duration
+	next  bool // any PSN: the next request qp puts on the wire (HoldNext)
 }
 
 // HoldRequest holds in the fabric, once, the next request of requester qp
@@ -336,6 +337,22 @@ func (f *Fabric) HoldRequest(qp verbs.QP, psn uint32, until time.Duration) error
 	return nil
 }
 
+// HoldNext holds in the fabric, once, the next request requester qp puts
+// on the wire, whatever its PSN, and delivers it at virtual time until
+// (or its normal arrival, if later), as HoldRequest does: for a test that
+// cannot know the PSN the QP will send next (a QP about to be reset and
+// connected with a PSN drawn then).
+func (f *Fabric) HoldNext(qp verbs.QP, until time.Duration) error {
+	q, err := ruleQP("hold", qp, 0)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holds = append(f.holds, psnHold{qp: q, until: until, next: true})
+	return nil
+}
+
 // matchHold applies (and consumes) a hold rule matching p: the time p is
 // to arrive at, at the earliest.
 func (f *Fabric) matchHold(p *packet) (time.Duration, bool) {
@@ -343,7 +360,7 @@ func (f *Fabric) matchHold(p *packet) (time.Duration, bool) {
 		return 0, false
 	}
 	for i, h := range f.holds {
-		if x := psnDiff(h.psn, p.psn); h.qp == p.owner && x >= 0 && x < int32(p.npkts) {
+		if x := psnDiff(h.psn, p.psn); h.qp == p.owner && (h.next || x >= 0 && x < int32(p.npkts)) {
 			f.holds = append(f.holds[:i], f.holds[i+1:]...)
 			return h.until, true
 		}

@@ -463,8 +463,69 @@ func TestHoldRequestDeliversStaleCopy(t *testing.T) {
 			if c.b.buf[0] != want {
 				t.Fatalf("after the held copy arrived the responder holds %d, want %d", c.b.buf[0], want)
 			}
+			// The fabric records the stale execution, and only that one.
+			st, stale := c.f.Stats(), c.f.StaleExecutions()
+			if tc.executes {
+				if st.StaleExecuted != 1 || st.StaleEffective != 1 || len(stale) != 1 || stale[0].PSN != 100 ||
+					stale[0].Op != verbs.WRRDMAWrite || stale[0].Length != 8 || stale[0].Resets != 1 || !stale[0].Effected {
+					t.Fatalf("stale executions: stats %d/%d, %v; want the held WRITE, effective", st.StaleExecuted, st.StaleEffective, stale)
+				}
+			} else if st.StaleExecuted != 0 || len(stale) != 0 {
+				t.Fatalf("stale executions %d (%v), want none", st.StaleExecuted, stale)
+			}
 			if w := c.a.poll(t); len(w) != 0 {
 				t.Fatalf("the held copy's answer completed something at the requester: %+v", w)
+			}
+		})
+	}
+}
+
+// TestStaleZeroLengthWriteHasNoEffect: a zero-length RDMA WRITE held
+// across a reset of both QPs and taken by the new incarnation at its PSN
+// executes (the responder's expected PSN moves on) but touches nothing:
+// the fabric records it as stale, not effective. A SEND held the same way
+// consumes a receive of the new incarnation: effective.
+func TestStaleZeroLengthWriteHasNoEffect(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		wr        func(c *conn) verbs.SendWR
+		effective bool
+	}{
+		{"zero-length WRITE", func(c *conn) verbs.SendWR {
+			return verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}
+		}, false},
+		{"SEND", func(c *conn) verbs.SendWR {
+			return verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SendFlags: verbs.SendSignaled, SGList: []verbs.SGE{c.a.sge(0, 8)}}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newConn(t, connOpts{}) // PSNs from 100
+			c.b.recv(t, 7, 0, 64)
+			until := c.f.Now() + 20*time.Millisecond
+			must(t, c.f.HoldRequest(c.a.qp, 100, until))
+			c.a.post(t, tc.wr(c))
+			c.run(10 * time.Millisecond) // the retransmission completes it
+			if wcs := c.a.poll(t); len(wcs) != 1 || wcs[0].Status != verbs.WCSuccess {
+				t.Fatalf("requester: %+v, want one success", wcs)
+			}
+			c.b.poll(t)
+			for _, e := range []*end{c.a, c.b} {
+				must(t, e.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState))
+			}
+			o := defaults(connOpts{psn: 100})
+			connectRC(t, c.a, c.b, o)
+			connectRC(t, c.b, c.a, o)
+			c.b.recv(t, 8, 0, 64)
+			c.run(until - c.f.Now() + time.Millisecond)
+			st, stale := c.f.Stats(), c.f.StaleExecutions()
+			if st.StaleExecuted != 1 || len(stale) != 1 || stale[0].Effected != tc.effective {
+				t.Fatalf("stale executions %v (stats %d/%d), want one, effective %v", stale, st.StaleExecuted, st.StaleEffective, tc.effective)
+			}
+			if want := map[bool]uint64{true: 1}[tc.effective]; st.StaleEffective != want {
+				t.Fatalf("StaleEffective %d, want %d", st.StaleEffective, want)
+			}
+			if got := len(c.b.poll(t)); got != int(st.StaleEffective) {
+				t.Fatalf("the responder completed %d receives, want %d", got, st.StaleEffective)
 			}
 		})
 	}

@@ -51,9 +51,10 @@ type packet struct {
 
 	// Request payload: the requester's WQE while it is live, or a copy
 	// made when the requester is reset or destroyed with the packet in flight.
-	owner *QP
-	wqe   *sendWQE
-	data  []byte
+	owner  *QP
+	resets uint32 // owner's resets when it was sent (staleExec)
+	wqe    *sendWQE
+	data   []byte
 
 	rdata []byte // READ response: the responder memory read
 	orig  uint64 // atomic response: the original value
@@ -126,7 +127,7 @@ func (f *Fabric) routeLatency(src, dst *Port, key uint16) (time.Duration, bool) 
 // (and reports false).
 func (f *Fabric) transmit(q *QP, pa *path, p *packet, bytes uint32) bool {
 	src := pa.port
-	p.owner = q
+	p.owner, p.resets = q, q.resets
 	if src == nil {
 		f.drop(p, "QP has no port")
 		return false

@@ -73,6 +73,10 @@ type QP struct {
 	// packet on the new path before reporting PATH_MIG.
 	migPending bool
 	incarn     uint32 // bumped by reset and destroy; stale timers are ignored
+	// resets counts the QP's modifies to RESET and its destruction: a
+	// request sent before the last of them is of an earlier connection
+	// (staleExec).
+	resets uint32
 
 	// requester
 	sq           []sendWQE
@@ -272,6 +276,7 @@ func (q *QP) Destroy() error {
 	f.detachInflight(q)
 	q.destroyed = true
 	q.incarn++
+	q.resets++
 	q.state = verbs.QPSReset
 	a := q.hca
 	delete(a.qps, q.qpn)
@@ -291,6 +296,7 @@ func (q *QP) Destroy() error {
 func (q *QP) reset() {
 	q.ctx.fab().detachInflight(q)
 	q.incarn++
+	q.resets++
 	q.state = verbs.QPSReset
 	q.attr = verbs.QPAttr{}
 	q.prim, q.alt = path{}, path{}

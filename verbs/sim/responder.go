@@ -44,6 +44,7 @@ func (q *QP) onRequest(p *packet) {
 }
 
 func (q *QP) advance(p *packet) {
+	q.staleExec(p)
 	q.nakSent = false
 	q.ePSN = (q.ePSN + p.npkts) & psnMask
 }
