@@ -291,6 +291,22 @@ func (c *Conn) PostSend(wrs []verbs.SendWR) (int, error) {
 func (c *Conn) postOne(wr *verbs.SendWR) error {
 	switch c.m.SQ {
 	case fsm.SQSurfaced:
+		if !c.defHolds && c.sring.Len() > 0 && !c.laneOut {
+			// Older sends are on the backup or on no QP, their
+			// completions not all polled: on the default QP this one
+			// would complete before them. It is recorded and flushes
+			// after them, as on a plain QP in error (flushUnposted).
+			if c.sring.Len() >= len(c.sring.recs) {
+				return verbs.Errorf("ibv_post_send", verbs.ENOMEM, "send queue full")
+			}
+			if err := c.record(wr); err != nil {
+				return err
+			}
+			if !c.unpostedDue {
+				c.unpostedDue, c.unpostedHaveFW = true, false
+			}
+			return nil
+		}
 		_, err := c.post1(c.def.QP, wr)
 		if errors.Is(err, verbs.EIO) {
 			c.defDied()
@@ -397,10 +413,7 @@ func (c *Conn) post1(qp verbs.QP, wr *verbs.SendWR) (int, error) {
 func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	for i := range wrs {
 		if c.m.SQ == fsm.SQSurfaced {
-			if _, err := c.def.QP.PostRecv(wrs[i : i+1]); err != nil {
-				if errors.Is(err, verbs.EIO) {
-					c.defDied()
-				}
+			if err := c.postRecvSurfaced(&wrs[i]); err != nil {
 				return i, err
 			}
 			continue
@@ -427,6 +440,34 @@ func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		}
 	}
 	return len(wrs), nil
+}
+
+// postRecvSurfaced posts a receive after the error surfaced. On a plain
+// QP in error receives flush in posting order; older ones may still be on
+// the backup, their flushes not polled yet. The new one then goes there
+// too, recorded, so that its flush follows theirs (on the default QP it
+// would overtake them). Otherwise it goes to the default QP, which holds
+// any older ones, as plain verbs would post it. After Lane the rings do
+// not know what the QPs hold: it passes through.
+func (c *Conn) postRecvSurfaced(w *verbs.RecvWR) error {
+	if c.recvsOnBak && c.rring.Len() > 0 && c.bakReady && !c.bakGone && !c.laneOut {
+		if c.rring.Len() >= len(c.rring.recs) {
+			return verbs.Errorf("ibv_post_recv", verbs.ENOMEM, "receive queue full")
+		}
+		if err := c.rring.Record(w); err != nil {
+			return verbs.Errorf("ibv_post_recv", verbs.EINVAL, "%v", err)
+		}
+		err := c.postRecvBackup(w)
+		if err == nil {
+			return nil
+		}
+		c.rring.dropLast() // the backup refused it (its device died): the default QP flushes it
+	}
+	_, err := c.def.QP.PostRecv([]verbs.RecvWR{*w})
+	if errors.Is(err, verbs.EIO) {
+		c.defDied()
+	}
+	return err
 }
 
 func (c *Conn) postRecvBackup(w *verbs.RecvWR) error {

@@ -1,10 +1,12 @@
 package crossnic_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
 
@@ -82,6 +84,74 @@ func TestFenceHoldsOnSlowBackup(t *testing.T) {
 			}
 			if err := w.delivered(0); err != nil {
 				t.Fatalf("sendRx %v: %v", sendRx, err)
+			}
+		}
+	})
+}
+
+// TestPostAfterSurfaceCompletesInOrder: a WR the application posts after
+// its error surfaced completes after every older one, as on a plain QP in
+// error, although the older ones are on the backup QP and their flushes
+// not polled yet. (The switch-back campaign with delay found a receive
+// reposted at the moment of surfacing completing before older receives
+// the backup still had to flush: a receive seen twice, out of order.)
+func TestPostAfterSurfaceCompletesInOrder(t *testing.T) {
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		w := newWorldProfile(t, 41, p)
+		w.sendRx = [2]bool{true, true}
+		a, b := w.n[0], w.n[1]
+		w.run(300*time.Microsecond, 0)
+		must(t, w.f.SetLink(a.hca.Port(1), false))
+		w.run(5*time.Millisecond, 0)
+		if sq, _ := a.conn.State(); sq != fsm.SQFallback {
+			t.Fatalf("node0 %v after the cut, want fallback", sq)
+		}
+		if _, rq := b.conn.State(); rq != fsm.RQFallback {
+			t.Fatalf("node1's receives %v after the cut, want on the backup", rq)
+		}
+		// node0: sends on the backup, not acknowledged (the fabric does
+		// not run), when its error surfaces; then one more.
+		const old, late = 9000, 9100
+		for k := uint64(0); k < 3; k++ {
+			if _, err := a.conn.PostSend([]verbs.SendWR{{WRID: old + k, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.conn.Surface("test: the backup failed")
+		if _, err := a.conn.PostSend([]verbs.SendWR{{WRID: late, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}}); err != nil {
+			t.Fatal(err)
+		}
+		// node1: its receives on the backup when its error surfaces;
+		// then one more.
+		b.conn.Surface("test: the backup failed")
+		if _, err := b.conn.PostRecv([]verbs.RecvWR{{WRID: recvWRID + nrecvs + 1, SGList: []verbs.SGE{b.recvSGE(0)}}}); err != nil {
+			t.Fatal(err)
+		}
+		w.f.RunFor(time.Millisecond)
+		for _, c := range []struct {
+			n    *node
+			last uint64
+			recv bool
+		}{{a, late, false}, {b, recvWRID + nrecvs + 1, true}} {
+			var ids []uint64 // of the queue checked
+			wc := make([]verbs.WC, 64)
+			for {
+				k, err := c.n.conn.Poll(wc)
+				must(t, err)
+				if k == 0 {
+					break
+				}
+				for _, x := range wc[:k] {
+					if recv := isRecvWRID(x.WRID) || x.WRID == recvWRID+nrecvs+1; recv == c.recv {
+						ids = append(ids, x.WRID)
+					}
+				}
+			}
+			if len(ids) < 2 || ids[len(ids)-1] != c.last {
+				t.Fatalf("%s: completions %v: the WR posted after the error surfaced (%d) is not last", c.n.name, ids, c.last)
+			}
+			if c.n == a && (len(ids) < 4 || !slices.Equal(ids[len(ids)-4:len(ids)-1], []uint64{old, old + 1, old + 2})) {
+				t.Fatalf("node0: completions %v, want %d..%d then %d", ids, old, old+2, late)
 			}
 		}
 	})
