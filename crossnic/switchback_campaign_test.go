@@ -19,10 +19,6 @@ import (
 var (
 	switchRuns = flag.Int("crossnic.switchruns", 300, "flap schedules in TestSwitchBackCampaign")
 	switchSeed = flag.Uint64("crossnic.switchseed", 0, "run only this flap schedule")
-	// Delay with a second flap during the switch back completes a
-	// receive twice in 2 of 10,000 schedules (seeds 6469 and 7438 with
-	// it on; docs/CROSSNIC.md, "Limits"): off by default until fixed.
-	delayTwice = flag.Bool("crossnic.switchdelay2", false, "draw delay and reordering in TestSwitchBackCampaign's two-flap schedules too")
 )
 
 // portUp is the PathUp of a node: its default port is ACTIVE (the shim
@@ -47,7 +43,7 @@ func portUp(n *node) func() bool {
 // count, or soft-RoCE's, which retransmits without end at retry_cnt 7;
 // and what the cross-NIC campaign varies in the traffic (drawTraffic).
 // The seeds take the simulator's profiles in turn (campaignProfile).
-func flapSchedule(t testing.TB, seed uint64, carried *atomic.Int64) (string, error) {
+func flapSchedule(t testing.TB, seed uint64, carried, stale *atomic.Int64) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	endless := rng.IntN(2) == 0
 	retry := uint8(3)
@@ -81,10 +77,8 @@ func flapSchedule(t testing.TB, seed uint64, carried *atomic.Int64) (string, err
 		w.lazy[rng.IntN(2)] = 2 + rng.IntN(30)
 	}
 	desc := fmt.Sprintf("profile %s endless %v probe timeout %v dirs %v sendRx %v lazy %v", profile, endless, probeTO, dirs, w.sendRx, w.lazy)
-	// Whether a second flap follows is drawn first: delay and reordering
-	// go with one flap only, unless -crossnic.switchdelay2 (drawTraffic).
-	twice := rng.IntN(2) == 0
-	desc += drawTraffic(t, rand.New(rand.NewPCG(seed, 12)), w, !twice || *delayTwice)
+	twice := rng.IntN(2) == 0 // a second flap follows
+	desc += drawTraffic(t, rand.New(rand.NewPCG(seed, 12)), w)
 	ports := func(k int) []*sim.Port {
 		switch k {
 		case 0, 1:
@@ -106,6 +100,8 @@ func flapSchedule(t testing.TB, seed uint64, carried *atomic.Int64) (string, err
 	desc += fmt.Sprintf(" flap %d for %v", k, down)
 	t.Logf("schedule %d: %s", seed, desc) // printed if the checker fails the test on the way
 	flap(k, down)
+	holds := rand.New(rand.NewPCG(seed, 13))
+	desc += drawHold(t, holds, w)
 	if twice {
 		// A second flap while the ends switch back: after the port is
 		// ACTIVE again (2 ms), during probes, fences and notifications.
@@ -115,6 +111,7 @@ func flapSchedule(t testing.TB, seed uint64, carried *atomic.Int64) (string, err
 		t.Logf("schedule %d: %s", seed, desc)
 		w.run(after, dirs...)
 		flap(k2, down2)
+		desc += drawHold(t, holds, w)
 	}
 	w.run(20*time.Millisecond, dirs...)
 	// No new rounds: the ends must come home within a few handshake
@@ -130,6 +127,11 @@ func flapSchedule(t testing.TB, seed uint64, carried *atomic.Int64) (string, err
 	for i := 0; i < 150 && (!home() || w.delivered(dirs...) != nil); i++ {
 		w.run(10 * time.Millisecond)
 	}
+	nStale, err := noStaleEffect(w.f)
+	if err != nil {
+		return desc, err
+	}
+	stale.Add(int64(nStale))
 	surfaced, readRefused := false, false
 	for _, n := range w.n {
 		// A READ executed at the peer before a notification it consumed,
@@ -192,10 +194,9 @@ func flapSchedule(t testing.TB, seed uint64, carried *atomic.Int64) (string, err
 // stream, so that the flaps of a seed stay what they were), what the
 // cross-NIC campaign varies in the traffic: each direction's workload
 // (SENDs or WRITEs; multi-SGE, inline, with READs), packet loss on a
-// default link, delay and reordering on every link (when delay is true),
-// and a receiver that reposts its receives late (RNR). It returns their
-// description.
-func drawTraffic(t testing.TB, rng *rand.Rand, w *world, delay bool) string {
+// default link, delay and reordering on every link, and a receiver that
+// reposts its receives late (RNR). It returns their description.
+func drawTraffic(t testing.TB, rng *rand.Rand, w *world) string {
 	w.load = [2]workload{workload(rng.IntN(8)), workload(rng.IntN(8))}
 	desc := fmt.Sprintf(" load %v", w.load)
 	if rng.IntN(2) == 0 {
@@ -203,7 +204,7 @@ func drawTraffic(t testing.TB, rng *rand.Rand, w *world, delay bool) string {
 		must(t, w.f.SetLoss(w.n[rng.IntN(2)].hca.Port(1), loss, loss))
 		desc += fmt.Sprintf(" loss %.3f", loss)
 	}
-	if rng.IntN(4) == 0 && delay {
+	if rng.IntN(4) == 0 {
 		desc += drawDelay(t, rng, w)
 	}
 	if rng.IntN(4) == 0 {
@@ -212,6 +213,28 @@ func drawTraffic(t testing.TB, rng *rand.Rand, w *world, delay bool) string {
 		desc += fmt.Sprintf(" rnr at %d (reposts every %v)", k, w.holdRecvs[k])
 	}
 	return desc
+}
+
+// drawHold, at one flap's end in two, holds in the fabric the next
+// request one QP of one node (default or backup) sends, for 1 to 25 ms: a
+// packet stuck in a switch (IBA 9.7: packets outlive their QP's state).
+// On the default QP that is the first probe or switch-back notification,
+// sent after the QP was reset and connected with PSNs drawn then. The QP
+// resends it at its local ACK timeout; the held copy arrives late, after
+// a reset of the QP pair at times, where only its PSN decides what it
+// does (noStaleEffect). It returns the draw's description.
+func drawHold(t testing.TB, rng *rand.Rand, w *world) string {
+	if rng.IntN(2) == 0 {
+		return ""
+	}
+	i, onBak := rng.IntN(2), rng.IntN(2) == 0
+	qp, leg := w.n[i].def.qp, "default"
+	if onBak {
+		qp, leg = w.n[i].bak.qp, "backup"
+	}
+	late := time.Duration(1000+rng.IntN(24000)) * time.Microsecond
+	must(t, w.f.HoldNext(qp, w.f.Now()+late))
+	return fmt.Sprintf(" (hold node%d's next %s request %v)", i, leg, late)
 }
 
 // drawDelay gives every link of w's default and backup HCAs one drawn
@@ -254,13 +277,13 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if testing.Short() {
 		runs = 40
 	}
-	var failed, surfaced, twice, reads, carried atomic.Int64
+	var failed, surfaced, twice, reads, carried, stale atomic.Int64
 	seedWorkers(t, runs, *switchSeed, func(t *testing.T, s uint64) {
 		if failed.Load() >= 5 {
 			t.SkipNow()
 		}
 		ok := t.Run(fmt.Sprint(s), func(t *testing.T) {
-			desc, err := flapSchedule(t, s, &carried)
+			desc, err := flapSchedule(t, s, &carried, &stale)
 			if strings.Contains(desc, "then after") {
 				twice.Add(1)
 			}
@@ -280,8 +303,8 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if *switchSeed != 0 {
 		runs = 1
 	}
-	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets carried the PSNs on",
-		runs, twice.Load(), surfaced.Load(), reads.Load(), carried.Load())
+	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets carried the PSNs on; %d stale requests executed, none with effect",
+		runs, twice.Load(), surfaced.Load(), reads.Load(), carried.Load(), stale.Load())
 	if runs >= 1000 && *switchSeed == 0 && carried.Load() == 0 {
 		t.Error("no reset without a handshake carried the PSNs on: the schedules no longer reach resetPSNs")
 	}
