@@ -79,9 +79,10 @@ type Conn struct {
 	faultWCSet bool
 	// recvsOffEnd: the receives before it in the receive ring (from its
 	// head) were on a default QP that went to ERR before its last reset
-	// while the receive queue was home, their flushes hidden (the peer's
-	// notification moves them to the backup); surfacing completes them
-	// (offRecvs).
+	// while the receive queue was home, their flushes hidden, or that a
+	// reset which then failed discarded (the peer's notification moves
+	// them to the backup, a later reset posts them again); surfacing
+	// completes them (offRecvs).
 	recvsOffEnd uint64
 	hideFlushes bool // the default QP's errors in a drain are of WRs completed otherwise: hidden
 	// recvsOnBak: the outstanding receives are posted on the backup QP
@@ -425,9 +426,15 @@ func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
 			return i, verbs.Errorf("ibv_post_recv", verbs.EINVAL, "%v", err)
 		}
 		var err error
-		if c.m.RQ == fsm.RQFallback {
+		switch {
+		case c.m.RQ == fsm.RQFallback:
 			err = c.postRecvBackup(&wrs[i])
-		} else {
+		case c.recvsOffEnd != 0 && !c.recvsOnBak:
+			// The older receives are on no QP (a failed default QP's
+			// flushes hidden, or a reset that failed discarded them):
+			// this one joins them, to move where they go.
+			c.recvsOffEnd = c.rring.tail
+		default:
 			_, err = c.def.QP.PostRecv(wrs[i : i+1])
 			if errors.Is(err, verbs.EIO) {
 				c.defDead = true

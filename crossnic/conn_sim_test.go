@@ -139,6 +139,8 @@ type worldOpts struct {
 	retry   uint8                   // retry_cnt of every QP
 	wrapBak func(verbs.QP) verbs.QP // see newWorldWrap
 	wrapDef func(verbs.CQ) verbs.CQ // each node's default CQ as its Conn sees it (nil: as it is)
+	// wrapDefQP: node i's default QP as its Conn sees it (nil: as it is)
+	wrapDefQP func(i int, qp verbs.QP) verbs.QP
 	// noRecovery: the Conns do not switch back; handshake, when set,
 	// bounds their fallback handshake (BoundHandshake), or with recovery
 	// is its HandshakeTimeout
@@ -262,7 +264,11 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		if o.wrapDef != nil {
 			defCQ = o.wrapDef(defCQ)
 		}
-		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: me.def.qp, CQ: defCQ},
+		defQP := verbs.QP(me.def.qp)
+		if o.wrapDefQP != nil {
+			defQP = o.wrapDefQP(i, defQP)
+		}
+		me.conn, err = crossnic.NewConn(crossnic.Leg{Ctx: me.def.ctx, QP: defQP, CQ: defCQ},
 			crossnic.Leg{Ctx: me.bak.ctx, QP: bakQP, CQ: me.bak.cq}, keys, false)
 		must(t, err)
 		me.conn.SetMemReader(me.read)

@@ -293,6 +293,10 @@ func (c *Conn) probeTimedOut(now time.Duration) {
 	c.probeAt = now // the next failure is counted one ProbeTimeout later
 }
 
+// errNotReset: initQP failed at its first step, the modify to RESET: the
+// QP holds what it held (its receives among it).
+var errNotReset = errors.New("the QP was not reset")
+
 // initQP takes a QP through RESET to INIT (REMOTE_WRITE added to its
 // access flags: probes and notifications are zero-length WRITEs) and
 // posts n control receives first on its empty receive queue. Its PSNs are
@@ -307,8 +311,11 @@ func initQP(qp verbs.QP, a verbs.QPAttr, n int) error {
 			QPAccessFlags: a.QPAccessFlags | verbs.AccessRemoteWrite},
 			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
 	}
-	for _, s := range steps {
+	for i, s := range steps {
 		if err := qp.Modify(&s.attr, s.mask); err != nil {
+			if i == 0 {
+				return fmt.Errorf("reset QP %#x to %v: %w: %w", qp.QPN(), s.attr.QPState, errNotReset, err)
+			}
 			return fmt.Errorf("reset QP %#x to %v: %w", qp.QPN(), s.attr.QPState, err)
 		}
 	}
@@ -392,8 +399,10 @@ func (c *Conn) resetDefault() {
 		c.defUsable = false
 		c.stats.ResetFailures++
 		c.resetErr = err
-		if c.defErr && !c.recvsOnBak {
-			c.recvsOffEnd = c.rring.tail // flushed, hidden: on no QP now
+		// Flushed and hidden (an error), or discarded by a reset that
+		// got further than RESET: the receives are on no QP now.
+		if (c.defErr || !errors.Is(err, errNotReset)) && !c.recvsOnBak {
+			c.recvsOffEnd = c.rring.tail
 		}
 		return
 	}
@@ -432,6 +441,12 @@ func (c *Conn) connectDefault() {
 	if err := connectQP(c.def.QP, c.defAttr, c.defRQ, c.defSQ); err != nil {
 		c.stats.ResetFailures++
 		c.resetErr = err
+		if a, _, qerr := c.def.QP.Query(verbs.QPAttrState); qerr == nil && a.QPState == verbs.QPSRTR {
+			// Its responder runs from defRQ: it may take the peer's
+			// packets before the next reset, which carries on from
+			// where it got to (resetPSNs).
+			c.defPaired = true
+		}
 		return
 	}
 	c.defUsable, c.resetErr, c.defPaired = true, nil, true

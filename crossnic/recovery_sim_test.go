@@ -679,3 +679,113 @@ func TestSwitchNotifyTimeoutPeerTook(t *testing.T) {
 		}
 	}
 }
+
+// stepFailQP fails the default QP's modifies to the states set in fail
+// (injected), counting them.
+type stepFailQP struct {
+	verbs.QP
+	fail  map[verbs.QPState]bool
+	tries *int
+}
+
+func (q stepFailQP) Modify(a *verbs.QPAttr, m verbs.QPAttrMask) error {
+	if m&verbs.QPAttrState != 0 && q.fail[a.QPState] {
+		*q.tries++
+		return verbs.Errorf("ibv_modify_qp", verbs.EINVAL, "injected: to %v", a.QPState)
+	}
+	return q.QP.Modify(a, m)
+}
+
+// TestResetHalfDoneKeepsRecvs: node1's default QP takes the peer's sends
+// home (it reached RTR; its own RTS failed), then a reset of it discards
+// the application's receives there and fails at INIT (injected). The
+// receives are on no QP: when node1's error surfaces they complete, each
+// once and in order, as a plain QP in error completes every receive it
+// was given. (They were left on no QP, never to complete, when only a QP
+// in error was taken to have lost them.)
+func TestResetHalfDoneKeepsRecvs(t *testing.T) {
+	fail, tries := map[verbs.QPState]bool{}, 0
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 43}, retry: 3,
+		wrapDefQP: func(i int, qp verbs.QP) verbs.QP {
+			if i == 1 {
+				return stepFailQP{qp, fail, &tries}
+			}
+			return qp
+		}})
+	a, b := w.n[0], w.n[1]
+	w.sendRx = [2]bool{true, true}
+	w.run(300*time.Microsecond, 0)
+	fail[verbs.QPSRTS] = true // node1's default QP connects to RTR only
+	must(t, w.f.SetLink(a.hca.Port(1), false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(a.hca.Port(1), true))
+	home := false
+	for k := 0; k < 2000 && !home; k++ {
+		w.run(50*time.Microsecond, 0)
+		sq, rq := b.conn.State()
+		home = rq == fsm.RQDefault && sq == fsm.SQFallback
+	}
+	if !home {
+		sq, rq := b.conn.State()
+		t.Fatalf("node1 %v/%v (%v), want its receives home and its sends on the backup", sq, rq, b.conn.ResetErr())
+	}
+	fail[verbs.QPSInit] = true // the next reset gets through RESET only
+	before := tries
+	for k := 0; k < 200 && tries == before; k++ {
+		w.run(50*time.Microsecond, 0)
+	}
+	if tries == before || b.conn.ResetErr() == nil {
+		t.Fatalf("no reset of node1's default QP failed at INIT (%d tries, %v)", tries, b.conn.ResetErr())
+	}
+	b.conn.Surface("test: node1's error surfaces")
+	w.run(10 * time.Millisecond)
+	if len(w.recvSeq[1]) != len(w.rposted[1]) {
+		t.Fatalf("node1: %d receives posted, %d completed: the ones the reset discarded never complete", len(w.rposted[1]), len(w.recvSeq[1]))
+	}
+	if err := w.inOrder(1, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRTRWithoutRTSCarriesPSNs: node1's default QP reaches RTR after a
+// failover but its RTS fails (injected) for a while, so it is reset again
+// and again while node0's sends come home into it. Its responder took
+// node0's packets from the announced PSN on: each reset carries on from
+// where it got to, not from the announcement (node0's next packets would
+// be taken for a gap or for duplicates). Once RTS works both ends come
+// home with every message delivered once, in order.
+func TestRTRWithoutRTSCarriesPSNs(t *testing.T) {
+	fail, tries := map[verbs.QPState]bool{}, 0
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 47}, retry: 3,
+		wrapDefQP: func(i int, qp verbs.QP) verbs.QP {
+			if i == 1 {
+				return stepFailQP{qp, fail, &tries}
+			}
+			return qp
+		}})
+	a, b := w.n[0], w.n[1]
+	w.sendRx = [2]bool{true, true}
+	w.run(300*time.Microsecond, 0)
+	fail[verbs.QPSRTS] = true
+	must(t, w.f.SetLink(a.hca.Port(1), false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(a.hca.Port(1), true))
+	w.run(30*time.Millisecond, 0) // node0 home, node1's QP reset every ProbeInterval
+	if _, rq := b.conn.State(); rq != fsm.RQDefault || tries < 5 {
+		t.Fatalf("node1's receives %v after %d failed RTS, want home after several", rq, tries)
+	}
+	delete(fail, verbs.QPSRTS)
+	w.run(50*time.Millisecond, 0)
+	w.run(20 * time.Millisecond)
+	for _, n := range w.n {
+		if !n.conn.Home() {
+			sq, rq := n.conn.State()
+			t.Fatalf("%s %v/%v not home: %s", n.name, sq, rq, n.conn.AwayReason())
+		}
+	}
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+}
