@@ -15,7 +15,8 @@
  * - an error completion on the backup, or the peer's refusal, surfaces
  *   the error: the completion reaches the application, layer 2 is told
  *   (it moves the backup QP to the error state, which flushes the rest),
- *   and later posts go to the default QP as plain verbs;
+ *   and later posts go to the backup QP too, to flush behind the older
+ *   ones (xl_surfaced_send);
  * - the default QP's completions are flushes of WRs already replayed:
  *   kept from the application until the QP surfaced.
  * The lane is one-way: a QP never leaves it except to be destroyed. */
@@ -304,6 +305,50 @@ static int translate(struct lip_xl *x, struct ibv_send_wr *d, struct ibv_sge *sg
 		__atomic_fetch_add(&(count), (k), __ATOMIC_RELAXED);     \
 	} while (0)
 
+/* A post after the QP surfaced goes where the older WRs are: to the
+ * backup QP, which is in the error state (or which layer 2 moves there at
+ * once) and flushes it behind them, in its CQ's order, as a plain QP in
+ * error would; on the default QP its flush could reach the application
+ * before theirs. A WR the backup refuses (its device died), or whose key
+ * the tables miss, goes to the default QP with the rest. One WR per
+ * provider call: an error is no fast path. */
+static int xl_surfaced_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct lip_xl *x = q->xl;
+	struct ibv_send_wr d, *b = NULL;
+	struct ibv_sge sge[LIP_XL_SGE];
+	for (; wr; wr = wr->next) {
+		if (wr->num_sge < 0 || wr->num_sge > LIP_XL_SGE || translate(x, &d, sge, wr) || x->post_send(x->bqp, &d, &b))
+			break;
+		__atomic_fetch_add(&x->sends, 1, __ATOMIC_RELAXED);
+	}
+	return wr ? q->ctx->post_send(q->qp, wr, bad) : 0;
+}
+
+/* xl_surfaced_recv: xl_surfaced_send for receives (lkeys only). */
+static int xl_surfaced_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct lip_xl *x = q->xl;
+	struct ibv_recv_wr d, *b = NULL;
+	struct ibv_sge sge[LIP_XL_SGE];
+	for (; wr; wr = wr->next) {
+		if (wr->num_sge < 0 || wr->num_sge > LIP_XL_SGE)
+			break;
+		d = *wr;
+		d.next = NULL;
+		d.sg_list = sge;
+		int miss = 0;
+		for (int i = 0; i < wr->num_sge && !miss; i++) {
+			sge[i] = wr->sg_list[i];
+			miss = !lip_xl_lookup(x, 0, sge[i].lkey, &sge[i].lkey);
+		}
+		if (miss || x->post_recv(x->bqp, &d, &b))
+			break;
+		__atomic_fetch_add(&x->recvs, 1, __ATOMIC_RELAXED);
+	}
+	return wr ? q->ctx->post_recv(q->qp, wr, bad) : 0;
+}
+
 /* xl_post_send posts on the backup QP in chunks of translated copies.
  * LIP_AGAIN when a key misses: the WRs before it were posted, *bad is
  * the first that was not. */
@@ -311,7 +356,7 @@ static int xl_post_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_sen
 {
 	struct lip_xl *x = q->xl;
 	if (__atomic_load_n(&x->surfaced, __ATOMIC_ACQUIRE))
-		return q->ctx->post_send(q->qp, wr, bad);
+		return xl_surfaced_send(q, wr, bad);
 	struct ibv_send_wr d[LIP_XL_WRS], *src[LIP_XL_WRS];
 	struct ibv_sge sge[LIP_XL_SGE];
 	struct ibv_send_wr *w = wr;
@@ -352,7 +397,7 @@ static int xl_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 {
 	struct lip_xl *x = q->xl;
 	if (__atomic_load_n(&x->surfaced, __ATOMIC_ACQUIRE))
-		return q->ctx->post_recv(q->qp, wr, bad);
+		return xl_surfaced_recv(q, wr, bad);
 	struct ibv_recv_wr d[LIP_XL_WRS], *src[LIP_XL_WRS];
 	struct ibv_sge sge[LIP_XL_SGE];
 	struct ibv_recv_wr *w = wr;

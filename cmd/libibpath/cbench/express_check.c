@@ -295,8 +295,10 @@ static void check_polls(void)
 	CHECK(lq->xl->hidden == 1 && lq->xl->completions == 2, "hidden %lu completions %lu", (unsigned long)lq->xl->hidden, (unsigned long)lq->xl->completions);
 
 	/* an error on the backup: delivered with the default QP's number,
-	 * layer 2 told once; posts then go to the default QP; the default
-	 * QP's flushes now reach the application */
+	 * layer 2 told once; the default QP's flushes now reach the
+	 * application; later posts go to the backup QP (in the error state:
+	 * their flushes follow the older WRs' there), keys translated, and
+	 * what it refuses, or a key the tables miss, to the default QP */
 	complete(&bak, 60, bqp.qp_num, IBV_WC_RETRY_EXC_ERR, 0, 0);
 	complete(&bak, 61, bqp.qp_num, IBV_WC_WR_FLUSH_ERR, 0, 0);
 	complete(&app, 62, qp.qp_num, IBV_WC_WR_FLUSH_ERR, 0, 0);
@@ -308,7 +310,22 @@ static void check_polls(void)
 		CHECK(wc[i].qp_num == qp.qp_num && wc[i].status != IBV_WC_SUCCESS, "surfaced completion %d: qp %#x status %d", i, wc[i].qp_num, wc[i].status);
 	CHECK(hook_surfaced == 1 && surfaced_wc.wr_id == 60 && lq->xl->surfaced, "surfaced %d (wr %lu)", hook_surfaced, (unsigned long)surfaced_wc.wr_id);
 	int a0 = app.nsent, b0 = bak.nsent;
-	CHECK(post1(70, IBV_WR_SEND, 0x77777, 8, 0, 0) == 0 && app.nsent == a0 + 1 && bak.nsent == b0, "after surfacing: posts to the default QP");
+	CHECK(post1(69, IBV_WR_SEND, 0x10, 8, 0, 0) == 0 && bak.nsent == b0 + 1 && app.nsent == a0 &&
+	      bak.sent_sge[b0 % 64].lkey == 0x20, "after surfacing: a post to the backup QP, lkey translated");
+	CHECK(post1(70, IBV_WR_SEND, 0x77777, 8, 0, 0) == 0 && app.nsent == a0 + 1 && bak.nsent == b0 + 1,
+	      "after surfacing: a key the tables miss goes to the default QP");
+	bak.refuse_wrid = 71;
+	CHECK(post1(71, IBV_WR_SEND, 0x10, 8, 0, 0) == 0 && app.nsent == a0 + 2 && bak.nsent == b0 + 1,
+	      "after surfacing: a WR the backup refuses goes to the default QP");
+	bak.refuse_wrid = 0;
+	struct ibv_sge rsg = {.addr = 0x4000, .length = 64, .lkey = 0x10};
+	struct ibv_recv_wr rw = {.wr_id = 72, .sg_list = &rsg, .num_sge = 1}, *rbad = NULL;
+	int ar = app.nrcvd, br = bak.nrcvd;
+	CHECK(app.ctx.ops.post_recv(&qp, &rw, &rbad) == 0 && bak.nrcvd == br + 1 && app.nrcvd == ar &&
+	      bak.rcvd_sge[br % 64].lkey == 0x20, "after surfacing: a receive to the backup QP, lkey translated");
+	rsg.lkey = 0x77777;
+	CHECK(app.ctx.ops.post_recv(&qp, &rw, &rbad) == 0 && app.nrcvd == ar + 1 && bak.nrcvd == br + 1,
+	      "after surfacing: a receive whose lkey the tables miss goes to the default QP");
 }
 
 static void check_refusal_and_off(void)
