@@ -157,6 +157,11 @@ type Conn struct {
 	// answer lasts (HandshakeTimeout, or the default QP's own give-up
 	// time when longer: waitBound)
 	notifyBound time.Duration
+	// following: a follower held its sends on the backup after a probe
+	// was answered (at followFrom; the last at probeOKAt), waiting for
+	// the peer's sends to come home first (follow.go)
+	following             bool
+	followFrom, probeOKAt time.Duration
 }
 
 // ConnStats counts what a Conn did.
@@ -184,6 +189,9 @@ type ConnStats struct {
 	// SwitchPause is the virtual time application WRs were last held
 	// during a switch back (from the fence to their release).
 	SwitchPause time.Duration
+	// FollowHolds counts probes answered while this side, switching
+	// back second, waited for the peer's sends to come home (follow.go).
+	FollowHolds int
 }
 
 // NewConn protects def with bak. Both QPs must be connected (RTS) to the

@@ -24,6 +24,7 @@ func (c *Conn) fault(reason string, wc *verbs.WC) {
 	// once the peer's announcement follows.
 	c.ownPSN = c.drawPSN()
 	c.defSQ = c.ownPSN
+	c.following = false
 	if c.hs != nil {
 		c.faultAt = c.hs.clock.Now()
 	}

@@ -180,6 +180,9 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		c.probing = false
 		c.probesOut = max(c.probesOut-1, 0)
 		c.defSQ = (c.defSQ + 1) & ctrlPSNMask // acknowledged: the peer's QP took its PSN
+		if c.m.SQ == fsm.SQFallback && c.holdForPeer(c.rec.Clock.Now()) {
+			break // the peer switches first (follow.go)
+		}
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeOK}))
 		c.switchIfIdle()
 	case wc.WRID == ctrlSwitchWRID && !isRecv(&wc):
@@ -190,6 +193,9 @@ func (c *Conn) onDefault(wc verbs.WC) {
 			c.peerSent = n
 		}
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerSwitchBack}))
+		if c.rec != nil {
+			c.peerCameHome(c.rec.Clock.Now())
+		}
 	case wc.WRID == ctrlSendWRID && !isRecv(&wc):
 	case isRecv(&wc):
 		_ = c.rring.Complete(true)
@@ -287,7 +293,7 @@ func (c *Conn) onControl(imm uint32) {
 		// fault), this side answers with an acknowledgement and an
 		// announcement of its own, drawn now, before handling the
 		// notification may connect the default QP.
-		c.peerPSNSet = false
+		c.peerPSNSet, c.following = false, false
 		prior := c.m.SQ
 		if prior != fsm.SQAwaitAck {
 			c.ownPSN = c.drawPSN()

@@ -536,15 +536,26 @@ func TestStaleFlushAfterSwitchBack(t *testing.T) {
 	}
 }
 
+// followerOf makes node i the follower of its next handshake (the end
+// that switches back second, follow.go): its PSNs drawn high, the peer's
+// low.
+func followerOf(w *world, i int) {
+	w.n[i].conn.SetPSNSource(func() uint32 { return 0xf00000 })
+	w.n[1-i].conn.SetPSNSource(func() uint32 { return 0x100000 })
+}
+
 // TestSwitchNotifyNeverAnswered: as TestSwitchNotifyTimeout, on a provider
 // that retransmits without end and with the path never back: the
 // notification neither completes nor fails. After three handshake
 // timeouts the error surfaces, instead of holding the application's sends
-// for ever, and every WR still completes exactly once.
+// for ever, and every WR still completes exactly once. (Node0 switches
+// back second, so the peer's sends are home on the QP when its
+// notification goes out.)
 func TestSwitchNotifyNeverAnswered(t *testing.T) {
 	dir := crossnic.NewMemDirectory()
 	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7})
 	a := w.n[0]
+	followerOf(w, 0)
 	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: time.Millisecond}))
 	port := a.hca.Port(1)
 	w.run(300*time.Microsecond, 0)
