@@ -707,6 +707,24 @@ func (q stepFailQP) Modify(a *verbs.QPAttr, m verbs.QPAttrMask) error {
 	return q.QP.Modify(a, m)
 }
 
+// stepFailWorld is a world of two-sided traffic run 300 µs, node1's
+// default QP failing the modifies to the states set in fail; tries counts
+// them.
+func stepFailWorld(t *testing.T, seed uint64) (w *world, fail map[verbs.QPState]bool, tries *int) {
+	fail, tries = map[verbs.QPState]bool{}, new(int)
+	dir := crossnic.NewMemDirectory()
+	w = newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed}, retry: 3,
+		wrapDefQP: func(i int, qp verbs.QP) verbs.QP {
+			if i == 1 {
+				return stepFailQP{qp, fail, tries}
+			}
+			return qp
+		}})
+	w.sendRx = [2]bool{true, true}
+	w.run(300*time.Microsecond, 0)
+	return w, fail, tries
+}
+
 // TestResetHalfDoneKeepsRecvs: node1's default QP takes the peer's sends
 // home (it reached RTR; its own RTS failed), then a reset of it discards
 // the application's receives there and fails at INIT (injected). The
@@ -715,18 +733,8 @@ func (q stepFailQP) Modify(a *verbs.QPAttr, m verbs.QPAttrMask) error {
 // was given. (They were left on no QP, never to complete, when only a QP
 // in error was taken to have lost them.)
 func TestResetHalfDoneKeepsRecvs(t *testing.T) {
-	fail, tries := map[verbs.QPState]bool{}, 0
-	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 43}, retry: 3,
-		wrapDefQP: func(i int, qp verbs.QP) verbs.QP {
-			if i == 1 {
-				return stepFailQP{qp, fail, &tries}
-			}
-			return qp
-		}})
+	w, fail, tries := stepFailWorld(t, 43)
 	a, b := w.n[0], w.n[1]
-	w.sendRx = [2]bool{true, true}
-	w.run(300*time.Microsecond, 0)
 	fail[verbs.QPSRTS] = true // node1's default QP connects to RTR only
 	must(t, w.f.SetLink(a.hca.Port(1), false))
 	w.run(5*time.Millisecond, 0)
@@ -742,12 +750,12 @@ func TestResetHalfDoneKeepsRecvs(t *testing.T) {
 		t.Fatalf("node1 %v/%v (%v), want its receives home and its sends on the backup", sq, rq, b.conn.ResetErr())
 	}
 	fail[verbs.QPSInit] = true // the next reset gets through RESET only
-	before := tries
-	for k := 0; k < 200 && tries == before; k++ {
+	before := *tries
+	for k := 0; k < 200 && *tries == before; k++ {
 		w.run(50*time.Microsecond, 0)
 	}
-	if tries == before || b.conn.ResetErr() == nil {
-		t.Fatalf("no reset of node1's default QP failed at INIT (%d tries, %v)", tries, b.conn.ResetErr())
+	if *tries == before || b.conn.ResetErr() == nil {
+		t.Fatalf("no reset of node1's default QP failed at INIT (%d tries, %v)", *tries, b.conn.ResetErr())
 	}
 	b.conn.Surface("test: node1's error surfaces")
 	w.run(10 * time.Millisecond)
@@ -767,25 +775,15 @@ func TestResetHalfDoneKeepsRecvs(t *testing.T) {
 // be taken for a gap or for duplicates). Once RTS works both ends come
 // home with every message delivered once, in order.
 func TestRTRWithoutRTSCarriesPSNs(t *testing.T) {
-	fail, tries := map[verbs.QPState]bool{}, 0
-	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 47}, retry: 3,
-		wrapDefQP: func(i int, qp verbs.QP) verbs.QP {
-			if i == 1 {
-				return stepFailQP{qp, fail, &tries}
-			}
-			return qp
-		}})
+	w, fail, tries := stepFailWorld(t, 47)
 	a, b := w.n[0], w.n[1]
-	w.sendRx = [2]bool{true, true}
-	w.run(300*time.Microsecond, 0)
 	fail[verbs.QPSRTS] = true
 	must(t, w.f.SetLink(a.hca.Port(1), false))
 	w.run(5*time.Millisecond, 0)
 	must(t, w.f.SetLink(a.hca.Port(1), true))
 	w.run(30*time.Millisecond, 0) // node0 home, node1's QP reset every ProbeInterval
-	if _, rq := b.conn.State(); rq != fsm.RQDefault || tries < 5 {
-		t.Fatalf("node1's receives %v after %d failed RTS, want home after several", rq, tries)
+	if _, rq := b.conn.State(); rq != fsm.RQDefault || *tries < 5 {
+		t.Fatalf("node1's receives %v after %d failed RTS, want home after several", rq, *tries)
 	}
 	delete(fail, verbs.QPSRTS)
 	w.run(50*time.Millisecond, 0)
