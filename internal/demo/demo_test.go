@@ -598,16 +598,20 @@ func checkLayer2(t *testing.T, res Result, out, bak, cutCause, killCause string)
 			}
 		}
 	}
-	// The switch back, on each side: the probe answered (fallback ->
-	// wait-signaled), then home with the peer's switch-back notification
-	// on the default QP, all between the plug and the HCA death.
+	// The switch back, on each side: the probe answered (fallback to a
+	// switch-back step: wait-signaled, or further within one poll when
+	// nothing is outstanding on the backup, as for the follower, which
+	// switches when the leader's notification arrives), then home with the
+	// peer's switch-back notification on the default QP, all between the
+	// plug and the HCA death.
 	for _, cs := range [][]Layer2Change{c0, c1} {
 		probe, home, notified := false, false, false
 		for _, c := range changesFrom(cs, recableAt) {
 			if c.At >= killAt {
 				break
 			}
-			probe = probe || c.SQBefore == fsm.SQFallback && c.SQ == fsm.SQWaitSignaled
+			probe = probe || c.SQBefore == fsm.SQFallback && (c.SQ == fsm.SQWaitSignaled || c.SQ == fsm.SQWaitDrained ||
+				c.SQ == fsm.SQWaitNotify || c.SQ == fsm.SQDefault)
 			home = home || c.SQ == fsm.SQDefault && c.RQ == fsm.RQDefault
 			for _, m := range c.Msgs {
 				notified = notified || m.Switch
