@@ -281,12 +281,14 @@ func untilWaitNotify(t *testing.T, w *world, a *node) {
 // TestSwitchNotifyTimeout: the default path breaks again just after the
 // switch-back notification went out on it. It gets no answer within
 // HandshakeTimeout (5 ms; the link is down longer). The peer's sends
-// are home on that QP (the peer posts nothing, so it switched back at
-// once), so the QP is neither abandoned nor reset: the notification is
-// waited for, and once the path is back it arrives, the held WRs go out,
-// and every message is delivered once.
+// are home on that QP (the peer posts nothing, and switches back first:
+// node0 announces the highest PSN, so it follows), so the QP is neither
+// abandoned nor reset: the notification is waited for, and once the path
+// is back it arrives, the held WRs go out, and every message is delivered
+// once.
 func TestSwitchNotifyTimeout(t *testing.T) {
-	w, a, port := cutWorld(t, 15, crossnic.Recovery{HandshakeTimeout: 5 * time.Millisecond}, 0)
+	w, a, port := cutWorld(t, 15, crossnic.Recovery{HandshakeTimeout: 5 * time.Millisecond,
+		PSN: func() uint32 { return 0xffffff }}, 0)
 	must(t, w.f.SetLink(port, true))
 	untilWaitNotify(t, w, a)
 	must(t, w.f.SetLink(port, false))
