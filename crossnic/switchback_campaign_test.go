@@ -41,7 +41,9 @@ func portUp(n *node) func() bool {
 // polling lazily, the workload (one-sided or two-sided, one or both
 // directions), and the provider's retransmission: the IB spec's retry
 // count, or soft-RoCE's, which retransmits without end at retry_cnt 7;
-// and what the cross-NIC campaign varies in the traffic (drawTraffic).
+// what the cross-NIC campaign varies in the traffic (drawTraffic); and a
+// request held in the fabric past a flap (drawHold): no stale request
+// may have an effect (noStaleEffect).
 // The seeds take the simulator's profiles in turn (campaignProfile).
 func flapSchedule(t testing.TB, seed uint64, carried, stale *atomic.Int64) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 11))
