@@ -305,9 +305,6 @@ func (c *Conn) postOne(wr *verbs.SendWR) error {
 			// completions not all polled: on the default QP this one
 			// would complete before them. It is recorded and flushes
 			// after them, as on a plain QP in error (flushUnposted).
-			if c.sring.Len() >= len(c.sring.recs) {
-				return verbs.Errorf("ibv_post_send", verbs.ENOMEM, "send queue full")
-			}
 			if err := c.record(wr); err != nil {
 				return err
 			}
@@ -427,11 +424,8 @@ func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
 			}
 			continue
 		}
-		if c.rring.Len() >= len(c.rring.recs) {
-			return i, verbs.Errorf("ibv_post_recv", verbs.ENOMEM, "receive queue full")
-		}
-		if err := c.rring.Record(&wrs[i]); err != nil {
-			return i, verbs.Errorf("ibv_post_recv", verbs.EINVAL, "%v", err)
+		if err := c.recordRecv(&wrs[i]); err != nil {
+			return i, err
 		}
 		var err error
 		switch {
@@ -466,11 +460,8 @@ func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
 // not know what the QPs hold: it passes through.
 func (c *Conn) postRecvSurfaced(w *verbs.RecvWR) error {
 	if c.recvsOnBak && c.rring.Len() > 0 && c.bakReady && !c.bakGone && !c.laneOut {
-		if c.rring.Len() >= len(c.rring.recs) {
-			return verbs.Errorf("ibv_post_recv", verbs.ENOMEM, "receive queue full")
-		}
-		if err := c.rring.Record(w); err != nil {
-			return verbs.Errorf("ibv_post_recv", verbs.EINVAL, "%v", err)
+		if err := c.recordRecv(w); err != nil {
+			return err
 		}
 		err := c.postRecvBackup(w)
 		if err == nil {
@@ -483,6 +474,19 @@ func (c *Conn) postRecvSurfaced(w *verbs.RecvWR) error {
 		c.defDied()
 	}
 	return err
+}
+
+// recordRecv copies a receive posted through the Conn into the receive
+// ring. Errors are those of ibv_post_recv (nothing was posted).
+func (c *Conn) recordRecv(w *verbs.RecvWR) error {
+	err := c.rring.Record(w)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrRingFull):
+		return verbs.Errorf("ibv_post_recv", verbs.ENOMEM, "receive queue full")
+	}
+	return verbs.Errorf("ibv_post_recv", verbs.EINVAL, "%v", err)
 }
 
 func (c *Conn) postRecvBackup(w *verbs.RecvWR) error {

@@ -22,9 +22,7 @@ func (c *Conn) fault(reason string, wc *verbs.WC) {
 	// anything else: handling the fault can handle the peer's
 	// notification too (both sides saw it), and connect the default QP
 	// once the peer's announcement follows.
-	c.ownPSN = c.drawPSN()
-	c.defSQ = c.ownPSN
-	c.following = false
+	c.newHandshakePSN()
 	if c.hs != nil {
 		c.faultAt = c.hs.clock.Now()
 	}
@@ -144,6 +142,15 @@ func (c *Conn) postCtrl(imm uint32) error {
 		return fmt.Errorf("crossnic: send control message on the backup QP: %w", err)
 	}
 	return nil
+}
+
+// newHandshakePSN draws the PSN this side announces at a handshake: the
+// send PSN of the default QP's next reset and of the backup's purge. A
+// follower's wait (follow.go) belonged to the handshake before.
+func (c *Conn) newHandshakePSN() {
+	c.ownPSN = c.drawPSN()
+	c.defSQ = c.ownPSN
+	c.following = false
 }
 
 // drawPSN draws a starting PSN: from the source SetPSNSource or

@@ -293,11 +293,10 @@ func (c *Conn) onControl(imm uint32) {
 		// fault), this side answers with an acknowledgement and an
 		// announcement of its own, drawn now, before handling the
 		// notification may connect the default QP.
-		c.peerPSNSet, c.following = false, false
+		c.peerPSNSet = false
 		prior := c.m.SQ
 		if prior != fsm.SQAwaitAck {
-			c.ownPSN = c.drawPSN()
-			c.defSQ = c.ownPSN
+			c.newHandshakePSN() // (in AwaitAck, fault drew it)
 		}
 		if c.m.SQ == fsm.SQDefault {
 			// The peer fell back first; what the default QP completed

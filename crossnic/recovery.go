@@ -410,12 +410,7 @@ func (c *Conn) resetDefault() {
 	case rqHome:
 		// A reset empties the receive queue whether the receives
 		// flushed (an error) or not (a reset after a failed connect).
-		var err error
-		c.rring.Outstanding(func(w *verbs.RecvWR) bool {
-			_, err = c.def.QP.PostRecv([]verbs.RecvWR{*w})
-			return err == nil
-		})
-		if err != nil {
+		if err := c.postRecvsDefault(); err != nil {
 			c.recvsOffEnd = c.rring.tail // on no QP now
 			c.Surface(fmt.Sprintf("post the application's receives on the reset default QP %#x: %v", c.def.QP.QPN(), err))
 			return
@@ -611,14 +606,21 @@ func (c *Conn) repostRecvsDefault() error {
 	c.collecting = true
 	_ = c.drain(&c.bak)
 	c.collecting = false
-	var err error
 	c.recvsOnBak = false
+	err := c.postRecvsDefault()
+	c.recvsOffEnd = 0
+	c.bakDirty = true
+	return err
+}
+
+// postRecvsDefault posts the outstanding receives on the default QP, in
+// order, up to the first it refuses.
+func (c *Conn) postRecvsDefault() error {
+	var err error
 	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
 		_, err = c.def.QP.PostRecv([]verbs.RecvWR{*w})
 		return err == nil
 	})
-	c.recvsOffEnd = 0
-	c.bakDirty = true
 	return err
 }
 
