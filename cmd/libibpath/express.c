@@ -288,6 +288,21 @@ static int translate(struct lip_xl *x, struct ibv_send_wr *d, struct ibv_sge *sg
 	return 0;
 }
 
+/* translate_recv copies receive w into d with its lkeys moved to the
+ * backup: 0, or 1 when a key is not in the tables. */
+static inline int translate_recv(struct lip_xl *x, struct ibv_recv_wr *d, struct ibv_sge *sge, const struct ibv_recv_wr *w)
+{
+	*d = *w;
+	d->next = NULL;
+	d->sg_list = sge;
+	for (int i = 0; i < w->num_sge; i++) {
+		sge[i] = w->sg_list[i];
+		if (!lip_xl_lookup(x, 0, sge[i].lkey, &sge[i].lkey))
+			return 1;
+	}
+	return 0;
+}
+
 /* The chunk loops of xl_post_send and xl_post_recv: post d[0..k) (copies
  * of src[0..k)) with the provider's post; on an error, *bad is the
  * application's WR the provider refused. */
@@ -332,17 +347,7 @@ static int xl_surfaced_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv
 	struct ibv_recv_wr d, *b = NULL;
 	struct ibv_sge sge[LIP_XL_SGE];
 	for (; wr; wr = wr->next) {
-		if (wr->num_sge < 0 || wr->num_sge > LIP_XL_SGE)
-			break;
-		d = *wr;
-		d.next = NULL;
-		d.sg_list = sge;
-		int miss = 0;
-		for (int i = 0; i < wr->num_sge && !miss; i++) {
-			sge[i] = wr->sg_list[i];
-			miss = !lip_xl_lookup(x, 0, sge[i].lkey, &sge[i].lkey);
-		}
-		if (miss || x->post_recv(x->bqp, &d, &b))
+		if (wr->num_sge < 0 || wr->num_sge > LIP_XL_SGE || translate_recv(x, &d, sge, wr) || x->post_recv(x->bqp, &d, &b))
 			break;
 		__atomic_fetch_add(&x->recvs, 1, __ATOMIC_RELAXED);
 	}
@@ -412,14 +417,7 @@ static int xl_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 			}
 			if (ns + w->num_sge > LIP_XL_SGE)
 				break;
-			d[k] = *w;
-			d[k].next = NULL;
-			d[k].sg_list = sge + ns;
-			for (int i = 0; i < w->num_sge && !miss; i++) {
-				sge[ns + i] = w->sg_list[i];
-				miss = !lip_xl_lookup(x, 0, sge[ns + i].lkey, &sge[ns + i].lkey);
-			}
-			if (miss)
+			if ((miss = translate_recv(x, &d[k], sge + ns, w)))
 				break;
 			if (k)
 				d[k - 1].next = &d[k];
