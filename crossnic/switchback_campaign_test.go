@@ -217,28 +217,6 @@ func drawTraffic(t testing.TB, rng *rand.Rand, w *world) string {
 	return desc
 }
 
-// drawHold, at one flap's end in two, holds in the fabric the next
-// request one QP of one node (default or backup) sends, for 1 to 25 ms: a
-// packet stuck in a switch (IBA 9.7: packets outlive their QP's state).
-// On the default QP that is the first probe or switch-back notification,
-// sent after the QP was reset and connected with PSNs drawn then. The QP
-// resends it at its local ACK timeout; the held copy arrives late, after
-// a reset of the QP pair at times, where only its PSN decides what it
-// does (noStaleEffect). It returns the draw's description.
-func drawHold(t testing.TB, rng *rand.Rand, w *world) string {
-	if rng.IntN(2) == 0 {
-		return ""
-	}
-	i, onBak := rng.IntN(2), rng.IntN(2) == 0
-	qp, leg := w.n[i].def.qp, "default"
-	if onBak {
-		qp, leg = w.n[i].bak.qp, "backup"
-	}
-	late := time.Duration(1000+rng.IntN(24000)) * time.Microsecond
-	must(t, w.f.HoldNext(qp, w.f.Now()+late))
-	return fmt.Sprintf(" (hold node%d's next %s request %v)", i, leg, late)
-}
-
 // drawDelay gives every link of w's default and backup HCAs one drawn
 // delay (1 to 30 us; packets reorder behind a delayed one) and returns its
 // description.
