@@ -47,7 +47,7 @@ const (
 	ctrlPSNMask     = 1<<24 - 1
 )
 
-// Reserved work request IDs of ibpath's own WRs on a protected QP (the four
+// Reserved work request IDs of ibpath's own WRs on a protected QP (the five
 // highest). An application WR with the same wr_id on the same queue would
 // be mistaken for them; 64-bit IDs this high are not used in practice.
 const (
@@ -55,6 +55,12 @@ const (
 	ctrlRecvWRID   = ^uint64(0) - 2
 	probeWRID      = ^uint64(0) - 3
 	ctrlSwitchWRID = ^uint64(0) - 4
+	// NudgeWRID is layer 1's nudge (apm.Config.Nudge): the zero-length
+	// RDMA WRITE the shim posts on the application's QP right after a
+	// migration. A Conn never posts it, and never sees its completions:
+	// the shim keeps them from layer 2 as from the application. It is
+	// reserved here so that every reserved wr_id has one place.
+	NudgeWRID = ^uint64(0)
 )
 
 // ctrlRecvs is how many control receives head a backup QP's receive queue

@@ -25,6 +25,10 @@ func ctrlHeader() string {
 #define LIP_CTRL_SEND_WRID 0x%016xull
 #define LIP_CTRL_RECV_WRID 0x%016xull
 
+/* Reserved wr_id of layer 1's nudge on the application's QP (never
+ * passed to the application or to layer 2). */
+#define LIP_NUDGE_WRID 0x%016xull
+
 /* A control immediate (host order) is the peer's refusal when
  * (imm & LIP_CTRL_REFUSE_MASK) == LIP_CTRL_REFUSE. */
 #define LIP_CTRL_REFUSE_MASK 0x%08xu
@@ -35,7 +39,7 @@ func ctrlHeader() string {
 #define LIP_CTRL_PSN_MASK 0x%08xu
 
 #endif
-`, ctrlSendWRID, ctrlRecvWRID, uint32(ctrlRefuseMask), uint32(ctrlRefuseBits), uint32(ctrlAnnounceBit), uint32(ctrlPSNMask))
+`, ctrlSendWRID, ctrlRecvWRID, NudgeWRID, uint32(ctrlRefuseMask), uint32(ctrlRefuseBits), uint32(ctrlAnnounceBit), uint32(ctrlPSNMask))
 }
 
 // TestShimControlHeader: cmd/libibpath/ctrl.h says what control.go says

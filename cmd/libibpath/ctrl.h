@@ -9,6 +9,10 @@
 #define LIP_CTRL_SEND_WRID 0xfffffffffffffffeull
 #define LIP_CTRL_RECV_WRID 0xfffffffffffffffdull
 
+/* Reserved wr_id of layer 1's nudge on the application's QP (never
+ * passed to the application or to layer 2). */
+#define LIP_NUDGE_WRID 0xffffffffffffffffull
+
 /* A control immediate (host order) is the peer's refusal when
  * (imm & LIP_CTRL_REFUSE_MASK) == LIP_CTRL_REFUSE. */
 #define LIP_CTRL_REFUSE_MASK 0xe0000000u

@@ -53,6 +53,7 @@ var (
 	_ shim.Undiverter = hotpath{}
 	_ shim.Waker      = hotpath{}
 	_ shim.Progresser = hotpath{}
+	_ shim.Nudger     = hotpath{}
 )
 
 func lipQP(q shim.AppQP) *C.struct_lip_qp {
@@ -78,6 +79,19 @@ func (hotpath) Progress(q shim.AppQP) (posted, retired uint64, ok bool) {
 	var p, r C.uint64_t
 	C.lip_qp_progress(lq, &p, &r)
 	return uint64(p), uint64(r), true
+}
+
+// Nudge posts layer 1's nudge on the QP (lip_nudge); the error wraps the
+// errno that says why not.
+func (hotpath) Nudge(q shim.AppQP) error {
+	lq := lipQP(q)
+	if lq == nil {
+		return fmt.Errorf("nudge QP %#x: the hot path does not know it: %w", q.QPN, syscall.ENOENT)
+	}
+	if r := C.lip_nudge(lq); r != 0 {
+		return fmt.Errorf("lip_nudge QP %#x: %w", q.QPN, syscall.Errno(r))
+	}
+	return nil
 }
 
 // Divert hands the QP to the runtime and reads its rings, which nothing

@@ -57,6 +57,10 @@ func ibpathOpened(ctx *C.struct_ibv_context, name *C.char) {
 		def.UseDataOps(unsafe.Pointer(lc.post_send), unsafe.Pointer(lc.post_recv), unsafe.Pointer(lc.poll_cq))
 	}
 	rt.Opened(ctxID(ctx), C.GoString(name), ports, def)
+	if lc := C.lip_ctx_of(ctx); lc != nil && rt.NudgeSlots(ports) {
+		// its RC QPs get the send slot of layer 1's nudge (nudge.c)
+		C.lip_ctx_nudge(lc, 1)
+	}
 }
 
 //export ibpathClosed

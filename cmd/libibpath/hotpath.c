@@ -203,6 +203,7 @@ void lip_qp_remove(struct ibv_qp *qp)
 	struct lip_ctx *c = lip_ctx_of(qp->context);
 	if (!c)
 		return;
+	struct lip_qp *gone = NULL;
 	pthread_mutex_lock(&c->mu);
 	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
 		struct lip_qp **s = &c->slots[(qp->qp_num + i) & (LIP_QP_SLOTS - 1)];
@@ -210,11 +211,14 @@ void lip_qp_remove(struct ibv_qp *qp)
 			break;
 		if (*s != LIP_SLOT_DEAD && (*s)->qp == qp) {
 			/* The rings stay allocated: a poller may still hold q. */
+			gone = *s;
 			__atomic_store_n(s, LIP_SLOT_DEAD, __ATOMIC_RELEASE);
 			break;
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
+	if (gone)
+		lip_nudge_forget(gone); /* a nudge on its way posts nothing to it */
 	by_ptr_remove(qp);
 	__atomic_add_fetch(&lip_qp_gen, 1, __ATOMIC_RELEASE);
 }
@@ -423,6 +427,7 @@ int lip_rings_load(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_
 	__atomic_store_n(&q->rtail, r, __ATOMIC_RELEASE);
 	__atomic_store_n(&q->rhead, r + nr, __ATOMIC_RELEASE);
 	__atomic_store_n(&q->overflow, 0, __ATOMIC_RELAXED); /* the rings hold all of it now */
+	__atomic_store_n(&q->nudge_mark, 0, __ATOMIC_RELEASE); /* the QP was reset: no nudge is out */
 	return 0;
 }
 
@@ -569,6 +574,12 @@ static void retire_send(struct lip_qp *q)
 	}
 	__atomic_store_n(&q->stail, t, __ATOMIC_RELEASE);
 	tunlock(&q->stlock);
+	/* layer 1's nudge (nudge.c): this QP's send completions pass the
+	 * shim's filter; one posted after a nudge freed its slot */
+	if (__builtin_expect(!q->sends_polled, 0))
+		__atomic_store_n(&q->sends_polled, 1, __ATOMIC_RELEASE);
+	if (__builtin_expect(__atomic_load_n(&q->nudge_mark, __ATOMIC_RELAXED) != 0, 0))
+		lip_nudge_done(q, t);
 }
 
 static void retire_recv(struct lip_qp *q)
@@ -621,12 +632,21 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 			last = lip_qp_find(c, wc[i].qp_num);
 		if (!last)
 			continue;
+		if (__builtin_expect(lip_nudge_wc(last, &wc[i]), 0)) {
+			/* layer 1's nudge: its flush is no one's (nudge.c) */
+			memmove(&wc[i], &wc[i + 1], (size_t)(got - i - 1) * sizeof(*wc));
+			got--;
+			i--;
+			continue;
+		}
 		if (wc[i].status != IBV_WC_SUCCESS) {
 			/* The opcode of an error completion is undefined: its
 			 * entry stays outstanding. An armed QP's error goes to
 			 * layer 2 with the rest of the batch, which is its now;
 			 * the application gets what came before. */
 			if (__atomic_load_n(&last->armed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&last->diverted, __ATOMIC_ACQUIRE)) {
+				/* the rest of the batch without nudges' flushes */
+				got = i + 1 + lip_nudge_drop(c, wc + i + 1, got - i - 1);
 				lip_leave(t);
 				lip_hooks.intercept(cq, wc + i, got - i);
 				if (__atomic_load_n(&last->diverted, __ATOMIC_ACQUIRE))

@@ -233,19 +233,49 @@ int lip_dereg_mr(struct ibv_mr *mr)
 	return real_ibv_dereg_mr(mr);
 }
 
+/* padded_create is a QP's creation with the send slot of layer 1's nudge
+ * (nudge.c) when *pad: the provider is asked for one send WR more, and
+ * the application is told what the provider gave less that one (at least
+ * what it asked for). A provider that refuses the larger queue is asked
+ * again for the application's own, and *pad is cleared. create and
+ * create_again are the same call, made with attr as it stands. */
+#define padded_create(attr, pad, create, create_again)                              \
+	({                                                                          \
+		struct ibv_qp *qp_;                                                 \
+		struct ibv_qp_cap cap_ = (attr)->cap;                               \
+		if (*(pad))                                                         \
+			(attr)->cap.max_send_wr++;                                  \
+		qp_ = (create);                                                     \
+		if (!qp_ && *(pad)) {                                               \
+			*(pad) = 0;                                                 \
+			(attr)->cap = cap_;                                         \
+			qp_ = (create_again);                                       \
+		} else if (*(pad)) {                                                \
+			if (qp_ && (attr)->cap.max_send_wr > cap_.max_send_wr)      \
+				(attr)->cap.max_send_wr--;                          \
+			else if (qp_)                                               \
+				(attr)->cap.max_send_wr = cap_.max_send_wr;         \
+		}                                                                   \
+		qp_;                                                                \
+	})
+
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) __asm__("ibv_create_qp");
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	REAL(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *, struct ibv_qp_init_attr *));
 	PASS_IF_INSIDE(real_ibv_create_qp(pd, attr));
-	struct ibv_qp *qp = real_ibv_create_qp(pd, attr);
+	int pad = lip_enabled && lip_nudge_pad(lip_ctx_of(pd->context), attr);
+	struct ibv_qp *qp = padded_create(attr, &pad, real_ibv_create_qp(pd, attr), real_ibv_create_qp(pd, attr));
 	if (!qp || !lip_ctx_of(qp->context))
 		return qp;
 	ENTER();
 	int protect = ibpathCreated(qp, attr);
 	LEAVE();
-	if (protect && !lip_qp_add(qp, attr))
+	struct lip_qp *q = protect ? lip_qp_add(qp, attr) : NULL;
+	if (protect && !q)
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
+	if (q)
+		lip_nudge_created(q, pad);
 	return qp;
 }
 
@@ -273,11 +303,13 @@ static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_q
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	struct ibv_qp *qp = c->create_qp_ex(context, attr);
-	if (!qp || lip_inside || !lip_enabled)
-		return qp;
 	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
 		.srq = attr->srq, .cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all};
+	int pad = !lip_inside && lip_enabled && lip_nudge_pad(c, &a);
+	struct ibv_qp *qp = padded_create(attr, &pad, c->create_qp_ex(context, attr), c->create_qp_ex(context, attr));
+	if (!qp || lip_inside || !lip_enabled)
+		return qp;
+	a.cap = attr->cap;
 	int wr_api = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
 	struct ibv_qp_ex *qpx = NULL;
 	if (wr_api && lip_record && lip_wr_follows(attr->send_ops_flags))
@@ -289,6 +321,8 @@ static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_q
 	if (!protect)
 		return qp;
 	struct lip_qp *q = lip_qp_add(qp, &a);
+	if (q)
+		lip_nudge_created(q, pad);
 	if (!q) {
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
 	} else if (follow && lip_wr_attach(q, qpx, &attr->cap)) {

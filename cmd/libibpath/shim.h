@@ -73,6 +73,11 @@ struct lip_qp {
 	int express;            /* diverted, and on the express lane (express.c) */
 	struct lip_xl *xl;      /* the express lane, set before express */
 	struct lip_wrb *wrb;    /* the ibv_wr_* batch of a QP posting through that API (wrapi.c) */
+	/* layer 1's nudge (nudge.c) */
+	int nudge_slot;         /* created with one send WR more than the application was told */
+	int sends_polled;       /* a send completion of it went through the shim's polls */
+	int dead;               /* destroyed: never nudged again (under slock) */
+	uint64_t nudge_mark;    /* 0, or 1 + the send ring's head when a nudge was posted */
 };
 
 #define LIP_SLOT_DEAD ((struct lip_qp *)1)
@@ -88,6 +93,7 @@ struct lip_ctx {
 	 * swapped (interpose.c) */
 	struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
 	struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *, struct ibv_cq_init_attr_ex *);
+	int nudge;              /* RC QPs get a send slot for layer 1's nudge (nudge.c; set by the Go side) */
 	pthread_mutex_t mu;     /* serialises inserts into slots */
 	struct lip_qp *slots[LIP_QP_SLOTS];
 };
@@ -243,6 +249,28 @@ void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv);
 void lip_qp_progress(struct lip_qp *q, uint64_t *posted, uint64_t *retired);
 /* for lip_undivert: the rings of a diverted QP hold exactly these WRs */
 int lip_rings_load(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs);
+
+/* nudge.c */
+int lip_nudge(struct lip_qp *q);
+void lip_ctx_nudge(struct lip_ctx *c, int on);
+int lip_nudge_pad(struct lip_ctx *c, const struct ibv_qp_init_attr *attr);
+void lip_nudge_created(struct lip_qp *q, int padded);
+void lip_nudge_done(struct lip_qp *q, uint64_t stail);
+void lip_nudge_forget(struct lip_qp *q);
+int lip_nudge_drop(struct lip_ctx *c, struct ibv_wc *wc, int n);
+
+/* lip_nudge_wc says whether wc, a completion of q, is layer 1's nudge,
+ * which no one above the shim may see (it clears the nudge's mark: its
+ * completion is the last thing the nudge makes). Only a QP with a nudge
+ * out pays more than one load. */
+static inline int lip_nudge_wc(struct lip_qp *q, const struct ibv_wc *wc)
+{
+	uint64_t m = __atomic_load_n(&q->nudge_mark, __ATOMIC_ACQUIRE);
+	if (__builtin_expect(m == 0, 1) || wc->wr_id != LIP_NUDGE_WRID)
+		return 0;
+	__atomic_compare_exchange_n(&q->nudge_mark, &m, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+	return 1;
+}
 
 /* wrapi.c */
 struct lip_wrb;

@@ -18,6 +18,13 @@ type Config struct {
 	// APM (IBPATH_APM=on|off, default on): arm an alternate path on RC QPs
 	// whose link layer allows it (InfiniBand).
 	APM bool
+	// Nudge (IBPATH_NUDGE=on|off, default on): right after each migration
+	// layer 1 makes, post a zero-length RDMA WRITE on the QP, so that the
+	// WRs in flight on the dead path are resent at once instead of at the
+	// next local ACK timeout (docs/APM.md). Needs APM and Record; it
+	// costs each RC QP on an InfiniBand device one send queue slot,
+	// hidden from the application (docs/SHIM.md, "Layer 1 in the shim").
+	Nudge bool
 	// Record (IBPATH_RECORD=on|off, default on): keep the shadow rings
 	// of the Default state (the bookkeeping layer 2 replays from).
 	Record bool
@@ -79,6 +86,7 @@ type Config struct {
 const (
 	EnvDisable   = "IBPATH_DISABLE"
 	EnvAPM       = "IBPATH_APM"
+	EnvNudge     = "IBPATH_NUDGE"
 	EnvRecord    = "IBPATH_RECORD"
 	EnvSingle    = "IBPATH_SINGLE_POSTER"
 	EnvPoller    = "IBPATH_SINGLE_POLLER"
@@ -103,7 +111,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	c := Config{APM: true, Record: true, Express: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
+	c := Config{APM: true, Nudge: true, Record: true, Express: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
 	var err error
 	if c.Disabled, err = boolEnv(getenv, EnvDisable, false); err != nil {
 		return c, err
@@ -112,6 +120,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.Record, err = boolEnv(getenv, EnvRecord, true); err != nil {
+		return c, err
+	}
+	if c.Nudge, err = boolEnv(getenv, EnvNudge, true); err != nil {
 		return c, err
 	}
 	if c.SinglePoster, err = boolEnv(getenv, EnvSingle, false); err != nil {
@@ -228,9 +239,9 @@ func (c Config) Banner(pid int) string {
 	if daemon == "off" {
 		daemon = "not used"
 	}
-	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none); "+
+	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none)%s; "+
 		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s%s); backup device %s; ibpathd %s",
-		pid, onoff[c.APM], onoff[c.Record], c.singleWords(), onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record],
+		pid, onoff[c.APM], c.nudgeWords(), onoff[c.Record], c.singleWords(), onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record],
 		c.handshakeWords(), c.Backup, daemon)
 }
 
@@ -266,4 +277,26 @@ func (c Config) switchBackWord() string {
 		return "off"
 	}
 	return fmt.Sprintf("on, %d CQ entries of headroom", c.CQHeadroom)
+}
+
+// nudges says whether layer 1 nudges a QP after each migration it makes:
+// the nudge is on, and so are layer 1 and the shadow rings its slot and
+// the filter of its completion live in; the nudge is posted under the
+// send queue's lock, which a single poster does without.
+func (c Config) nudges() bool { return c.Nudge && c.APM && c.Record && !c.SinglePoster }
+
+// nudgeWords is the banner's note on layer 1's nudge (said only when
+// layer 1 is on).
+func (c Config) nudgeWords() string {
+	switch {
+	case !c.APM:
+		return ""
+	case c.nudges():
+		return ", nudged after each migration"
+	case !c.Nudge:
+		return ", not nudged (" + EnvNudge + "=off)"
+	case c.SinglePoster && c.Record:
+		return ", not nudged (single poster per QP)"
+	}
+	return ", not nudged (no shadow rings)"
 }

@@ -130,3 +130,37 @@ func TestFromEnvHandshake(t *testing.T) {
 		t.Errorf("a Config without Handshake bounds the handshake by %v, want the default %v", (Config{}).handshake(), defaultHandshake)
 	}
 }
+
+// TestFromEnvNudge: IBPATH_NUDGE is on by default, reads the usual
+// spellings, refuses others naming the variable; layer 1 nudges only
+// with the shadow rings and their send queue lock, and the banner says
+// whether, and why not.
+func TestFromEnvNudge(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "on": true, "1": true, "off": false, "0": false} {
+		c, err := FromEnv(env(map[string]string{EnvNudge: v}))
+		if err != nil || c.Nudge != want || c.nudges() != want {
+			t.Errorf("%s=%q: %v (nudges %v), %v; want %v", EnvNudge, v, c.Nudge, c.nudges(), err, want)
+		}
+	}
+	if _, err := FromEnv(env(map[string]string{EnvNudge: "sometimes"})); err == nil || !strings.Contains(err.Error(), EnvNudge) {
+		t.Errorf("%s=sometimes: %v, want an error naming it", EnvNudge, err)
+	}
+	for _, k := range []struct {
+		c      Config
+		nudges bool
+		banner string
+	}{
+		{Config{APM: true, Nudge: true, Record: true}, true, "(RoCE has none), nudged after each migration;"},
+		{Config{APM: true, Record: true}, false, "(RoCE has none), not nudged (IBPATH_NUDGE=off);"},
+		{Config{APM: true, Nudge: true}, false, "(RoCE has none), not nudged (no shadow rings);"},
+		{Config{APM: true, Nudge: true, Record: true, SinglePoster: true}, false, "(RoCE has none), not nudged (single poster per QP);"},
+		{Config{Nudge: true, Record: true}, false, "layer 1 (APM) off for InfiniBand RC QPs (RoCE has none); shadow"},
+	} {
+		if k.c.nudges() != k.nudges {
+			t.Errorf("%+v: nudges %v, want %v", k.c, k.c.nudges(), k.nudges)
+		}
+		if b := k.c.Banner(7); !strings.Contains(b, k.banner) {
+			t.Errorf("%+v: banner %q, want %q", k.c, b, k.banner)
+		}
+	}
+}

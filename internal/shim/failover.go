@@ -36,6 +36,7 @@ type failover struct {
 	out       []verbs.WC            // scratch for Conn.Poll
 	polls     uint64                // PollCQ calls (debug log sampling)
 	laneScans int                   // tryExpress scans of every QP (tests)
+	nudgeWCs  int                   // completions of layer 1's nudges dropped (routeWC)
 	clock     verbs.Clock           // recovery's time (tests give the simulated fabric's)
 	ticking   bool                  // switchLoop runs (switch backs, bounded handshakes)
 	tickAgain bool                  // a Conn asked for ticking since the current tick began

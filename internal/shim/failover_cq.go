@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -57,6 +58,10 @@ func (r *Runtime) pumpOnce(rt *cqRoute) (int, error) {
 func (r *Runtime) routeWC(rt *cqRoute, wc verbs.WC) {
 	q := r.fo.qps[qpKey{rt.ctx, wc.QPNum}]
 	switch {
+	case q != nil && wc.WRID == crossnic.NudgeWRID && rt.cq == q.app.SendCQ && (wc.Status != verbs.WCSuccess || !isRecvWC(wc)):
+		// Layer 1's nudge (Nudger): its flush is no one's, and it
+		// retires nothing of the application's.
+		r.fo.nudgeWCs++
 	case q != nil && (q.diverted || q.intercepted):
 		q.leg.push(wc, rt.cq == q.app.RecvCQ)
 	case q != nil && q.armed && wc.Status != verbs.WCSuccess && r.fo.hp != nil:
@@ -360,3 +365,6 @@ func (l *legCQ) ReqNotify(bool) error { return nil }
 func (l *legCQ) Destroy() error {
 	return verbs.Errorf("ibv_destroy_cq", verbs.EINVAL, "layer 2's view of an application CQ")
 }
+
+// isRecvWC reports whether a successful completion is a receive's.
+func isRecvWC(wc verbs.WC) bool { return wc.Opcode&verbs.WCRecv != 0 }

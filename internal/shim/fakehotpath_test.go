@@ -2,8 +2,11 @@ package shim
 
 import (
 	"errors"
+	"fmt"
 	"sync"
+	"syscall"
 
+	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -47,6 +50,8 @@ type fakeHotpath struct {
 	intercept   int            // Intercept calls
 	x           *fakeExpress   // the express lane; nil unless withExpress
 	noProgress  bool           // injected: Progress knows no QP
+	nudges      int            // nudges posted (Nudger)
+	nudgeWCs    int            // nudge completions dropped from polls
 
 	wakeMu sync.Mutex
 	wakes  map[verbs.CQ]int // Wake calls per CQ (Waker)
@@ -66,6 +71,12 @@ type fakeQP struct {
 	retired  uint64 // of those, retired by successful completions
 	armed    bool
 	diverted bool
+	// layer 1's nudge, as nudge.c keeps it: the send slot (RC without
+	// sq_sig_all), a send completion seen in the hot path's polls, and
+	// 1 + posted when a nudge is out
+	nudgeSlot   bool
+	sendsPolled bool
+	nudgeMark   uint64
 }
 
 type fakeSend struct {
@@ -83,7 +94,7 @@ func newFakeHotpath(rt *Runtime, ctx uintptr, mem func(uint64, uint32) []byte) *
 func (h *fakeHotpath) add(qp verbs.QP, sendCQ, recvCQ verbs.CQ, sigAll bool) *fakeQP {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := &fakeQP{qp: qp, sigAll: sigAll, app: AppQP{Ctx: h.ctx, QPN: qp.QPN(), SendCQ: sendCQ, RecvCQ: recvCQ}}
+	q := &fakeQP{qp: qp, sigAll: sigAll, nudgeSlot: !sigAll, app: AppQP{Ctx: h.ctx, QPN: qp.QPN(), SendCQ: sendCQ, RecvCQ: recvCQ}}
 	h.qps[qp.QPN()] = q
 	return q
 }
@@ -155,9 +166,16 @@ func (h *fakeHotpath) pollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 		if q == nil {
 			continue
 		}
+		if h.nudgeWC(q, wc[i]) {
+			copy(wc[i:], wc[i+1:n])
+			n--
+			i--
+			continue
+		}
 		if wc[i].Status != verbs.WCSuccess {
 			if q.armed && !q.diverted {
 				h.intercept++
+				n = i + 1 + h.dropNudges(wc[i+1:n])
 				h.mu.Unlock() // lip_leave, then the hook
 				h.rt.Intercept(h.ctx, cq, wc[i:n])
 				h.mu.Lock()
@@ -182,6 +200,7 @@ func (h *fakeHotpath) retireLocked(q *fakeQP, wc verbs.WC) {
 		}
 		return
 	}
+	q.sendsPolled = true
 	for len(q.sends) > 0 {
 		e := q.sends[0]
 		q.sends = q.sends[1:]
@@ -190,9 +209,73 @@ func (h *fakeHotpath) retireLocked(q *fakeQP, wc verbs.WC) {
 			q.notifs++
 		}
 		if q.sigAll || e.wr.SendFlags&verbs.SendSignaled != 0 {
-			return
+			break
 		}
 	}
+	if q.nudgeMark != 0 && q.retired >= q.nudgeMark {
+		q.nudgeMark = 0 // a WR posted after the nudge completed: its slot is free
+	}
+}
+
+// Nudge implements Nudger (lip_nudge): a zero-length WRITE, unsignaled,
+// after the WRs in flight, not recorded in the rings.
+func (h *fakeHotpath) Nudge(q AppQP) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fq := h.qps[q.QPN]
+	switch {
+	case fq == nil:
+		return fmt.Errorf("nudge QP %#x: %w", q.QPN, syscall.ENOENT)
+	case !fq.nudgeSlot:
+		return fmt.Errorf("nudge QP %#x: %w", q.QPN, syscall.ENOSPC)
+	case !fq.sendsPolled:
+		return fmt.Errorf("nudge QP %#x: %w", q.QPN, syscall.ENOTSUP)
+	case fq.diverted:
+		return fmt.Errorf("nudge QP %#x: %w", q.QPN, syscall.EBUSY)
+	case fq.nudgeMark != 0 && fq.retired < fq.nudgeMark:
+		return fmt.Errorf("nudge QP %#x: %w", q.QPN, syscall.EALREADY)
+	case fq.posted == fq.retired:
+		return fmt.Errorf("nudge QP %#x: %w", q.QPN, syscall.ENODATA)
+	}
+	fq.nudgeMark = fq.posted + 1
+	if _, err := fq.qp.PostSend([]verbs.SendWR{{WRID: crossnic.NudgeWRID, Opcode: verbs.WRRDMAWrite}}); err != nil {
+		fq.nudgeMark = 0
+		return fmt.Errorf("nudge QP %#x: %w", q.QPN, err)
+	}
+	h.nudges++
+	return nil
+}
+
+// nudgeWC says whether wc, of q, is a nudge's completion, which no one
+// sees (lip_nudge_wc). h.mu held.
+func (h *fakeHotpath) nudgeWC(q *fakeQP, wc verbs.WC) bool {
+	if q.nudgeMark == 0 || wc.WRID != crossnic.NudgeWRID {
+		return false
+	}
+	q.nudgeMark = 0
+	h.nudgeWCs++
+	return true
+}
+
+// dropNudges removes the nudges' completions from wcs in place and
+// returns how many are left (lip_nudge_drop). h.mu held.
+func (h *fakeHotpath) dropNudges(wcs []verbs.WC) int {
+	kept := 0
+	for _, wc := range wcs {
+		if q := h.qps[wc.QPNum]; q != nil && h.nudgeWC(q, wc) {
+			continue
+		}
+		wcs[kept] = wc
+		kept++
+	}
+	return kept
+}
+
+// nudgeCounts reads the nudges posted and their completions dropped.
+func (h *fakeHotpath) nudgeCounts() (posted, dropped int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nudges, h.nudgeWCs
 }
 
 // Progress implements Progresser (lip_qp_progress). A test can turn it
@@ -269,6 +352,7 @@ func (h *fakeHotpath) Undivert(q AppQP, st Rings) error {
 		fq.sends = append(fq.sends, e)
 	}
 	fq.notifs, fq.recvDone = st.NotifsDone, st.RecvsDone
+	fq.nudgeMark = 0 // the QP was reset: no nudge is out
 	// positions as lip_rings_load leaves them: the rings restart empty at
 	// their heads, holding the given WRs
 	fq.retired = fq.posted

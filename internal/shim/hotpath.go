@@ -85,6 +85,25 @@ type Progresser interface {
 	Progress(q AppQP) (posted, retired uint64, ok bool)
 }
 
+// Nudger is a hot path that posts layer 1's nudge (nudge.c in
+// cmd/libibpath): a zero-length RDMA WRITE, unsignaled, with wr_id
+// crossnic.NudgeWRID, on an application QP right after a migration
+// (Layer1Options.Nudge). The QP was created with a send slot for it that
+// the application was not told of; its completion (a flush, should the
+// QP fail while it is out) never reaches the application: the hot path
+// drops it, and so does the runtime for the CQs it polls.
+type Nudger interface {
+	// Nudge posts the nudge on q. An error wrapping a syscall.Errno says
+	// why not: ENOSPC (no slot: not RC, sq_sig_all, SRQ, the device's
+	// limit), ENOTSUP (none of its send completions went through the
+	// shim's polls: ibv_start_poll), ENOENT (destroyed), EBUSY (layer 2
+	// took it over), EALREADY (the previous nudge is still out),
+	// ENODATA (no send in flight: nothing waits for a resend); else the
+	// provider refused it. Called without the runtime's locks: it takes
+	// the QP's send queue lock.
+	Nudge(q AppQP) error
+}
+
 // Undiverter is a hot path that can take a diverted QP back (divert.c in
 // cmd/libibpath): layer 2 switched the QP back to its default path and
 // the default QP holds all its WRs again.

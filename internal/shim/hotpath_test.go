@@ -14,7 +14,7 @@ import (
 func buildHotpathCheck(tb testing.TB) string { return buildCCheck(tb, "hotpath_check") }
 
 // buildCCheck compiles cmd/libibpath/cbench/<name>.c with the shim's C
-// data path (hotpath.c, divert.c, express.c, channel.c, wrapi.c).
+// data path (hotpath.c, divert.c, express.c, channel.c, wrapi.c, nudge.c).
 func buildCCheck(tb testing.TB, name string) string {
 	tb.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
@@ -24,7 +24,8 @@ func buildCCheck(tb testing.TB, name string) string {
 	bin := filepath.Join(tb.TempDir(), name)
 	out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-I", src, "-o", bin,
 		filepath.Join(src, "cbench", name+".c"), filepath.Join(src, "hotpath.c"), filepath.Join(src, "divert.c"),
-		filepath.Join(src, "express.c"), filepath.Join(src, "channel.c"), filepath.Join(src, "wrapi.c"), "-lpthread").CombinedOutput()
+		filepath.Join(src, "express.c"), filepath.Join(src, "channel.c"), filepath.Join(src, "wrapi.c"), filepath.Join(src, "nudge.c"),
+		"-lpthread").CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "verbs.h") {
 			tb.Skip("libibverbs-dev is not installed (verbs.h missing); .ci/run installs it")
@@ -70,6 +71,23 @@ func TestExpressLaneC(t *testing.T) {
 	out, err := exec.Command(bin, "test").CombinedOutput()
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
 		t.Fatalf("express_check test: %v\n%s", err, out)
+	}
+}
+
+// TestNudgeC runs the C checks of layer 1's nudge (nudge.c): which QPs
+// get its send slot (RC, no SRQ, no sq_sig_all, a context that wants it,
+// not a single poster), no nudge before a send completion went through
+// the shim's polls or with nothing in flight, the nudge a zero-length
+// WRITE, unsignaled, after the WRs in flight and not in the shadow ring,
+// one out at a time until a signaled WR posted after it completes, its
+// flush kept from the application and from layer 2's batch, none on a
+// QP layer 2 took over, given back, destroyed, or whose provider refuses
+// it.
+func TestNudgeC(t *testing.T) {
+	bin := buildCCheck(t, "nudge_check")
+	out, err := exec.Command(bin, "test").CombinedOutput()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
+		t.Fatalf("nudge_check test: %v\n%s", err, out)
 	}
 }
 

@@ -56,9 +56,10 @@ type Layer1 struct {
 	ctxs   map[string][]verbs.Context // application contexts with protected QPs, by device
 	closed bool
 
-	nmu        sync.Mutex // queue and delivering
+	nmu        sync.Mutex // queue, delivering and nudges
 	queue      []l1Notice
 	delivering bool
+	nudges     NudgeStats
 
 	once sync.Once
 }
@@ -93,6 +94,13 @@ type Layer1Options struct {
 	// proves it did (apm.Manager.PeerFollowed), so the QP re-arms then,
 	// not after apm.Config.PeerWait. Called without layer 1's lock.
 	Progress func(ctx verbs.Context, qp verbs.QP) (posted, retired uint64, ok bool)
+	// Nudge, when set, posts layer 1's nudge on a QP through the data
+	// path (Nudger) right after each migration layer 1 made: a
+	// zero-length RDMA WRITE that moves the peer and gets the WRs in
+	// flight on the dead path resent at once (apm.Config.Nudge,
+	// layer1_nudge.go). Called without layer 1's lock, from the goroutine
+	// that made the migration, after it.
+	Nudge func(ctx verbs.Context, qp verbs.QP) error
 	// Log receives layer 1's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -141,6 +149,7 @@ type l1QP struct {
 type l1Notice struct {
 	handOver *Layer1HandOver
 	change   *Layer1Change
+	nudge    *l1Nudge
 }
 
 // Defaults of Layer1Options.
@@ -178,6 +187,9 @@ func NewLayer1(o Layer1Options) (*Layer1, error) {
 	}
 	l := &Layer1{log: o.Log, peers: newL1Peers(o.PeerTTL, o.LookupTimeout), hooks: o,
 		qps: map[l1Key]*l1QP{}, letGo: map[l1Key]bool{}, await: map[l1Key]bool{}, ctxs: map[string][]verbs.Context{}}
+	if o.Nudge != nil {
+		o.APM.Nudge = l.queueNudge
+	}
 	mgr, err := apm.New(o.Clock, o.APM, l.peers, l1HandOver{l})
 	if err != nil {
 		return nil, fmt.Errorf("layer 1: %w", err)
@@ -461,7 +473,8 @@ func (l *Layer1) collect() {
 }
 
 func (l *Layer1) enqueue(n l1Notice) {
-	if n.handOver != nil && l.hooks.HandOver == nil || n.change != nil && l.hooks.Changed == nil {
+	if n.handOver != nil && l.hooks.HandOver == nil || n.change != nil && l.hooks.Changed == nil ||
+		n.nudge != nil && l.hooks.Nudge == nil {
 		return
 	}
 	l.nmu.Lock()
@@ -483,9 +496,12 @@ func (l *Layer1) deliver() {
 		n := l.queue[0]
 		l.queue = l.queue[1:]
 		l.nmu.Unlock()
-		if n.handOver != nil {
+		switch {
+		case n.handOver != nil:
 			l.hooks.HandOver(*n.handOver)
-		} else {
+		case n.nudge != nil:
+			l.nudge(*n.nudge)
+		default:
 			l.hooks.Changed(*n.change)
 		}
 		l.nmu.Lock()

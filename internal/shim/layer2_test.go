@@ -434,6 +434,14 @@ type connectStep struct {
 // rcSteps are the INIT, RTR and RTS modifies of an RC connect to the QP
 // destQPN behind LID dlid, as the tests' applications make them.
 func rcSteps(dlid uint16, destQPN uint32, access verbs.AccessFlags) []connectStep {
+	return rcStepsTimeout(dlid, destQPN, access, rcTimeout)
+}
+
+// rcTimeout is the local ACK timeout of rcSteps (4.2 ms).
+const rcTimeout = 10
+
+// rcStepsTimeout is rcSteps with the local ACK timeout given.
+func rcStepsTimeout(dlid uint16, destQPN uint32, access verbs.AccessFlags, timeout uint8) []connectStep {
 	return []connectStep{
 		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: access},
 			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
@@ -441,7 +449,7 @@ func rcSteps(dlid uint16, destQPN uint32, access verbs.AccessFlags) []connectSte
 			DestQPN: destQPN, MaxDestRdAtomic: 1, MinRNRTimer: 1},
 			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
+		{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: timeout, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
 			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
 				verbs.QPAttrMaxQPRdAtomic},
 	}

@@ -1,6 +1,9 @@
 package shim
 
 import (
+	"fmt"
+	"syscall"
+
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
@@ -17,7 +20,11 @@ func (r *Runtime) startLayer1() {
 	if !r.cfg.APM {
 		return
 	}
-	l1, err := NewLayer1(Layer1Options{HandOver: r.l1HandOver, Changed: r.l1Changed, Progress: r.progressL1, Log: r.log})
+	o := Layer1Options{HandOver: r.l1HandOver, Changed: r.l1Changed, Progress: r.progressL1, Log: r.log}
+	if r.cfg.nudges() {
+		o.Nudge = r.nudgeL1
+	}
+	l1, err := NewLayer1(o)
 	if err != nil {
 		r.log.Warn("libibpath: layer 1 cannot start; InfiniBand QPs are not armed", "err", err)
 		return
@@ -166,6 +173,62 @@ func (r *Runtime) progressL1(ctx verbs.Context, qp verbs.QP) (posted, retired ui
 		return 0, 0, false
 	}
 	return p.Progress(q.app)
+}
+
+// nudgeL1 is layer 1's Nudge: the hot path posts the nudge on an
+// application QP that layer 2 follows and has not taken over. The QP is
+// found under l2mu and fo.mu, as in progressL1, and nudged without them:
+// the hot path takes the QP's send queue lock, which an application
+// thread may hold while its poll waits for fo.mu (wr_start to
+// wr_complete around a poll of a diverted CQ); a QP destroyed meanwhile
+// is refused there (ENOENT).
+func (r *Runtime) nudgeL1(ctx verbs.Context, qp verbs.QP) error {
+	var id uintptr
+	ok := false
+	r.l2mu.Lock()
+	for c, s := range r.shadows {
+		if s.def == ctx {
+			id, ok = c, true
+			break
+		}
+	}
+	r.l2mu.Unlock()
+	if !ok {
+		return fmt.Errorf("nudge QP %#x: no shadow rings on its context: %w", qp.QPN(), syscall.ENOSPC)
+	}
+	r.fo.mu.Lock()
+	n, _ := r.fo.hp.(Nudger)
+	q := r.fo.qps[qpKey{id, qp.QPN()}]
+	var app AppQP
+	busy := q != nil && (q.gone || q.diverted || q.intercepted)
+	if q != nil {
+		app = q.app
+	}
+	r.unlockFO()
+	switch {
+	case n == nil:
+		return fmt.Errorf("nudge QP %#x: the hot path posts no nudge: %w", qp.QPN(), syscall.ENOSPC)
+	case q == nil:
+		return fmt.Errorf("nudge QP %#x: its rings are not followed: %w", qp.QPN(), syscall.ENOSPC)
+	case busy:
+		return fmt.Errorf("nudge QP %#x: layer 2 has it: %w", qp.QPN(), syscall.EBUSY)
+	}
+	return n.Nudge(app)
+}
+
+// NudgeSlots says whether the application's RC QPs on a device with
+// these ports get the send slot of layer 1's nudge (the C side adds it
+// at their creation): the nudge is on and a port is InfiniBand.
+func (r *Runtime) NudgeSlots(ports []Port) bool {
+	if r.l1 == nil || !r.cfg.nudges() {
+		return false
+	}
+	for _, p := range ports {
+		if p.LinkLayer == verbs.LinkLayerInfiniBand {
+			return true
+		}
+	}
+	return false
 }
 
 // readoptL1 hands layer 1 a QP that layer 2 gave back to the hot path:

@@ -108,6 +108,7 @@ type lyOpts struct {
 	noLookup   bool // a session that cannot describe adapters (no HCALookup)
 	noHotpath  bool // layer 2 builds and connects backups but never fails over
 	switchBack bool // IBPATH_SWITCHBACK=on
+	noNudge    bool // IBPATH_NUDGE=off
 }
 
 // lyHost is one process on a host.
@@ -124,6 +125,9 @@ func (w *lyWorld) host(name string, side int, o lyOpts) *lyHost {
 	e := map[string]string{}
 	if o.switchBack {
 		e[EnvSwitch] = "on"
+	}
+	if o.noNudge {
+		e[EnvNudge] = "off"
 	}
 	cfg, err := FromEnv(env(e))
 	if err != nil || !cfg.APM || !cfg.Record {
@@ -226,13 +230,20 @@ func (x *l2host) modify(t *testing.T, qp verbs.QP, attr verbs.QPAttr, mask verbs
 // the three modifies layer 1 carried out.
 func lyConnect(t *testing.T, a, b *appQP) [2][3]bool {
 	t.Helper()
+	return lyConnectTimeout(t, a, b, rcTimeout)
+}
+
+// lyConnectTimeout is lyConnect with the QPs' local ACK timeout (the
+// IBA's exponent) given.
+func lyConnectTimeout(t *testing.T, a, b *appQP, timeout uint8) [2][3]bool {
+	t.Helper()
 	a.peer, b.peer = b, a
 	var wanted [2][3]bool
 	for i, p := range [][2]*appQP{{a, b}, {b, a}} {
 		x, peer := p[0], p[1]
 		pa, err := peer.x.ctx.QueryPort(1)
 		l1Must(t, err)
-		for j, s := range rcSteps(pa.LID, peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) {
+		for j, s := range rcStepsTimeout(pa.LID, peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic, timeout) {
 			wanted[i][j] = x.x.modify(t, x.qp, s.a, s.mask)
 		}
 	}

@@ -375,3 +375,49 @@ func TestPreloadCQHeadroom(t *testing.T) {
 		}
 	}
 }
+
+// TestPreloadNudgeSlot: on a device with InfiniBand ports, an RC QP made
+// by ibv_create_qp or ibv_create_qp_ex asks the provider for one send WR
+// more than the program did (the slot of layer 1's nudge), and the
+// program is told the size it asked for; a QP with sq_sig_all, a RoCE
+// device, IBPATH_NUDGE=off, layer 1 off, or no shim get none. A size the
+// device refuses with the slot is given without it.
+func TestPreloadNudgeSlot(t *testing.T) {
+	b := buildBed(t)
+	for _, c := range []struct {
+		env  []string
+		n    string
+		want string
+	}{
+		{nil, "64", "create 64/64 create_ex 64/64 sig_all 64/64"},
+		{[]string{}, "64", "create 64/65 create_ex 64/65 sig_all 64/64"},
+		{[]string{"IBPATH_NUDGE=off"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64"},
+		{[]string{"IBPATH_APM=off"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64"},
+		{[]string{"IBPATH_SINGLE_POSTER=1"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64"},
+		// the stand-in device makes send queues of at most 65536 WRs
+		{[]string{}, "65536", "create 65536/65536 create_ex 65536/65536 sig_all 65536/65536"},
+		{[]string{}, "65535", "create 65535/65536 create_ex 65535/65536 sig_all 65535/65535"},
+	} {
+		env := []string{"FAKE_LINK_LAYER=ib"}
+		if c.env != nil {
+			env = append(env, "IBPATH_SOCKET=off")
+			env = append(env, c.env...)
+		}
+		cmd := b.cmd(nil, c.n, "sq")
+		if c.env != nil {
+			cmd = b.cmd(env, c.n, "sq")
+		} else {
+			cmd.Env = append(cmd.Env, env...)
+		}
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		if err := cmd.Run(); err != nil || strings.TrimSpace(o.String()) != c.want {
+			t.Errorf("%v %s: %v, stdout %q, want %q\nstderr:\n%s", c.env, c.n, err, o.String(), c.want, e.String())
+		}
+	}
+	// on RoCE ports nothing is added
+	cmd := b.cmd([]string{"IBPATH_SOCKET=off"}, "64", "sq")
+	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) != "create 64/64 create_ex 64/64 sig_all 64/64" {
+		t.Errorf("RoCE: %v, %q", err, out)
+	}
+}

@@ -154,6 +154,7 @@ struct fake_qp {
 	struct ibv_qp_ex qpx;   /* qpx.qp_base: what the application gets */
 	int wr_api;             /* created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS */
 	uint32_t max_wr, max_sge, max_inline;
+	uint32_t asked;         /* max_send_wr the provider was asked for (fake_qp_asked) */
 	pthread_mutex_t sq;     /* the send queue's lock: wr_start to wr_complete / wr_abort */
 	int err;                /* what wr_complete returns: a WR the batch cannot carry */
 	uint32_t n;             /* WRs of the batch */
@@ -465,8 +466,15 @@ static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return i;
 }
 
+/* the largest send queue the stand-in device makes (max_qp_wr) */
+#define FAKE_MAX_QP_WR 65536
+
 static struct fake_qp *new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
+	if (attr->cap.max_send_wr > FAKE_MAX_QP_WR) {
+		errno = EINVAL;
+		return NULL;
+	}
 	struct fake_qp *q = calloc(1, sizeof(*q));
 	if (!q)
 		return NULL;
@@ -479,8 +487,13 @@ static struct fake_qp *new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	qp->qp_num = next_qpn++;
 	qp->qp_type = attr->qp_type;
 	qp->state = IBV_QPS_RESET;
+	q->asked = attr->cap.max_send_wr;
 	return q;
 }
+
+/* fake_qp_asked is the send queue size the provider was asked for when
+ * qp was created (a shim may ask for more than the program did). */
+uint32_t fake_qp_asked(struct ibv_qp *qp) { return ((struct fake_qp *)qp)->asked; }
 
 static void free_qp(struct fake_qp *q)
 {
@@ -650,7 +663,9 @@ int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_por
 	if (port < 1 || port > 2)
 		return EINVAL;
 	p->state = IBV_PORT_ACTIVE;
-	p->link_layer = IBV_LINK_LAYER_ETHERNET;
+	/* FAKE_LINK_LAYER=ib: InfiniBand ports (no alternate path all the same) */
+	const char *ll = getenv("FAKE_LINK_LAYER");
+	p->link_layer = ll && strcmp(ll, "ib") == 0 ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
 	return 0;
 }
 

@@ -40,6 +40,7 @@
 struct ibv_device *fake_device(void);
 void fake_raise_port(int type, int port);
 void fake_wire(uint64_t *wrs, uint64_t *bytes, uint64_t *hash);
+uint32_t fake_qp_asked(struct ibv_qp *qp);
 
 #define EVENT_TIMEOUT_MS 5000
 
@@ -435,6 +436,30 @@ static int cq_sizes(struct ibv_context *ctx, int n)
 	return ibv_destroy_cq(cq) || ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) ? 10 : 0;
 }
 
+/* sq_sizes ("sq" mode): the send queue sizes QPs asked for n send WRs
+ * were reported and the provider was asked for, made by ibv_create_qp, by
+ * ibv_create_qp_ex, and by ibv_create_qp with sq_sig_all. */
+static int sq_sizes(struct ibv_context *ctx, struct ibv_pd *pd, int n)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	if (!cq)
+		return 10;
+	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = {.max_send_wr = n, .max_recv_wr = n, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp_init_attr sig = ia;
+	sig.sq_sig_all = 1;
+	struct ibv_qp_init_attr_ex iax = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .cap = ia.cap, .pd = pd,
+		.comp_mask = IBV_QP_INIT_ATTR_PD};
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia), *qx = ibv_create_qp_ex(ctx, &iax), *qs = ibv_create_qp(pd, &sig);
+	if (!qp || !qx || !qs) {
+		fprintf(stderr, "probe: create the QPs: %s\n", strerror(errno));
+		return 10;
+	}
+	printf("create %u/%u create_ex %u/%u sig_all %u/%u\n", ia.cap.max_send_wr, fake_qp_asked(qp), iax.cap.max_send_wr,
+	       fake_qp_asked(qx), sig.cap.max_send_wr, fake_qp_asked(qs));
+	return ibv_destroy_qp(qp) || ibv_destroy_qp(qx) || ibv_destroy_qp(qs) ? 10 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 100;
@@ -454,6 +479,8 @@ int main(int argc, char **argv)
 	if (argc > 2 && strcmp(argv[2], "cqe") == 0)
 		return cq_sizes(ctx, n);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	if (argc > 2 && strcmp(argv[2], "sq") == 0)
+		return sq_sizes(ctx, pd, n);
 	struct ibv_comp_channel *ch = NULL;
 	static int cq_tag; /* the CQ's context: events must carry it */
 	struct ibv_cq *cq;
