@@ -352,6 +352,25 @@ int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	return ret;
 }
 
+/* lip_query_qp: a QP created with the send slot of layer 1's nudge
+ * (nudge.c) reports to the program the send queue it was told of at
+ * creation, without the slot. */
+int lip_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init) __asm__("ibv_query_qp");
+int lip_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	REAL(ibv_query_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *));
+	PASS_IF_INSIDE(real_ibv_query_qp(qp, attr, mask, init));
+	int ret = real_ibv_query_qp(qp, attr, mask, init);
+	struct lip_qp *q = ret == 0 && lip_record ? lip_qp_of(qp) : NULL;
+	if (q && q->nudge_slot) {
+		if (init && init->cap.max_send_wr > 0)
+			init->cap.max_send_wr--;
+		if (attr && (mask & IBV_QP_CAP) && attr->cap.max_send_wr > 0)
+			attr->cap.max_send_wr--;
+	}
+	return ret;
+}
+
 int lip_destroy_qp(struct ibv_qp *qp) __asm__("ibv_destroy_qp");
 int lip_destroy_qp(struct ibv_qp *qp)
 {

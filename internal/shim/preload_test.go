@@ -379,7 +379,8 @@ func TestPreloadCQHeadroom(t *testing.T) {
 // TestPreloadNudgeSlot: on a device with InfiniBand ports, an RC QP made
 // by ibv_create_qp or ibv_create_qp_ex asks the provider for one send WR
 // more than the program did (the slot of layer 1's nudge), and the
-// program is told the size it asked for; a QP with sq_sig_all, a RoCE
+// program is told the size it asked for, at creation and by
+// ibv_query_qp; a QP with sq_sig_all, a RoCE
 // device, IBPATH_NUDGE=off, layer 1 off, or no shim get none. A size the
 // device refuses with the slot is given without it.
 func TestPreloadNudgeSlot(t *testing.T) {
@@ -389,14 +390,14 @@ func TestPreloadNudgeSlot(t *testing.T) {
 		n    string
 		want string
 	}{
-		{nil, "64", "create 64/64 create_ex 64/64 sig_all 64/64"},
-		{[]string{}, "64", "create 64/65 create_ex 64/65 sig_all 64/64"},
-		{[]string{"IBPATH_NUDGE=off"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64"},
-		{[]string{"IBPATH_APM=off"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64"},
-		{[]string{"IBPATH_SINGLE_POSTER=1"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64"},
+		{nil, "64", "create 64/64 create_ex 64/64 sig_all 64/64 query 64/64"},
+		{[]string{}, "64", "create 64/65 create_ex 64/65 sig_all 64/64 query 64/64"},
+		{[]string{"IBPATH_NUDGE=off"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64 query 64/64"},
+		{[]string{"IBPATH_APM=off"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64 query 64/64"},
+		{[]string{"IBPATH_SINGLE_POSTER=1"}, "64", "create 64/64 create_ex 64/64 sig_all 64/64 query 64/64"},
 		// the stand-in device makes send queues of at most 65536 WRs
-		{[]string{}, "65536", "create 65536/65536 create_ex 65536/65536 sig_all 65536/65536"},
-		{[]string{}, "65535", "create 65535/65536 create_ex 65535/65536 sig_all 65535/65535"},
+		{[]string{}, "65536", "create 65536/65536 create_ex 65536/65536 sig_all 65536/65536 query 65536/65536"},
+		{[]string{}, "65535", "create 65535/65536 create_ex 65535/65536 sig_all 65535/65535 query 65535/65535"},
 	} {
 		env := []string{"FAKE_LINK_LAYER=ib"}
 		if c.env != nil {
@@ -417,7 +418,7 @@ func TestPreloadNudgeSlot(t *testing.T) {
 	}
 	// on RoCE ports nothing is added
 	cmd := b.cmd([]string{"IBPATH_SOCKET=off"}, "64", "sq")
-	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) != "create 64/64 create_ex 64/64 sig_all 64/64" {
+	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) != "create 64/64 create_ex 64/64 sig_all 64/64 query 64/64" {
 		t.Errorf("RoCE: %v, %q", err, out)
 	}
 }

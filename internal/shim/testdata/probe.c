@@ -455,8 +455,14 @@ static int sq_sizes(struct ibv_context *ctx, struct ibv_pd *pd, int n)
 		fprintf(stderr, "probe: create the QPs: %s\n", strerror(errno));
 		return 10;
 	}
-	printf("create %u/%u create_ex %u/%u sig_all %u/%u\n", ia.cap.max_send_wr, fake_qp_asked(qp), iax.cap.max_send_wr,
-	       fake_qp_asked(qx), sig.cap.max_send_wr, fake_qp_asked(qs));
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	if (ibv_query_qp(qp, &qa, IBV_QP_CAP, &qi)) {
+		fprintf(stderr, "probe: ibv_query_qp: %s\n", strerror(errno));
+		return 10;
+	}
+	printf("create %u/%u create_ex %u/%u sig_all %u/%u query %u/%u\n", ia.cap.max_send_wr, fake_qp_asked(qp), iax.cap.max_send_wr,
+	       fake_qp_asked(qx), sig.cap.max_send_wr, fake_qp_asked(qs), qa.cap.max_send_wr, qi.cap.max_send_wr);
 	return ibv_destroy_qp(qp) || ibv_destroy_qp(qx) || ibv_destroy_qp(qs) ? 10 : 0;
 }
 
