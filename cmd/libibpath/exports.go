@@ -116,6 +116,12 @@ func ibpathCQDestroyed(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
 func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) {
 	c := appCtx(mr.context)
 	pd := ibv.WrapPD(c, unsafe.Pointer(mr.pd))
+	if ok, why := shim.MRSpan(uintptr(addr), uint64(length), verbs.AccessFlags(access)); !ok {
+		// never a slice of it (an implicit ODP region is SIZE_MAX bytes)
+		m := appMR{pd: pd, addr: uint64(uintptr(addr)), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), access: verbs.AccessFlags(access)}
+		rt.MRNotMirrored(ctxID(mr.context), m, why)
+		return
+	}
 	m := appMR{pd: pd, addr: uint64(uintptr(addr)), length: int(length), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey),
 		access: verbs.AccessFlags(access)}
 	rt.MR(ctxID(mr.context), pd, m, unsafe.Slice((*byte)(addr), int(length)))

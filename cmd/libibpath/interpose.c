@@ -209,8 +209,11 @@ struct ibv_mr *lip_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 	if (!real_ibv_reg_mr_iova2) {
 		real_ibv_reg_mr_iova2 = dlvsym(RTLD_NEXT, "ibv_reg_mr_iova2", "IBVERBS_1.8");
 		if (!real_ibv_reg_mr_iova2) {
+			/* a libibverbs older than the program's call: it fails as
+			 * that libibverbs would have it fail to link, not the process */
 			fprintf(stderr, "libibpath: ibv_reg_mr_iova2@IBVERBS_1.8 not found: %s\n", dlerror());
-			abort();
+			errno = EOPNOTSUPP;
+			return NULL;
 		}
 	}
 	PASS_IF_INSIDE(real_ibv_reg_mr_iova2(pd, addr, len, iova, access));

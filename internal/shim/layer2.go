@@ -123,6 +123,38 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 	}
 }
 
+// MRSpan says whether a registration of length bytes at addr can be
+// mirrored on the backup device (the C side then hands MR its memory as
+// a slice), and if not why: an implicit on-demand-paging registration
+// (addr 0, the whole address space: IBV_ACCESS_ON_DEMAND with SIZE_MAX)
+// or any span a Go slice cannot hold or that wraps the address space.
+// Such a region is not mirrored: a failover of a QP that uses it finds
+// no backup key and surfaces the error, as plain verbs report it.
+func MRSpan(addr uintptr, length uint64, access verbs.AccessFlags) (ok bool, why string) {
+	switch {
+	case length == 0:
+		return false, "a zero-length region"
+	case addr == 0 && access&verbs.AccessOnDemand != 0:
+		return false, "an implicit on-demand-paging region (the whole address space)"
+	case addr == 0:
+		return false, "a region at address 0"
+	case length > maxMirrored || uint64(addr)+length < uint64(addr):
+		return false, fmt.Sprintf("a region of %d bytes at %#x (more than a mirror can map)", length, addr)
+	}
+	return true, ""
+}
+
+// maxMirrored is the largest region MRSpan lets be mirrored: 2^47 bytes,
+// the user half of an x86-64 or arm64 address space.
+const maxMirrored = 1 << 47
+
+// MRNotMirrored records a registration that MRSpan refused (said once
+// per region).
+func (r *Runtime) MRNotMirrored(ctx uintptr, mr verbs.MR, why string) {
+	r.log.Warn("libibpath: MR not mirrored on the backup device; a failover of a QP using it surfaces the error",
+		"lkey", mr.LKey(), "rkey", mr.RKey(), "why", why)
+}
+
 // MR mirrors a memory registration on the backup device.
 func (r *Runtime) MR(ctx uintptr, pd verbs.PD, mr verbs.MR, buf []byte) {
 	r.l2mu.Lock()

@@ -454,3 +454,30 @@ func rcStepsTimeout(dlid uint16, destQPN uint32, access verbs.AccessFlags, timeo
 				verbs.QPAttrMaxQPRdAtomic},
 	}
 }
+
+// TestMRSpan: a region is mirrored on the backup device only when its
+// memory can be handed over as a Go slice: not an implicit on-demand-
+// paging region, nothing empty, at 0, wrapping or beyond 2^47 bytes.
+func TestMRSpan(t *testing.T) {
+	const odp = verbs.AccessOnDemand | verbs.AccessLocalWrite
+	for _, c := range []struct {
+		addr   uintptr
+		length uint64
+		access verbs.AccessFlags
+		ok     bool
+		why    string
+	}{
+		{0x7f0000001000, 4096, verbs.AccessLocalWrite, true, ""},
+		{0x7f0000001000, 1 << 40, odp, true, ""},
+		{0, ^uint64(0), odp, false, "implicit on-demand-paging"},
+		{0, 4096, verbs.AccessLocalWrite, false, "address 0"},
+		{0x1000, 0, verbs.AccessLocalWrite, false, "zero-length"},
+		{0x1000, 1<<47 + 1, verbs.AccessLocalWrite, false, "more than a mirror can map"},
+		{^uintptr(0) - 10, 4096, verbs.AccessLocalWrite, false, "more than a mirror can map"},
+	} {
+		ok, why := MRSpan(c.addr, c.length, c.access)
+		if ok != c.ok || !strings.Contains(why, c.why) {
+			t.Errorf("MRSpan(%#x, %d, %v) = %v %q, want %v %q", c.addr, c.length, c.access, ok, why, c.ok, c.why)
+		}
+	}
+}

@@ -422,3 +422,20 @@ func TestPreloadNudgeSlot(t *testing.T) {
 		t.Errorf("RoCE: %v, %q", err, out)
 	}
 }
+
+// TestPreloadImplicitODP: a program that registers an implicit
+// on-demand-paging region (NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND) keeps
+// running under the shim, with what the provider returned; the shim says
+// it does not mirror that region. (It used to make a slice of SIZE_MAX
+// bytes of it, and the Go runtime's panic killed the process.)
+func TestPreloadImplicitODP(t *testing.T) {
+	b := buildBed(t)
+	plain, _ := b.run(t, nil, "1", "odp")
+	out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, "1", "odp")
+	if out != plain || !strings.HasPrefix(out, "registered ") {
+		t.Fatalf("stdout %q under the shim, %q without", out, plain)
+	}
+	if !strings.Contains(errs, "MR not mirrored on the backup device") || !strings.Contains(errs, "implicit on-demand-paging region") {
+		t.Fatalf("the shim did not say why it leaves the region alone:\n%s", errs)
+	}
+}

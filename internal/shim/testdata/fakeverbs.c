@@ -802,7 +802,7 @@ void ibv_ack_async_event(struct ibv_async_event *ev) {}
 
 /* Stubs of the other verbs the shim's own code links against (verbs/ibv):
  * the stand-in does not implement them. */
-int ibv_dereg_mr(struct ibv_mr *mr) { return ENOSYS; }
+int ibv_dereg_mr(struct ibv_mr *mr) { free(mr); return 0; }
 __be64 ibv_get_device_guid(struct ibv_device *d) { return 0; }
 int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid) { memset(gid, 0, sizeof(*gid)); return 0; }
 /* ibv_query_qp answers only for the QP's capabilities (IBV_QP_CAP alone):
@@ -816,5 +816,21 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
 	a->cap.max_send_wr = ia->cap.max_send_wr = fake_qp_asked(qp);
 	return 0;
 }
-struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access) { errno = ENOSYS; return NULL; }
+/* ibv_reg_mr_iova2 registers anything (an implicit on-demand-paging
+ * region, NULL and SIZE_MAX, included): the stand-in touches no memory. */
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+{
+	static uint32_t next_key = 0x100;
+	struct ibv_mr *mr = calloc(1, sizeof(*mr));
+	if (!mr) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	mr->context = pd->context;
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = len;
+	mr->lkey = mr->rkey = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED);
+	return mr;
+}
 int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e, uint32_t flags, size_t size) { return ENOSYS; }

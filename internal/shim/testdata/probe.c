@@ -466,6 +466,21 @@ static int sq_sizes(struct ibv_context *ctx, struct ibv_pd *pd, int n)
 	return ibv_destroy_qp(qp) || ibv_destroy_qp(qx) || ibv_destroy_qp(qs) ? 10 : 0;
 }
 
+/* odp ("odp" mode): registers an implicit on-demand-paging region (the
+ * whole address space) and an ordinary one, and deregisters both. */
+static int odp(struct ibv_pd *pd)
+{
+	static char buf[4096];
+	struct ibv_mr *all = ibv_reg_mr_iova2(pd, NULL, SIZE_MAX, 0, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *one = ibv_reg_mr_iova2(pd, buf, sizeof(buf), (uintptr_t)buf, IBV_ACCESS_LOCAL_WRITE);
+	if (!all || !one) {
+		fprintf(stderr, "probe: ibv_reg_mr_iova2: %s\n", strerror(errno));
+		return 10;
+	}
+	printf("registered %#x %#x\n", all->lkey, one->lkey);
+	return ibv_dereg_mr(all) || ibv_dereg_mr(one) ? 10 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 100;
@@ -487,6 +502,8 @@ int main(int argc, char **argv)
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	if (argc > 2 && strcmp(argv[2], "sq") == 0)
 		return sq_sizes(ctx, pd, n);
+	if (argc > 2 && strcmp(argv[2], "odp") == 0)
+		return odp(pd);
 	struct ibv_comp_channel *ch = NULL;
 	static int cq_tag; /* the CQ's context: events must carry it */
 	struct ibv_cq *cq;
