@@ -70,6 +70,7 @@ type l2qp struct {
 	polledAt         time.Time // when runConn last began polling its Conn
 	staleBefore      time.Time // backup events read earlier announce what its last Conn drained
 	gone             bool
+	appClosed        string         // why the application ended the QP (moved it to ERR or RESET): never armed again (appstate.go)
 	conn             *crossnic.Conn // nil once diverted: no replay, plain verbs
 
 	reason     string    // what started the failover
@@ -135,7 +136,7 @@ func (r *Runtime) armConnected() {
 	var ready []*l2qp
 	r.l2mu.Lock()
 	for _, q := range r.fo.qps {
-		if !q.armed && !q.diverted && !q.gone && q.set.sh.Ready(q.qp) {
+		if !q.armed && !q.diverted && !q.gone && q.appClosed == "" && q.set.sh.Ready(q.qp) {
 			ready = append(ready, q)
 		}
 	}

@@ -166,6 +166,12 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 		if !r.divert(q) {
 			return
 		}
+		if q.appClosed != "" && q.conn != nil {
+			// The application ended the QP: nothing to fail over. The
+			// Conn refuses the peer's notification, and the peer
+			// surfaces at once instead of waiting for an answer.
+			q.conn.Surface(q.appClosed + "; the peer's fallback notification is refused")
+		}
 	}
 	if err := r.runConn(q); err != nil {
 		r.log.Debug("libibpath: layer 2 after a backup completion", "qpn", q.key.qpn, "err", err)

@@ -16,7 +16,9 @@ import (
 //     atomic WRs translated; at the first key it misses, the WRs before it
 //     are posted and the rest goes to the Runtime, whose ErrExpress makes
 //     the post dispatch again (at most fakeTries times, as DIVERTED_POST);
-//     once the QP surfaced, posts go to its default QP;
+//     once the QP surfaced, posts go where the older WRs are, the backup
+//     QP (flushing them behind those), or the default QP for a WR the
+//     backup refuses or whose key misses, and the rest;
 //   - a poll of a CQ on the lane drains, alternating which goes first, the
 //     backup CQs of its lane QPs (qp_num rewritten, src_qp of receives set
 //     to the peer's QPN, control WRs dropped, an error completion or the
@@ -175,7 +177,7 @@ func (l *fakeLane) translate(wr verbs.SendWR) (verbs.SendWR, bool) {
 // postSend is xl_post_send. h.mu held.
 func (l *fakeLane) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
 	if l.st.Surfaced {
-		return q.qp.PostSend(wrs)
+		return l.surfacedSend(q, wrs)
 	}
 	var out []verbs.SendWR
 	for _, w := range wrs {
@@ -196,17 +198,11 @@ func (l *fakeLane) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
 // postRecv is xl_post_recv. h.mu held.
 func (l *fakeLane) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
 	if l.st.Surfaced {
-		return q.qp.PostRecv(wrs)
+		return l.surfacedRecv(q, wrs)
 	}
 	var out []verbs.RecvWR
 	for _, w := range wrs {
-		d := verbs.RecvWR{WRID: w.WRID, SGList: append([]verbs.SGE(nil), w.SGList...)}
-		ok := true
-		for i := range d.SGList {
-			if d.SGList[i].LKey, ok = l.lk[d.SGList[i].LKey]; !ok {
-				break
-			}
-		}
+		d, ok := l.translateRecv(w)
 		if !ok {
 			break
 		}
@@ -218,6 +214,63 @@ func (l *fakeLane) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
 		}
 		return l.lane.BackupQP.PostRecv(out)
 	})
+}
+
+// translateRecv is w with its lkeys moved to the backup; false when one
+// is not in the table.
+func (l *fakeLane) translateRecv(w verbs.RecvWR) (verbs.RecvWR, bool) {
+	d := verbs.RecvWR{WRID: w.WRID, SGList: append([]verbs.SGE(nil), w.SGList...)}
+	for i := range d.SGList {
+		k, ok := l.lk[d.SGList[i].LKey]
+		if !ok {
+			return d, false
+		}
+		d.SGList[i].LKey = k
+	}
+	return d, true
+}
+
+// surfacedSend is xl_surfaced_send: after the QP surfaced, a post goes
+// where the older WRs are, the backup QP (in error: it flushes behind
+// them); a WR the backup refuses, or whose key misses, goes to the
+// default QP with the rest. h.mu held.
+func (l *fakeLane) surfacedSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
+	i := 0
+	for ; i < len(wrs); i++ {
+		d, ok := l.translate(wrs[i])
+		if !ok {
+			break
+		}
+		if _, err := l.lane.BackupQP.PostSend([]verbs.SendWR{d}); err != nil {
+			break
+		}
+		l.st.Sends++
+	}
+	if i == len(wrs) {
+		return i, nil
+	}
+	n, err := q.qp.PostSend(wrs[i:])
+	return i + n, err
+}
+
+// surfacedRecv is xl_surfaced_recv: surfacedSend for receives.
+func (l *fakeLane) surfacedRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+	i := 0
+	for ; i < len(wrs); i++ {
+		d, ok := l.translateRecv(wrs[i])
+		if !ok {
+			break
+		}
+		if _, err := l.lane.BackupQP.PostRecv([]verbs.RecvWR{d}); err != nil {
+			break
+		}
+		l.st.Recvs++
+	}
+	if i == len(wrs) {
+		return i, nil
+	}
+	n, err := q.qp.PostRecv(wrs[i:])
+	return i + n, err
 }
 
 // posted posts the translated WRs, counting them, and says LIP_AGAIN

@@ -270,6 +270,9 @@ func (r *Runtime) Modified(ctx uintptr, m Modify) {
 	snap := q.status
 	r.mu.Unlock()
 	r.report(snap)
+	if m.Mask&verbs.QPAttrState != 0 && (m.State == verbs.QPSErr || m.State == verbs.QPSReset) {
+		r.appClosed(ctx, m.QPN, m.State)
+	}
 }
 
 func remote(m Modify) string {

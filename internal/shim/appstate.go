@@ -1,0 +1,62 @@
+package shim
+
+import (
+	"fmt"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// The application's own moves of a QP to ERR or RESET (a disconnect:
+// rdma_disconnect moves the QP to ERR; a teardown; a reset before a
+// reconnect) are not faults, and layer 2 must not act as if they were.
+// Before a failover the QP is disarmed: its flushes reach the
+// application as plain verbs give them, and it is never armed again.
+// After a failover the application's WRs and receives are on the backup
+// QP, where the move did not reach: the Conn surfaces, which moves the
+// backup to ERR too, so they flush to the application as they would have
+// on its own QP (a program that waits for its receives' flushes before
+// it exits would otherwise wait for ever). A peer's fallback notification
+// that arrives later is refused, and the peer surfaces at once.
+
+// appClosed handles the application's successful move of dev's QP qpn (on
+// context ctx) to state (ERR or RESET).
+func (r *Runtime) appClosed(ctx uintptr, qpn uint32, state verbs.QPState) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	q := r.fo.qps[qpKey{ctx, qpn}]
+	if q == nil || q.gone || q.appClosed != "" {
+		return
+	}
+	q.appClosed = fmt.Sprintf("the application moved the QP to %v", state)
+	switch {
+	case q.conn != nil:
+		sq, _ := q.conn.State()
+		if sq == fsm.SQSurfaced {
+			return
+		}
+		reason := q.appClosed + " after its failover: what the backup holds flushes"
+		if q.express {
+			r.surfaceExpress(q, reason)
+		} else {
+			q.conn.Surface(reason)
+			r.observe(q)
+		}
+		r.log.Info("libibpath: layer 2 ends the QP with the application", "qpn", qpn, "reason", reason)
+	case q.diverted || q.intercepted:
+		// taken over, no Conn: plain verbs already
+	default:
+		if q.armed && r.fo.hp != nil {
+			q.armed = false
+			r.fo.hp.Arm(q.app, false)
+		}
+		r.setStatus(q, func(s *status.QP) {
+			if s.Layer == status.LayerCrossNIC {
+				s.Layer = status.LayerNone
+			}
+			s.CrossNIC, s.Reason = "", "layer 2: "+q.appClosed
+		})
+		r.log.Debug("libibpath: layer 2 leaves the QP to the application", "qpn", qpn, "reason", q.appClosed)
+	}
+}

@@ -1,0 +1,148 @@
+package shim
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+// appClose is the application's move of q to ERR (as rdma_disconnect
+// makes it) through the interposed ibv_modify_qp.
+func appClose(t *testing.T, q *appQP) {
+	t.Helper()
+	at := verbs.QPAttr{QPState: verbs.QPSErr}
+	if err := q.qp.Modify(&at, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	q.x.rt.Modified(q.x.id, Modify{QPN: q.qp.QPN(), Mask: verbs.QPAttrState, State: verbs.QPSErr, Attr: at})
+}
+
+// eachRecvFlushedOnce checks that after index from q's application saw
+// each receive it had outstanding flushed once, in posting order, and no
+// send completion it did not post.
+func eachRecvFlushedOnce(t *testing.T, q *appQP, from int) {
+	t.Helper()
+	want := uint64(1000 + len(q.recvd))
+	for _, wc := range q.all[from:] {
+		if wc.WRID >= 1000 {
+			if wc.Status != verbs.WCWRFlushErr || wc.WRID != want {
+				var ids []uint64
+				for _, w := range q.all[from:] {
+					ids = append(ids, w.WRID)
+				}
+				t.Fatalf("%s: receive completion %+v, want the flush of receive %d (each once, in order); all: %v", q.x.name, wc, want, ids)
+			}
+			want++
+		}
+	}
+	if got := int(want) - 1000 - len(q.recvd); got != l2Recvs {
+		t.Fatalf("%s: %d receives flushed after the close, want the %d outstanding", q.x.name, got, l2Recvs)
+	}
+}
+
+// closeWorld: A and B exchange messages; with cut, A's link is cut and
+// both fail over first (the Go data path, or the express lane). Then both
+// applications close their QPs.
+func closeWorld(t *testing.T, seed uint64, o l2opts, cut bool) (*sim.Fabric, []*l2host, *appQP, *appQP, [2]int) {
+	t.Helper()
+	f := railFabric(t, seed)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{split: true})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total, qb.total = 10, 10
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+	if cut {
+		if err := f.SetLink(a.port, false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "A diverted on PORT_ErR", qa.diverted)
+		qa.total, qb.total = 40, 40
+		drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+		if o.express {
+			drive(t, f, hosts, 5*time.Microsecond, func() bool { return qa.onLane() && qb.onLane() })
+		}
+	}
+	return f, hosts, qa, qb, [2]int{len(qa.all), len(qb.all)}
+}
+
+// TestAppCloseBeforeFailover: with no fault, both applications end their
+// connection (their QPs to ERR, as rdma_disconnect does). Layer 2 leaves
+// the QPs to them: nothing is diverted, every outstanding receive
+// flushes to the application once, the status says why, and a later scan
+// does not arm them again.
+func TestAppCloseBeforeFailover(t *testing.T) {
+	f, hosts, qa, qb, from := closeWorld(t, 36, l2opts{}, false)
+	appClose(t, qa)
+	appClose(t, qb)
+	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= l2Recvs && len(qb.errs) >= l2Recvs })
+	for i, q := range []*appQP{qa, qb} {
+		eachRecvFlushedOnce(t, q, from[i])
+		if q.diverted() || q.armed() {
+			t.Fatalf("%s: diverted %v, armed %v after the application closed its QP", q.x.name, q.diverted(), q.armed())
+		}
+		if s := q.status(); s.Layer != "none" || !strings.Contains(s.Reason, "the application moved the QP to ERR") {
+			t.Fatalf("%s: status %+v", q.x.name, s)
+		}
+		q.x.rt.armConnected()
+		if q.armed() {
+			t.Fatalf("%s: a scan armed the QP the application closed", q.x.name)
+		}
+	}
+}
+
+// TestAppCloseAfterFailover: both QPs failed over (A's link cut); then
+// both applications end their connection. Their receives are on the
+// backup QPs, where the move to ERR did not reach: each Conn surfaces and
+// the backup flushes them, every one to the application once, in order,
+// on the Go data path and on the express lane alike. (Before, none
+// flushed: a program waiting for them hung.)
+func TestAppCloseAfterFailover(t *testing.T) {
+	for _, o := range []struct {
+		name string
+		o    l2opts
+	}{{"go", l2opts{}}, {"express", l2opts{express: true}}} {
+		t.Run(o.name, func(t *testing.T) {
+			f, hosts, qa, qb, from := closeWorld(t, 37, o.o, true)
+			appClose(t, qa)
+			appClose(t, qb)
+			drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= l2Recvs && len(qb.errs) >= l2Recvs })
+			for i, q := range []*appQP{qa, qb} {
+				eachRecvFlushedOnce(t, q, from[i])
+				if sq := q.connState(); sq != fsm.SQSurfaced {
+					t.Fatalf("%s: Conn in %v after the close, want surfaced", q.x.name, sq)
+				}
+				if s := q.status(); !strings.Contains(s.Reason, "the application moved the QP to ERR after its failover") {
+					t.Fatalf("%s: status %+v", q.x.name, s)
+				}
+			}
+		})
+	}
+}
+
+// TestAppCloseRefusesPeer: A's application closes its QP while B's goes
+// on sending. B's WRs get no answer and B fails over; its notification
+// reaches A's backup, and A refuses it (nothing to fail over): B's error
+// surfaces at once, not after its handshake bound (5 s).
+func TestAppCloseRefusesPeer(t *testing.T) {
+	f, hosts, qa, qb, _ := closeWorld(t, 38, l2opts{}, false)
+	appClose(t, qa)
+	start := f.Now()
+	qb.total = 20
+	drive(t, f, hosts, 20*time.Microsecond, func() bool { return qb.diverted() && qb.connState() == fsm.SQSurfaced })
+	if took := f.Now() - start; took > time.Second {
+		t.Fatalf("B surfaced %v after A closed its QP: it waited for its handshake bound", took)
+	}
+	if l := qb.x.logLine("the peer cannot fail over"); l == "" {
+		t.Fatalf("B's log has no refusal:\n%s", qb.x.log)
+	}
+	if len(qa.errs) > l2Recvs {
+		t.Fatalf("A's application saw %d errors, more than its %d receives' flushes: %+v", len(qa.errs), l2Recvs, qa.errs)
+	}
+}
