@@ -45,7 +45,7 @@ import sys
 # MPI over libfabric's verbs provider, which connects through rdma_cm):
 # with the shim their cut rows must finish with correct results.
 PROTECTED = ("pingpong", "write_bw", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
-             "pingpong-wr", "mpi-verbs")
+             "pingpong-wr", "mpi-verbs", "rping")
 
 
 # the arms with the shim: on, and sb (the shim switching back, cut rows only)
@@ -275,6 +275,13 @@ def parse(m, client, server):
             r["pause_ms"], r["pause_kind"] = float(mm.group(5)), "measured"
         r["finished"] = rc_ok and mm is not None
         r["correct"] = "yes" if (mm and mm.group(3) == "0" and rc_ok) else "no"
+    elif prog == "rping":
+        # rping -v prints each ping's data: "ping data: rdma-ping-N: ..."
+        pings = re.findall(r"ping data: rdma-ping-(\d+):", c)
+        want = int(m.get("count") or 0)
+        r["finished"] = rc_ok
+        r["correct"] = "yes" if rc_ok and pings and (not want or len(pings) == want) else "no"
+        r["detail"] = "%d pings" % len(pings)
     elif prog == "ibpathd":
         outs = c + "\n" + "\n".join(STAMP.sub("", l) for l in server.splitlines())
         mm = re.search(r"IBPATHD_CHECK ok=(\d+) fail=(\d+)", c)

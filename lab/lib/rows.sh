@@ -33,11 +33,13 @@ LAB_PERF_REPS=${LAB_PERF_REPS:-3}
 LAB_PP_ITERS=${LAB_PP_ITERS:-800}
 LAB_EV_ITERS=${LAB_EV_ITERS:-1000}
 LAB_MPI_SECONDS=${LAB_MPI_SECONDS:-6}
+LAB_RPING_COUNT=${LAB_RPING_COUNT:-300}
 # rows with a cut run longer, so that the cut and the restore fall inside the traffic
 LAB_CUT_BW_SECONDS=${LAB_CUT_BW_SECONDS:-20}
 LAB_CUT_LAT_ITERS=${LAB_CUT_LAT_ITERS:-5000}
 LAB_CUT_PP_ITERS=${LAB_CUT_PP_ITERS:-1000}
 LAB_CUT_MPI_SECONDS=${LAB_CUT_MPI_SECONDS:-10}
+LAB_CUT_RPING_COUNT=${LAB_CUT_RPING_COUNT:-3000}
 
 # The row list: "program cut" pairs; every pair runs without, then with the shim.
 LAB_ROW_LIST="
@@ -73,6 +75,8 @@ mpi setlink-g2
 mpi ipdown-g1
 mpi-verbs setlink-g2
 mpi-verbs ipdown-g1
+rping none
+rping setlink-g1
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
@@ -83,9 +87,11 @@ mpi-verbs ipdown-g1
 prog_cmds() {
 	local p=$2 common
 	local LAB_BW_SECONDS=$LAB_BW_SECONDS LAB_LAT_ITERS=$LAB_LAT_ITERS LAB_PP_ITERS=$LAB_PP_ITERS LAB_MPI_SECONDS=$LAB_MPI_SECONDS
+	local LAB_RPING_COUNT=$LAB_RPING_COUNT
 	if [ "$3" != none ]; then
 		LAB_BW_SECONDS=$LAB_CUT_BW_SECONDS LAB_LAT_ITERS=$LAB_CUT_LAT_ITERS
 		LAB_PP_ITERS=$LAB_CUT_PP_ITERS LAB_MPI_SECONDS=$LAB_CUT_MPI_SECONDS
+		LAB_RPING_COUNT=$LAB_CUT_RPING_COUNT
 	fi
 	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" MWAIT=20 LIMIT=$((LAB_BW_SECONDS + 30)) CUT_CAP=60
 	case $1 in
@@ -136,6 +142,15 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
   \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
 		MARKER="MPI_CHECK started" MWAIT=45 LIMIT=$((LAB_MPI_SECONDS + 50)) ;;
+	rping)
+		# an rdma_cm program (librdmacm's rping): each ping is a SEND of
+		# the client's buffer, the server's RDMA READ of it, its RDMA
+		# WRITE back and a SEND; after -C pings both ends disconnect
+		# (rdma_disconnect: the QP to ERR) and must exit at once, after a
+		# failover too (they waited for flushes that never came)
+		SERVER="stamp rping -s -a 10.77.0.2 -p $p -C $LAB_RPING_COUNT"
+		CLIENT="stamp rping -c -a 10.77.0.2 -p $p -C $LAB_RPING_COUNT -v"
+		MARKER="ping data" SMARKER="" LIMIT=60 ;;
 	ibpathd)
 		# ibpathd on the real rxe devices of both guests, replicating over
 		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
@@ -220,6 +235,7 @@ row_run() {
 	done
 	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
 	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
+	if [ "$prog" = rping ]; then meta count "$([ "$cut" = none ] && echo "$LAB_RPING_COUNT" || echo "$LAB_CUT_RPING_COUNT")"; fi
 	if [ -n "${LAB_RXE_DEBUG:-}" ]; then
 		gexec g1 10 rxe_debug_on >/dev/null || log "row $name: rxe debug messages not on in g1"
 		gexec g2 10 rxe_debug_on >/dev/null || log "row $name: rxe debug messages not on in g2"
