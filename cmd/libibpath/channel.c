@@ -62,16 +62,11 @@ static struct lip_chan *chan_of(struct ibv_comp_channel *ch)
 	return NULL;
 }
 
-static inline uint32_t ccq_hash(const void *p)
-{
-	return (uint32_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (LIP_CHAN_CQS - 1);
-}
-
 /* ccq_slot is cq's slot; with add, a free one when cq has none. */
 static struct lip_ccq **ccq_slot(struct ibv_cq *cq, int add)
 {
 	struct lip_ccq **hole = NULL;
-	uint32_t h = ccq_hash(cq);
+	uint32_t h = lip_ptr_hash(cq, LIP_CHAN_CQS);
 	for (uint32_t i = 0; i < LIP_CHAN_CQS; i++) {
 		struct lip_ccq **s = &ccqs[(h + i) & (LIP_CHAN_CQS - 1)];
 		if (!*s)

@@ -129,16 +129,11 @@ void lip_blk_claim(struct lip_blk *b, struct lip_thr *me)
 static struct ibv_cq *dcq[LIP_DCQ_SLOTS];
 static pthread_mutex_t dcq_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static inline uint32_t cq_hash(const void *p)
-{
-	return (uint32_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (LIP_DCQ_SLOTS - 1);
-}
-
 #define DCQ_DEAD ((struct ibv_cq *)1)
 
 int lip_cq_diverted(struct ibv_cq *cq)
 {
-	uint32_t h = cq_hash(cq);
+	uint32_t h = lip_ptr_hash(cq, LIP_DCQ_SLOTS);
 	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
 		struct ibv_cq *c = __atomic_load_n(&dcq[(h + i) & (LIP_DCQ_SLOTS - 1)], __ATOMIC_ACQUIRE);
 		if (!c)
@@ -153,7 +148,7 @@ int lip_cq_diverted(struct ibv_cq *cq)
  * it). Called with dcq_mu held. */
 static int dcq_add(struct ibv_cq *cq)
 {
-	uint32_t h = cq_hash(cq);
+	uint32_t h = lip_ptr_hash(cq, LIP_DCQ_SLOTS);
 	int hole = -1;
 	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
 		uint32_t k = (h + i) & (LIP_DCQ_SLOTS - 1);
@@ -177,7 +172,7 @@ static int dcq_add(struct ibv_cq *cq)
 /* dcq_del takes cq out of the table. Called with dcq_mu held. */
 static void dcq_del(struct ibv_cq *cq)
 {
-	uint32_t h = cq_hash(cq);
+	uint32_t h = lip_ptr_hash(cq, LIP_DCQ_SLOTS);
 	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
 		uint32_t k = (h + i) & (LIP_DCQ_SLOTS - 1);
 		if (!dcq[k])

@@ -112,6 +112,22 @@ func ibpathCQDestroyed(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
 	rt.CQDestroyed(ibv.WrapCQ(appCtx(ctx), unsafe.Pointer(cq)))
 }
 
+// ibpathCQStartPoll: the application polls cq, an extended CQ, with
+// ibv_start_poll (its first call), which bypasses the hot path.
+//
+//export ibpathCQStartPoll
+func ibpathCQStartPoll(cq *C.struct_ibv_cq) {
+	rt.CQStartPoll(ctxID(cq.context), ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)))
+}
+
+// ibpathCQStartPollGone: the application destroyed cq, an extended CQ
+// the shim followed (only the pointer's value is used: it is freed).
+//
+//export ibpathCQStartPollGone
+func ibpathCQStartPollGone(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
+	rt.CQStartPollGone(ibv.WrapCQ(appCtx(ctx), unsafe.Pointer(cq)))
+}
+
 //export ibpathMR
 func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) {
 	c := appCtx(mr.context)

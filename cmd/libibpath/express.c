@@ -164,14 +164,9 @@ void lip_express_surface(struct lip_qp *q)
 
 static struct lip_xcq *xcqs[LIP_DCQ_SLOTS];
 
-static inline uint32_t xcq_hash(const void *p)
-{
-	return (uint32_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (LIP_DCQ_SLOTS - 1);
-}
-
 static struct lip_xcq **xcq_slot(struct ibv_cq *cq, int add)
 {
-	uint32_t h = xcq_hash(cq);
+	uint32_t h = lip_ptr_hash(cq, LIP_DCQ_SLOTS);
 	for (uint32_t i = 0; i < LIP_DCQ_SLOTS; i++) {
 		struct lip_xcq **s = &xcqs[(h + i) & (LIP_DCQ_SLOTS - 1)];
 		struct lip_xcq *x = __atomic_load_n(s, __ATOMIC_ACQUIRE);

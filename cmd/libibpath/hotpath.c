@@ -91,14 +91,9 @@ static uint32_t pow2(uint32_t n)
 static struct lip_qp *by_ptr[LIP_PTR_SLOTS];
 static pthread_mutex_t by_ptr_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static inline uint32_t ptr_hash(const void *p)
-{
-	return (uint32_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (LIP_PTR_SLOTS - 1);
-}
-
 static inline struct lip_qp *qp_of(struct ibv_qp *qp)
 {
-	uint32_t h = ptr_hash(qp);
+	uint32_t h = lip_ptr_hash(qp, LIP_PTR_SLOTS);
 	for (uint32_t i = 0; i < LIP_PTR_SLOTS; i++) {
 		struct lip_qp *q = __atomic_load_n(&by_ptr[(h + i) & (LIP_PTR_SLOTS - 1)], __ATOMIC_ACQUIRE);
 		if (!q)
@@ -111,7 +106,7 @@ static inline struct lip_qp *qp_of(struct ibv_qp *qp)
 
 static int by_ptr_add(struct lip_qp *q)
 {
-	uint32_t h = ptr_hash(q->qp);
+	uint32_t h = lip_ptr_hash(q->qp, LIP_PTR_SLOTS);
 	pthread_mutex_lock(&by_ptr_mu);
 	for (uint32_t i = 0; i < LIP_PTR_SLOTS; i++) {
 		struct lip_qp **s = &by_ptr[(h + i) & (LIP_PTR_SLOTS - 1)];
@@ -127,7 +122,7 @@ static int by_ptr_add(struct lip_qp *q)
 
 static void by_ptr_remove(struct ibv_qp *qp)
 {
-	uint32_t h = ptr_hash(qp);
+	uint32_t h = lip_ptr_hash(qp, LIP_PTR_SLOTS);
 	pthread_mutex_lock(&by_ptr_mu);
 	for (uint32_t i = 0; i < LIP_PTR_SLOTS; i++) {
 		struct lip_qp **s = &by_ptr[(h + i) & (LIP_PTR_SLOTS - 1)];

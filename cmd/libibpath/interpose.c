@@ -153,8 +153,9 @@ struct ibv_context *lip_open_device(struct ibv_device *dev)
 		v->create_qp_ex = lip_create_qp_ex;
 	}
 	/* ibv_create_cq_ex is inline too: its channel must be the real one,
-	 * and its size gets the headroom */
-	if (v && (lip_channels || lip_cq_headroom > 0) && verbs_get_ctx_op(ctx, create_cq_ex)) {
+	 * its size gets the headroom, and its ibv_start_poll is followed
+	 * (cqex.c) */
+	if (v && (lip_channels || lip_cq_headroom > 0 || lip_record) && verbs_get_ctx_op(ctx, create_cq_ex)) {
 		c->create_cq_ex = v->create_cq_ex;
 		v->create_cq_ex = lip_create_cq_ex;
 	}
@@ -580,7 +581,18 @@ static struct ibv_cq_ex *lip_create_cq_ex(struct ibv_context *context, struct ib
 		lip_chan_cq_created(ibv_cq_ex_to_cq(cq), ch);
 	if (cq)
 		cq_sized(ibv_cq_ex_to_cq(cq), pad);
+	if (cq && !lip_inside && lip_enabled && lip_record)
+		lip_cqex_follow(cq); /* its ibv_start_poll bypasses the hot path (cqex.c) */
 	return cq;
+}
+
+/* lip_tell_start_poll: the program polls cq with ibv_start_poll (cqex.c). */
+void lip_tell_start_poll(struct ibv_cq *cq)
+{
+	int was = lip_inside;
+	ENTER();
+	ibpathCQStartPoll(cq);
+	lip_inside = was;
 }
 
 int lip_destroy_cq(struct ibv_cq *cq) __asm__("ibv_destroy_cq");
@@ -590,6 +602,13 @@ int lip_destroy_cq(struct ibv_cq *cq)
 	struct ibv_context *ctx = cq->context;
 	int sized = lip_cq_headroom > 0 && !lip_inside && lip_ctx_of(ctx);
 	int ret = lip_chan_cq_destroy(cq, real_ibv_destroy_cq);
+	/* forgotten once gone (a CQ that stays keeps being followed); only the
+	 * pointer's value is used */
+	if (ret == 0 && !lip_inside && lip_cqex_forget(cq)) {
+		ENTER();
+		ibpathCQStartPollGone(ctx, cq);
+		LEAVE();
+	}
 	if (ret == 0 && sized) {
 		/* only the pointer's value is used: the Go side forgets it */
 		ENTER();

@@ -107,6 +107,13 @@ struct lip_thr {
 	struct lip_thr *next;
 };
 
+/* lip_ptr_hash is the slot of a pointer in an open-addressing table of
+ * slots entries (a power of two): Fibonacci hashing of its address. */
+static inline uint32_t lip_ptr_hash(const void *p, uint32_t slots)
+{
+	return (uint32_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 40) & (slots - 1);
+}
+
 extern __thread struct lip_thr *lip_me __attribute__((tls_model("initial-exec")));
 extern int lip_fence;       /* no membarrier(2): the hot path fences itself */
 struct lip_thr *lip_thr_register(void);
@@ -271,6 +278,12 @@ static inline int lip_nudge_wc(struct lip_qp *q, const struct ibv_wc *wc)
 	__atomic_compare_exchange_n(&q->nudge_mark, &m, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
 	return 1;
 }
+
+/* cqex.c */
+void lip_cqex_follow(struct ibv_cq_ex *cq);
+int lip_cqex_forget(struct ibv_cq *cq);
+/* interpose.c, for cqex.c: the Go side hears of a CQ's first ibv_start_poll */
+void lip_tell_start_poll(struct ibv_cq *cq);
 
 /* wrapi.c */
 struct lip_wrb;

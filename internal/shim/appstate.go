@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/ibpath/ibpath/fsm"
-	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -26,17 +25,17 @@ func (r *Runtime) appClosed(ctx uintptr, qpn uint32, state verbs.QPState) {
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	q := r.fo.qps[qpKey{ctx, qpn}]
-	if q == nil || q.gone || q.appClosed != "" {
+	if q == nil || q.gone || q.left != "" {
 		return
 	}
-	q.appClosed = fmt.Sprintf("the application moved the QP to %v", state)
+	q.left = fmt.Sprintf("the application moved the QP to %v", state)
 	switch {
 	case q.conn != nil:
 		sq, _ := q.conn.State()
 		if sq == fsm.SQSurfaced {
 			return
 		}
-		reason := q.appClosed + " after its failover: what the backup holds flushes"
+		reason := q.left + " after its failover: what the backup holds flushes"
 		if q.express {
 			r.surfaceExpress(q, reason)
 		} else {
@@ -47,16 +46,9 @@ func (r *Runtime) appClosed(ctx uintptr, qpn uint32, state verbs.QPState) {
 	case q.diverted || q.intercepted:
 		// taken over, no Conn: plain verbs already
 	default:
-		if q.armed && r.fo.hp != nil {
-			q.armed = false
-			r.fo.hp.Arm(q.app, false)
-		}
-		r.setStatus(q, func(s *status.QP) {
-			if s.Layer == status.LayerCrossNIC {
-				s.Layer = status.LayerNone
-			}
-			s.CrossNIC, s.Reason = "", "layer 2: "+q.appClosed
-		})
-		r.log.Debug("libibpath: layer 2 leaves the QP to the application", "qpn", qpn, "reason", q.appClosed)
+		why := q.left
+		q.left = ""
+		r.leave(q, why)
+		r.log.Debug("libibpath: layer 2 leaves the QP to the application", "qpn", qpn, "reason", why)
 	}
 }

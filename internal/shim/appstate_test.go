@@ -146,3 +146,48 @@ func TestAppCloseRefusesPeer(t *testing.T) {
 		t.Fatalf("A's application saw %d errors, more than its %d receives' flushes: %+v", len(qa.errs), l2Recvs, qa.errs)
 	}
 }
+
+// TestStartPollLeavesQPs: the application polls A's CQ with
+// ibv_start_poll (the C side reports its first call): layer 2 disarms
+// the QP for good with that reason, never arms another QP created on the
+// CQ, and when A's link is cut nothing is diverted: the errors reach the
+// application as plain verbs give them (nothing polls its CQ but it).
+// After the CQ is destroyed, a CQ at the same address starts afresh.
+func TestStartPollLeavesQPs(t *testing.T) {
+	f, hosts, qa, _, _ := closeWorld(t, 39, l2opts{}, false)
+	a := qa.x
+	a.rt.CQStartPoll(a.id, qa.scq)
+	if qa.armed() {
+		t.Fatal("the QP of a CQ polled with ibv_start_poll is still armed")
+	}
+	if s := qa.status(); s.Layer != "none" || !strings.Contains(s.Reason, "ibv_start_poll") {
+		t.Fatalf("status %+v", s)
+	}
+	q2 := a.addQP(t, qpOpts{cq: qa.scq})
+	a.rt.armConnected()
+	if qa.armed() || q2.armed() {
+		t.Fatalf("armed again: %v, the QP created on the CQ since: %v", qa.armed(), q2.armed())
+	}
+	if s := q2.status(); !strings.Contains(s.Reason, "ibv_start_poll") {
+		t.Fatalf("status of the QP created on the CQ since: %+v", s)
+	}
+	q2.destroy(t)
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	qa.total = qa.sent + 1
+	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) > 0 })
+	if qa.diverted() {
+		t.Fatal("layer 2 diverted a QP whose CQ it does not follow")
+	}
+	if qa.errs[0].Status != verbs.WCRetryExcErr {
+		t.Fatalf("first error %+v, want the transport's retry error as plain verbs give it", qa.errs[0])
+	}
+	a.rt.CQStartPollGone(qa.scq)
+	a.rt.fo.mu.Lock()
+	left := a.rt.startPolledCQ(&l2qp{app: AppQP{SendCQ: qa.scq, RecvCQ: qa.scq}})
+	a.rt.fo.mu.Unlock()
+	if left {
+		t.Fatal("a destroyed CQ is still taken for one polled with ibv_start_poll")
+	}
+}

@@ -37,9 +37,11 @@ type failover struct {
 	polls     uint64                // PollCQ calls (debug log sampling)
 	laneScans int                   // tryExpress scans of every QP (tests)
 	nudgeWCs  int                   // completions of layer 1's nudges dropped (routeWC)
-	clock     verbs.Clock           // recovery's time (tests give the simulated fabric's)
-	ticking   bool                  // switchLoop runs (switch backs, bounded handshakes)
-	tickAgain bool                  // a Conn asked for ticking since the current tick began
+	// CQs the application polls with ibv_start_poll (startpoll.go)
+	startPolled map[verbs.CQ]bool
+	clock       verbs.Clock // recovery's time (tests give the simulated fabric's)
+	ticking     bool        // switchLoop runs (switch backs, bounded handshakes)
+	tickAgain   bool        // a Conn asked for ticking since the current tick began
 
 	// sent once mu is released (reporting may block on ibpathd's socket)
 	reports []status.QP
@@ -70,7 +72,7 @@ type l2qp struct {
 	polledAt         time.Time // when runConn last began polling its Conn
 	staleBefore      time.Time // backup events read earlier announce what its last Conn drained
 	gone             bool
-	appClosed        string         // why the application ended the QP (moved it to ERR or RESET): never armed again (appstate.go)
+	left             string         // why layer 2 leaves the QP for good (appstate.go, startpoll.go): never armed again, a peer's notification refused
 	conn             *crossnic.Conn // nil once diverted: no replay, plain verbs
 
 	reason     string    // what started the failover
@@ -120,10 +122,13 @@ func (r *Runtime) track(ctx uintptr, s *shadowSet, qp verbs.QP, sendCQ, recvCQ v
 	q := &l2qp{key: qpKey{ctx, qp.QPN()}, set: s, qp: qp, app: AppQP{Ctx: ctx, QPN: qp.QPN(), SendCQ: sendCQ, RecvCQ: recvCQ}}
 	q.leg = &legCQ{r: r, q: q}
 	r.fo.mu.Lock()
-	defer r.fo.mu.Unlock()
+	defer r.unlockFO()
 	r.fo.qps[q.key] = q
 	r.fo.cqCtx[sendCQ] = ctx
 	r.fo.cqCtx[recvCQ] = ctx
+	if r.startPolledCQ(q) {
+		r.leave(q, startPollReason) // made on a CQ already polled so
+	}
 }
 
 // armConnected arms every QP whose backup is connected.
@@ -136,7 +141,7 @@ func (r *Runtime) armConnected() {
 	var ready []*l2qp
 	r.l2mu.Lock()
 	for _, q := range r.fo.qps {
-		if !q.armed && !q.diverted && !q.gone && q.appClosed == "" && q.set.sh.Ready(q.qp) {
+		if !q.armed && !q.diverted && !q.gone && q.left == "" && q.set.sh.Ready(q.qp) {
 			ready = append(ready, q)
 		}
 	}

@@ -156,6 +156,13 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 		return
 	}
 	if !q.diverted && !q.intercepted {
+		if q.left != "" && r.startPolledCQ(q) {
+			// Its CQ is the application's alone (ibv_start_poll): a
+			// divert would poll it here. The peer's notification goes
+			// unanswered, and its handshake bound surfaces its error.
+			r.log.Debug("libibpath: layer 2 does not answer the peer for a QP it left", "qpn", q.key.qpn, "why", q.left)
+			return
+		}
 		if readAt.Before(q.staleBefore) {
 			// Read before the QP's last Conn drained the backup CQs for
 			// the last time: what it announced was seen then.
@@ -166,11 +173,11 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 		if !r.divert(q) {
 			return
 		}
-		if q.appClosed != "" && q.conn != nil {
+		if q.left != "" && q.conn != nil {
 			// The application ended the QP: nothing to fail over. The
 			// Conn refuses the peer's notification, and the peer
 			// surfaces at once instead of waiting for an answer.
-			q.conn.Surface(q.appClosed + "; the peer's fallback notification is refused")
+			q.conn.Surface(q.left + "; the peer's fallback notification is refused")
 		}
 	}
 	if err := r.runConn(q); err != nil {

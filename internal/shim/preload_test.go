@@ -439,3 +439,23 @@ func TestPreloadImplicitODP(t *testing.T) {
 		t.Fatalf("the shim did not say why it leaves the region alone:\n%s", errs)
 	}
 }
+
+// TestPreloadStartPoll: a program that polls an extended CQ with
+// ibv_start_poll, ibv_next_poll and ibv_end_poll sees under the shim
+// exactly what it sees without it (every completion, in order); the
+// shim takes the CQ's start_poll slot, and its first call tells layer 2,
+// which leaves the CQ's QPs (said once, at info).
+func TestPreloadStartPoll(t *testing.T) {
+	b := buildBed(t)
+	plain, _ := b.run(t, nil, "200", "exstart")
+	if !strings.Contains(plain, "sends 50 recvs 200") {
+		t.Fatalf("the probe itself misbehaves: %s", plain)
+	}
+	out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, "200", "exstart")
+	if out != plain {
+		t.Fatalf("the shim changed what the program saw:\nwithout: %s\nwith:    %s", plain, out)
+	}
+	if n := strings.Count(errs, "a CQ is polled with ibv_start_poll"); n != 1 {
+		t.Fatalf("%d lines say the CQ is polled with ibv_start_poll, want 1:\n%s", n, errs)
+	}
+}

@@ -49,6 +49,7 @@ struct fake_cq {
 	unsigned head, tail;
 	int armed;         /* req_notify_cq since the last event (under cq.mutex) */
 	uint32_t reported; /* events written to the channel (under cq.mutex) */
+	struct ibv_wc cur; /* the completion ibv_start_poll / ibv_next_poll is at */
 };
 
 struct fake_chan {
@@ -602,10 +603,42 @@ static struct fake_cq *new_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, st
 	return c;
 }
 
+/* The extended CQ's polling (ibv_start_poll, ibv_next_poll,
+ * ibv_end_poll and the read_* of the completion it is at). */
+static int ex_next(struct ibv_cq_ex *cqx)
+{
+	struct fake_cq *c = (struct fake_cq *)cqx;
+	if (c->tail == c->head)
+		return ENOENT;
+	c->cur = c->wc[c->tail++ % CQ_DEPTH];
+	cqx->wr_id = c->cur.wr_id;
+	cqx->status = c->cur.status;
+	return 0;
+}
+static int ex_start(struct ibv_cq_ex *cqx, struct ibv_poll_cq_attr *attr) { return ex_next(cqx); }
+static void ex_end(struct ibv_cq_ex *cqx) {}
+static enum ibv_wc_opcode ex_opcode(struct ibv_cq_ex *cqx) { return ((struct fake_cq *)cqx)->cur.opcode; }
+static uint32_t ex_qp_num(struct ibv_cq_ex *cqx) { return ((struct fake_cq *)cqx)->cur.qp_num; }
+static uint32_t ex_byte_len(struct ibv_cq_ex *cqx) { return ((struct fake_cq *)cqx)->cur.byte_len; }
+static uint32_t ex_vendor_err(struct ibv_cq_ex *cqx) { return ((struct fake_cq *)cqx)->cur.vendor_err; }
+static __be32 ex_imm_data(struct ibv_cq_ex *cqx) { return ((struct fake_cq *)cqx)->cur.imm_data; }
+static unsigned int ex_wc_flags(struct ibv_cq_ex *cqx) { return ((struct fake_cq *)cqx)->cur.wc_flags; }
+
 static struct ibv_cq_ex *fake_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
 {
 	struct fake_cq *c = new_cq(ctx, attr->cqe, attr->cq_context, attr->channel);
-	return c ? &c->cqx : NULL;
+	if (!c)
+		return NULL;
+	c->cqx.start_poll = ex_start;
+	c->cqx.next_poll = ex_next;
+	c->cqx.end_poll = ex_end;
+	c->cqx.read_opcode = ex_opcode;
+	c->cqx.read_qp_num = ex_qp_num;
+	c->cqx.read_byte_len = ex_byte_len;
+	c->cqx.read_vendor_err = ex_vendor_err;
+	c->cqx.read_imm_data = ex_imm_data;
+	c->cqx.read_wc_flags = ex_wc_flags;
+	return &c->cqx;
 }
 
 /* Contexts are verbs_contexts, as rdma-core's providers make them, so the

@@ -48,20 +48,38 @@ static long sends, recvs, sum;
 /* the completions in the order polled: wr_id, opcode, status */
 static uint64_t polled = 0xcbf29ce484222325ull;
 
+/* startpoll: drain polls this extended CQ with ibv_start_poll,
+ * ibv_next_poll and ibv_end_poll ("exstart" mode) */
+static struct ibv_cq_ex *startpoll;
+
+static void count(uint64_t wr_id, enum ibv_wc_opcode opcode, enum ibv_wc_status status)
+{
+	if (opcode & IBV_WC_RECV)
+		recvs++;
+	else
+		sends++;
+	sum += wr_id;
+	polled = (polled ^ wr_id) * 0x100000001b3ull;
+	polled = (polled ^ ((uint64_t)opcode << 8 | status)) * 0x100000001b3ull;
+}
+
 static void drain(struct ibv_cq *cq)
 {
 	struct ibv_wc wc[16];
 	int got;
+	if (startpoll) {
+		struct ibv_poll_cq_attr attr = {0};
+		if (ibv_start_poll(startpoll, &attr))
+			return;
+		do
+			count(startpoll->wr_id, ibv_wc_read_opcode(startpoll), startpoll->status);
+		while (ibv_next_poll(startpoll) == 0);
+		ibv_end_poll(startpoll);
+		return;
+	}
 	while ((got = ibv_poll_cq(cq, 16, wc)) > 0)
-		for (int k = 0; k < got; k++) {
-			if (wc[k].opcode & IBV_WC_RECV)
-				recvs++;
-			else
-				sends++;
-			sum += wc[k].wr_id;
-			polled = (polled ^ wc[k].wr_id) * 0x100000001b3ull;
-			polled = (polled ^ ((uint64_t)wc[k].opcode << 8 | wc[k].status)) * 0x100000001b3ull;
-		}
+		for (int k = 0; k < got; k++)
+			count(wc[k].wr_id, wc[k].opcode, wc[k].status);
 }
 
 /* post is one step of the traffic: a receive and a write (every 4th
@@ -520,6 +538,11 @@ int main(int argc, char **argv)
 		struct ibv_cq_init_attr_ex ca = {.cqe = 256, .cq_context = &cq_tag, .channel = ch};
 		struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &ca);
 		cq = cqx ? ibv_cq_ex_to_cq(cqx) : NULL;
+	} else if (argc > 2 && strcmp(argv[2], "exstart") == 0) {
+		/* an extended CQ polled with ibv_start_poll */
+		struct ibv_cq_init_attr_ex ca = {.cqe = 256};
+		startpoll = ibv_create_cq_ex(ctx, &ca);
+		cq = startpoll ? ibv_cq_ex_to_cq(startpoll) : NULL;
 	} else {
 		cq = ibv_create_cq(ctx, 256, chan ? &cq_tag : NULL, ch, 0);
 	}

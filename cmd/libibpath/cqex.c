@@ -1,0 +1,89 @@
+/* Extended CQs polled with ibv_start_poll, ibv_next_poll and
+ * ibv_end_poll. Those are inline calls of function pointers in the CQ's
+ * struct ibv_cq_ex, which bypass the hot path: the shim sees none of the
+ * completions, so it can neither retire the shadow rings nor hand the
+ * program the completions of a backup QP after a failover (the program
+ * would wait for them for ever). The shim takes each such CQ's
+ * start_poll slot at creation; at the CQ's first ibv_start_poll it tells
+ * the Go side, which stops protecting the CQ's QPs with layer 2 (and
+ * says so in their status). A CQ polled with ibv_poll_cq is unaffected. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include "shim.h"
+
+typedef int (*lip_start_fn)(struct ibv_cq_ex *, struct ibv_poll_cq_attr *);
+
+struct cqex_slot {
+	struct ibv_cq_ex *cq; /* NULL: free; CQEX_DEAD: deleted */
+	lip_start_fn start;   /* the provider's start_poll */
+	int seen;             /* its first ibv_start_poll was told */
+};
+
+#define CQEX_SLOTS 4096
+#define CQEX_DEAD ((struct ibv_cq_ex *)1)
+
+static struct cqex_slot cqex[CQEX_SLOTS];
+static pthread_mutex_t cqex_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct cqex_slot *cqex_find(struct ibv_cq_ex *cq)
+{
+	uint32_t h = lip_ptr_hash(cq, CQEX_SLOTS);
+	for (uint32_t i = 0; i < CQEX_SLOTS; i++) {
+		struct cqex_slot *s = &cqex[(h + i) & (CQEX_SLOTS - 1)];
+		struct ibv_cq_ex *c = __atomic_load_n(&s->cq, __ATOMIC_ACQUIRE);
+		if (!c)
+			return NULL;
+		if (c == cq)
+			return s;
+	}
+	return NULL;
+}
+
+/* lip_start_poll stands in for the provider's start_poll of an extended
+ * CQ the shim follows. */
+static int lip_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *attr)
+{
+	struct cqex_slot *s = cqex_find(cq);
+	if (!s)
+		return ENOENT; /* never: the slot is taken before the CQ is returned */
+	if (!__atomic_load_n(&s->seen, __ATOMIC_RELAXED) && !__atomic_exchange_n(&s->seen, 1, __ATOMIC_ACQ_REL))
+		lip_tell_start_poll(ibv_cq_ex_to_cq(cq));
+	return s->start(cq, attr);
+}
+
+/* lip_cqex_follow takes the start_poll slot of a CQ the program created
+ * with ibv_create_cq_ex. A full table follows nothing: the CQ is told at
+ * once, as if polled with ibv_start_poll. */
+void lip_cqex_follow(struct ibv_cq_ex *cq)
+{
+	if (!cq->start_poll)
+		return; /* a provider without the extended polling */
+	pthread_mutex_lock(&cqex_mu);
+	uint32_t h = lip_ptr_hash(cq, CQEX_SLOTS);
+	for (uint32_t i = 0; i < CQEX_SLOTS; i++) {
+		struct cqex_slot *s = &cqex[(h + i) & (CQEX_SLOTS - 1)];
+		if (s->cq == NULL || s->cq == CQEX_DEAD) {
+			s->start = cq->start_poll;
+			s->seen = 0;
+			__atomic_store_n(&s->cq, cq, __ATOMIC_RELEASE);
+			cq->start_poll = lip_start_poll;
+			pthread_mutex_unlock(&cqex_mu);
+			return;
+		}
+	}
+	pthread_mutex_unlock(&cqex_mu);
+	lip_tell_start_poll(ibv_cq_ex_to_cq(cq));
+}
+
+/* lip_cqex_forget: the program destroys cq (a CQ of any kind). It reports
+ * whether the shim followed it. */
+int lip_cqex_forget(struct ibv_cq *cq)
+{
+	pthread_mutex_lock(&cqex_mu);
+	struct cqex_slot *s = cqex_find((struct ibv_cq_ex *)cq);
+	if (s)
+		__atomic_store_n(&s->cq, CQEX_DEAD, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&cqex_mu);
+	return s != NULL;
+}
