@@ -298,6 +298,12 @@ func (c *Conn) PostSend(wrs []verbs.SendWR) (int, error) {
 }
 
 func (c *Conn) postOne(wr *verbs.SendWR) error {
+	if c.m.SQ != fsm.SQDefault && c.m.SQ != fsm.SQSurfaced && !Replayable(wr.Opcode) {
+		// Away from the default QP, a WR naming the default device's keys
+		// or state cannot be carried: the error surfaces, and the WR goes
+		// where a surfaced Conn sends WRs.
+		c.Surface(fmt.Sprintf("WR %d is a %v, which the backup QP cannot carry", wr.WRID, wr.Opcode))
+	}
 	switch c.m.SQ {
 	case fsm.SQSurfaced:
 		if !c.defHolds && c.sring.Len() > 0 && !c.laneOut {

@@ -1,6 +1,10 @@
 package crossnic
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ibpath/ibpath/verbs"
+)
 
 // Control messages travel as zero-length RDMA_WRITE_WITH_IMM (no memory is
 // touched, no rkey checked). The immediate's top two bits are its kind:
@@ -62,6 +66,21 @@ const (
 	// reserved here so that every reserved wr_id has one place.
 	NudgeWRID = ^uint64(0)
 )
+
+// Replayable reports whether a send WR of opcode op can be carried by a
+// backup QP: replayed after a fault, or posted there after a failover.
+// SEND and RDMA WRITE (with immediate or not), RDMA READ and the two
+// atomics (which are never replayed: "no replay with an atomic
+// outstanding") are; LOCAL_INV, BIND_MW, SEND_WITH_INV and TSO are not:
+// they name keys or state of the default device that the backup does not
+// have (an invalidation there would invalidate the wrong key, or none).
+// The shim's express lane reads the same set from ctrl.h
+// (LIP_REPLAYABLE_OPS).
+func Replayable(op verbs.WROpcode) bool { return op < 64 && replayableOps>>uint(op)&1 != 0 }
+
+// replayableOps has bit op set for each opcode Replayable accepts.
+const replayableOps = 1<<verbs.WRSend | 1<<verbs.WRSendWithImm | 1<<verbs.WRRDMAWrite | 1<<verbs.WRRDMAWriteWithImm |
+	1<<verbs.WRRDMARead | 1<<verbs.WRAtomicCmpAndSwp | 1<<verbs.WRAtomicFetchAdd
 
 // ctrlRecvs is how many control receives head a backup QP's receive queue
 // when it is connected or purged: the peer's fallback notification (or

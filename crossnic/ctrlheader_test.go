@@ -29,6 +29,10 @@ func ctrlHeader() string {
  * passed to the application or to layer 2). */
 #define LIP_NUDGE_WRID 0x%016xull
 
+/* Bit op is set for each send opcode a backup QP can carry (Replayable):
+ * the express lane sends any other to layer 2, which surfaces the QP. */
+#define LIP_REPLAYABLE_OPS 0x%xull
+
 /* A control immediate (host order) is the peer's refusal when
  * (imm & LIP_CTRL_REFUSE_MASK) == LIP_CTRL_REFUSE. */
 #define LIP_CTRL_REFUSE_MASK 0x%08xu
@@ -39,7 +43,7 @@ func ctrlHeader() string {
 #define LIP_CTRL_PSN_MASK 0x%08xu
 
 #endif
-`, ctrlSendWRID, ctrlRecvWRID, NudgeWRID, uint32(ctrlRefuseMask), uint32(ctrlRefuseBits), uint32(ctrlAnnounceBit), uint32(ctrlPSNMask))
+`, ctrlSendWRID, ctrlRecvWRID, NudgeWRID, uint64(replayableOps), uint32(ctrlRefuseMask), uint32(ctrlRefuseBits), uint32(ctrlAnnounceBit), uint32(ctrlPSNMask))
 }
 
 // TestShimControlHeader: cmd/libibpath/ctrl.h says what control.go says

@@ -32,7 +32,8 @@ func (c *Conn) fault(reason string, wc *verbs.WC) {
 		// receives there, or a stale one. The error surfaces instead.
 		reason = "the backup QP is not purged since the last switch back: " + reason
 	}
-	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: !c.sring.AtomicOutstanding(),
+	unsafe := c.sring.Unreplayable()
+	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: !c.sring.AtomicOutstanding() && unsafe == "", Unsafe: unsafe,
 		BackupReady: c.bakReady && c.bakCtrl, Reason: reason}))
 }
 

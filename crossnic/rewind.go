@@ -12,6 +12,9 @@ var (
 	// ErrAtomicOutstanding: an atomic may have executed; replaying it could
 	// execute it twice, so the error must surface instead.
 	ErrAtomicOutstanding = errors.New("crossnic: an atomic is outstanding: replay is unsafe")
+	// ErrUnreplayable: an outstanding WR names keys or state of the
+	// default device (LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO: !Replayable).
+	ErrUnreplayable = errors.New("crossnic: a WR the backup cannot carry is outstanding: replay is unsafe")
 	// ErrCounterMismatch: the peer's receive counter contradicts what was
 	// sent (behind what already completed, or beyond what was posted).
 	ErrCounterMismatch = errors.New("crossnic: peer receive counter inconsistent with the send ring")
@@ -40,6 +43,9 @@ type Plan struct {
 func (r *SendRing) PlanRewind(peerRecv uint64) (Plan, error) {
 	if r.atomics > 0 {
 		return Plan{}, ErrAtomicOutstanding
+	}
+	if why := r.Unreplayable(); why != "" {
+		return Plan{}, fmt.Errorf("%w: %s", ErrUnreplayable, why)
 	}
 	if peerRecv < r.notifsDone {
 		// The peer's HCA ACKed a message and died before the receive's

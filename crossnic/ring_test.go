@@ -246,3 +246,30 @@ func TestRecvRing(t *testing.T) {
 		t.Fatal("completion with nothing outstanding accepted")
 	}
 }
+
+// TestUnreplayableOutstandingRefusesRewind: with a LOCAL_INV outstanding
+// the rewind plan is refused (a peer's notification is then refused) and
+// says which WR; once it retired, the plan is made again.
+func TestUnreplayableOutstandingRefusesRewind(t *testing.T) {
+	r, err := NewSendRing(cap8, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRecord(t, r, wr(1, verbs.WRSend, true), wr(2, verbs.WRLocalInv, true))
+	if _, err := r.PlanRewind(0); !errors.Is(err, ErrUnreplayable) || !strings.Contains(err.Error(), "WR 2 is a LOCAL_INV") {
+		t.Fatalf("plan with a LOCAL_INV outstanding: %v", err)
+	}
+	r.CompleteSignaled() // WR 1
+	r.CompleteSignaled() // WR 2
+	if why := r.Unreplayable(); why != "" {
+		t.Fatalf("after it retired: %q", why)
+	}
+	if _, err := r.PlanRewind(1); err != nil {
+		t.Fatalf("plan after it retired: %v", err)
+	}
+	mustRecord(t, r, wr(3, verbs.WRBindMW, false))
+	r.dropLast() // its post failed
+	if why := r.Unreplayable(); why != "" {
+		t.Fatalf("after its post failed: %q", why)
+	}
+}

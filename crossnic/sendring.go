@@ -37,6 +37,7 @@ type SendRing struct {
 	mask       uint64
 	head, tail uint64 // outstanding: [head, tail)
 	atomics    int    // outstanding atomics
+	foreign    int    // outstanding WRs a backup QP cannot carry (!Replayable)
 	sigAll     bool
 	notifsDone uint64 // receive-consuming WRs completed: the send counter
 	scratch    verbs.SendWR
@@ -95,6 +96,9 @@ func (r *SendRing) Record(wr *verbs.SendWR, read MemReader) error {
 	if wr.Opcode.IsAtomic() {
 		r.atomics++
 	}
+	if !Replayable(wr.Opcode) {
+		r.foreign++
+	}
 	r.tail++
 	return nil
 }
@@ -115,8 +119,16 @@ func (r *SendRing) dropLast() {
 		return
 	}
 	r.tail--
-	if r.recs[r.tail&r.mask].op.IsAtomic() {
+	r.forget(&r.recs[r.tail&r.mask])
+}
+
+// forget uncounts a record leaving the outstanding ones.
+func (r *SendRing) forget(rec *sendRecord) {
+	if rec.op.IsAtomic() {
 		r.atomics--
+	}
+	if !Replayable(rec.op) {
+		r.foreign--
 	}
 }
 
@@ -125,6 +137,20 @@ func (r *SendRing) inlineAt(i uint64) int { return int(i&r.mask) * r.perInline }
 
 // Len is the number of outstanding WRs.
 func (r *SendRing) Len() int { return int(r.tail - r.head) }
+
+// Unreplayable says, when an outstanding WR is one a backup QP cannot
+// carry (!Replayable), which: replay is then unsafe. "" otherwise.
+func (r *SendRing) Unreplayable() string {
+	if r.foreign == 0 {
+		return ""
+	}
+	for i := r.head; i < r.tail; i++ {
+		if rec := &r.recs[i&r.mask]; !Replayable(rec.op) {
+			return fmt.Sprintf("WR %d is a %v, which a backup QP cannot carry", rec.wrid, rec.op)
+		}
+	}
+	return ""
+}
 
 // AtomicOutstanding reports whether an outstanding WR is an atomic, which
 // makes replay unsafe.
@@ -194,9 +220,7 @@ func (r *SendRing) retire(end uint64) {
 		if rec.op.ConsumesRecv() {
 			r.notifsDone++
 		}
-		if rec.op.IsAtomic() {
-			r.atomics--
-		}
+		r.forget(rec)
 	}
 }
 

@@ -91,6 +91,7 @@ func (k CNEventKind) String() string {
 type CNEvent struct {
 	Kind        CNEventKind
 	ReplaySafe  bool   // CNFault
+	Unsafe      string // CNFault, when !ReplaySafe: why ("" : an atomic is outstanding)
 	BackupReady bool   // CNFault
 	PeerRecv    uint64 // CNPeerNotify, CNPeerAck: the peer's completed-receive counter
 	Reason      string
@@ -226,7 +227,11 @@ func (m *CrossNIC) fault(ev CNEvent) []CNAction {
 		case !ev.BackupReady:
 			return m.surface("no backup QP: " + ev.Reason)
 		case !ev.ReplaySafe:
-			return m.surface("an atomic is outstanding: replay is unsafe: " + ev.Reason)
+			why := ev.Unsafe
+			if why == "" {
+				why = "an atomic is outstanding"
+			}
+			return m.surface(why + ": replay is unsafe: " + ev.Reason)
 		}
 		acts := []CNAction{{Kind: ActFlushDefault}, {Kind: ActRepostRecvsBackup}, {Kind: ActSendNotify}}
 		if m.RQ == RQFallback {

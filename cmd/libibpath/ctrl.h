@@ -13,6 +13,10 @@
  * passed to the application or to layer 2). */
 #define LIP_NUDGE_WRID 0xffffffffffffffffull
 
+/* Bit op is set for each send opcode a backup QP can carry (Replayable):
+ * the express lane sends any other to layer 2, which surfaces the QP. */
+#define LIP_REPLAYABLE_OPS 0x7full
+
 /* A control immediate (host order) is the peer's refusal when
  * (imm & LIP_CTRL_REFUSE_MASK) == LIP_CTRL_REFUSE. */
 #define LIP_CTRL_REFUSE_MASK 0xe0000000u

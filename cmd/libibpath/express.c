@@ -254,6 +254,10 @@ static inline int zero_length(const struct ibv_send_wr *w)
  * when a key is not in the tables. */
 static int translate(struct lip_xl *x, struct ibv_send_wr *d, struct ibv_sge *sge, const struct ibv_send_wr *w)
 {
+	/* an opcode the backup cannot carry (crossnic.Replayable) is a miss:
+	 * layer 2 surfaces the QP */
+	if ((unsigned)w->opcode >= 64 || !(LIP_REPLAYABLE_OPS >> w->opcode & 1))
+		return 1;
 	*d = *w;
 	d->next = NULL;
 	d->sg_list = sge;

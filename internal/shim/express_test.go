@@ -510,3 +510,30 @@ func TestExpressLateBackupEvent(t *testing.T) {
 		t.Fatalf("the last message's completions were lost: %s", progress(hosts))
 	}
 }
+
+// TestExpressUnreplayableSurfaces: a QP on the lane is given a LOCAL_INV
+// (which names a key of the default device): the lane hands it to the
+// runtime, which surfaces the QP with that reason; the WR goes to the
+// default QP, as after any surfacing, and never to the backup.
+func TestExpressUnreplayableSurfaces(t *testing.T) {
+	f, hosts, qa, qb := expressWorld(t, 53, l2opts{express: true})
+	bothOnLane(t, f, hosts, qa, qb)
+	qa.x.hp.mu.Lock()
+	sends := qa.x.hp.x.lanes[qa.qp.QPN()].st.Sends
+	qa.x.hp.mu.Unlock()
+	_, _ = qa.x.hp.postSend(qa.fq, []verbs.SendWR{{WRID: 99, Opcode: verbs.WRLocalInv, SendFlags: verbs.SendSignaled}})
+	if sq := qa.connState(); sq != fsm.SQSurfaced {
+		t.Fatalf("A's Conn is %v after a LOCAL_INV on the lane, want surfaced", sq)
+	}
+	var reason string
+	qa.l2(func(l *l2qp) { reason = l.conn.Reason() })
+	if !strings.Contains(reason, "WR 99 is a LOCAL_INV") {
+		t.Fatalf("reason %q", reason)
+	}
+	qa.x.hp.mu.Lock()
+	after := qa.x.hp.x.lanes[qa.qp.QPN()].st.Sends
+	qa.x.hp.mu.Unlock()
+	if after != sends {
+		t.Fatalf("the lane posted %d WRs on the backup, want none (the LOCAL_INV)", after-sends)
+	}
+}

@@ -235,6 +235,16 @@ func (r *Runtime) PostSend(ctx uintptr, qpn uint32, wrs []verbs.SendWR) (int, er
 		return 0, ErrHome // switched back while the post was on its way
 	}
 	if q.express {
+		for i := range wrs {
+			if !crossnic.Replayable(wrs[i].Opcode) {
+				// the lane sends it here: the backup cannot carry it
+				if x := r.express(); x != nil && !x.ExpressStats(q.app).Surfaced {
+					r.surfaceExpress(q, fmt.Sprintf("WR %d is a %v, which the backup QP cannot carry", wrs[i].WRID, wrs[i].Opcode))
+				}
+				r.settle()
+				return 0, ErrExpress
+			}
+		}
 		lkeys, rkeys := laneKeysOf(wrs)
 		return 0, r.expressKeys(q, lkeys, rkeys)
 	}

@@ -144,6 +144,9 @@ func (h *fakeHotpath) divertedPostRecv(q *fakeQP, wrs []verbs.RecvWR) (int, erro
 // translate is wr with its keys moved to the backup; false when a key
 // is not in the tables.
 func (l *fakeLane) translate(wr verbs.SendWR) (verbs.SendWR, bool) {
+	if !crossnic.Replayable(wr.Opcode) {
+		return wr, false // the backup cannot carry it: layer 2 surfaces the QP
+	}
 	d := wr
 	d.SGList = append([]verbs.SGE(nil), wr.SGList...)
 	var n uint64

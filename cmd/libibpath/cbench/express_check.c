@@ -205,6 +205,10 @@ static void check_posts(void)
 	/* a READ whose rkey 0x31 the hook never adds: the dispatch gives up
 	 * after its tries with EIO, nothing posted */
 	CHECK(post1(5, IBV_WR_RDMA_READ, 0x10, 8, 0x31, 0) == EIO && bak.nsent == 3, "unknown rkey: posted %d", bak.nsent);
+	/* a LOCAL_INV (its keys known) is not for the backup: layer 2 gets it */
+	hook_sends = 0;
+	post1(6, IBV_WR_LOCAL_INV, 0x10, 0, 0, 0);
+	CHECK(bak.nsent == 3 && hook_sends > 0, "LOCAL_INV: %d on the backup, %d to layer 2", bak.nsent - 3, hook_sends);
 
 	/* a chain whose second WR misses lkey 0x11: the first is posted
 	 * once, the hook gets the second (and adds the key), the rest follow */
