@@ -39,8 +39,16 @@ type Config struct {
 	// QP's own context, and a program that never reads its async events
 	// (the shim's case: it sees only what the application reads) would
 	// otherwise leave a migrated QP unprotected for good. One
-	// ibv_query_qp per ARMED QP per period. Default 100 ms.
+	// ibv_query_qp per ARMED QP per period (on mlx5 a firmware command).
+	// Default 100 ms.
 	MigrationPoll time.Duration
+	// MigrationPollMax bounds the migration poll's backoff: each poll of
+	// a QP that finds nothing new doubles its period, from MigrationPoll
+	// up to this; a port or device event on the QP's device, and the QP
+	// turning ARMED again, start it over. A migration nobody reported
+	// (the peer's cable, a spine) is then found within this long.
+	// Default 10 s; equal to MigrationPoll: no backoff.
+	MigrationPollMax time.Duration
 	// Nudge, when set, is called right after each migration ibpath made
 	// (proactive, failback, operator, hop) to post a zero-length RDMA
 	// WRITE, unsignaled, on the QP through the embedder's data path. It
@@ -55,13 +63,14 @@ type Config struct {
 
 // DefaultConfig holds the defaults.
 var DefaultConfig = Config{
-	Failback:      fsm.FailbackAuto,
-	Policy:        pathsel.DefaultPolicy,
-	PollMin:       20 * time.Microsecond,
-	PollMax:       10 * time.Millisecond,
-	ProbeInterval: 50 * time.Millisecond,
-	FailbackHold:  200 * time.Millisecond,
-	MigrationPoll: 100 * time.Millisecond,
+	Failback:         fsm.FailbackAuto,
+	Policy:           pathsel.DefaultPolicy,
+	PollMin:          20 * time.Microsecond,
+	PollMax:          10 * time.Millisecond,
+	ProbeInterval:    50 * time.Millisecond,
+	FailbackHold:     200 * time.Millisecond,
+	MigrationPoll:    100 * time.Millisecond,
+	MigrationPollMax: 10 * time.Second,
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -84,12 +93,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MigrationPoll == 0 {
 		c.MigrationPoll = d.MigrationPoll
 	}
+	if c.MigrationPollMax == 0 {
+		c.MigrationPollMax = max(d.MigrationPollMax, c.MigrationPoll)
+	}
 	switch {
 	case c.PollMin < 0 || c.PollMax < c.PollMin:
 		return c, fmt.Errorf("apm: config: need 0 < poll-min <= poll-max, got %v and %v", c.PollMin, c.PollMax)
 	case c.ProbeInterval < 0 || c.FailbackHold < 0 || c.PeerWait < 0 || c.MigrationPoll < 0:
 		return c, fmt.Errorf("apm: config: negative probe interval %v, failback hold %v, peer wait %v or migration poll %v",
 			c.ProbeInterval, c.FailbackHold, c.PeerWait, c.MigrationPoll)
+	case c.MigrationPollMax < c.MigrationPoll:
+		return c, fmt.Errorf("apm: config: need migration poll <= migration poll max, got %v and %v", c.MigrationPoll, c.MigrationPollMax)
 	case c.Failback != fsm.FailbackAuto && c.Failback != fsm.FailbackManual:
 		return c, fmt.Errorf("apm: config: unknown failback %d", c.Failback)
 	case len(c.Policy) == 0:

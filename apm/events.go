@@ -18,6 +18,9 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 	if d == nil {
 		return
 	}
+	if ev.QP == nil {
+		m.pollSoon(d) // a port or device event: look at its QPs soon
+	}
 	switch ev.Type {
 	case verbs.EventPortErr:
 		d.refresh()

@@ -43,6 +43,7 @@ type entry struct {
 	nextProbe  time.Duration // next look for a better alternate
 	armedAt    time.Duration
 	nextMig    time.Duration // armed: next query for a migration nobody reported
+	migGap     time.Duration // armed: the migration poll's current period (MigrationPoll to MigrationPollMax)
 	peerUntil  time.Duration // awaiting-peer: re-arm at the latest then
 	migrations int
 	preloaded  *pathsel.Alternate // chosen at INIT->RTR, armed at RTR->RTS
@@ -56,6 +57,7 @@ type Stats struct {
 	Migrations       int // migrations ibpath asked for (proactive, operator, failback)
 	HWMigrations     int // migrations the HCA did by itself (PATH_MIG, or found by the migration poll)
 	PolledMigrations int // of HWMigrations, those the migration poll found before any event
+	MigrationPolls   int // ibv_query_qp calls of the migration poll
 	Failbacks        int
 	Handovers        int
 	NoAlternate      int // loads that found no healthy alternate

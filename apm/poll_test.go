@@ -60,3 +60,46 @@ func TestMigrationPollFindsAnErroredQP(t *testing.T) {
 		t.Fatalf("handovers %q", a.n.ho.got)
 	}
 }
+
+// TestMigrationPollBacksOff: an ARMED QP on which nothing happens is
+// queried ever more rarely, down to once per MigrationPollMax (10 s): at
+// most 0.1 queries per QP per second once settled, where a fixed 100 ms
+// period made 10. A port or device event on its device starts the period
+// over: the next query follows within MigrationPoll. A migration nobody
+// reported is then found within MigrationPollMax.
+func TestMigrationPollBacksOff(t *testing.T) {
+	w := newWorld(t, dualPort, apm.Config{})
+	w.nodes[0].qpDeaf = true
+	var ends []*end
+	for i := 0; i < 4; i++ {
+		a, _ := w.pair("mlx5_0", rcOpts{})
+		ends = append(ends, a)
+	}
+	w.run(11 * time.Millisecond)
+	for _, a := range ends {
+		if s := a.state(t); s.State != fsm.APMArmed {
+			t.Fatalf("%+v, want armed", s)
+		}
+	}
+	w.step = 5 * time.Millisecond
+	mgr := w.nodes[0].mgr
+	w.run(30 * time.Second)
+	before := mgr.Stats().MigrationPolls
+	w.run(60 * time.Second)
+	polls := mgr.Stats().MigrationPolls - before
+	rate := float64(polls) / float64(len(ends)) / 60
+	t.Logf("settled: %d migration polls of %d armed QPs in 60 s: %.3f per QP per second", polls, len(ends), rate)
+	if rate > 0.1+1e-9 {
+		t.Fatalf("%.3f migration polls per armed QP per second once settled, want at most 0.1", rate)
+	}
+	if polls == 0 {
+		t.Fatal("no migration poll at all in 60 s")
+	}
+	// A port event on the device: the QPs are looked at again soon.
+	before = mgr.Stats().MigrationPolls
+	mgr.HandleEvent(ends[0].ctx, verbs.AsyncEvent{Type: verbs.EventSMChange, Port: 1})
+	w.run(110 * time.Millisecond)
+	if got := mgr.Stats().MigrationPolls - before; got < len(ends) {
+		t.Fatalf("%d migration polls within 110 ms of a port event, want one per armed QP (%d)", got, len(ends))
+	}
+}

@@ -79,7 +79,8 @@ func (m *Manager) pollArmed(e *entry, now time.Duration) {
 		m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "QP is in ERR"})
 	case attr.PathMigState == verbs.MigArmed:
 		e.armedAt = now
-		e.nextMig = now + m.cfg.MigrationPoll
+		e.migGap = m.cfg.MigrationPoll
+		e.nextMig = now + e.migGap
 		m.stats.Armed++
 		m.step(e, fsm.APMEvent{Kind: fsm.EvArmedObserved})
 	default:
@@ -95,8 +96,12 @@ func (m *Manager) pollArmed(e *entry, now time.Duration) {
 // follow (PeerFollowed, or PeerWait) before it re-arms, since nothing
 // says the peer has moved yet and re-arming would clear MigReq.
 func (m *Manager) pollMigrated(e *entry, now time.Duration) {
-	e.nextMig = now + m.cfg.MigrationPoll
+	m.stats.MigrationPolls++
 	attr, _, err := e.qp.Query(verbs.QPAttrState | verbs.QPAttrPathMigState | verbs.QPAttrPort | verbs.QPAttrAV)
+	// Nothing new doubles the period (up to MigrationPollMax); a change
+	// re-arms the QP, whose ARMED starts the period over.
+	e.migGap = min(max(2*e.migGap, m.cfg.MigrationPoll), m.cfg.MigrationPollMax)
+	e.nextMig = now + e.migGap
 	switch {
 	case err != nil:
 		m.step(e, fsm.APMEvent{Kind: fsm.EvQPError, Reason: "ibv_query_qp: " + err.Error()})
@@ -144,5 +149,16 @@ func (m *Manager) armedWork(e *entry, now time.Duration) {
 	cur := pathsel.Path{Port: attr.PortNum, AH: attr.AHAttr, PKeyIndex: attr.PKeyIndex, Timeout: attr.Timeout}
 	if pathsel.Usable(e.dev.desc, peer, cur, pathsel.Ref{Port: e.m.Home.Port, Bits: e.m.Home.Bits}, m.cfg.Policy) {
 		m.step(e, fsm.APMEvent{Kind: fsm.EvProbe})
+	}
+}
+
+// pollSoon starts the migration poll of d's ARMED QPs over: a port or
+// device event on d may have moved or failed them without a QP event
+// anyone read.
+func (m *Manager) pollSoon(d *device) {
+	now := m.clock.Now()
+	for _, e := range d.entries {
+		e.migGap = m.cfg.MigrationPoll
+		e.nextMig = min(e.nextMig, now+e.migGap)
 	}
 }
