@@ -32,7 +32,17 @@ func errnoOf(err error) C.int {
 }
 
 //export ibpathPostSend
-func ibpathPostSend(qp *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) C.int {
+func ibpathPostSend(qp *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) (r C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathPostSend", p)
+			if bad != nil {
+				*bad = wr
+			}
+			r = C.int(verbs.EIO)
+		}
+	}()
+	inject("ibpathPostSend")
 	wrs := ibv.SendWRsFromC(unsafe.Pointer(wr), nil)
 	n, err := rt.PostSend(ctxID(qp.context), uint32(qp.qp_num), wrs)
 	switch {
@@ -58,7 +68,17 @@ func nth[T any](p *T, n int, next func(*T) *T) *T {
 }
 
 //export ibpathPostRecv
-func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
+func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) (r C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathPostRecv", p)
+			if bad != nil {
+				*bad = wr
+			}
+			r = C.int(verbs.EIO)
+		}
+	}()
+	inject("ibpathPostRecv")
 	wrs := ibv.RecvWRsFromC(unsafe.Pointer(wr), nil)
 	n, err := rt.PostRecv(ctxID(qp.context), uint32(qp.qp_num), wrs)
 	switch {
@@ -76,7 +96,14 @@ func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struc
 }
 
 //export ibpathPollCQ
-func ibpathPollCQ(cq *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
+func ibpathPollCQ(cq *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) (r C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathPollCQ", p)
+			r = -1
+		}
+	}()
+	inject("ibpathPollCQ")
 	if n <= 0 {
 		return 0
 	}
@@ -102,6 +129,8 @@ func ibpathPollCQ(cq *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) C.int {
 
 //export ibpathIntercept
 func ibpathIntercept(cq *C.struct_ibv_cq, wc *C.struct_ibv_wc, n C.int) {
+	defer guard("ibpathIntercept")
+	inject("ibpathIntercept")
 	in := unsafe.Slice(wc, int(n))
 	wcs := make([]verbs.WC, n)
 	for i := range wcs {

@@ -40,6 +40,8 @@ func appCtx(ctx *C.struct_ibv_context) *ibv.Context { return ibv.WrapContext(uns
 
 //export ibpathOpened
 func ibpathOpened(ctx *C.struct_ibv_context, name *C.char) {
+	defer guard("ibpathOpened")
+	inject("ibpathOpened")
 	var ports []shim.Port
 	n := C.port_count(ctx)
 	for p := C.uint8_t(1); p <= n; p++ {
@@ -64,10 +66,21 @@ func ibpathOpened(ctx *C.struct_ibv_context, name *C.char) {
 }
 
 //export ibpathClosed
-func ibpathClosed(ctx *C.struct_ibv_context) { rt.Closed(ctxID(ctx)) }
+func ibpathClosed(ctx *C.struct_ibv_context) {
+	defer guard("ibpathClosed")
+	inject("ibpathClosed")
+	rt.Closed(ctxID(ctx))
+}
 
 //export ibpathCreated
-func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) C.int {
+func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) (r C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathCreated", p)
+			r = 0
+		}
+	}()
+	inject("ibpathCreated")
 	return created(qp, attr, false)
 }
 
@@ -75,7 +88,14 @@ func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) C.int {
 // through ibv_wr_* operations the shim does not follow (wrapi.c).
 //
 //export ibpathCreatedEx
-func ibpathCreatedEx(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI C.int) C.int {
+func ibpathCreatedEx(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI C.int) (r C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathCreatedEx", p)
+			r = 0
+		}
+	}()
+	inject("ibpathCreatedEx")
 	return created(qp, attr, wrAPI != 0)
 }
 
@@ -101,6 +121,8 @@ func created(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI bool) C
 //
 //export ibpathCQCreated
 func ibpathCQCreated(cq *C.struct_ibv_cq, headroom C.int) {
+	defer guard("ibpathCQCreated")
+	inject("ibpathCQCreated")
 	rt.CQCreated(ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)), int(headroom))
 }
 
@@ -109,6 +131,8 @@ func ibpathCQCreated(cq *C.struct_ibv_cq, headroom C.int) {
 //
 //export ibpathCQDestroyed
 func ibpathCQDestroyed(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
+	defer guard("ibpathCQDestroyed")
+	inject("ibpathCQDestroyed")
 	rt.CQDestroyed(ibv.WrapCQ(appCtx(ctx), unsafe.Pointer(cq)))
 }
 
@@ -117,6 +141,8 @@ func ibpathCQDestroyed(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
 //
 //export ibpathCQStartPoll
 func ibpathCQStartPoll(cq *C.struct_ibv_cq) {
+	defer guard("ibpathCQStartPoll")
+	inject("ibpathCQStartPoll")
 	rt.CQStartPoll(ctxID(cq.context), ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)))
 }
 
@@ -125,11 +151,15 @@ func ibpathCQStartPoll(cq *C.struct_ibv_cq) {
 //
 //export ibpathCQStartPollGone
 func ibpathCQStartPollGone(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
+	defer guard("ibpathCQStartPollGone")
+	inject("ibpathCQStartPollGone")
 	rt.CQStartPollGone(ibv.WrapCQ(appCtx(ctx), unsafe.Pointer(cq)))
 }
 
 //export ibpathMR
 func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) {
+	defer guard("ibpathMR")
+	inject("ibpathMR")
 	c := appCtx(mr.context)
 	pd := ibv.WrapPD(c, unsafe.Pointer(mr.pd))
 	if ok, why := shim.MRSpan(uintptr(addr), uint64(length), verbs.AccessFlags(access)); !ok {
@@ -144,10 +174,21 @@ func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access 
 }
 
 //export ibpathDeregMR
-func ibpathDeregMR(mr *C.struct_ibv_mr) { rt.DeregMR(ctxID(mr.context), uint32(mr.lkey)) }
+func ibpathDeregMR(mr *C.struct_ibv_mr) {
+	defer guard("ibpathDeregMR")
+	inject("ibpathDeregMR")
+	rt.DeregMR(ctxID(mr.context), uint32(mr.lkey))
+}
 
 //export ibpathLayer1Wants
-func ibpathLayer1Wants(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C.int {
+func ibpathLayer1Wants(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) (r C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathLayer1Wants", p)
+			r = 0
+		}
+	}()
+	inject("ibpathLayer1Wants")
 	if rt.Layer1Wants(ctxID(qp.context), uint32(qp.qp_num), verbs.QPAttrMask(mask), verbs.QPState(attr.qp_state)) {
 		return 1
 	}
@@ -158,7 +199,14 @@ func ibpathLayer1Wants(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.i
 // returns what ibv_modify_qp returns (0 or an errno).
 //
 //export ibpathModify
-func ibpathModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C.int {
+func ibpathModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) (r C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathModify", p)
+			r = C.LIP_GUARDED
+		}
+	}()
+	inject("ibpathModify")
 	c := appCtx(qp.context)
 	w, err := ibv.WrapQP(c, unsafe.Pointer(qp))
 	if err != nil {
@@ -173,6 +221,8 @@ func ibpathModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) C
 
 //export ibpathAfterModify
 func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int, ret C.int) {
+	defer guard("ibpathAfterModify")
+	inject("ibpathAfterModify")
 	m := shim.Modify{QPN: uint32(qp.qp_num), Mask: verbs.QPAttrMask(mask), State: verbs.QPState(attr.qp_state),
 		Port: uint8(attr.port_num), DLID: uint16(attr.ah_attr.dlid), Global: attr.ah_attr.is_global != 0,
 		DestQPN: uint32(attr.dest_qp_num), Err: int(ret), Attr: ibv.QPAttrFromC(unsafe.Pointer(attr))}
@@ -189,16 +239,22 @@ func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.i
 
 //export ibpathDestroying
 func ibpathDestroying(ctx *C.struct_ibv_context, qpn C.uint32_t) {
+	defer guard("ibpathDestroying")
+	inject("ibpathDestroying")
 	rt.Destroying(ctxID(ctx), uint32(qpn))
 }
 
 //export ibpathDestroyed
 func ibpathDestroyed(ctx *C.struct_ibv_context, qpn C.uint32_t) {
+	defer guard("ibpathDestroyed")
+	inject("ibpathDestroyed")
 	rt.Destroyed(ctxID(ctx), uint32(qpn))
 }
 
 //export ibpathAsyncEvent
 func ibpathAsyncEvent(ctx *C.struct_ibv_context, typ C.enum_ibv_event_type, qpn C.uint32_t, port C.int) {
+	defer guard("ibpathAsyncEvent")
+	inject("ibpathAsyncEvent")
 	rt.AsyncEvent(ctxID(ctx), verbs.EventType(typ), uint32(qpn), uint8(port))
 }
 
@@ -206,7 +262,14 @@ func ibpathAsyncEvent(ctx *C.struct_ibv_context, typ C.enum_ibv_event_type, qpn 
 // rdma_cm id of qp is kept from the application (Runtime.CMUnreachable).
 //
 //export ibpathCMUnreachable
-func ibpathCMUnreachable(qp *C.struct_ibv_qp, st C.int) C.int {
+func ibpathCMUnreachable(qp *C.struct_ibv_qp, st C.int) (r C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathCMUnreachable", p)
+			r = 0
+		}
+	}()
+	inject("ibpathCMUnreachable")
 	if rt.CMUnreachable(ctxID(qp.context), uint32(qp.qp_num), int(st)) {
 		return 1
 	}
@@ -218,5 +281,7 @@ func ibpathCMUnreachable(qp *C.struct_ibv_qp, st C.int) C.int {
 //
 //export ibpathCMEstablished
 func ibpathCMEstablished(qp *C.struct_ibv_qp, up C.int) {
+	defer guard("ibpathCMEstablished")
+	inject("ibpathCMEstablished")
 	rt.CMEstablished(ctxID(qp.context), uint32(qp.qp_num), up != 0)
 }

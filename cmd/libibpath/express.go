@@ -124,5 +124,7 @@ func (hotpath) ExpressStats(q shim.AppQP) shim.ExpressStats {
 
 //export ibpathExpressSurfaced
 func ibpathExpressSurfaced(qp *C.struct_ibv_qp, wc *C.struct_ibv_wc) {
+	defer guard("ibpathExpressSurfaced")
+	inject("ibpathExpressSurfaced")
 	rt.ExpressSurfaced(ctxID(qp.context), uint32(qp.qp_num), ibv.WCFromC(unsafe.Pointer(wc)))
 }

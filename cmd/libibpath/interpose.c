@@ -351,6 +351,11 @@ int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		ret = ibpathModify(qp, attr, mask);
 	else
 		ret = real_ibv_modify_qp(qp, attr, mask);
+	/* layer 1 failed (a panic the Go side recovered): the modify as the
+	 * application wrote it; if layer 1 had made it already, the provider
+	 * answers the second one as it would a repeated modify */
+	if (ret == LIP_GUARDED)
+		ret = real_ibv_modify_qp(qp, attr, mask);
 	ibpathAfterModify(qp, attr, mask, ret);
 	LEAVE();
 	return ret;

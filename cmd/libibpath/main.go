@@ -48,6 +48,13 @@ var (
 //
 //export ibpathInit
 func ibpathInit() {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked("ibpathInit", p)
+			C.lip_enabled = 0 // nothing set up: every verb passes straight through
+		}
+	}()
+	inject("ibpathInit")
 	cfg, err := shim.FromEnv(nil)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Log}))
 	if err != nil {

@@ -157,6 +157,10 @@ extern struct lip_hooks lip_hooks;
  * was given was posted. The hot path posts those WRs itself, recorded.
  * Never a verbs return value. */
 #define LIP_HOME (-0x4c4951)
+/* ibpathModify's answer when the Go side failed (a panic it recovered,
+ * cmd/libibpath/guard.go): the modify was not made, the C side makes it
+ * as the application wrote it. Never a verbs return value. */
+#define LIP_GUARDED (-0x4c4952)
 
 /* Layer 2's control WRs and immediates (crossnic): LIP_CTRL_*. */
 #include "ctrl.h"

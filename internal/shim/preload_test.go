@@ -25,7 +25,7 @@ type preloadBed struct {
 	dir, shim, probe string
 }
 
-func buildBed(t *testing.T) preloadBed {
+func buildBed(t *testing.T, tags ...string) preloadBed {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not found: the shim tests build C programs")
@@ -43,7 +43,11 @@ func buildBed(t *testing.T) preloadBed {
 			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 		}
 	}
-	run("go", "build", "-buildmode=c-shared", "-o", b.shim, "./cmd/libibpath")
+	args := []string{"build", "-buildmode=c-shared", "-o", b.shim}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	run("go", append(args, "./cmd/libibpath")...)
 	td, _ := filepath.Abs("testdata")
 	run("gcc", "-shared", "-fPIC", "-O2", "-o", filepath.Join(dir, "libibverbs.so.1"), "-Wl,-soname,libibverbs.so.1",
 		"-Wl,--version-script="+filepath.Join(td, "fakeverbs.map"), filepath.Join(td, "fakeverbs.c"))
@@ -457,5 +461,56 @@ func TestPreloadStartPoll(t *testing.T) {
 	}
 	if n := strings.Count(errs, "a CQ is polled with ibv_start_poll"); n != 1 {
 		t.Fatalf("%d lines say the CQ is polled with ibv_start_poll, want 1:\n%s", n, errs)
+	}
+}
+
+// TestPreloadPanicsRecovered: with the ibpath_faultinject build, each
+// export the probe reaches panics in turn (IBPATH_FAULT_PANIC): the
+// program sees exactly what it sees without the shim, and the shim says
+// it recovered, once per export. (The exports of the data path of a QP
+// layer 2 took over, ibpathPostSend, ibpathPostRecv, ibpathPollCQ,
+// ibpathIntercept and ibpathExpressSurfaced, need a backup device, which
+// the stand-in provider does not have.)
+func TestPreloadPanicsRecovered(t *testing.T) {
+	b := buildBed(t, "ibpath_faultinject")
+	for _, c := range []struct {
+		export string
+		args   []string
+		env    []string
+	}{
+		{"ibpathInit", []string{"100"}, nil},
+		{"ibpathOpened", []string{"100"}, nil},
+		{"ibpathClosed", []string{"100"}, nil},
+		{"ibpathCreated", []string{"100"}, nil},
+		{"ibpathCreatedEx", []string{"100", "ex"}, nil},
+		{"ibpathAfterModify", []string{"100"}, nil},
+		{"ibpathLayer1Wants", []string{"100"}, []string{"FAKE_LINK_LAYER=ib"}},
+		{"ibpathModify", []string{"100"}, []string{"FAKE_LINK_LAYER=ib"}},
+		{"ibpathDestroying", []string{"100"}, nil},
+		{"ibpathDestroyed", []string{"100"}, nil},
+		{"ibpathMR", []string{"1", "odp"}, nil},
+		{"ibpathDeregMR", []string{"1", "odp"}, nil},
+		{"ibpathCQStartPoll", []string{"100", "exstart"}, nil},
+		{"ibpathCQStartPollGone", []string{"100", "exstart"}, nil},
+		{"ibpathCQCreated", []string{"100"}, []string{"IBPATH_SWITCHBACK=on"}},
+		{"ibpathCQDestroyed", []string{"100"}, []string{"IBPATH_SWITCHBACK=on"}},
+	} {
+		plainCmd := b.cmd(nil, c.args...)
+		plainCmd.Env = append(plainCmd.Env, c.env...)
+		plain, err := plainCmd.Output()
+		if err != nil {
+			t.Fatalf("%v without the shim: %v", c.args, err)
+		}
+		env := append([]string{"IBPATH_SOCKET=off", "IBPATH_FAULT_PANIC=" + c.export}, c.env...)
+		cmd := b.cmd(env, c.args...)
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		if err := cmd.Run(); err != nil || o.String() != string(plain) {
+			t.Errorf("%s: %v; stdout %q, want %q\nstderr:\n%s", c.export, err, o.String(), plain, e.String())
+			continue
+		}
+		if !strings.Contains(e.String(), "panic recovered in "+c.export+":") {
+			t.Errorf("%s: the shim did not say it recovered:\n%s", c.export, e.String())
+		}
 	}
 }
