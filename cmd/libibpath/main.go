@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 
 	"github.com/ibpath/ibpath/internal/shim"
 )
@@ -64,6 +65,10 @@ func ibpathInit() {
 	if cfg.Log <= slog.LevelInfo || err != nil || cfg.Disabled {
 		fmt.Fprintln(os.Stderr, cfg.Banner(os.Getpid()))
 	}
+	// The shim's goroutines mostly wait: the Go runtime in the program
+	// gets few threads to run them and its garbage collector (also when
+	// disabled: the runtime is there all the same).
+	runtime.GOMAXPROCS(cfg.GoMaxProcs)
 	if cfg.Disabled {
 		C.lip_enabled = 0
 		return

@@ -80,6 +80,12 @@ type Config struct {
 	Socket string
 	// Log (IBPATH_LOG=error|warn|info|debug, default warn).
 	Log slog.Level
+	// GoMaxProcs (IBPATH_GOMAXPROCS, 1 to 64, default 2): the Go runtime's
+	// GOMAXPROCS inside the program. The shim's Go side is a few
+	// goroutines that mostly wait; left at the machine's CPU count, the
+	// Go runtime would run its garbage collector on as many threads
+	// beside the program's own, pinned ranks included.
+	GoMaxProcs int
 }
 
 // Env names.
@@ -98,6 +104,13 @@ const (
 	EnvLog       = "IBPATH_LOG"
 	EnvHeadroom  = "IBPATH_CQ_HEADROOM"
 	EnvHandshake = "IBPATH_HANDSHAKE_TIMEOUT"
+	EnvGoProcs   = "IBPATH_GOMAXPROCS"
+)
+
+// defaultGoMaxProcs is GoMaxProcs's default, maxGoMaxProcs its bound.
+const (
+	defaultGoMaxProcs = 2
+	maxGoMaxProcs     = 64
 )
 
 // defaultCQHeadroom is CQHeadroom's default with SwitchBack on: 16 QPs
@@ -111,7 +124,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	c := Config{APM: true, Nudge: true, Record: true, Express: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn}
+	c := Config{APM: true, Nudge: true, Record: true, Express: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn,
+		GoMaxProcs: defaultGoMaxProcs}
 	var err error
 	if c.Disabled, err = boolEnv(getenv, EnvDisable, false); err != nil {
 		return c, err
@@ -145,6 +159,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Handshake, err = handshakeEnv(getenv); err != nil {
 		return c, err
+	}
+	if v := getenv(EnvGoProcs); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxGoMaxProcs {
+			return c, fmt.Errorf("%s=%q: want a number of threads from 1 to %d", EnvGoProcs, v, maxGoMaxProcs)
+		}
+		c.GoMaxProcs = n
 	}
 	if v := getenv(EnvBackup); v != "" {
 		c.Backup = v

@@ -164,3 +164,19 @@ func TestFromEnvNudge(t *testing.T) {
 		}
 	}
 }
+
+// TestFromEnvGoMaxProcs: IBPATH_GOMAXPROCS defaults to 2, takes a count
+// from 1 to 64, and refuses anything else naming the variable.
+func TestFromEnvGoMaxProcs(t *testing.T) {
+	for v, want := range map[string]int{"": 2, "1": 1, "8": 8, "64": 64} {
+		c, err := FromEnv(env(map[string]string{EnvGoProcs: v}))
+		if err != nil || c.GoMaxProcs != want {
+			t.Errorf("%s=%q: %d, %v; want %d", EnvGoProcs, v, c.GoMaxProcs, err, want)
+		}
+	}
+	for _, v := range []string{"0", "-1", "65", "many", "2.5"} {
+		if _, err := FromEnv(env(map[string]string{EnvGoProcs: v})); err == nil || !strings.Contains(err.Error(), EnvGoProcs) {
+			t.Errorf("%s=%q: %v, want an error naming it", EnvGoProcs, v, err)
+		}
+	}
+}
