@@ -54,6 +54,19 @@ static int nccq;
 
 #define CCQ_DEAD ((struct lip_ccq *)1)
 
+/* fork(2): chan_mu is held across it (prepare), so that no other thread
+ * holds it in the child, which has only the forking thread: the child's
+ * ibv_destroy_cq and ibv_get_cq_event take it too (a lock a vanished
+ * thread held would never be released there). */
+static void chan_fork_lock(void) { pthread_mutex_lock(&chan_mu); }
+static void chan_fork_unlock(void) { pthread_mutex_unlock(&chan_mu); }
+
+__attribute__((constructor)) static void chan_atfork(void)
+{
+	if (pthread_atfork(chan_fork_lock, chan_fork_unlock, chan_fork_unlock))
+		fprintf(stderr, "libibpath: pthread_atfork failed: a child forked without exec may hang in ibv_destroy_cq\n");
+}
+
 static struct lip_chan *chan_of(struct ibv_comp_channel *ch)
 {
 	for (int i = 0; i < LIP_MAX_CHAN; i++)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "shim.h"
 
 typedef int (*lip_start_fn)(struct ibv_cq_ex *, struct ibv_poll_cq_attr *);
@@ -25,6 +26,17 @@ struct cqex_slot {
 
 static struct cqex_slot cqex[CQEX_SLOTS];
 static pthread_mutex_t cqex_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* fork(2): cqex_mu is held across it, as chan_mu is (channel.c): the
+ * child's ibv_destroy_cq takes it. */
+static void cqex_fork_lock(void) { pthread_mutex_lock(&cqex_mu); }
+static void cqex_fork_unlock(void) { pthread_mutex_unlock(&cqex_mu); }
+
+__attribute__((constructor)) static void cqex_atfork(void)
+{
+	if (pthread_atfork(cqex_fork_lock, cqex_fork_unlock, cqex_fork_unlock))
+		fprintf(stderr, "libibpath: pthread_atfork failed: a child forked without exec may hang in ibv_destroy_cq\n");
+}
 
 static struct cqex_slot *cqex_find(struct ibv_cq_ex *cq)
 {

@@ -17,15 +17,23 @@ func buildHotpathCheck(tb testing.TB) string { return buildCCheck(tb, "hotpath_c
 // data path (hotpath.c, divert.c, express.c, channel.c, wrapi.c, nudge.c).
 func buildCCheck(tb testing.TB, name string) string {
 	tb.Helper()
+	return buildCCheckSrcs(tb, name, "hotpath.c", "divert.c", "express.c", "channel.c", "wrapi.c", "nudge.c")
+}
+
+// buildCCheckSrcs compiles cmd/libibpath/cbench/<name>.c with the given
+// files of the shim's C data path.
+func buildCCheckSrcs(tb testing.TB, name string, srcs ...string) string {
+	tb.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		tb.Skip("gcc not found")
 	}
 	src := filepath.Join("..", "..", "cmd", "libibpath")
 	bin := filepath.Join(tb.TempDir(), name)
-	out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-I", src, "-o", bin,
-		filepath.Join(src, "cbench", name+".c"), filepath.Join(src, "hotpath.c"), filepath.Join(src, "divert.c"),
-		filepath.Join(src, "express.c"), filepath.Join(src, "channel.c"), filepath.Join(src, "wrapi.c"), filepath.Join(src, "nudge.c"),
-		"-lpthread").CombinedOutput()
+	args := []string{"-O2", "-Wall", "-Werror", "-I", src, "-o", bin, filepath.Join(src, "cbench", name+".c")}
+	for _, f := range srcs {
+		args = append(args, filepath.Join(src, f))
+	}
+	out, err := exec.Command("gcc", append(args, "-lpthread")...).CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "verbs.h") {
 			tb.Skip("libibverbs-dev is not installed (verbs.h missing); .ci/run installs it")
@@ -88,6 +96,17 @@ func TestNudgeC(t *testing.T) {
 	out, err := exec.Command(bin, "test").CombinedOutput()
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
 		t.Fatalf("nudge_check test: %v\n%s", err, out)
+	}
+}
+
+// TestForkC runs the C check of fork(2) while a thread holds the shim's
+// channel lock: the child, which has only the forking thread, must not
+// find it held (the lock is taken across the fork).
+func TestForkC(t *testing.T) {
+	bin := buildCCheckSrcs(t, "fork_check", "hotpath.c", "divert.c", "express.c", "wrapi.c", "nudge.c")
+	out, err := exec.Command(bin, "test").CombinedOutput()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
+		t.Fatalf("fork_check test: %v\n%s", err, out)
 	}
 }
 
