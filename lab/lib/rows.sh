@@ -60,6 +60,7 @@ pingpong setlink-g1
 pingpong ipdown-g2
 write_bw setlink-g2
 write_bw ipdown-g1
+write_bw-q4 setlink-g2
 send_bw setlink-g1
 send_bw ipdown-g1
 pingpong-ev setlink-g1
@@ -106,6 +107,11 @@ prog_cmds() {
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60 ;;
 	write_bw | send_bw | read_bw)
 		common="ib_$1 -d rxe0 -x 1 -F --use_old_post_send -D $LAB_BW_SECONDS -p $p"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
+	write_bw-q4)
+		# four QPs failing over at once: the report gives the first and
+		# the last QP's first good completion on the backup
+		common="ib_write_bw -d rxe0 -x 1 -F --use_old_post_send -q 4 -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
 	send_bw-ev)
 		# sleeping on its completion channel (-e); perftest has no
