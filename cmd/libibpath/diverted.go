@@ -33,15 +33,11 @@ func errnoOf(err error) C.int {
 
 //export ibpathPostSend
 func ibpathPostSend(qp *C.struct_ibv_qp, wr *C.struct_ibv_send_wr, bad **C.struct_ibv_send_wr) (r C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked("ibpathPostSend", p)
-			if bad != nil {
-				*bad = wr
-			}
-			r = C.int(verbs.EIO)
+	defer guardResult(&r, C.int(verbs.EIO), "ibpathPostSend", func() {
+		if bad != nil {
+			*bad = wr
 		}
-	}()
+	})
 	inject("ibpathPostSend")
 	wrs := ibv.SendWRsFromC(unsafe.Pointer(wr), nil)
 	n, err := rt.PostSend(ctxID(qp.context), uint32(qp.qp_num), wrs)
@@ -69,15 +65,11 @@ func nth[T any](p *T, n int, next func(*T) *T) *T {
 
 //export ibpathPostRecv
 func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) (r C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked("ibpathPostRecv", p)
-			if bad != nil {
-				*bad = wr
-			}
-			r = C.int(verbs.EIO)
+	defer guardResult(&r, C.int(verbs.EIO), "ibpathPostRecv", func() {
+		if bad != nil {
+			*bad = wr
 		}
-	}()
+	})
 	inject("ibpathPostRecv")
 	wrs := ibv.RecvWRsFromC(unsafe.Pointer(wr), nil)
 	n, err := rt.PostRecv(ctxID(qp.context), uint32(qp.qp_num), wrs)
@@ -97,12 +89,7 @@ func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struc
 
 //export ibpathPollCQ
 func ibpathPollCQ(cq *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) (r C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked("ibpathPollCQ", p)
-			r = -1
-		}
-	}()
+	defer guardResult(&r, -1, "ibpathPollCQ", nil)
 	inject("ibpathPollCQ")
 	if n <= 0 {
 		return 0

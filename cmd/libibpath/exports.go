@@ -74,12 +74,7 @@ func ibpathClosed(ctx *C.struct_ibv_context) {
 
 //export ibpathCreated
 func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) (r C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked("ibpathCreated", p)
-			r = 0
-		}
-	}()
+	defer guardResult(&r, 0, "ibpathCreated", nil)
 	inject("ibpathCreated")
 	return created(qp, attr, false)
 }
@@ -89,12 +84,7 @@ func ibpathCreated(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr) (r C.in
 //
 //export ibpathCreatedEx
 func ibpathCreatedEx(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI C.int) (r C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked("ibpathCreatedEx", p)
-			r = 0
-		}
-	}()
+	defer guardResult(&r, 0, "ibpathCreatedEx", nil)
 	inject("ibpathCreatedEx")
 	return created(qp, attr, wrAPI != 0)
 }
@@ -182,12 +172,7 @@ func ibpathDeregMR(mr *C.struct_ibv_mr) {
 
 //export ibpathLayer1Wants
 func ibpathLayer1Wants(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) (r C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked("ibpathLayer1Wants", p)
-			r = 0
-		}
-	}()
+	defer guardResult(&r, 0, "ibpathLayer1Wants", nil)
 	inject("ibpathLayer1Wants")
 	if rt.Layer1Wants(ctxID(qp.context), uint32(qp.qp_num), verbs.QPAttrMask(mask), verbs.QPState(attr.qp_state)) {
 		return 1
@@ -200,12 +185,7 @@ func ibpathLayer1Wants(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.i
 //
 //export ibpathModify
 func ibpathModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.int) (r C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked("ibpathModify", p)
-			r = C.LIP_GUARDED
-		}
-	}()
+	defer guardResult(&r, C.LIP_GUARDED, "ibpathModify", nil)
 	inject("ibpathModify")
 	c := appCtx(qp.context)
 	w, err := ibv.WrapQP(c, unsafe.Pointer(qp))
@@ -263,12 +243,7 @@ func ibpathAsyncEvent(ctx *C.struct_ibv_context, typ C.enum_ibv_event_type, qpn 
 //
 //export ibpathCMUnreachable
 func ibpathCMUnreachable(qp *C.struct_ibv_qp, st C.int) (r C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked("ibpathCMUnreachable", p)
-			r = 0
-		}
-	}()
+	defer guardResult(&r, 0, "ibpathCMUnreachable", nil)
 	inject("ibpathCMUnreachable")
 	if rt.CMUnreachable(ctxID(qp.context), uint32(qp.qp_num), int(st)) {
 		return 1

@@ -1,5 +1,7 @@
 package main
 
+import "C"
+
 import (
 	"fmt"
 	"os"
@@ -34,5 +36,17 @@ func panicked(name string, p any) {
 func guard(name string) {
 	if p := recover(); p != nil {
 		panicked(name, p)
+	}
+}
+
+// guardResult is the deferred recovery of an export with a result: on a
+// panic the result becomes fallback, and also (when set) runs first.
+func guardResult(r *C.int, fallback C.int, name string, also func()) {
+	if p := recover(); p != nil {
+		panicked(name, p)
+		if also != nil {
+			also()
+		}
+		*r = fallback
 	}
 }

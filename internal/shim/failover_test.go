@@ -129,14 +129,7 @@ func atomicRun(t *testing.T, hotpath bool) ([]verbs.WC, *appQP, *appQP) {
 	if err := f.SetLink(a.port, false); err != nil {
 		t.Fatal(err)
 	}
-	qa.sendNext(t)
-	laddr, _ := a.counter()
-	raddr, _ := b.counter()
-	if _, err := a.hp.postSend(qa.fq, []verbs.SendWR{{WRID: 7777, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled,
-		CompareAdd: 1, SGList: []verbs.SGE{{Addr: laddr, Length: 8, LKey: a.mr.LKey()}}, RemoteAddr: raddr, RKey: b.mr.RKey()}}); err != nil {
-		t.Fatal(err)
-	}
-	qa.sendNext(t)
+	sendAtomicBetween(t, qa)
 	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= 5 })
 	f.RunFor(time.Millisecond)
 	a.poll(t)
@@ -144,6 +137,20 @@ func atomicRun(t *testing.T, hotpath bool) ([]verbs.WC, *appQP, *appQP) {
 		t.Fatalf("the atomic executed %d times", ctr[0])
 	}
 	return qa.all[before:], qa, qb
+}
+
+// sendAtomicBetween posts q's next message, a FETCH_ADD of 1 on the
+// peer's counter (wr_id 7777), and the message after.
+func sendAtomicBetween(t *testing.T, q *appQP) {
+	t.Helper()
+	q.sendNext(t)
+	laddr, _ := q.x.counter()
+	raddr, _ := q.peer.x.counter()
+	if _, err := q.x.hp.postSend(q.fq, []verbs.SendWR{{WRID: 7777, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled,
+		CompareAdd: 1, SGList: []verbs.SGE{{Addr: laddr, Length: 8, LKey: q.x.mr.LKey()}}, RemoteAddr: raddr, RKey: q.peer.x.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	q.sendNext(t)
 }
 
 // TestFailoverAtomicSurfaces (c): with an atomic outstanding no replay

@@ -238,41 +238,33 @@ func (l *fakeLane) translateRecv(w verbs.RecvWR) (verbs.RecvWR, bool) {
 // them); a WR the backup refuses, or whose key misses, goes to the
 // default QP with the rest. h.mu held.
 func (l *fakeLane) surfacedSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
-	i := 0
-	for ; i < len(wrs); i++ {
-		d, ok := l.translate(wrs[i])
-		if !ok {
-			break
-		}
-		if _, err := l.lane.BackupQP.PostSend([]verbs.SendWR{d}); err != nil {
-			break
-		}
-		l.st.Sends++
-	}
-	if i == len(wrs) {
-		return i, nil
-	}
-	n, err := q.qp.PostSend(wrs[i:])
-	return i + n, err
+	return surfacedPost(wrs, l.translate, l.lane.BackupQP.PostSend, q.qp.PostSend, &l.st.Sends)
 }
 
 // surfacedRecv is xl_surfaced_recv: surfacedSend for receives.
 func (l *fakeLane) surfacedRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+	return surfacedPost(wrs, l.translateRecv, l.lane.BackupQP.PostRecv, q.qp.PostRecv, &l.st.Recvs)
+}
+
+// surfacedPost posts wrs one by one, translated, to the backup with bak
+// (counted), and from the first it cannot there on to the default QP
+// with def.
+func surfacedPost[W any](wrs []W, translate func(W) (W, bool), bak, def func([]W) (int, error), count *uint64) (int, error) {
 	i := 0
 	for ; i < len(wrs); i++ {
-		d, ok := l.translateRecv(wrs[i])
+		d, ok := translate(wrs[i])
 		if !ok {
 			break
 		}
-		if _, err := l.lane.BackupQP.PostRecv([]verbs.RecvWR{d}); err != nil {
+		if _, err := bak([]W{d}); err != nil {
 			break
 		}
-		l.st.Recvs++
+		*count++
 	}
 	if i == len(wrs) {
 		return i, nil
 	}
-	n, err := q.qp.PostRecv(wrs[i:])
+	n, err := def(wrs[i:])
 	return i + n, err
 }
 

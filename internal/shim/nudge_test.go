@@ -116,14 +116,7 @@ func TestNudgeFlushKeptFromApplication(t *testing.T) {
 		t.Fatalf("nudge with nothing in flight: %v, want ENODATA", err)
 	}
 	before := len(qa.all)
-	qa.sendNext(t)
-	laddr, _ := a.counter()
-	raddr, _ := b.counter()
-	if _, err := a.hp.postSend(qa.fq, []verbs.SendWR{{WRID: 7777, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled,
-		CompareAdd: 1, SGList: []verbs.SGE{{Addr: laddr, Length: 8, LKey: a.mr.LKey()}}, RemoteAddr: raddr, RKey: b.mr.RKey()}}); err != nil {
-		t.Fatal(err)
-	}
-	qa.sendNext(t)
+	sendAtomicBetween(t, qa)
 	if err := a.hp.Nudge(qa.fq.app); err != nil {
 		t.Fatalf("nudge with WRs in flight: %v", err)
 	}
