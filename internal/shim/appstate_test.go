@@ -7,7 +7,6 @@ import (
 
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
-	"github.com/ibpath/ibpath/verbs/sim"
 )
 
 // appClose is the application's move of q to ERR (as rdma_disconnect
@@ -44,41 +43,13 @@ func eachRecvFlushedOnce(t *testing.T, q *appQP, from int) {
 	}
 }
 
-// closeWorld: A and B exchange messages; with cut, A's link is cut and
-// both fail over first (the Go data path, or the express lane). Then both
-// applications close their QPs.
-func closeWorld(t *testing.T, seed uint64, o l2opts, cut bool) (*sim.Fabric, []*l2host, *appQP, *appQP, [2]int) {
-	t.Helper()
-	f := railFabric(t, seed)
-	c := newCluster()
-	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
-	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{split: true})
-	connectPair(t, qa, qb)
-	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
-	hosts := []*l2host{a, b}
-	qa.total, qb.total = 10, 10
-	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
-	if cut {
-		if err := f.SetLink(a.port, false); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "A diverted on PORT_ErR", qa.diverted)
-		qa.total, qb.total = 40, 40
-		drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
-		if o.express {
-			drive(t, f, hosts, 5*time.Microsecond, func() bool { return qa.onLane() && qb.onLane() })
-		}
-	}
-	return f, hosts, qa, qb, [2]int{len(qa.all), len(qb.all)}
-}
-
 // TestAppCloseBeforeFailover: with no fault, both applications end their
 // connection (their QPs to ERR, as rdma_disconnect does). Layer 2 leaves
 // the QPs to them: nothing is diverted, every outstanding receive
 // flushes to the application once, the status says why, and a later scan
 // does not arm them again.
 func TestAppCloseBeforeFailover(t *testing.T) {
-	f, hosts, qa, qb, from := closeWorld(t, 36, l2opts{}, false)
+	f, hosts, qa, qb, from := exchangeWorld(t, 36, l2opts{}, false)
 	appClose(t, qa)
 	appClose(t, qb)
 	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= l2Recvs && len(qb.errs) >= l2Recvs })
@@ -109,7 +80,7 @@ func TestAppCloseAfterFailover(t *testing.T) {
 		o    l2opts
 	}{{"go", l2opts{}}, {"express", l2opts{express: true}}} {
 		t.Run(o.name, func(t *testing.T) {
-			f, hosts, qa, qb, from := closeWorld(t, 37, o.o, true)
+			f, hosts, qa, qb, from := exchangeWorld(t, 37, o.o, true)
 			appClose(t, qa)
 			appClose(t, qb)
 			drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= l2Recvs && len(qb.errs) >= l2Recvs })
@@ -131,7 +102,7 @@ func TestAppCloseAfterFailover(t *testing.T) {
 // reaches A's backup, and A refuses it (nothing to fail over): B's error
 // surfaces at once, not after its handshake bound (5 s).
 func TestAppCloseRefusesPeer(t *testing.T) {
-	f, hosts, qa, qb, _ := closeWorld(t, 38, l2opts{}, false)
+	f, hosts, qa, qb, _ := exchangeWorld(t, 38, l2opts{}, false)
 	appClose(t, qa)
 	start := f.Now()
 	qb.total = 20
@@ -154,7 +125,7 @@ func TestAppCloseRefusesPeer(t *testing.T) {
 // application as plain verbs give them (nothing polls its CQ but it).
 // After the CQ is destroyed, a CQ at the same address starts afresh.
 func TestStartPollLeavesQPs(t *testing.T) {
-	f, hosts, qa, _, _ := closeWorld(t, 39, l2opts{}, false)
+	f, hosts, qa, _, _ := exchangeWorld(t, 39, l2opts{}, false)
 	a := qa.x
 	a.rt.CQStartPoll(a.id, qa.scq)
 	if qa.armed() {

@@ -545,3 +545,32 @@ func (x *l2host) logLine(parts ...string) string {
 	}
 	return ""
 }
+
+// exchangeWorld: A and B, their QPs connected and armed, exchange ten
+// messages each; with cut, A's link is then cut, both fail over and
+// exchange thirty more on the backup (on the express lane with o.express).
+// It returns how many completions each application had seen.
+func exchangeWorld(t *testing.T, seed uint64, o l2opts, cut bool) (*sim.Fabric, []*l2host, *appQP, *appQP, [2]int) {
+	t.Helper()
+	f := railFabric(t, seed)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{split: true})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total, qb.total = 10, 10
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+	if cut {
+		if err := f.SetLink(a.port, false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "A diverted on PORT_ERR", qa.diverted)
+		qa.total, qb.total = 40, 40
+		drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+		if o.express {
+			drive(t, f, hosts, 5*time.Microsecond, func() bool { return qa.onLane() && qb.onLane() })
+		}
+	}
+	return f, hosts, qa, qb, [2]int{len(qa.all), len(qb.all)}
+}

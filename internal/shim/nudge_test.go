@@ -103,19 +103,12 @@ func TestLayersNudgeAfterCableCut(t *testing.T) {
 // the default QP's flushes reach the application through the runtime,
 // each of its WRs once, and the nudge's flush not at all (routeWC).
 func TestNudgeFlushKeptFromApplication(t *testing.T) {
-	f := railFabric(t, 34)
-	c := newCluster()
-	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
-	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
-	connectPair(t, qa, qb)
-	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
-	hosts := []*l2host{a, b}
-	qa.total = 5
-	drive(t, f, hosts, 5*time.Microsecond, finished(qa))
+	f, hosts, qa, qb, _ := exchangeWorld(t, 34, l2opts{}, false)
+	a, b := qa.x, qb.x
 	if err := a.hp.Nudge(qa.fq.app); !errors.Is(err, syscall.ENODATA) {
 		t.Fatalf("nudge with nothing in flight: %v, want ENODATA", err)
 	}
-	before := len(qa.all)
+	before, k := len(qa.all), uint64(qa.sent)
 	sendAtomicBetween(t, qa)
 	if err := a.hp.Nudge(qa.fq.app); err != nil {
 		t.Fatalf("nudge with WRs in flight: %v", err)
@@ -138,7 +131,7 @@ func TestNudgeFlushKeptFromApplication(t *testing.T) {
 			t.Fatalf("the application saw the nudge's completion %+v among %+v", wc, got)
 		}
 	}
-	for _, id := range []uint64{10, 11, 7777, 12, 13} { // messages 5 and 6 (WRITE 2k, SEND 2k+1) around the atomic
+	for _, id := range []uint64{2 * k, 2*k + 1, 7777, 2*k + 2, 2*k + 3} { // two messages (WRITE 2k, SEND 2k+1) around the atomic
 		if seen[id] != 1 {
 			t.Fatalf("WR %d completed %d times after the cut: %+v", id, seen[id], got)
 		}
