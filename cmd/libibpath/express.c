@@ -543,7 +543,7 @@ static int default_wcs(struct lip_ctx *c, struct ibv_wc *wc, int k)
 	for (int i = 0; i < k; i++) {
 		if (!last || last->qpn != wc[i].qp_num)
 			last = lip_qp_find(c, wc[i].qp_num);
-		if (last && lip_nudge_wc(last, &wc[i]))
+		if (last && wc[i].status != IBV_WC_SUCCESS && lip_nudge_wc(last, &wc[i]))
 			continue; /* layer 1's nudge (nudge.c) */
 		if (last && __atomic_load_n(&last->express, __ATOMIC_ACQUIRE)) {
 			if (wc[i].status != IBV_WC_SUCCESS && !__atomic_load_n(&last->xl->surfaced, __ATOMIC_ACQUIRE)) {

@@ -627,14 +627,14 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 			last = lip_qp_find(c, wc[i].qp_num);
 		if (!last)
 			continue;
-		if (__builtin_expect(lip_nudge_wc(last, &wc[i]), 0)) {
-			/* layer 1's nudge: its flush is no one's (nudge.c) */
-			memmove(&wc[i], &wc[i + 1], (size_t)(got - i - 1) * sizeof(*wc));
-			got--;
-			i--;
-			continue;
-		}
 		if (wc[i].status != IBV_WC_SUCCESS) {
+			if (__builtin_expect(lip_nudge_wc(last, &wc[i]), 0)) {
+				/* layer 1's nudge: its flush is no one's (nudge.c) */
+				memmove(&wc[i], &wc[i + 1], (size_t)(got - i - 1) * sizeof(*wc));
+				got--;
+				i--;
+				continue;
+			}
 			/* The opcode of an error completion is undefined: its
 			 * entry stays outstanding. An armed QP's error goes to
 			 * layer 2 with the rest of the batch, which is its now;

@@ -68,7 +68,7 @@ func ibpathInit() {
 	// The shim's goroutines mostly wait: the Go runtime in the program
 	// gets few threads to run them and its garbage collector (also when
 	// disabled: the runtime is there all the same).
-	runtime.GOMAXPROCS(cfg.GoMaxProcs)
+	runtime.GOMAXPROCS(min(cfg.GoMaxProcs, runtime.NumCPU()))
 	if cfg.Disabled {
 		C.lip_enabled = 0
 		return

@@ -72,7 +72,7 @@ int lip_nudge_drop(struct lip_ctx *c, struct ibv_wc *wc, int n)
 	for (int i = 0; i < n; i++) {
 		if (!last || last->qpn != wc[i].qp_num)
 			last = lip_qp_find(c, wc[i].qp_num);
-		if (last && lip_nudge_wc(last, &wc[i]))
+		if (last && wc[i].status != IBV_WC_SUCCESS && lip_nudge_wc(last, &wc[i]))
 			continue;
 		wc[kept++] = wc[i];
 	}

@@ -270,10 +270,11 @@ void lip_nudge_done(struct lip_qp *q, uint64_t stail);
 void lip_nudge_forget(struct lip_qp *q);
 int lip_nudge_drop(struct lip_ctx *c, struct ibv_wc *wc, int n);
 
-/* lip_nudge_wc says whether wc, a completion of q, is layer 1's nudge,
- * which no one above the shim may see (it clears the nudge's mark: its
- * completion is the last thing the nudge makes). Only a QP with a nudge
- * out pays more than one load. */
+/* lip_nudge_wc says whether wc, an error completion of q, is layer 1's
+ * nudge, which no one above the shim may see (it clears the nudge's mark:
+ * its completion is the last thing the nudge makes). Unsignaled on a QP
+ * without sq_sig_all, a nudge completes in error only: successful
+ * completions need not be looked at. */
 static inline int lip_nudge_wc(struct lip_qp *q, const struct ibv_wc *wc)
 {
 	uint64_t m = __atomic_load_n(&q->nudge_mark, __ATOMIC_ACQUIRE);

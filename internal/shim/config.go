@@ -81,7 +81,8 @@ type Config struct {
 	// Log (IBPATH_LOG=error|warn|info|debug, default warn).
 	Log slog.Level
 	// GoMaxProcs (IBPATH_GOMAXPROCS, 1 to 64, default 2): the Go runtime's
-	// GOMAXPROCS inside the program. The shim's Go side is a few
+	// GOMAXPROCS inside the program, never more than the machine's CPUs
+	// (the runtime's own default). The shim's Go side is a few
 	// goroutines that mostly wait; left at the machine's CPU count, the
 	// Go runtime would run its garbage collector on as many threads
 	// beside the program's own, pinned ranks included.
