@@ -57,6 +57,9 @@ struct lip_qp {
 	int sig_all;
 	uint32_t smask, rmask;  /* ring sizes - 1 (powers of two) */
 	uint64_t shead, stail;  /* send ring: posted, retired */
+	/* layer 1's nudge (nudge.c), beside stail: a retirement reads them */
+	uint64_t nudge_mark;    /* 0, or 1 + the send ring's head when a nudge was posted */
+	int sends_polled;       /* a send completion of it went through the shim's polls */
 	uint64_t rhead, rtail;  /* receive ring */
 	uint64_t overflow;      /* entries overwritten before retirement */
 	uint64_t notifs_done;   /* retired sends that consume a peer receive */
@@ -75,9 +78,7 @@ struct lip_qp {
 	struct lip_wrb *wrb;    /* the ibv_wr_* batch of a QP posting through that API (wrapi.c) */
 	/* layer 1's nudge (nudge.c) */
 	int nudge_slot;         /* created with one send WR more than the application was told */
-	int sends_polled;       /* a send completion of it went through the shim's polls */
 	int dead;               /* destroyed: never nudged again (under slock) */
-	uint64_t nudge_mark;    /* 0, or 1 + the send ring's head when a nudge was posted */
 };
 
 #define LIP_SLOT_DEAD ((struct lip_qp *)1)
