@@ -17,21 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "shim.h"
-
-int lip_enabled = 1;
-int lip_record = 1;
-int lip_single_poster = 0;
-int lip_single_poller = 0;
-
-static int hook_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) { return 0; }
-static int hook_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) { return 0; }
-static int hook_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return 0; }
-static void hook_intercept(struct ibv_cq *cq, struct ibv_wc *wc, int n) {}
-static void hook_surfaced(struct ibv_qp *qp, struct ibv_wc *wc) {}
-struct lip_hooks lip_hooks = {hook_post_send, hook_post_recv, hook_poll_cq, hook_intercept, hook_surfaced};
-
-static int fails;
-#define CHECK(cond, ...) do { if (!(cond)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#define LIP_CHECK_NOOP_HOOKS
+#include "check.h"
 
 /* ---- the stand-in for libibverbs and the kernel ---- */
 

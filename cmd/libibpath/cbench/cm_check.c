@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <rdma/rdma_cma.h>
 #include "cm.h"
+#include "check.h"
 
 _Static_assert(offsetof(struct rdma_cm_event, id) == offsetof(struct lip_cm_event, id), "rdma_cm_event.id");
 _Static_assert(offsetof(struct rdma_cm_event, listen_id) == offsetof(struct lip_cm_event, listen_id), "rdma_cm_event.listen_id");
@@ -18,9 +19,6 @@ _Static_assert(sizeof(enum rdma_cm_event_type) == sizeof(int), "enum rdma_cm_eve
 _Static_assert(offsetof(struct rdma_cm_id, verbs) == offsetof(struct lip_cm_id, verbs), "rdma_cm_id.verbs");
 _Static_assert(offsetof(struct rdma_cm_id, qp) == offsetof(struct lip_cm_id, qp), "rdma_cm_id.qp");
 _Static_assert(RDMA_CM_EVENT_UNREACHABLE == LIP_CM_EVENT_UNREACHABLE, "RDMA_CM_EVENT_UNREACHABLE");
-
-static int fails;
-#define CHECK(cond, ...) do { if (!(cond)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 /* ---- a scripted channel: the events librdmacm would return, in order,
  * then EAGAIN (a non-blocking channel with nothing more) ---- */

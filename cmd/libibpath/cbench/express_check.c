@@ -13,11 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "shim.h"
-
-int lip_enabled = 1;
-int lip_record = 1;
-int lip_single_poster = 0;
-int lip_single_poller = 0;
+#include "check.h"
 
 /* A device stub: what was posted to it, and a CQ ring the test fills. */
 struct dev {
@@ -130,9 +126,6 @@ static void hook_express_surfaced(struct ibv_qp *qp, struct ibv_wc *wc)
 }
 
 struct lip_hooks lip_hooks = {hook_post_send, hook_post_recv, hook_poll_cq, hook_intercept, hook_express_surfaced};
-
-static int fails;
-#define CHECK(cond, ...) do { if (!(cond)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 static struct ibv_qp qp, other, bqp;
 

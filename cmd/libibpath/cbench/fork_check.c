@@ -8,21 +8,12 @@
  * lock):
  *   gcc -O2 -I.. fork_check.c ../hotpath.c ../divert.c ../express.c ../wrapi.c ../nudge.c -lpthread */
 #include "../channel.c"
+#define LIP_CHECK_NOOP_HOOKS
+#include "check.h"
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
-
-int lip_enabled = 1;
-int lip_record = 1;
-int lip_single_poster = 0;
-int lip_single_poller = 0;
-
-static int hook_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) { return 0; }
-static int hook_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) { return 0; }
-static int hook_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return 0; }
-static void hook_intercept(struct ibv_cq *cq, struct ibv_wc *wc, int n) {}
-struct lip_hooks lip_hooks = {hook_post_send, hook_post_recv, hook_poll_cq, hook_intercept};
 
 static volatile int holding;
 

@@ -12,11 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include "shim.h"
-
-int lip_enabled = 1;
-int lip_record = 1;
-int lip_single_poster = 0;
-int lip_single_poller = 0;
+#include "check.h"
 
 #define DEPTH 1024
 static struct ibv_wc ring[DEPTH];
@@ -164,9 +160,6 @@ static void setup(void)
 		exit(2);
 	}
 }
-
-static int fails;
-#define CHECK(cond, ...) do { if (!(cond)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 static void drain(void)
 {

@@ -15,14 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "shim.h"
-
-int lip_enabled = 1;
-int lip_record = 1;
-int lip_single_poster = 0;
-int lip_single_poller = 0;
-
-static int fails;
-#define CHECK(cond, ...) do { if (!(cond)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "check.h"
 
 /* ---- the provider stub ---- */
 
