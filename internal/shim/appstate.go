@@ -28,14 +28,14 @@ func (r *Runtime) appClosed(ctx uintptr, qpn uint32, state verbs.QPState) {
 	if q == nil || q.gone || q.left != "" {
 		return
 	}
-	q.left = fmt.Sprintf("the application moved the QP to %v", state)
+	why := fmt.Sprintf("the application moved the QP to %v", state)
 	switch {
 	case q.conn != nil:
-		sq, _ := q.conn.State()
-		if sq == fsm.SQSurfaced {
+		q.left = why
+		if sq, _ := q.conn.State(); sq == fsm.SQSurfaced {
 			return
 		}
-		reason := q.left + " after its failover: what the backup holds flushes"
+		reason := why + " after its failover: what the backup holds flushes"
 		if q.express {
 			r.surfaceExpress(q, reason)
 		} else {
@@ -44,10 +44,8 @@ func (r *Runtime) appClosed(ctx uintptr, qpn uint32, state verbs.QPState) {
 		}
 		r.log.Info("libibpath: layer 2 ends the QP with the application", "qpn", qpn, "reason", reason)
 	case q.diverted || q.intercepted:
-		// taken over, no Conn: plain verbs already
+		q.left = why // taken over, no Conn: plain verbs already
 	default:
-		why := q.left
-		q.left = ""
 		r.leave(q, why)
 		r.log.Debug("libibpath: layer 2 leaves the QP to the application", "qpn", qpn, "reason", why)
 	}
