@@ -356,7 +356,7 @@ def main():
         row = {"name": name, "prog": m["prog"], "shim": m["shim"], "cut": m["cut"],
                "cut_at_s": m.get("cut_time"), "cut_for_s": m.get("cut_for") if m["cut"] != "none" else None,
                "rep": int(m.get("rep") or (name.rsplit(".r", 1)[1] if re.search(r"\.r\d+$", name) else 1)),
-               "elapsed_s": m.get("elapsed"), "order": float(m.get("started") or os.path.getmtime(os.path.join(d, "meta")))}
+               "elapsed_s": m.get("elapsed"), "again": m.get("again"), "order": float(m.get("started") or os.path.getmtime(os.path.join(d, "meta")))}
         if m.get("status") in ("SKIP", "FAIL"):
             # not run: a build that failed, the lab budget spent, a guest gone
             row.update(status=m["status"], reason=m.get("reason", ""), finished=False, correct="no")
@@ -367,9 +367,10 @@ def main():
             # (ok, broken: rxe0 re-created there, cm_fix says with what result)
             row["cm_after_cut"] = m.get("cm_after_cut")
             row["cm_fix"] = m.get("cm_fix")
-            # a failed recovery: link A's IP both ways (ok, or dead from a
-            # guest: both guests rebooted, link_fix says with what result)
-            row["link_a"] = m.get("link_a")
+            # a failed recovery or a timed-out client: links A and B's IP
+            # both ways (ok, or "dead: A from g1 ...": both guests
+            # rebooted, link_fix says with what result)
+            row["links"] = m.get("links")
             row["link_fix"] = m.get("link_fix")
             row["port_active_s"] = m.get("port_active_s")
             row["status"] = "PASS" if row["finished"] and row["correct"] in ("yes", "n/c", "skip") else "FAIL"
@@ -404,6 +405,10 @@ def main():
         # uncut rows must finish; so must the cut rows of programs the
         # shim protects, with the shim: layer 2 fails them over
         r["must_pass"] = r["cut"] == "none" or (r["shim"] in SHIMMED and r["prog"] in PROTECTED)
+        # a row under which the lab's links failed, run again after a
+        # reboot (row_again): its retry is judged in its place
+        if r.get("again"):
+            r["must_pass"] = False
     ratios = {}
     def median(v):
         v = sorted(v)
@@ -432,7 +437,7 @@ def main():
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
-            "recovered", "cm_after_cut", "cm_fix", "link_a", "link_fix", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "backup_qps", "backup_spread_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
+            "recovered", "cm_after_cut", "cm_fix", "links", "link_fix", "again", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "backup_qps", "backup_spread_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
             "shim_log_lines", "reason", "detail"]
     with open(os.path.join(out, "report.tsv"), "w") as f:
         f.write("\t".join(cols) + "\n")
@@ -471,7 +476,7 @@ def main():
         recov = r.get("recovered") or ""
         if r.get("cm_after_cut") == "broken":
             recov += "!"
-        if (r.get("link_a") or "ok") != "ok":
+        if (r.get("links") or "ok") != "ok":
             recov += "#"
         print(h % (r["prog"], r["shim"], r["cut"], r["status"] if r["must_pass"] else r["status"].lower(),
                    "yes" if r["finished"] else "no", r["correct"], recov, cut_at and "%.1f" % float(cut_at),
@@ -492,9 +497,13 @@ def main():
     if cm:
         print("recov !: rdma_cm over link A broken in the cut guest after the row (its GSI QP receives no more; "
               "docs/LAB.md, Known limits): " + ", ".join(cm))
-    dead = ["%s (%s; %s)" % (r["name"], r["link_a"], r.get("link_fix") or "not rebooted") for r in rows if (r.get("link_a") or "ok") != "ok"]
+    dead = ["%s (%s; %s)" % (r["name"], r["links"], r.get("link_fix") or "not rebooted") for r in rows if (r.get("links") or "ok") != "ok"]
     if dead:
-        print("recov #: link A carried no IP after the row (a guest's virtio-net stopped sending; docs/LAB.md, Known limits): " + ", ".join(dead))
+        print("recov #: a link carried no IP after the row (as when a guest's virtio-net stops sending; docs/LAB.md, Known limits): " + ", ".join(dead))
+    again = ["%s (%s; retry %s)" % (r["name"], r["status"], next((a["status"] for a in rows if a["name"] == r["again"]), "lost"))
+             for r in rows if r.get("again")]
+    if again:
+        print("run again after the guests' reboot (the first run's status in lower case, the retry's judged): " + ", ".join(again))
     budget = [r["name"] for r in rows if r["status"] == "SKIP" and r["reason"].startswith("lab budget")]
     if budget:
         print("not run, the lab budget (LAB_BUDGET) spent: %d rows: %s" % (len(budget), ", ".join(budget)))

@@ -187,15 +187,20 @@ cut_apply() {
 # meta KEY VALUE...: append to the current row's meta file.
 meta() { local k=$1; shift; echo "$k=$*" >>"$ROW_DIR/meta"; }
 
-# row_run PROG SHIM CUT PORT [REP]
+# row_run PROG SHIM CUT PORT [REP]: REP is the repetition (1), or "again"
+# for the one retry of a row whose guests were rebooted (row_again).
 row_run() {
-	local prog=$1 shim=$2 cut=$3 port=$4 name envs="" st js="" jc t0 tcut trest rc_c=0 rc_s=0 g
+	local prog=$1 shim=$2 cut=$3 port=$4 name envs="" st js="" jc t0 tcut trest rc_c=0 rc_s=0 g rep=${5:-1}
 	name=$prog.$shim.$cut
-	[ "${5:-1}" = 1 ] || name=$name.r$5
+	case $rep in
+	1) ;;
+	again) name=$name.again rep=1 ;;
+	*) name=$name.r$rep ;;
+	esac
 	ROW_DIR=$LAB_OUT/rows/$name
 	rm -rf "$ROW_DIR"
 	mkdir -p "$ROW_DIR"
-	meta started "$(now)"; meta name "$name"; meta prog "$prog"; meta shim "$shim"; meta cut "$cut"; meta rep "${5:-1}"
+	meta started "$(now)"; meta name "$name"; meta prog "$prog"; meta shim "$shim"; meta cut "$cut"; meta rep "$rep"
 	case $prog in
 	ibvtest-*) st=$(build_status ibvtest) ;;
 	ibpathd) st=$(build_status daemon) ;;
@@ -332,8 +337,11 @@ $CLIENT")
 		row_recovery "$name" "$port" "$envs"
 	fi
 	case $cut in ipdown-*) row_cm "$name" "${cut#*-}" "$port" ;; esac
-	# link A dead below verbs: the guests are rebooted for the rows after it
-	[ "$ROW_RECOVERED" = no ] && row_link "$name"
+	# a link dead below verbs (link A carries the RDMA traffic, link B the
+	# programs' TCP and the backup rxe1): the guests are rebooted for the
+	# rows after it. Checked after a failed recovery and after a client
+	# that failed, cut or not.
+	if links_suspect "$ROW_RECOVERED" "$rc_c"; then row_link "$name"; fi
 	log "row $name: done in $(elapsed "$t0") s (client rc $rc_c${js:+, server rc $rc_s})"
 }
 
@@ -401,46 +409,85 @@ row_cm() {
 	log "row $1: a new rdma_cm connection into $g over link A: $st${fix:+ ($fix)}"
 }
 
-# link_a_up GUEST: whether GUEST reaches the other guest over link A with
-# IP (two pings), below verbs and rdma_cm.
-link_a_up() {
-	gexec "$1" 15 "busybox ping -c 2 -W 2 10.77.0.$((3 - ${1#g}))" >>"$ROW_DIR/recovery.log" 2>&1
+# links_suspect RECOVERED CLIENT_RC: whether a row's end calls for a look
+# at the links: its recovery check failed, or its client failed (ran out
+# its time, or could not connect), with or without a cut.
+links_suspect() {
+	[ "$1" = no ] || [ "$2" != 0 ]
 }
 
-# row_link NAME: after a cut whose recovery check failed, whether link A
-# still carries IP both ways. Under TCG a guest's virtio-net can stop
-# completing its sends after a cut (its eth0's tx_packets frozen while
-# the qdisc goes on handing it packets; docs/LAB.md, "Known limits"):
-# nothing gets over link A from that guest again, verbs, rdma_cm or IP,
-# and re-creating rxe0 does not help (deleting it while the stuck packets
-# hold its QPs oopsed the guest in rxe_skb_tx_dtor). Then both guests are
-# rebooted, within what is left of QEMU's deadline, and their ibpathd
-# started again when the run uses it, so that the rows after it run on a
-# working link; the meta (link_a, link_fix) and the report say so.
+# link_up GUEST NET: whether GUEST reaches the other guest over link NET
+# (0 = A, 1 = B) with IP (two pings), below verbs and rdma_cm.
+link_up() {
+	gexec "$1" 15 "busybox ping -c 2 -W 2 10.77.$2.$((3 - ${1#g}))" >>"$ROW_DIR/recovery.log" 2>&1
+}
+
+# links_dead: sets LINKS_DEAD to the links that carry no IP, as " A from
+# g1 B from g2" (empty when both links carry IP both ways).
+links_dead() {
+	local g n
+	LINKS_DEAD=""
+	for n in 0 1; do
+		for g in g1 g2; do
+			link_up "$g" "$n" || LINKS_DEAD+=" $([ "$n" = 0 ] && echo A || echo B) from $g"
+		done
+	done
+}
+
+# row_link NAME: after a cut whose recovery check failed, or a client that
+# failed, whether links A and B still carry IP both ways. Under
+# TCG a guest's virtio-net can stop completing its sends (its tx_packets
+# frozen while the qdisc goes on handing it packets; docs/LAB.md, "Known
+# limits"): nothing gets over that link from that guest again, verbs,
+# rdma_cm or IP, and re-creating the rxe device does not help (deleting it
+# while the stuck packets hold its QPs oopsed the guest in
+# rxe_skb_tx_dtor). Link B matters as much as link A: it carries the
+# programs' TCP connection, the recovery check's and the backup device.
+# Then both guests are rebooted, within what is left of QEMU's deadline,
+# and their ibpathd started again when the run uses it, so that the rows
+# after it run on working links; the meta (links, link_fix) and the
+# report say so.
 row_link() {
-	local g dead="" left
-	for g in g1 g2; do link_a_up "$g" || dead+=" $g"; done
+	local dead left
+	links_dead
+	dead=$LINKS_DEAD
 	if [ -z "$dead" ]; then
-		meta link_a ok
+		meta links ok
 		return 0
 	fi
-	meta link_a "dead from$dead"
+	meta links "dead:$dead"
 	# the guests' QEMU was started with LAB_DEADLINE: the new ones get what is left of it
 	left=$((LAB_DEADLINE - $(date +%s) + $(stat -c %Y "$LAB_RUN/g1.pid" 2>/dev/null || date +%s)))
 	if [ "$left" -lt 120 ]; then
 		meta link_fix "not rebooted: $left s of QEMU's deadline left"
-		log "row $1: link A carries no IP from$dead after the cut; $left s of QEMU's deadline left: guests not rebooted"
+		log "row $1: no IP over link$dead after the row; $left s of QEMU's deadline left: guests not rebooted"
 		return 1
 	fi
-	log "row $1: link A carries no IP from$dead after the cut; rebooting both guests"
+	log "row $1: no IP over link$dead after the row; rebooting both guests"
 	vm_stop >>"$ROW_DIR/recovery.log" 2>&1
 	if LAB_DEADLINE=$left vm_boot >>"$ROW_DIR/recovery.log" 2>&1 && rows_daemons >>"$ROW_DIR/recovery.log" 2>&1 &&
-		link_a_up g1 && link_a_up g2; then
+		links_dead && [ -z "$LINKS_DEAD" ]; then
 		meta link_fix "guests rebooted: ok"
 	else
 		meta link_fix "guests rebooted: still dead"
 	fi
 	log "row $1: $(grep '^link_fix=' "$ROW_DIR/meta" | cut -d= -f2-)"
+}
+
+# row_again PROG SHIM CUT PORT: the row just run (ROW_DIR) once more, as
+# PROG.SHIM.CUT.again, when a link below verbs was found dead at its end
+# and the reboot brought it back: the lab failed under the row, which says
+# nothing of the program or the shim. Only a row that must pass (no cut,
+# or a cut under the shim) is run again, once, within the budget. The
+# first run's meta names its retry (again) when the retry ran; the report
+# then shows the first run in lower case and judges the retry.
+row_again() {
+	local first=$ROW_DIR
+	grep -qx 'link_fix=guests rebooted: ok' "$first/meta" 2>/dev/null || return 0
+	[ "$3" = none ] || [ "$2" != off ] || return 0
+	log "row $1.$2.$3: the lab's links failed under it: running it once more"
+	row_run "$1" "$2" "$3" "$4" again
+	grep -qx 'status=SKIP' "$ROW_DIR/meta" || echo "again=$(basename "$ROW_DIR")" >>"$first/meta"
 }
 
 # rows_daemons: start ibpathd in both guests when the run uses it
@@ -536,6 +583,7 @@ rows_run() {
 	while read -r prog shim cut port; do
 		[ -n "$prog" ] || continue
 		row_run "$prog" "$shim" "$cut" "$port"
+		row_again "$prog" "$shim" "$cut" "$port"
 	done <<<"$plan"
 	# the repetitions' ports come after every planned row's
 	port=$((18700 + 6 * $(grep -c . <<<"$LAB_ROW_LIST")))

@@ -108,9 +108,10 @@ check "a failed re-creation is not checked again, and says so" \
 	bash -c "grep -qx 'cm_fix=rxe0 re-created in g1: still broken' '$LAB_OUT/rows/cm-norecreate/meta' && [ \$(grep -c 'rping -c' '$tmp/gexec') = 1 ]"
 rm -rf "$LAB_OUT"/rows/cm-*
 
-# row_link: after a failed recovery, link A's IP both ways; a guest whose
-# link carries nothing gets both guests rebooted (stubbed: LINK_RESULTS are
-# the pings' results in order, g1's then g2's, before and after a reboot)
+# row_link: after a failed recovery, links A and B's IP both ways; a guest
+# whose link carries nothing gets both guests rebooted (stubbed:
+# LINK_RESULTS are the pings' results in order, link A's g1 and g2, then
+# link B's, before and after a reboot)
 gexec() { # GUEST TIMEOUT CMD
 	echo "gexec $1 $3" >>"$tmp/gexec"
 	case $3 in
@@ -133,28 +134,36 @@ linkrow() { # NAME: a cut row whose recovery failed, then row_link
 	: >"$tmp/vm"
 	row_link "$1"
 }
-LAB_DEADLINE=3000 LINK_RESULTS="0 0 " linkrow link-ok
-check "link A that carries IP both ways: ok, no reboot" \
-	bash -c "grep -qx 'link_a=ok' '$LAB_OUT/rows/link-ok/meta' && [ ! -s '$tmp/vm' ]"
-check "  one ping from each guest to the other over link A" \
-	same "$(cut -d' ' -f2- "$tmp/gexec" | tr '\n' ';')" "g1 busybox ping -c 2 -W 2 10.77.0.2;g2 busybox ping -c 2 -W 2 10.77.0.1;"
-LAB_DEADLINE=3000 LINK_RESULTS="1 0 0 0 " linkrow link-fixed
-check "a guest whose link A is dead: both guests rebooted, the link checked again" \
-	same "$(grep '^link_' "$LAB_OUT/rows/link-fixed/meta" | tr '\n' ';')" "link_a=dead from g1;link_fix=guests rebooted: ok;"
+check "links_suspect: a failed recovery" links_suspect no 0
+check "links_suspect: a client that ran out its time, no cut" links_suspect "" 124
+check "links_suspect: a client that could not connect" links_suspect "" 1
+unsuspect() { ! links_suspect yes 0 && ! links_suspect "" 0; }
+check "links_suspect: not a recovered row whose client ended well" unsuspect
+LAB_DEADLINE=3000 LINK_RESULTS="0 0 0 0 " linkrow link-ok
+check "links A and B that carry IP both ways: ok, no reboot" \
+	bash -c "grep -qx 'links=ok' '$LAB_OUT/rows/link-ok/meta' && [ ! -s '$tmp/vm' ]"
+check "  one ping from each guest to the other over each link" \
+	same "$(cut -d' ' -f2- "$tmp/gexec" | tr '\n' ';')" "g1 busybox ping -c 2 -W 2 10.77.0.2;g2 busybox ping -c 2 -W 2 10.77.0.1;g1 busybox ping -c 2 -W 2 10.77.1.2;g2 busybox ping -c 2 -W 2 10.77.1.1;"
+LAB_DEADLINE=3000 LINK_RESULTS="1 0 0 0 0 0 0 0 " linkrow link-fixed
+check "a guest whose link A is dead: both guests rebooted, the links checked again" \
+	same "$(grep -E '^link(s|_fix)=' "$LAB_OUT/rows/link-fixed/meta" | tr '\n' ';')" "links=dead: A from g1;link_fix=guests rebooted: ok;"
 check "  the new guests get what is left of QEMU's deadline" \
 	grep -Eq "^vm_boot deadline (2999|3000)$" "$tmp/vm"
-LAB_DEADLINE=3000 LINK_RESULTS="0 1 1 0 " linkrow link-still
-check "a reboot after which the link is still dead says so" \
+LAB_DEADLINE=3000 LINK_RESULTS="0 0 0 1 0 0 0 0 " linkrow link-b
+check "a guest whose link B is dead (link A fine): both guests rebooted" \
+	same "$(grep -E '^link(s|_fix)=' "$LAB_OUT/rows/link-b/meta" | tr '\n' ';')" "links=dead: B from g2;link_fix=guests rebooted: ok;"
+LAB_DEADLINE=3000 LINK_RESULTS="0 1 0 0 0 0 1 0 " linkrow link-still
+check "a reboot after which a link is still dead says so" \
 	grep -qx "link_fix=guests rebooted: still dead" "$LAB_OUT/rows/link-still/meta"
-LAB_DEADLINE=3000 BOOT_RC=1 LINK_RESULTS="1 1 " linkrow link-noboot
-check "guests that do not boot again: still dead, the link not pinged again" \
-	bash -c "grep -qx 'link_fix=guests rebooted: still dead' '$LAB_OUT/rows/link-noboot/meta' && [ \$(grep -c ping '$tmp/gexec') = 2 ]"
-LAB_DEADLINE=100 LINK_RESULTS="1 1 " linkrow link-late
+LAB_DEADLINE=3000 BOOT_RC=1 LINK_RESULTS="1 1 0 0 " linkrow link-noboot
+check "guests that do not boot again: still dead, the links not pinged again" \
+	bash -c "grep -qx 'link_fix=guests rebooted: still dead' '$LAB_OUT/rows/link-noboot/meta' && [ \$(grep -c ping '$tmp/gexec') = 4 ]"
+LAB_DEADLINE=100 LINK_RESULTS="1 1 0 0 " linkrow link-late
 check "no reboot with under 2 minutes of QEMU's deadline left" \
 	bash -c "grep -Eq '^link_fix=not rebooted: (99|100) s of QEMU.s deadline left$' '$LAB_OUT/rows/link-late/meta' && [ ! -s '$tmp/vm' ]"
 python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" >"$tmp/report" 2>&1
-check "the report lists the rows after which link A was dead, with the repair" \
-	grep -q "^recov #: link A carried no IP after the row .*link-fixed (dead from g1; guests rebooted: ok)" "$tmp/report"
+check "the report lists the rows after which a link was dead, with the repair" \
+	grep -q "^recov #: a link carried no IP after the row .*link-fixed (dead: A from g1; guests rebooted: ok), link-b (dead: B from g2; guests rebooted: ok)" "$tmp/report"
 rm -rf "$LAB_OUT"/rows/link-*
 
 # the report: a row not run is listed with its reason; a FAIL fails the run
@@ -163,6 +172,47 @@ check "the report fails the run for the must-pass row whose guest was gone" same
 check "  naming it" grep -q "^result: FAIL (failed: write_bw.on.none)$" "$tmp/report"
 check "  and lists the rows the budget left out" \
 	grep -q "^not run, the lab budget (LAB_BUDGET) spent: 2 rows: pingpong.on.setlink-g1, write_bw.off.none$" "$tmp/report"
+
+# row_again: a must-pass row under which the links failed and the reboot
+# brought them back runs once more (row_run stubbed: AGAIN_STATUS is the
+# retry's status, FAIL or SKIP)
+rm -rf "$LAB_OUT/rows"
+stub_row_run() { # PROG SHIM CUT PORT REP
+	echo "row_run $*" >>"$tmp/runs"
+	ROW_DIR=$LAB_OUT/rows/$1.$2.$3.again
+	mkdir -p "$ROW_DIR"
+	printf '%s\n' "name=$1.$2.$3.again" "prog=$1" "shim=$2" "cut=$3" rep=1 "status=$AGAIN_STATUS" reason=stub >"$ROW_DIR/meta"
+}
+# (through eval: shellcheck would take this definition for the one the
+# tests above call)
+eval 'row_run() { stub_row_run "$@"; }'
+againrow() { # PROG SHIM CUT LINK_FIX: a first run that failed with LINK_FIX, then row_again
+	ROW_DIR=$LAB_OUT/rows/$1.$2.$3
+	mkdir -p "$ROW_DIR"
+	printf '%s\n' "name=$1.$2.$3" "prog=$1" "shim=$2" "cut=$3" rep=1 status=FAIL reason=first "links=dead: B from g2" "link_fix=$4" >"$ROW_DIR/meta"
+	: >"$tmp/runs"
+	row_again "$1" "$2" "$3" 18700
+}
+AGAIN_STATUS=FAIL againrow write_lat on setlink-g1 "guests rebooted: ok"
+check "a shim cut row whose links the reboot brought back runs again, as REP again" \
+	same "$(cat "$tmp/runs")" "row_run write_lat on setlink-g1 18700 again"
+check "  the first run's meta names its retry" grep -qx "again=write_lat.on.setlink-g1.again" "$LAB_OUT/rows/write_lat.on.setlink-g1/meta"
+AGAIN_STATUS=FAIL againrow pingpong off setlink-g1 "guests rebooted: ok"
+check "a cut row without the shim (not must-pass) does not" test ! -s "$tmp/runs"
+AGAIN_STATUS=FAIL againrow pingpong on none "guests rebooted: still dead"
+check "nor a row whose links stayed dead" test ! -s "$tmp/runs"
+AGAIN_STATUS=SKIP againrow write_bw off none "guests rebooted: ok"
+check "a retry the budget left out is not named in the first run's meta" \
+	bash -c "! grep -q '^again=' '$LAB_OUT/rows/write_bw.off.none/meta'"
+python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" >"$tmp/report" 2>&1
+judged() { # the failed list names the retry, and not the first run
+	local f
+	f=$(sed -n 's/^result: FAIL (failed: \(.*\))$/\1/p' "$tmp/report" | tr -d ' ' | tr ',' '\n' | sort | tr '\n' ' ')
+	same "$f" "pingpong.on.none write_bw.off.none write_lat.on.setlink-g1.again "
+}
+check "the report judges the retry in place of the first run" judged
+check "  and lists the retried row with both statuses" \
+	grep -q "^run again after the guests' reboot .*: write_lat.on.setlink-g1 (FAIL; retry FAIL)$" "$tmp/report"
 
 [ "$fails" = 0 ] || { echo "lab/test/rows_test.sh: $fails failed"; exit 1; }
 echo "lab/test/rows_test.sh: all passed"
