@@ -65,6 +65,7 @@ func ibpathInit() {
 	if cfg.Log <= slog.LevelInfo || err != nil || cfg.Disabled {
 		fmt.Fprintln(os.Stderr, cfg.Banner(os.Getpid()))
 	}
+	dlopenNote(log, cfg)
 	// The shim's goroutines mostly wait: the Go runtime in the program
 	// gets few threads to run them and its garbage collector (also when
 	// disabled: the runtime is there all the same).

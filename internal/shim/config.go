@@ -87,6 +87,11 @@ type Config struct {
 	// Go runtime would run its garbage collector on as many threads
 	// beside the program's own, pinned ranks included.
 	GoMaxProcs int
+	// Dlopen (IBPATH_DLOPEN=on|off, default on): a program that opens
+	// libibverbs itself with dlopen (NCCL before 2.30) gets a handle of
+	// the shim, whose lookups find the shim's verbs (cmd/libibpath's
+	// dlopen.c, which reads the variable itself).
+	Dlopen bool
 }
 
 // Env names.
@@ -106,6 +111,9 @@ const (
 	EnvHeadroom  = "IBPATH_CQ_HEADROOM"
 	EnvHandshake = "IBPATH_HANDSHAKE_TIMEOUT"
 	EnvGoProcs   = "IBPATH_GOMAXPROCS"
+	// EnvDlopen is read by the C side (dlopen.c) before the Go side
+	// exists; FromEnv checks its value with the others.
+	EnvDlopen = "IBPATH_DLOPEN"
 )
 
 // defaultGoMaxProcs is GoMaxProcs's default, maxGoMaxProcs its bound.
@@ -126,7 +134,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		getenv = os.Getenv
 	}
 	c := Config{APM: true, Nudge: true, Record: true, Express: true, Channels: true, Backup: "auto", Socket: api.DefaultSocket, Log: slog.LevelWarn,
-		GoMaxProcs: defaultGoMaxProcs}
+		GoMaxProcs: defaultGoMaxProcs, Dlopen: true}
 	var err error
 	if c.Disabled, err = boolEnv(getenv, EnvDisable, false); err != nil {
 		return c, err
@@ -153,6 +161,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.Channels, err = boolEnv(getenv, EnvChannels, true); err != nil {
+		return c, err
+	}
+	if c.Dlopen, err = boolEnv(getenv, EnvDlopen, true); err != nil {
 		return c, err
 	}
 	if c.CQHeadroom, err = headroomEnv(getenv, c.SwitchBack); err != nil {
@@ -262,9 +273,10 @@ func (c Config) Banner(pid int) string {
 		daemon = "not used"
 	}
 	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none)%s; "+
-		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s%s); backup device %s; ibpathd %s",
+		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s%s); backup device %s; ibpathd %s; "+
+		"libibverbs opened by the program with dlopen: %s",
 		pid, onoff[c.APM], c.nudgeWords(), onoff[c.Record], c.singleWords(), onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record],
-		c.handshakeWords(), c.Backup, daemon)
+		c.handshakeWords(), c.Backup, daemon, map[bool]string{true: "the shim's verbs", false: "passed through (" + EnvDlopen + "=off)"}[c.Dlopen])
 }
 
 // singleWords is the banner's note on the shadow rings' locks: the

@@ -180,3 +180,21 @@ func TestFromEnvGoMaxProcs(t *testing.T) {
 		}
 	}
 }
+
+// TestFromEnvDlopen: IBPATH_DLOPEN is on by default and reads the usual
+// words; anything else is an error naming it (the C side, which reads it
+// first, passes the dlopen through then); the banner says which.
+func TestFromEnvDlopen(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "on": true, "1": true, "off": false, "no": false} {
+		c, err := FromEnv(env(map[string]string{EnvDlopen: v}))
+		if err != nil || c.Dlopen != want {
+			t.Errorf("%s=%q: %v, %v; want %v", EnvDlopen, v, c.Dlopen, err, want)
+		}
+		if b := c.Banner(1); !strings.HasSuffix(b, map[bool]string{true: "with dlopen: the shim's verbs", false: "with dlopen: passed through (IBPATH_DLOPEN=off)"}[want]) {
+			t.Errorf("%s=%q: banner %q", EnvDlopen, v, b)
+		}
+	}
+	if _, err := FromEnv(env(map[string]string{EnvDlopen: "maybe"})); err == nil || !strings.Contains(err.Error(), EnvDlopen) {
+		t.Errorf("%s=maybe: %v, want an error naming it", EnvDlopen, err)
+	}
+}
