@@ -45,7 +45,7 @@ import sys
 # MPI over libfabric's verbs provider, which connects through rdma_cm):
 # with the shim their cut rows must finish with correct results.
 PROTECTED = ("pingpong", "write_bw", "write_bw-q4", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
-             "pingpong-wr", "mpi-verbs", "rping")
+             "pingpong-wr", "mpi-verbs", "rping", "nccl")
 
 
 # the arms with the shim: on, and sb (the shim switching back, cut rows only)
@@ -244,6 +244,36 @@ def switchback(m, client, server):
     return f
 
 
+NCCL_LINE = re.compile(r"NCCL_PATTERN sent=(\d+) received=(\d+) bytes=(\d+) bad=(\d+) elapsed_s=([\d.]+) "
+                       r"max_gap_ms=([\d.]+) MBps=([\d.]+)")
+
+
+def nccl_summary(client, server, rc_ok):
+    """The nccl row from both sides' summary lines (lab/nccl/nccl_pattern.c):
+    finished when both printed one and exited 0, correct when neither found
+    a bad byte; the pause is the longer of the two sides' longest gap.
+
+    >>> ok = "NCCL_PATTERN sent=5 received=6 bytes=9 bad=0 elapsed_s=1.00 max_gap_ms=12.5 MBps=3.00"
+    >>> srv = "NCCL_PATTERN sent=6 received=5 bytes=9 bad=0 elapsed_s=1.00 max_gap_ms=40.0 MBps=2.00"
+    >>> s = nccl_summary(ok, srv, True)
+    >>> s["finished"], s["correct"], s["pause_ms"], s["tput_MBps"], s["detail"]
+    (True, 'yes', 40.0, 3.0, '5+6 steps each way')
+    >>> nccl_summary(ok, srv.replace("bad=0", "bad=7"), True)["correct"]
+    'no'
+    >>> nccl_summary(ok, "", True)["finished"], nccl_summary(ok, srv, False)["correct"]
+    (False, 'no')
+    """
+    mc, ms = NCCL_LINE.search(client), NCCL_LINE.search(server)
+    r = {"finished": rc_ok and mc is not None and ms is not None}
+    if mc:
+        r["tput_MBps"] = float(mc.group(7))
+        r["pause_ms"], r["pause_kind"] = max(float(x.group(6)) for x in (mc, ms) if x), "measured"
+    r["correct"] = "yes" if r["finished"] and mc.group(4) == "0" and ms.group(4) == "0" else "no"
+    if mc and ms:
+        r["detail"] = "%s+%s steps each way" % (mc.group(1), ms.group(1))
+    return r
+
+
 def parse(m, client, server):
     r = {"finished": False, "correct": "no", "tput_MBps": None, "lat_us": None, "lat_avg_us": None,
          "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
@@ -288,6 +318,9 @@ def parse(m, client, server):
             r["pause_ms"], r["pause_kind"] = float(mm.group(5)), "measured"
         r["finished"] = rc_ok and mm is not None
         r["correct"] = "yes" if (mm and mm.group(3) == "0" and rc_ok) else "no"
+    elif prog == "nccl":
+        srv = "\n".join(GLUED_LOG.sub("", STAMP.sub("", l)) for l in server.splitlines())
+        r.update(nccl_summary(c, srv, rc_ok))
     elif prog == "rping":
         # rping -v prints each ping's data: "ping data: rdma-ping-N: ..."
         pings = re.findall(r"ping data: rdma-ping-(\d+):", c)

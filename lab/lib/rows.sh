@@ -78,6 +78,9 @@ mpi-verbs setlink-g2
 mpi-verbs ipdown-g1
 rping none
 rping setlink-g1
+nccl none
+nccl setlink-g1
+nccl ipdown-g2
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
@@ -157,6 +160,15 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
 		SERVER="stamp rping -s -a 10.77.0.2 -p $p -C $LAB_RPING_COUNT"
 		CLIENT="stamp rping -c -a 10.77.0.2 -p $p -C $LAB_RPING_COUNT -v"
 		MARKER="ping data" SMARKER="" LIMIT=60 ;;
+	nccl)
+		# a program of NCCL's shape (lab/nccl/nccl_pattern.c): libibverbs
+		# opened with dlopen and every verb from dlvsym, a send and a
+		# receive QP each way, Simple protocol's FIFO of clear-to-sends
+		# and RDMA WRITE + WRITE_WITH_IMM, every byte checked, an async
+		# thread that aborts on the events NCCL takes as fatal
+		common="\$LAB_BUILD/nccl_pattern -d rxe0 -g 1 -p $p -D $LAB_BW_SECONDS"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2"
+		MARKER="NCCL_PATTERN traffic started" SMARKER="listening on port" LIMIT=$((LAB_BW_SECONDS + 30)) ;;
 	ibpathd)
 		# ibpathd on the real rxe devices of both guests, replicating over
 		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
@@ -204,6 +216,7 @@ row_run() {
 	case $prog in
 	ibvtest-*) st=$(build_status ibvtest) ;;
 	ibpathd) st=$(build_status daemon) ;;
+	nccl) st=$(build_status nccl) ;;
 	mpi | mpi-verbs) st=$(build_status mpi) ;;
 	*) st=ok ;;
 	esac

@@ -119,6 +119,11 @@ setup_builds() {
 	else
 		echo "mpi skip mpicc failed: $(head -1 "$LAB_BUILD/mpi-build.log" | cut -c1-160)" >>"$st"
 	fi
+	if gcc -O2 -Wall -o "$LAB_BUILD/nccl_pattern" "$LAB_REPO/lab/nccl/nccl_pattern.c" -ldl -lpthread >"$LAB_BUILD/nccl-build.log" 2>&1; then
+		echo "nccl ok" >>"$st"
+	else
+		echo "nccl skip gcc lab/nccl/nccl_pattern.c failed: $(head -1 "$LAB_BUILD/nccl-build.log" | cut -c1-160)" >>"$st"
+	fi
 	while read -r name rest; do log "build: $name $rest"; done <"$st"
 }
 
