@@ -231,11 +231,17 @@ func ibpathDestroyed(ctx *C.struct_ibv_context, qpn C.uint32_t) {
 	rt.Destroyed(ctxID(ctx), uint32(qpn))
 }
 
+// ibpathAsyncEvent records an async event the application is about to
+// get, and says whether it is kept from it (1: Runtime.AsyncEvent).
+//
 //export ibpathAsyncEvent
-func ibpathAsyncEvent(ctx *C.struct_ibv_context, typ C.enum_ibv_event_type, qpn C.uint32_t, port C.int) {
-	defer guard("ibpathAsyncEvent")
+func ibpathAsyncEvent(ctx *C.struct_ibv_context, typ C.enum_ibv_event_type, qpn C.uint32_t, port C.int) (r C.int) {
+	defer guardResult(&r, 0, "ibpathAsyncEvent", nil)
 	inject("ibpathAsyncEvent")
-	rt.AsyncEvent(ctxID(ctx), verbs.EventType(typ), uint32(qpn), uint8(port))
+	if rt.AsyncEvent(ctxID(ctx), verbs.EventType(typ), uint32(qpn), uint8(port)) {
+		return 1
+	}
+	return 0
 }
 
 // ibpathCMUnreachable says whether an RDMA_CM_EVENT_UNREACHABLE of the

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "shim.h"
+#include "asyncev.h"
 #include "cm.h"
 #include "_cgo_export.h"
 
@@ -403,34 +404,52 @@ int lip_destroy_qp(struct ibv_qp *qp)
 	return ret;
 }
 
+/* ibv_get_async_event through the filter of asyncev.c: every event goes
+ * to the Go side, which records it and keeps from the application a fatal
+ * event of what layer 2 carries on its backup. */
+static int (*real_get_async)(struct ibv_context *, struct ibv_async_event *);
+static void (*real_ack_async)(struct ibv_async_event *);
+
+static int async_get(struct ibv_context *ctx, struct ibv_async_event *ev) { return real_get_async(ctx, ev); }
+static void async_ack(struct ibv_async_event *ev) { real_ack_async(ev); }
+
+static int async_keep(struct ibv_context *ctx, const struct ibv_async_event *ev)
+{
+	if (!lip_ctx_of(ctx))
+		return 0;
+	uint32_t qpn = 0;
+	int port = 0;
+	switch (ev->event_type) {
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+		qpn = ev->element.qp->qp_num;
+		break;
+	case IBV_EVENT_PORT_ACTIVE: case IBV_EVENT_PORT_ERR: case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE: case IBV_EVENT_SM_CHANGE: case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		port = ev->element.port_num;
+		break;
+	default:
+		break;
+	}
+	ENTER();
+	int keep = ibpathAsyncEvent(ctx, ev->event_type, qpn, port);
+	LEAVE();
+	return keep && lip_async_keepable(ev->event_type);
+}
+
+static const struct lip_async_ops async_ops = {async_get, async_ack, async_keep};
+
 int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) __asm__("ibv_get_async_event");
 int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	REAL(ibv_get_async_event, int, (struct ibv_context *, struct ibv_async_event *));
 	PASS_IF_INSIDE(real_ibv_get_async_event(ctx, ev));
-	int ret = real_ibv_get_async_event(ctx, ev);
-	if (ret == 0 && lip_ctx_of(ctx)) {
-		uint32_t qpn = 0;
-		int port = 0;
-		switch (ev->event_type) {
-		case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
-		case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
-		case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
-			qpn = ev->element.qp->qp_num;
-			break;
-		case IBV_EVENT_PORT_ACTIVE: case IBV_EVENT_PORT_ERR: case IBV_EVENT_LID_CHANGE:
-		case IBV_EVENT_PKEY_CHANGE: case IBV_EVENT_SM_CHANGE: case IBV_EVENT_CLIENT_REREGISTER:
-		case IBV_EVENT_GID_CHANGE:
-			port = ev->element.port_num;
-			break;
-		default:
-			break;
-		}
-		ENTER();
-		ibpathAsyncEvent(ctx, ev->event_type, qpn, port);
-		LEAVE();
-	}
-	return ret;
+	if (!real_ack_async)
+		real_ack_async = (void (*)(struct ibv_async_event *))real("ibv_ack_async_event", "IBVERBS_1.1");
+	real_get_async = real_ibv_get_async_event;
+	return lip_async_filter(ctx, ev, &async_ops);
 }
 
 /* rdma_get_cm_event (librdmacm's, RDMACM_1.0): an UNREACHABLE that the

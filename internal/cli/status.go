@@ -104,7 +104,7 @@ func renderStatus(w io.Writer, n status.Node) error {
 		})
 		for _, q := range qps {
 			t.row(q.Device, hex(q.QPN), owner(q.OwnerPID), q.Layer, q.APM, q.Primary, q.Alternate, num(q.Migrations),
-				q.CrossNIC, num(q.Failovers), q.Backup, q.Reason)
+				q.CrossNIC, num(q.Failovers), q.Backup, qpReason(q))
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -212,4 +212,17 @@ func sorted[T any](s []T, cmp func(a, b T) int) []T {
 	out := slices.Clone(s)
 	slices.SortStableFunc(out, cmp)
 	return out
+}
+
+// qpReason is a QP's REASON column: its status's reason, and the async
+// events the shim kept from its application because layer 2 carried it.
+func qpReason(q status.QP) string {
+	if q.KeptEvents == "" {
+		return q.Reason
+	}
+	kept := "events kept from the application: " + q.KeptEvents
+	if q.Reason == "" {
+		return kept
+	}
+	return q.Reason + "; " + kept
 }

@@ -105,6 +105,7 @@ type Runtime struct {
 	l1 *Layer1 // nil: layer 1 off (IBPATH_APM=off, or it could not start)
 
 	cmHidden atomic.Uint64 // rdma_cm events kept from the application (cmevent.go)
+	evKept   atomic.Uint64 // async events kept from the application (asyncevent.go)
 
 	fo failover // layer 2's failover (its own lock, taken before l2mu and mu)
 }
@@ -323,18 +324,21 @@ func (r *Runtime) Destroyed(ctx uintptr, qpn uint32) {
 	}
 }
 
-// AsyncEvent records an async event the application is about to receive.
-func (r *Runtime) AsyncEvent(ctx uintptr, ev verbs.EventType, qpn uint32, port uint8) {
+// AsyncEvent records an async event the application is about to
+// receive, and says whether to keep it from the application instead
+// (keepEvent).
+func (r *Runtime) AsyncEvent(ctx uintptr, ev verbs.EventType, qpn uint32, port uint8) bool {
 	r.mu.Lock()
 	d := r.devs[ctx]
 	r.mu.Unlock()
 	if d == nil {
-		return
+		return false
 	}
 	r.log.Info("libibpath: async event", "device", d.name, "event", ev.String(), "qpn", qpn, "port", port)
 	if r.l1 != nil && qpn != 0 {
 		r.l1.QPEvent(d.name, qpn, ev)
 	}
+	return r.keepEvent(ctx, d.name, ev, qpn)
 }
 
 // QPs returns the status of every QP, by device and number.

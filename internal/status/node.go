@@ -97,6 +97,10 @@ type QP struct {
 	Switchbacks int    `json:"switchbacks"`
 	Remote      string `json:"remote,omitempty"` // the peer's LID or GID and QPN
 	Reason      string `json:"reason,omitempty"`
+	// KeptEvents names the async events of the QP (or of its device) the
+	// shim kept from the application because layer 2 carried the QP on
+	// its backup ("QP_FATAL, DEVICE_FATAL"); empty when none.
+	KeptEvents string `json:"kept_events,omitempty"`
 }
 
 // Owner is a process attached to ibpathd over the owner protocol.
