@@ -105,8 +105,44 @@ func (s *Shadow) RegMR(defPD verbs.PD, defMR verbs.MR, buf []byte) error {
 	if err != nil {
 		return fmt.Errorf("crossnic: shadow ibv_reg_mr on %s: %w", s.bakDesc.Name, err)
 	}
+	return s.adoptMR(defMR, bmr)
+}
+
+// RegDmabufMR mirrors ibv_reg_dmabuf_mr of the default device on the
+// backup device: the same dma-buf (fd, which must still be open: the
+// application's call has not returned) at the same offset, length and
+// iova, so a replayed WR's SGEs and the peer's RDMA to the published
+// rkey reach the same device memory through the backup. A backup PD
+// that cannot register dma-bufs is an error (the region stays
+// unmirrored).
+func (s *Shadow) RegDmabufMR(defPD verbs.PD, defMR verbs.MR, offset uint64, fd int) error {
+	bpd, err := s.pd(defPD)
+	if err != nil {
+		return err
+	}
+	reg, ok := bpd.(verbs.DmabufRegistrar)
+	if !ok {
+		return fmt.Errorf("crossnic: shadow ibv_reg_dmabuf_mr on %s: %w", s.bakDesc.Name,
+			verbs.Errorf("ibv_reg_dmabuf_mr", verbs.EOPNOTSUPP, "the backup device's PD registers no dma-buf memory"))
+	}
+	bmr, err := reg.RegDmabufMR(offset, defMR.Len(), defMR.Addr(), fd, defMR.Access())
+	if err != nil {
+		return fmt.Errorf("crossnic: shadow ibv_reg_dmabuf_mr on %s: %w", s.bakDesc.Name, err)
+	}
+	return s.adoptMR(defMR, bmr)
+}
+
+// adoptMR makes bmr, registered on the backup device, the mirror of the
+// default region defMR: the same addresses, its lkey mapped for replays
+// and its rkey published for the peers. An MR at another address is
+// released and refused.
+func (s *Shadow) adoptMR(defMR, bmr verbs.MR) error {
 	if bmr.Addr() != defMR.Addr() {
-		return fmt.Errorf("crossnic: shadow MR at %#x, default at %#x: not the same memory", bmr.Addr(), defMR.Addr())
+		err := fmt.Errorf("crossnic: shadow MR at %#x, default at %#x: not the same memory", bmr.Addr(), defMR.Addr())
+		if derr := bmr.Dereg(); derr != nil {
+			err = fmt.Errorf("%w (and its ibv_dereg_mr: %w)", err, derr)
+		}
+		return err
 	}
 	s.lkeys[defMR.LKey()] = bmr.LKey()
 	s.bakMRs[defMR.LKey()] = bmr
@@ -245,6 +281,16 @@ func (s *Shadow) DefaultOf(bakCQ verbs.CQ) (verbs.QP, bool) {
 func (s *Shadow) BackupLKey(defLKey uint32) (uint32, bool) {
 	k, ok := s.lkeys[defLKey]
 	return k, ok
+}
+
+// MRAccess is the access of the default region with local key defLKey,
+// as its mirror was registered with; false when it has none.
+func (s *Shadow) MRAccess(defLKey uint32) (verbs.AccessFlags, bool) {
+	m, ok := s.bakMRs[defLKey]
+	if !ok {
+		return 0, false
+	}
+	return m.Access(), true
 }
 
 // Connected records that the application connected defQP (call it after

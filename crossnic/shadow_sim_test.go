@@ -2,6 +2,7 @@ package crossnic_test
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -24,7 +25,45 @@ type app struct {
 	conn   *crossnic.Conn
 }
 
-func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory) *app {
+// dmabufs are the test's dma-buf file descriptors: the memory behind each.
+type dmabufs map[int][]byte
+
+// dmabufCtx is a backup device whose PDs register dma-bufs (dmabufPD).
+type dmabufCtx struct {
+	verbs.Context
+	bufs dmabufs
+}
+
+func (c dmabufCtx) AllocPD() (verbs.PD, error) {
+	pd, err := c.Context.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return dmabufPD{pd, c.bufs}, nil
+}
+
+// dmabufPD registers a dma-buf as the simulated HCA registers host
+// memory: the bytes behind its fd, which must sit at iova.
+type dmabufPD struct {
+	verbs.PD
+	bufs dmabufs
+}
+
+func (pd dmabufPD) RegDmabufMR(offset uint64, length int, iova uint64, fd int, access verbs.AccessFlags) (verbs.MR, error) {
+	b, ok := pd.bufs[fd]
+	if !ok || offset+uint64(length) > uint64(len(b)) {
+		return nil, verbs.Errorf("ibv_reg_dmabuf_mr", verbs.EINVAL, "fd %d offset %d length %d", fd, offset, length)
+	}
+	mr, err := pd.PD.RegMR(b[offset:offset+uint64(length)], access)
+	if err == nil && mr.Addr() != iova {
+		return nil, verbs.Errorf("ibv_reg_dmabuf_mr", verbs.EINVAL, "iova %#x, the memory is at %#x", iova, mr.Addr())
+	}
+	return mr, err
+}
+
+// newApp: an application on h; with bufs, its buffer is a dma-buf (fd 7
+// in bufs), mirrored by ibv_reg_dmabuf_mr on the backup.
+func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory, bufs ...dmabufs) *app {
 	var descs []pathsel.HCA
 	var ctxs []verbs.Context
 	for _, a := range h.HCAs() {
@@ -37,13 +76,22 @@ func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory) *app {
 	j, err := pathsel.ChooseBackup(descs, 0)
 	must(t, err)
 	x := &app{ctx: ctxs[0], buf: make([]byte, 2*nslots*slot)}
-	x.shadow, err = crossnic.NewShadow(ctxs[0], ctxs[j], dir)
+	bak := ctxs[j]
+	if len(bufs) > 0 {
+		bufs[0][7] = x.buf
+		bak = dmabufCtx{bak, bufs[0]}
+	}
+	x.shadow, err = crossnic.NewShadow(ctxs[0], bak, dir)
 	must(t, err)
 	x.pd, err = x.ctx.AllocPD()
 	must(t, err)
 	x.mr, err = x.pd.RegMR(x.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	must(t, err)
-	must(t, x.shadow.RegMR(x.pd, x.mr, x.buf))
+	if len(bufs) > 0 {
+		must(t, x.shadow.RegDmabufMR(x.pd, x.mr, 0, 7))
+	} else {
+		must(t, x.shadow.RegMR(x.pd, x.mr, x.buf))
+	}
 	x.cq, err = x.ctx.CreateCQ(1024, nil, 0)
 	must(t, err)
 	init := verbs.QPInitAttr{SendCQ: x.cq, RecvCQ: x.cq, QPType: verbs.QPTRC,
@@ -82,11 +130,15 @@ func testShadow(t *testing.T, ll verbs.LinkLayer) {
 	forProfiles(t, func(t *testing.T, p sim.Profile) { testShadowOn(t, ll, p) })
 }
 
-func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile) {
+func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, bufs ...dmabufs) {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8, Profile: p}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1, LinkLayer: ll})
 	must(t, err)
 	dir := crossnic.NewMemDirectory()
-	a, b := newApp(t, f.Host("node0"), dir), newApp(t, f.Host("node1"), dir)
+	var bb []dmabufs
+	if len(bufs) > 0 {
+		bb = []dmabufs{{}}
+	}
+	a, b := newApp(t, f.Host("node0"), dir, bufs...), newApp(t, f.Host("node1"), dir, bb...)
 	roce := ll == verbs.LinkLayerEthernet
 	// A connects first: its peer's backup is unknown, so the step is skipped.
 	connectApp(t, a, b, roce)
@@ -180,6 +232,21 @@ func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile) {
 	}
 	if len(notifs) != sent || done != sent || a.conn.Stats().Faults != 1 {
 		t.Fatalf("%d sent, %d completed, %d notified; A stats %+v", sent, done, len(notifs), a.conn.Stats())
+	}
+}
+
+// TestShadowDmabuf: both applications' buffers are dma-bufs (GPU memory
+// NCCL registers with ibv_reg_dmabuf_mr), mirrored on the backups by the
+// same fd: A's HCA dies mid-traffic and every WRITE, replayed ones
+// included, lands through the backups' registrations. A backup device
+// that registers no dma-buf refuses the mirror with EOPNOTSUPP.
+func TestShadowDmabuf(t *testing.T) {
+	testShadowOn(t, verbs.LinkLayerInfiniBand, sim.ProfileStrict, dmabufs{})
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8}, Hosts: 1, HCAsPerHost: 2, PortsPerHCA: 1})
+	must(t, err)
+	x := newApp(t, f.Host("node0"), crossnic.NewMemDirectory())
+	if err := x.shadow.RegDmabufMR(x.pd, x.mr, 0, 7); !errors.Is(err, verbs.EOPNOTSUPP) {
+		t.Fatalf("a backup without dma-buf: %v, want EOPNOTSUPP", err)
 	}
 }
 

@@ -53,6 +53,14 @@ type MemAllocator interface {
 	FreeMem(b []byte) error
 }
 
+// DmabufRegistrar is implemented by a PD that registers dma-buf memory
+// (ibv_reg_dmabuf_mr): device memory, a GPU's, exported as a dma-buf
+// file descriptor, which the CPU may be unable to read. The MR's Addr is
+// iova, the address SGEs and remote peers use.
+type DmabufRegistrar interface {
+	RegDmabufMR(offset uint64, length int, iova uint64, fd int, access AccessFlags) (MR, error)
+}
+
 // MR is a registered memory region (struct ibv_mr).
 type MR interface {
 	PD() PD

@@ -150,17 +150,66 @@ func ibpathCQStartPollGone(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
 func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) {
 	defer guard("ibpathMR")
 	inject("ibpathMR")
-	c := appCtx(mr.context)
-	pd := ibv.WrapPD(c, unsafe.Pointer(mr.pd))
-	if ok, why := shim.MRSpan(uintptr(addr), uint64(length), verbs.AccessFlags(access)); !ok {
-		// never a slice of it (an implicit ODP region is SIZE_MAX bytes)
-		m := appMR{pd: pd, addr: uint64(uintptr(addr)), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), access: verbs.AccessFlags(access)}
-		rt.MRNotMirrored(ctxID(mr.context), m, why)
+	pd, m, buf := appRegion(mr, addr, length, access)
+	if buf == nil {
 		return
 	}
-	m := appMR{pd: pd, addr: uint64(uintptr(addr)), length: int(length), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey),
+	rt.MR(ctxID(mr.context), pd, m, buf)
+}
+
+// appRegion is the application's region mr (at addr, length bytes) as
+// verbs sees it, and its memory; a nil buf when MRSpan refuses to make a
+// slice of it (an implicit ODP region is SIZE_MAX bytes), said once.
+func appRegion(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) (verbs.PD, appMR, []byte) {
+	pd := ibv.WrapPD(appCtx(mr.context), unsafe.Pointer(mr.pd))
+	m := appMR{pd: pd, addr: uint64(uintptr(addr)), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), access: verbs.AccessFlags(access)}
+	if ok, why := shim.MRSpan(uintptr(addr), uint64(length), verbs.AccessFlags(access)); !ok {
+		rt.MRNotMirrored(ctxID(mr.context), m, why)
+		return pd, m, nil
+	}
+	m.length = int(length)
+	return pd, m, unsafe.Slice((*byte)(addr), int(length))
+}
+
+// ibpathReregMR: the application's ibv_rereg_mr of mr (local key oldLKey
+// before it) returned ret, with flags and access as it passed them; mr
+// holds what the call left (Runtime.ReregMR).
+//
+//export ibpathReregMR
+func ibpathReregMR(mr *C.struct_ibv_mr, oldLKey C.uint32_t, ret C.int, flags C.int, access C.int) {
+	defer guard("ibpathReregMR")
+	inject("ibpathReregMR")
+	o := shim.ReregUnusable
+	switch ret {
+	case 0, C.IBV_REREG_MR_ERR_DO_FORK_OLD:
+		o = shim.ReregNew
+	case C.IBV_REREG_MR_ERR_INPUT, C.IBV_REREG_MR_ERR_DONT_FORK_NEW:
+		o = shim.ReregOld
+	}
+	changeAccess := flags&C.IBV_REREG_MR_CHANGE_ACCESS != 0
+	var pd verbs.PD
+	var m appMR
+	var buf []byte
+	if o == shim.ReregNew {
+		if pd, m, buf = appRegion(mr, mr.addr, mr.length, access); buf == nil {
+			rt.DeregMR(ctxID(mr.context), uint32(oldLKey)) // the new region is not mirrored (said)
+			return
+		}
+	}
+	rt.ReregMR(ctxID(mr.context), uint32(oldLKey), pd, m, changeAccess, buf, o)
+}
+
+// ibpathDmabufMR: the application registered length bytes of dma-buf fd
+// at offset, at iova (ibv_reg_dmabuf_mr); mirrored on the backup device.
+//
+//export ibpathDmabufMR
+func ibpathDmabufMR(mr *C.struct_ibv_mr, offset C.uint64_t, length C.size_t, iova C.uint64_t, fd C.int, access C.int) {
+	defer guard("ibpathDmabufMR")
+	inject("ibpathDmabufMR")
+	pd := ibv.WrapPD(appCtx(mr.context), unsafe.Pointer(mr.pd))
+	m := appMR{pd: pd, addr: uint64(iova), length: int(length), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey),
 		access: verbs.AccessFlags(access)}
-	rt.MR(ctxID(mr.context), pd, m, unsafe.Slice((*byte)(addr), int(length)))
+	rt.DmabufMR(ctxID(mr.context), pd, m, uint64(offset), int(fd))
 }
 
 //export ibpathDeregMR

@@ -225,6 +225,51 @@ struct ibv_mr *lip_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 	return mr;
 }
 
+/* ibv_reg_dmabuf_mr@1.12 (GPU memory: NCCL's GPUDirect RDMA through
+ * dma-buf): mirrored by the same fd, before the application can close it.
+ * A libibverbs without it (before rdma-core 34) fails the call as that
+ * library would have: the program could not have bound to it there. */
+struct ibv_mr *lip_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access) __asm__("ibv_reg_dmabuf_mr");
+struct ibv_mr *lip_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access)
+{
+	lip_init();
+	static struct ibv_mr *(*real_reg_dmabuf)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int);
+	if (!real_reg_dmabuf)
+		real_reg_dmabuf = (struct ibv_mr *(*)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int))
+			dlvsym(RTLD_NEXT, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+	if (!real_reg_dmabuf) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	PASS_IF_INSIDE(real_reg_dmabuf(pd, offset, len, iova, fd, access));
+	struct ibv_mr *mr = real_reg_dmabuf(pd, offset, len, iova, fd, access);
+	if (mr && lip_ctx_of(mr->context)) {
+		ENTER();
+		ibpathDmabufMR(mr, offset, len, iova, fd, access);
+		LEAVE();
+	}
+	return mr;
+}
+
+/* ibv_rereg_mr@1.1: the region's mirror follows what the call left of
+ * it (Runtime.ReregMR): replaced, kept, or released. */
+int lip_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access) __asm__("ibv_rereg_mr");
+int lip_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	REAL(ibv_rereg_mr, int, (struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int));
+	PASS_IF_INSIDE(real_ibv_rereg_mr(mr, flags, pd, addr, len, access));
+	uint32_t old_lkey = mr ? mr->lkey : 0;
+	int ret = real_ibv_rereg_mr(mr, flags, pd, addr, len, access);
+	if (mr && lip_ctx_of(mr->context)) {
+		int e = errno;
+		ENTER();
+		ibpathReregMR(mr, old_lkey, ret, flags, access);
+		LEAVE();
+		errno = e;
+	}
+	return ret;
+}
+
 int lip_dereg_mr(struct ibv_mr *mr) __asm__("ibv_dereg_mr");
 int lip_dereg_mr(struct ibv_mr *mr)
 {

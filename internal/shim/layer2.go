@@ -175,6 +175,94 @@ func (r *Runtime) MR(ctx uintptr, pd verbs.PD, mr verbs.MR, buf []byte) {
 	}
 }
 
+// DmabufMR mirrors a dma-buf registration (ibv_reg_dmabuf_mr: device
+// memory, a GPU's, behind file descriptor fd, at offset) on the backup
+// device, by the same fd while the application's call has not returned.
+// A backup device that registers no dma-buf leaves the region
+// unmirrored, said at warn: a failover of a QP using it surfaces.
+func (r *Runtime) DmabufMR(ctx uintptr, pd verbs.PD, mr verbs.MR, offset uint64, fd int) {
+	r.l2mu.Lock()
+	s := r.shadows[ctx]
+	if s == nil {
+		r.l2mu.Unlock()
+		return
+	}
+	err := s.sh.RegDmabufMR(pd, mr, offset, fd)
+	bk, ok := s.sh.BackupLKey(mr.LKey())
+	r.l2mu.Unlock()
+	if err != nil {
+		r.log.Warn("libibpath: mirror dma-buf MR on the backup; a failover of a QP using it surfaces the error",
+			"device", s.dev, "rkey", mr.RKey(), "fd", fd, "err", err)
+		return
+	}
+	if ok {
+		r.mapNewMR(ctx, mr.LKey(), bk)
+	}
+}
+
+// ReregOutcome is what ibv_rereg_mr left of a region (its return code,
+// read by cmd/libibpath from verbs.h's enum ibv_rereg_mr_err_code).
+type ReregOutcome int
+
+const (
+	// ReregNew: the region is the new one (success, or
+	// IBV_REREG_MR_ERR_DO_FORK_OLD).
+	ReregNew ReregOutcome = iota
+	// ReregOld: nothing changed (IBV_REREG_MR_ERR_INPUT,
+	// IBV_REREG_MR_ERR_DONT_FORK_NEW).
+	ReregOld
+	// ReregUnusable: the region must not be used (IBV_REREG_MR_ERR_CMD,
+	// IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW, anything else).
+	ReregUnusable
+)
+
+// ReregMR follows the application's ibv_rereg_mr of the region whose
+// local key was oldLKey: mr is the region as the call left it (keys,
+// address, length, PD; its access is the new one when changeAccess,
+// else the mirror keeps the old). A new region replaces the mirror (the
+// old backup registration released, the new one made as MR makes it:
+// its translation may point elsewhere now); an unchanged one keeps it;
+// an unusable one loses it, so a failover of a QP using it surfaces
+// rather than replay through a registration of memory the region no
+// longer names.
+func (r *Runtime) ReregMR(ctx uintptr, oldLKey uint32, pd verbs.PD, mr verbs.MR, changeAccess bool, buf []byte, o ReregOutcome) {
+	if o == ReregOld {
+		return
+	}
+	r.l2mu.Lock()
+	s := r.shadows[ctx]
+	var access verbs.AccessFlags
+	var known bool
+	if s != nil {
+		access, known = s.sh.MRAccess(oldLKey)
+	}
+	r.l2mu.Unlock()
+	if s == nil {
+		return
+	}
+	r.DeregMR(ctx, oldLKey)
+	switch {
+	case o != ReregNew:
+		r.log.Warn("libibpath: ibv_rereg_mr left the region unusable: its backup registration is released",
+			"device", s.dev, "lkey", oldLKey)
+		return
+	case changeAccess:
+		access = mr.Access()
+	case !known:
+		return // never mirrored: its first registration was not either
+	}
+	r.MR(ctx, pd, reregMR{mr, access}, buf)
+}
+
+// reregMR is a region after ibv_rereg_mr with the access its mirror
+// takes.
+type reregMR struct {
+	verbs.MR
+	access verbs.AccessFlags
+}
+
+func (m reregMR) Access() verbs.AccessFlags { return m.access }
+
 // DeregMR releases the backup registration of the application's region
 // with local key lkey (it is deregistering it).
 func (r *Runtime) DeregMR(ctx uintptr, lkey uint32) {

@@ -444,6 +444,36 @@ func TestPreloadImplicitODP(t *testing.T) {
 	}
 }
 
+// TestPreloadDmabuf: a program registering GPU memory through
+// ibv_reg_dmabuf_mr sees under the shim what it sees without it (the
+// region, its keys, the failure of a closed fd, the deregistration).
+func TestPreloadDmabuf(t *testing.T) {
+	b := buildBed(t)
+	plain, _ := b.run(t, nil, "1", "dmabuf")
+	if !strings.HasPrefix(plain, "dmabuf lkey ") || !strings.Contains(plain, "closed fd: Bad file descriptor") {
+		t.Fatalf("the probe itself misbehaves: %s", plain)
+	}
+	out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, "1", "dmabuf")
+	if out != plain {
+		t.Fatalf("the shim changed what the program saw:\nwithout: %s\nwith:    %s\n%s", plain, out, errs)
+	}
+}
+
+// TestPreloadRereg: a program that moves a region with ibv_rereg_mr,
+// changes its access and has a move refused sees under the shim what it
+// sees without it.
+func TestPreloadRereg(t *testing.T) {
+	b := buildBed(t)
+	plain, _ := b.run(t, nil, "1", "rereg")
+	if !strings.HasPrefix(plain, "rereg 0 moved 1 lkey ") || !strings.Contains(plain, "refused -1, still at b 1") {
+		t.Fatalf("the probe itself misbehaves: %s", plain)
+	}
+	out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, "1", "rereg")
+	if out != plain {
+		t.Fatalf("the shim changed what the program saw:\nwithout: %s\nwith:    %s\n%s", plain, out, errs)
+	}
+}
+
 // TestPreloadStartPoll: a program that polls an extended CQ with
 // ibv_start_poll, ibv_next_poll and ibv_end_poll sees under the shim
 // exactly what it sees without it (every completion, in order); the

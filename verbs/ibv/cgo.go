@@ -3,7 +3,7 @@
 package ibv
 
 /*
-#cgo LDFLAGS: -libverbs
+#cgo LDFLAGS: -libverbs -ldl
 #include "helpers.h"
 */
 import "C"

@@ -1,3 +1,5 @@
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include "helpers.h"
 
 #include <arpa/inet.h>
@@ -157,6 +159,23 @@ int ibp_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
 struct ibv_mr *ibp_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t len, int access)
 {
 	return ibv_reg_mr(pd, (void *)addr, len, access);
+}
+
+/* ibp_reg_dmabuf_mr is ibv_reg_dmabuf_mr (IBVERBS_1.12, rdma-core 34),
+ * looked up at its first call rather than bound at load: a binary bound
+ * to it would not load at all with an older libibverbs. Without it the
+ * call fails with EOPNOTSUPP. */
+struct ibv_mr *ibp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access)
+{
+	typedef struct ibv_mr *(*reg_fn)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int);
+	static reg_fn f;
+	if (!f)
+		f = (reg_fn)dlvsym(RTLD_DEFAULT, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+	if (!f) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return f(pd, offset, len, iova, fd, access);
 }
 
 int ibp_set_nonblock(int fd)

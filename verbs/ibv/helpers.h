@@ -68,6 +68,7 @@ int ibp_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *
 int ibp_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
 		     struct ibv_gid_entry *entry);
 struct ibv_mr *ibp_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t len, int access);
+struct ibv_mr *ibp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access);
 
 /* Async and completion channel fds: O_NONBLOCK, and a zero-timeout
  * readiness check for fds this package must not change. */

@@ -196,6 +196,22 @@ func (pd *PD) RegMRAddr(addr uintptr, length int, access verbs.AccessFlags) (*MR
 		lkey: uint32(m.lkey), rkey: uint32(m.rkey)}, nil
 }
 
+// RegDmabufMR implements ibv_reg_dmabuf_mr (verbs.DmabufRegistrar):
+// length bytes at offset of the dma-buf fd, at iova.
+func (pd *PD) RegDmabufMR(offset uint64, length int, iova uint64, fd int, access verbs.AccessFlags) (verbs.MR, error) {
+	if length <= 0 || fd < 0 {
+		return nil, verbs.Errorf("ibv_reg_dmabuf_mr", verbs.EINVAL, "length %d, fd %d", length, fd)
+	}
+	m, err := C.ibp_reg_dmabuf_mr(pd.c, C.uint64_t(offset), C.size_t(length), C.uint64_t(iova), C.int(fd), C.int(access))
+	if m == nil {
+		return nil, nullErr("ibv_reg_dmabuf_mr", err, "fd %d offset %#x+%d iova %#x access %#x", fd, offset, length, iova, uint32(access))
+	}
+	return &MR{c: m, pd: pd, access: access, addr: uint64(uintptr(m.addr)), length: int(m.length),
+		lkey: uint32(m.lkey), rkey: uint32(m.rkey)}, nil
+}
+
+var _ verbs.DmabufRegistrar = (*PD)(nil)
+
 // CPtr is the struct ibv_mr*.
 func (m *MR) CPtr() unsafe.Pointer { return unsafe.Pointer(m.c) }
 

@@ -866,4 +866,31 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 	mr->lkey = mr->rkey = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED);
 	return mr;
 }
+/* ibv_rereg_mr changes what flags name; a new translation gets new keys.
+ * A NULL address with IBV_REREG_MR_CHANGE_TRANSLATION is an input error
+ * (the region unchanged), as libibverbs's checks make it. */
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	static uint32_t next_key = 0x8000;
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !len))
+		return IBV_REREG_MR_ERR_INPUT;
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		mr->pd = pd;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		mr->addr = addr;
+		mr->length = len;
+		mr->lkey = mr->rkey = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED);
+	}
+	return 0;
+}
+/* ibv_reg_dmabuf_mr registers any open fd (a dma-buf's stands in): the
+ * region is at iova; a closed fd fails with EBADF. */
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access)
+{
+	if (fcntl(fd, F_GETFD) < 0) {
+		errno = EBADF;
+		return NULL;
+	}
+	return ibv_reg_mr_iova2(pd, (void *)(uintptr_t)iova, len, iova, access);
+}
 int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index, struct ibv_gid_entry *e, uint32_t flags, size_t size) { return ENOSYS; }

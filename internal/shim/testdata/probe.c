@@ -484,6 +484,41 @@ static int sq_sizes(struct ibv_context *ctx, struct ibv_pd *pd, int n)
 	return ibv_destroy_qp(qp) || ibv_destroy_qp(qx) || ibv_destroy_qp(qs) ? 10 : 0;
 }
 
+/* dmabuf ("dmabuf" mode): registers a dma-buf (an open fd stands in for
+ * the stand-in provider) and one whose fd is closed, prints what came
+ * back, deregisters. */
+static int dmabuf(struct ibv_pd *pd)
+{
+	int fd = dup(1);
+	struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, 4096, 1 << 20, 0x7f0000000000ull, fd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	close(fd);
+	errno = 0;
+	struct ibv_mr *bad = ibv_reg_dmabuf_mr(pd, 0, 4096, 0x7f0000100000ull, fd, IBV_ACCESS_LOCAL_WRITE);
+	int e = errno;
+	if (!mr || bad) {
+		fprintf(stderr, "probe: ibv_reg_dmabuf_mr: %p %p %s\n", (void *)mr, (void *)bad, strerror(errno));
+		return 10;
+	}
+	printf("dmabuf lkey %#x rkey %#x addr %p length %zu; closed fd: %s\n", mr->lkey, mr->rkey, mr->addr, mr->length, strerror(e));
+	return ibv_dereg_mr(mr) ? 10 : 0;
+}
+
+/* rereg ("rereg" mode): a region moved to another buffer, given another
+ * access, and a refused move; prints what each call returned and left. */
+static int rereg(struct ibv_pd *pd)
+{
+	static char a[8192], b[4096];
+	struct ibv_mr *mr = ibv_reg_mr_iova2(pd, a, sizeof a, (uintptr_t)a, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		return 10;
+	int r1 = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b, sizeof b, 0);
+	int moved = mr->addr == (void *)b && mr->length == sizeof b;
+	int r2 = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	int r3 = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, 0);
+	printf("rereg %d moved %d lkey %#x; access %d; refused %d, still at b %d\n", r1, moved, mr->lkey, r2, r3, mr->addr == (void *)b);
+	return ibv_dereg_mr(mr) ? 10 : 0;
+}
+
 /* odp ("odp" mode): registers an implicit on-demand-paging region (the
  * whole address space) and an ordinary one, and deregisters both. */
 static int odp(struct ibv_pd *pd)
@@ -522,6 +557,10 @@ int main(int argc, char **argv)
 		return sq_sizes(ctx, pd, n);
 	if (argc > 2 && strcmp(argv[2], "odp") == 0)
 		return odp(pd);
+	if (argc > 2 && strcmp(argv[2], "dmabuf") == 0)
+		return dmabuf(pd);
+	if (argc > 2 && strcmp(argv[2], "rereg") == 0)
+		return rereg(pd);
 	struct ibv_comp_channel *ch = NULL;
 	static int cq_tag; /* the CQ's context: events must carry it */
 	struct ibv_cq *cq;
