@@ -99,10 +99,9 @@ static inline void lip_init(void)
 static void *real(const char *name, const char *version)
 {
 	void *f = dlvsym(RTLD_NEXT, name, version);
-	if (!f) {
-		fprintf(stderr, "libibpath: %s@%s not found in the next library (is libibverbs loaded?): %s\n", name, version, dlerror());
-		abort();
-	}
+	if (!f)
+		fprintf(stderr, "libibpath: %s@%s not found in the next library (is libibverbs loaded?): %s; the call fails "
+		        "with ENOSYS\n", name, version, dlerror());
 	return f;
 }
 
@@ -112,13 +111,20 @@ static void *real(const char *name, const char *version)
  * goes straight to libibverbs. */
 static __thread int lip_inside;
 
-#define REAL_V(name, version, ret, args) \
+/* REAL_V: real_<name>, the next library's definition, looked up once;
+ * without one the interposed call fails (fail, errno ENOSYS) instead of
+ * taking the program down. */
+#define REAL_V(name, version, ret, args, fail) \
 	lip_init(); \
 	static ret(*real_##name) args; \
 	if (!real_##name) \
-		real_##name = (ret(*) args)real(#name, version)
+		real_##name = (ret(*) args)real(#name, version); \
+	if (!real_##name) { \
+		errno = ENOSYS; \
+		return fail; \
+	}
 
-#define REAL(name, ret, args) REAL_V(name, "IBVERBS_1.1", ret, args)
+#define REAL(name, ret, args, fail) REAL_V(name, "IBVERBS_1.1", ret, args, fail)
 
 #define PASS_IF_INSIDE(call) \
 	do { \
@@ -135,7 +141,7 @@ static struct ibv_cq_ex *lip_create_cq_ex(struct ibv_context *context, struct ib
 struct ibv_context *lip_open_device(struct ibv_device *dev) __asm__("ibv_open_device");
 struct ibv_context *lip_open_device(struct ibv_device *dev)
 {
-	REAL(ibv_open_device, struct ibv_context *, (struct ibv_device *));
+	REAL(ibv_open_device, struct ibv_context *, (struct ibv_device *), NULL);
 	PASS_IF_INSIDE(real_ibv_open_device(dev));
 	struct ibv_context *ctx = real_ibv_open_device(dev);
 	if (!ctx)
@@ -169,7 +175,7 @@ struct ibv_context *lip_open_device(struct ibv_device *dev)
 int lip_close_device(struct ibv_context *ctx) __asm__("ibv_close_device");
 int lip_close_device(struct ibv_context *ctx)
 {
-	REAL(ibv_close_device, int, (struct ibv_context *));
+	REAL(ibv_close_device, int, (struct ibv_context *), -1);
 	PASS_IF_INSIDE(real_ibv_close_device(ctx));
 	if (lip_ctx_of(ctx)) {
 		ENTER();
@@ -196,7 +202,7 @@ static void mr_registered(struct ibv_mr *mr, void *addr, size_t len, int access)
 struct ibv_mr *lip_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) __asm__("ibv_reg_mr");
 struct ibv_mr *lip_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
-	REAL(ibv_reg_mr, struct ibv_mr *, (struct ibv_pd *, void *, size_t, int));
+	REAL(ibv_reg_mr, struct ibv_mr *, (struct ibv_pd *, void *, size_t, int), NULL);
 	PASS_IF_INSIDE(real_ibv_reg_mr(pd, addr, len, access));
 	struct ibv_mr *mr = real_ibv_reg_mr(pd, addr, len, access);
 	mr_registered(mr, addr, len, access);
@@ -256,7 +262,7 @@ struct ibv_mr *lip_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
 int lip_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access) __asm__("ibv_rereg_mr");
 int lip_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
 {
-	REAL(ibv_rereg_mr, int, (struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int));
+	REAL(ibv_rereg_mr, int, (struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int), IBV_REREG_MR_ERR_INPUT);
 	PASS_IF_INSIDE(real_ibv_rereg_mr(mr, flags, pd, addr, len, access));
 	uint32_t old_lkey = mr ? mr->lkey : 0;
 	int ret = real_ibv_rereg_mr(mr, flags, pd, addr, len, access);
@@ -273,7 +279,7 @@ int lip_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 int lip_dereg_mr(struct ibv_mr *mr) __asm__("ibv_dereg_mr");
 int lip_dereg_mr(struct ibv_mr *mr)
 {
-	REAL(ibv_dereg_mr, int, (struct ibv_mr *));
+	REAL(ibv_dereg_mr, int, (struct ibv_mr *), ENOSYS);
 	PASS_IF_INSIDE(real_ibv_dereg_mr(mr));
 	if (lip_ctx_of(mr->context)) {
 		ENTER();
@@ -312,7 +318,7 @@ int lip_dereg_mr(struct ibv_mr *mr)
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) __asm__("ibv_create_qp");
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	REAL(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *, struct ibv_qp_init_attr *));
+	REAL(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *, struct ibv_qp_init_attr *), NULL);
 	PASS_IF_INSIDE(real_ibv_create_qp(pd, attr));
 	int pad = lip_enabled && lip_nudge_pad(lip_ctx_of(pd->context), attr);
 	struct ibv_qp *qp = padded_create(attr, &pad, real_ibv_create_qp(pd, attr), real_ibv_create_qp(pd, attr));
@@ -385,7 +391,7 @@ static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_q
 int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) __asm__("ibv_modify_qp");
 int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
-	REAL(ibv_modify_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int));
+	REAL(ibv_modify_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int), ENOSYS);
 	PASS_IF_INSIDE(real_ibv_modify_qp(qp, attr, mask));
 	ENTER();
 	/* Layer 1 carries out the modifies of InfiniBand RC QPs (adding its
@@ -413,7 +419,7 @@ int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 int lip_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init) __asm__("ibv_query_qp");
 int lip_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
 {
-	REAL(ibv_query_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *));
+	REAL(ibv_query_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *), ENOSYS);
 	PASS_IF_INSIDE(real_ibv_query_qp(qp, attr, mask, init));
 	int ret = real_ibv_query_qp(qp, attr, mask, init);
 	struct lip_qp *q = ret == 0 && lip_record ? lip_qp_of(qp) : NULL;
@@ -429,7 +435,7 @@ int lip_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct i
 int lip_destroy_qp(struct ibv_qp *qp) __asm__("ibv_destroy_qp");
 int lip_destroy_qp(struct ibv_qp *qp)
 {
-	REAL(ibv_destroy_qp, int, (struct ibv_qp *));
+	REAL(ibv_destroy_qp, int, (struct ibv_qp *), ENOSYS);
 	PASS_IF_INSIDE(real_ibv_destroy_qp(qp));
 	struct ibv_context *ctx = qp->context;
 	uint32_t qpn = qp->qp_num;
@@ -489,10 +495,12 @@ static const struct lip_async_ops async_ops = {async_get, async_ack, async_keep}
 int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) __asm__("ibv_get_async_event");
 int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
-	REAL(ibv_get_async_event, int, (struct ibv_context *, struct ibv_async_event *));
+	REAL(ibv_get_async_event, int, (struct ibv_context *, struct ibv_async_event *), -1);
 	PASS_IF_INSIDE(real_ibv_get_async_event(ctx, ev));
 	if (!real_ack_async)
 		real_ack_async = (void (*)(struct ibv_async_event *))real("ibv_ack_async_event", "IBVERBS_1.1");
+	if (!real_ack_async)
+		return real_ibv_get_async_event(ctx, ev); /* nothing can be kept without it */
 	real_get_async = real_ibv_get_async_event;
 	return lip_async_filter(ctx, ev, &async_ops);
 }
@@ -525,8 +533,8 @@ static void cm_established(struct ibv_qp *qp, int up)
 int lip_get_cm_event(void *channel, struct lip_cm_event **ev) __asm__("rdma_get_cm_event");
 int lip_get_cm_event(void *channel, struct lip_cm_event **ev)
 {
-	REAL_V(rdma_get_cm_event, "RDMACM_1.0", int, (void *, struct lip_cm_event **));
-	REAL_V(rdma_ack_cm_event, "RDMACM_1.0", int, (struct lip_cm_event *));
+	REAL_V(rdma_get_cm_event, "RDMACM_1.0", int, (void *, struct lip_cm_event **), -1);
+	REAL_V(rdma_ack_cm_event, "RDMACM_1.0", int, (struct lip_cm_event *), -1);
 	if (!lip_enabled || !ev)
 		return real_rdma_get_cm_event(channel, ev);
 	struct lip_cm_ops ops = {real_rdma_get_cm_event, real_rdma_ack_cm_event, cm_protects, cm_established};
@@ -539,7 +547,7 @@ int lip_get_cm_event(void *channel, struct lip_cm_event **ev)
 struct ibv_comp_channel *lip_create_comp_channel(struct ibv_context *ctx) __asm__("ibv_create_comp_channel");
 struct ibv_comp_channel *lip_create_comp_channel(struct ibv_context *ctx)
 {
-	REAL_V(ibv_create_comp_channel, "IBVERBS_1.0", struct ibv_comp_channel *, (struct ibv_context *));
+	REAL_V(ibv_create_comp_channel, "IBVERBS_1.0", struct ibv_comp_channel *, (struct ibv_context *), NULL);
 	PASS_IF_INSIDE(real_ibv_create_comp_channel(ctx));
 	struct ibv_comp_channel *ch = real_ibv_create_comp_channel(ctx);
 	if (!ch || !lip_channels || !lip_ctx_of(ctx))
@@ -555,7 +563,7 @@ struct ibv_comp_channel *lip_create_comp_channel(struct ibv_context *ctx)
 int lip_destroy_comp_channel(struct ibv_comp_channel *ch) __asm__("ibv_destroy_comp_channel");
 int lip_destroy_comp_channel(struct ibv_comp_channel *ch)
 {
-	REAL_V(ibv_destroy_comp_channel, "IBVERBS_1.0", int, (struct ibv_comp_channel *));
+	REAL_V(ibv_destroy_comp_channel, "IBVERBS_1.0", int, (struct ibv_comp_channel *), ENOSYS);
 	int ret = lip_chan_destroy(ch, real_ibv_destroy_comp_channel);
 	return ret == -1 ? real_ibv_destroy_comp_channel(ch) : ret;
 }
@@ -563,7 +571,7 @@ int lip_destroy_comp_channel(struct ibv_comp_channel *ch)
 int lip_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx) __asm__("ibv_get_cq_event");
 int lip_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx)
 {
-	REAL(ibv_get_cq_event, int, (struct ibv_comp_channel *, struct ibv_cq **, void **));
+	REAL(ibv_get_cq_event, int, (struct ibv_comp_channel *, struct ibv_cq **, void **), -1);
 	int ret = lip_chan_get_event(ch, cq, cq_ctx, real_ibv_get_cq_event);
 	return ret == -2 ? real_ibv_get_cq_event(ch, cq, cq_ctx) : ret;
 }
@@ -597,7 +605,7 @@ static void cq_sized(struct ibv_cq *cq, int pad)
 struct ibv_cq *lip_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch, int vec) __asm__("ibv_create_cq");
 struct ibv_cq *lip_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch, int vec)
 {
-	REAL(ibv_create_cq, struct ibv_cq *, (struct ibv_context *, int, void *, struct ibv_comp_channel *, int));
+	REAL(ibv_create_cq, struct ibv_cq *, (struct ibv_context *, int, void *, struct ibv_comp_channel *, int), NULL);
 	struct ibv_comp_channel *real_ch = lip_chan_real(ch);
 	int pad = cq_pad(ctx, cqe);
 	struct ibv_cq *cq = real_ibv_create_cq(ctx, cqe + pad, cq_ctx, real_ch, vec);
@@ -614,7 +622,7 @@ struct ibv_cq *lip_create_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, str
 int lip_resize_cq(struct ibv_cq *cq, int cqe) __asm__("ibv_resize_cq");
 int lip_resize_cq(struct ibv_cq *cq, int cqe)
 {
-	REAL(ibv_resize_cq, int, (struct ibv_cq *, int));
+	REAL(ibv_resize_cq, int, (struct ibv_cq *, int), ENOSYS);
 	int pad = cq_pad(cq->context, cqe);
 	int ret = real_ibv_resize_cq(cq, cqe + pad);
 	if (ret && pad) {
@@ -667,7 +675,7 @@ void lip_tell_start_poll(struct ibv_cq *cq)
 int lip_destroy_cq(struct ibv_cq *cq) __asm__("ibv_destroy_cq");
 int lip_destroy_cq(struct ibv_cq *cq)
 {
-	REAL(ibv_destroy_cq, int, (struct ibv_cq *));
+	REAL(ibv_destroy_cq, int, (struct ibv_cq *), ENOSYS);
 	struct ibv_context *ctx = cq->context;
 	int sized = lip_cq_headroom > 0 && !lip_inside && lip_ctx_of(ctx);
 	int ret = lip_chan_cq_destroy(cq, real_ibv_destroy_cq);

@@ -474,6 +474,38 @@ func TestPreloadRereg(t *testing.T) {
 	}
 }
 
+// TestPreloadMissingVerb: a libibverbs without a verb the shim
+// interposes (ibv_rereg_mr here): the program's call fails as the verb's
+// failure (IBV_REREG_MR_ERR_INPUT, errno ENOSYS), the shim says why, and
+// the process goes on (it used to abort).
+func TestPreloadMissingVerb(t *testing.T) {
+	b := buildBed(t)
+	td, _ := filepath.Abs("testdata")
+	other := filepath.Join(b.dir, "norereg")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := os.ReadFile(filepath.Join(td, "fakeverbs.map"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapFile := filepath.Join(other, "fakeverbs.map")
+	if err := os.WriteFile(mapFile, []byte(strings.Replace(string(m), " ibv_rereg_mr;", "", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O2", "-DFAKE_NO_REREG", "-o", filepath.Join(other, "libibverbs.so.1"),
+		"-Wl,-soname,libibverbs.so.1", "-Wl,--version-script="+mapFile, filepath.Join(td, "fakeverbs.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	c := b.cmd([]string{"IBPATH_SOCKET=off", "LD_LIBRARY_PATH=" + other}, "1", "rereg")
+	var o, e strings.Builder
+	c.Stdout, c.Stderr = &o, &e
+	if err := c.Run(); err != nil || !strings.HasPrefix(o.String(), "rereg -1 moved 0 ") ||
+		!strings.Contains(e.String(), "ibv_rereg_mr@IBVERBS_1.1 not found") || !strings.Contains(e.String(), "fails with ENOSYS") {
+		t.Fatalf("probe: %v (want the calls to fail and the program to end well)\nstdout %s\nstderr %s", err, o.String(), e.String())
+	}
+}
+
 // TestPreloadStartPoll: a program that polls an extended CQ with
 // ibv_start_poll, ibv_next_poll and ibv_end_poll sees under the shim
 // exactly what it sees without it (every completion, in order); the

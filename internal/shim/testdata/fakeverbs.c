@@ -869,6 +869,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 /* ibv_rereg_mr changes what flags name; a new translation gets new keys.
  * A NULL address with IBV_REREG_MR_CHANGE_TRANSLATION is an input error
  * (the region unchanged), as libibverbs's checks make it. */
+#ifndef FAKE_NO_REREG /* a libibverbs without it: the shim's call then fails, never aborts */
 int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
 {
 	static uint32_t next_key = 0x8000;
@@ -883,6 +884,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	}
 	return 0;
 }
+#endif
 /* ibv_reg_dmabuf_mr registers any open fd (a dma-buf's stands in): the
  * region is at iova; a closed fd fails with EBADF. */
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access)
