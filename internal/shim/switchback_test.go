@@ -212,9 +212,10 @@ func TestSwitchBackHotPathRefuses(t *testing.T) {
 	if !qa.diverted() || s.Home != "port 1" || !strings.Contains(s.Reason, "hot path cannot take it back") {
 		t.Fatalf("A: diverted %v, status %+v", qa.diverted(), s)
 	}
-	if qa.x.logLine("the hot path cannot take the QP back", "injected") == "" || qa.x.logLine("layer 2 switched back", "hot_path=false") == "" {
-		t.Fatalf("A's log:\n%s", qa.x.log)
-	}
+	// the status changes before the lines are logged
+	waitFor(t, "A's log says the hot path could not take the QP back", func() bool {
+		return qa.x.logLine("the hot path cannot take the QP back", "injected") != "" && qa.x.logLine("layer 2 switched back", "hot_path=false") != ""
+	})
 	sendMoreClean(t, f, hosts, qa, qb, 100)
 }
 
