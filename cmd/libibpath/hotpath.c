@@ -120,20 +120,111 @@ static int by_ptr_add(struct lip_qp *q)
 	return -1;
 }
 
+/* unmark removes the entry at index k of an open-addressing table of n
+ * slots (a power of two; its writers' lock held; home gives an entry's
+ * first probe). Lookups stop at the first empty slot, so a removed entry
+ * must stay a tombstone while a live entry past it was placed past it
+ * (its probe sequence runs through it); but tombstones that no live entry
+ * needs any more are emptied, or every QP removed would lengthen for
+ * good the scans for QPs the table does not hold (a churning program's
+ * unprotected QPs, looked up at every post). Over the cluster of k (the
+ * run of non-empty slots around it), from its end backwards: a tombstone
+ * is emptied when no live entry after it has its home at or before it. A
+ * reader racing it finds an empty slot only where no live entry it could
+ * be looking for lies beyond. */
+/* unmark_full is unmark's sweep for a table without an empty slot, where
+ * clusters wrap around: every slot that no live entry's probe path
+ * (from its home up to, not including, its slot) runs through is emptied
+ * if it is a tombstone. A difference array over the circle counts the
+ * paths through each slot; without memory for it nothing changes. */
+static void unmark_full(struct lip_qp **slots, uint32_t n, uint32_t (*home)(struct lip_qp *, uint32_t))
+{
+	int32_t *d = calloc(n + 1, sizeof(*d));
+	if (!d)
+		return;
+	for (uint32_t p = 0; p < n; p++) {
+		struct lip_qp *q = slots[p];
+		if (q == NULL || q == LIP_SLOT_DEAD)
+			continue;
+		uint32_t h = home(q, n);
+		if (h < p) {
+			d[h]++, d[p]--;
+		} else if (h > p) { /* wrapped: [h, n) and [0, p) */
+			d[h]++, d[n]--;
+			d[0]++, d[p]--;
+		}
+	}
+	int32_t through = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		through += d[j];
+		if (slots[j] == LIP_SLOT_DEAD && through == 0)
+			__atomic_store_n(&slots[j], NULL, __ATOMIC_RELEASE);
+	}
+	free(d);
+}
+
+static void unmark(struct lip_qp **slots, uint32_t n, uint32_t k, uint32_t (*home)(struct lip_qp *, uint32_t))
+{
+	__atomic_store_n(&slots[k], LIP_SLOT_DEAD, __ATOMIC_RELEASE);
+	uint32_t start = k, end = k, len;
+	for (len = 1; len < n && slots[(start - 1) & (n - 1)] != NULL; len++)
+		start = (start - 1) & (n - 1);
+	for (; len < n && slots[(end + 1) & (n - 1)] != NULL; len++)
+		end = (end + 1) & (n - 1);
+	if (len >= n) {
+		unmark_full(slots, n, home);
+		return;
+	}
+	uint32_t need = len; /* the lowest home offset of the live entries seen */
+	for (uint32_t off = len; off-- > 0;) {
+		uint32_t j = (start + off) & (n - 1);
+		struct lip_qp *q = slots[j];
+		if (q == LIP_SLOT_DEAD) {
+			if (need > off)
+				__atomic_store_n(&slots[j], NULL, __ATOMIC_RELEASE);
+		} else {
+			uint32_t h = (home(q, n) - start) & (n - 1);
+			if (h < need)
+				need = h;
+		}
+	}
+}
+
+static uint32_t ptr_home(struct lip_qp *q, uint32_t n) { return lip_ptr_hash(q->qp, n); }
+static uint32_t qpn_home(struct lip_qp *q, uint32_t n) { return q->qpn & (n - 1); }
+
 static void by_ptr_remove(struct ibv_qp *qp)
 {
 	uint32_t h = lip_ptr_hash(qp, LIP_PTR_SLOTS);
 	pthread_mutex_lock(&by_ptr_mu);
 	for (uint32_t i = 0; i < LIP_PTR_SLOTS; i++) {
-		struct lip_qp **s = &by_ptr[(h + i) & (LIP_PTR_SLOTS - 1)];
-		if (*s == NULL)
+		uint32_t k = (h + i) & (LIP_PTR_SLOTS - 1);
+		struct lip_qp *s = by_ptr[k];
+		if (s == NULL)
 			break;
-		if (*s != LIP_SLOT_DEAD && (*s)->qp == qp) {
-			__atomic_store_n(s, LIP_SLOT_DEAD, __ATOMIC_RELEASE);
+		if (s != LIP_SLOT_DEAD && s->qp == qp) {
+			unmark(by_ptr, LIP_PTR_SLOTS, k, ptr_home);
 			break;
 		}
 	}
 	pthread_mutex_unlock(&by_ptr_mu);
+}
+
+/* lip_table_use counts the slots of the process's QP table (by_ptr) and
+ * of c's that hold an entry, and the tombstones among the rest. */
+void lip_table_use(struct lip_ctx *c, uint32_t *live, uint32_t *dead)
+{
+	live[0] = live[1] = dead[0] = dead[1] = 0;
+	for (uint32_t i = 0; i < LIP_PTR_SLOTS; i++) {
+		struct lip_qp *q = __atomic_load_n(&by_ptr[i], __ATOMIC_ACQUIRE);
+		live[0] += q != NULL && q != LIP_SLOT_DEAD;
+		dead[0] += q == LIP_SLOT_DEAD;
+	}
+	for (uint32_t i = 0; c && i < LIP_QP_SLOTS; i++) {
+		struct lip_qp *q = __atomic_load_n(&c->slots[i], __ATOMIC_ACQUIRE);
+		live[1] += q != NULL && q != LIP_SLOT_DEAD;
+		dead[1] += q == LIP_SLOT_DEAD;
+	}
 }
 
 struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn)
@@ -154,8 +245,10 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr
 	if (!c)
 		return NULL;
 	struct lip_qp *q = calloc(1, sizeof(*q));
-	if (!q)
+	if (!q) {
+		errno = ENOMEM;
 		return NULL;
+	}
 	q->qp = qp;
 	q->ctx = c;
 	q->qpn = qp->qp_num;
@@ -169,8 +262,10 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr
 	q->rq = calloc(q->rmask + 1, sizeof(*q->rq));
 	if (q->inl_max)
 		q->inl = calloc(q->smask + 1, q->inl_max);
+	errno = ENOMEM;
 	if (!q->sq || !q->rq || (q->inl_max && !q->inl))
 		goto fail;
+	errno = ENOSPC; /* unless a free slot turns up below */
 	pthread_mutex_lock(&c->mu);
 	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
 		struct lip_qp **s = &c->slots[(q->qpn + i) & (LIP_QP_SLOTS - 1)];
@@ -201,13 +296,14 @@ void lip_qp_remove(struct ibv_qp *qp)
 	struct lip_qp *gone = NULL;
 	pthread_mutex_lock(&c->mu);
 	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
-		struct lip_qp **s = &c->slots[(qp->qp_num + i) & (LIP_QP_SLOTS - 1)];
-		if (*s == NULL)
+		uint32_t k = (qp->qp_num + i) & (LIP_QP_SLOTS - 1);
+		struct lip_qp *s = c->slots[k];
+		if (s == NULL)
 			break;
-		if (*s != LIP_SLOT_DEAD && (*s)->qp == qp) {
+		if (s != LIP_SLOT_DEAD && s->qp == qp) {
 			/* The rings stay allocated: a poller may still hold q. */
-			gone = *s;
-			__atomic_store_n(s, LIP_SLOT_DEAD, __ATOMIC_RELEASE);
+			gone = s;
+			unmark(c->slots, LIP_QP_SLOTS, k, qpn_home);
 			break;
 		}
 	}

@@ -315,6 +315,18 @@ int lip_dereg_mr(struct ibv_mr *mr)
 		qp_;                                                                \
 	})
 
+/* not_tracked says why a QP the runtime would protect got no shadow
+ * rings (lip_qp_add's errno): no memory for them, or the shim's tables
+ * are full (LIP_QP_SLOTS a context, LIP_PTR_SLOTS a process). */
+static void not_tracked(struct ibv_qp *qp)
+{
+	if (errno == ENOSPC)
+		fprintf(stderr, "libibpath: QP %#x: the shim's QP tables are full (%d QPs a device context, %d a process); "
+		        "it is not protected\n", qp->qp_num, LIP_QP_SLOTS, LIP_PTR_SLOTS);
+	else
+		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
+}
+
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) __asm__("ibv_create_qp");
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
@@ -329,7 +341,7 @@ struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	LEAVE();
 	struct lip_qp *q = protect ? lip_qp_add(qp, attr) : NULL;
 	if (protect && !q)
-		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
+		not_tracked(qp);
 	if (q)
 		lip_nudge_created(q, pad);
 	return qp;
@@ -380,7 +392,7 @@ static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_q
 	if (q)
 		lip_nudge_created(q, pad);
 	if (!q) {
-		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
+		not_tracked(qp);
 	} else if (follow && lip_wr_attach(q, qpx, &attr->cap)) {
 		perror("libibpath: take over the ibv_wr_* functions of a QP (it is not protected)");
 		lip_qp_remove(qp);

@@ -301,6 +301,9 @@ int lip_wr_post(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **b
 void lip_qp_lock(struct lip_qp *q);
 void lip_qp_unlock(struct lip_qp *q);
 struct lip_qp *lip_qp_of(struct ibv_qp *qp);
+/* lip_table_use: live entries and tombstones of the process's QP table
+ * ([0]) and of c's ([1]) */
+void lip_table_use(struct lip_ctx *c, uint32_t *live, uint32_t *dead);
 extern uint64_t lip_qp_gen; /* bumped by lip_qp_remove */
 
 /* interpose.c */

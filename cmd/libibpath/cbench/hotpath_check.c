@@ -7,6 +7,7 @@
  *   gcc -O2 -I.. hotpath_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c -lpthread */
 #include <pthread.h>
 #include <unistd.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -566,6 +567,51 @@ static int bench(long n, int rounds)
 	return 0;
 }
 
+/* test_churn: QPs added and removed in any order leave the tables as
+ * they found them, with no tombstones left behind for lookups to scan;
+ * a context's full table refuses the next QP with ENOSPC, not ENOMEM. */
+static void test_churn(void)
+{
+	enum { N = 3000 };
+	static struct ibv_qp qps[LIP_QP_SLOTS + 1];
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 1, .max_recv_wr = 1}};
+	uint32_t live0[2], dead0[2], live[2], dead[2];
+	lip_table_use(lip_ctx_of(&ctx), live0, dead0);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < N; i++) {
+			qps[i] = (struct ibv_qp){.context = &ctx, .qp_num = 0x10000 + i, .send_cq = &cq, .recv_cq = &cq};
+			CHECK(lip_qp_add(&qps[i], &a) != NULL, "add QP %d", i);
+		}
+		/* every third, then the rest backwards: tombstones in the middle of clusters */
+		for (int i = 0; i < N; i += 3)
+			lip_qp_remove(&qps[i]);
+		lip_table_use(lip_ctx_of(&ctx), live, dead);
+		CHECK(live[1] == live0[1] + N - (N + 2) / 3, "live %u after removing a third", live[1]);
+		for (int i = N - 1; i >= 0; i--)
+			if (i % 3)
+				lip_qp_remove(&qps[i]);
+		lip_table_use(lip_ctx_of(&ctx), live, dead);
+		CHECK(live[0] == live0[0] && live[1] == live0[1], "live %u %u after churn, %u %u before", live[0], live[1], live0[0], live0[1]);
+		CHECK(dead[0] <= dead0[0] && dead[1] <= dead0[1], "tombstones %u %u after churn, %u %u before", dead[0], dead[1], dead0[0], dead0[1]);
+	}
+	CHECK(lip_qp_find(lip_ctx_of(&ctx), 0x10000 + 5) == NULL, "a removed QP is still found");
+	/* a full context table */
+	struct lip_ctx *c = lip_ctx_of(&ctx);
+	int added = 0;
+	errno = 0;
+	for (int i = 0; i <= LIP_QP_SLOTS; i++) {
+		qps[i] = (struct ibv_qp){.context = &ctx, .qp_num = 0x20000 + i, .send_cq = &cq, .recv_cq = &cq};
+		if (!lip_qp_add(&qps[i], &a))
+			break;
+		added++;
+	}
+	CHECK(added == (int)(LIP_QP_SLOTS - live0[1]) && errno == ENOSPC, "a full table: %d added, errno %d", added, errno);
+	for (int i = 0; i < added; i++)
+		lip_qp_remove(&qps[i]);
+	lip_table_use(c, live, dead);
+	CHECK(live[1] == live0[1] && dead[1] <= dead0[1], "after emptying the full table: live %u dead %u", live[1], dead[1]);
+}
+
 int main(int argc, char **argv)
 {
 	setup();
@@ -580,6 +626,7 @@ int main(int argc, char **argv)
 	test_multi_poster();
 	test_multi_poller();
 	test_blk();
+	test_churn();
 	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
 	return fails != 0;
 }
