@@ -25,7 +25,7 @@ type preloadBed struct {
 	dir, shim, probe string
 }
 
-func buildBed(t *testing.T, tags ...string) preloadBed {
+func buildBed(t testing.TB, tags ...string) preloadBed {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not found: the shim tests build C programs")

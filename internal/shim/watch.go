@@ -3,6 +3,7 @@ package shim
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ibpath/ibpath/asyncev"
 	"github.com/ibpath/ibpath/verbs"
@@ -38,7 +39,14 @@ func (r *Runtime) watch(dev string) {
 	}
 	wctx, stop := withFDNotifier(ctx)
 	sub := asyncev.NewSubscription(64)
-	w := &watcher{ctx: ctx, pump: asyncev.Start(wctx, asyncev.Options{Subscribers: []*asyncev.Subscription{sub}}), stop: stop}
+	opts := asyncev.Options{Subscribers: []*asyncev.Subscription{sub}}
+	if wctx != ctx {
+		// woken by the fd's readiness (level-triggered: nothing is
+		// missed), the pump need not read on a timer as well: an idle
+		// program's shim then wakes for nothing (BenchmarkShimIdle)
+		opts.MaxWait = watchMaxWait
+	}
+	w := &watcher{ctx: ctx, pump: asyncev.Start(wctx, opts), stop: stop}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -54,6 +62,11 @@ func (r *Runtime) watch(dev string) {
 		}
 	}()
 }
+
+// watchMaxWait is how often the shim's pump reads a device's events
+// with nothing signalled when the async fd wakes it: a backstop, not the
+// path events take.
+const watchMaxWait = 10 * time.Second
 
 func (w *watcher) close() {
 	w.pump.Close()
