@@ -70,6 +70,9 @@ func ibpathClosed(ctx *C.struct_ibv_context) {
 	defer guard("ibpathClosed")
 	inject("ibpathClosed")
 	rt.Closed(ctxID(ctx))
+	// the wrapper goes (a context opened later at this address is
+	// another); a wrapped context's Close only forgets it: no error
+	_ = appCtx(ctx).Close()
 }
 
 //export ibpathCreated
@@ -273,11 +276,25 @@ func ibpathDestroying(ctx *C.struct_ibv_context, qpn C.uint32_t) {
 	rt.Destroying(ctxID(ctx), uint32(qpn))
 }
 
+// ibpathDestroyed: the application destroyed QP qpn of ctx, which was at
+// qp (only the pointer's value is used: it is freed).
+//
 //export ibpathDestroyed
-func ibpathDestroyed(ctx *C.struct_ibv_context, qpn C.uint32_t) {
+func ibpathDestroyed(ctx *C.struct_ibv_context, qpn C.uint32_t, qp unsafe.Pointer) {
 	defer guard("ibpathDestroyed")
 	inject("ibpathDestroyed")
 	rt.Destroyed(ctxID(ctx), uint32(qpn))
+	appCtx(ctx).ReleaseQPAt(qp)
+}
+
+// ibpathCQGone: the application destroyed the CQ at cq (only the
+// pointer's value is used); its wrapper goes.
+//
+//export ibpathCQGone
+func ibpathCQGone(ctx *C.struct_ibv_context, cq unsafe.Pointer) {
+	defer guard("ibpathCQGone")
+	inject("ibpathCQGone")
+	appCtx(ctx).ReleaseCQAt(cq)
 }
 
 // ibpathAsyncEvent records an async event the application is about to

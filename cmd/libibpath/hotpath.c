@@ -54,8 +54,19 @@ struct lip_ctx *lip_ctx_add(struct ibv_context *ctx)
 	return c;
 }
 
+static void by_ptr_remove(struct ibv_qp *qp);
+static void lip_qp_free_now(struct lip_qp *q);
+
+/* lip_ctx_remove gives ctx its operations back and forgets it: its QPs
+ * still in the tables leave the process's table (a later QP at the same
+ * address must not find them), then, once every post and poll that was
+ * inside the hot path has left it (lip_quiesce), its lip_ctx is freed.
+ * So are the lip_qp of the QPs the program did not destroy (their
+ * layer 2 state went with the context's, the runtime's Closed). */
 void lip_ctx_remove(struct ibv_context *ctx)
 {
+	struct lip_ctx *gone[LIP_MAX_CTX];
+	int ngone = 0;
 	pthread_mutex_lock(&ctxs_mu);
 	for (int i = 0; i < LIP_MAX_CTX; i++) {
 		if (ctxs[i] && ctxs[i]->ctx == ctx) {
@@ -71,11 +82,36 @@ void lip_ctx_remove(struct ibv_context *ctx)
 			if (v && c->create_cq_ex)
 				v->create_cq_ex = c->create_cq_ex;
 			__atomic_store_n(&ctxs[i], NULL, __ATOMIC_RELEASE);
-			/* c is leaked on purpose: a racing poster may still
-			 * read it; contexts are closed a handful of times. */
+			gone[ngone++] = c;
 		}
 	}
 	pthread_mutex_unlock(&ctxs_mu);
+	if (!ngone)
+		return;
+	for (int k = 0; k < ngone; k++) {
+		struct lip_ctx *c = gone[k];
+		pthread_mutex_lock(&c->mu);
+		for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
+			struct lip_qp *q = c->slots[i];
+			if (q && q != LIP_SLOT_DEAD) {
+				lip_nudge_forget(q);
+				by_ptr_remove(q->qp);
+			} else {
+				c->slots[i] = NULL; /* the QPs left are freed below */
+			}
+		}
+		pthread_mutex_unlock(&c->mu);
+	}
+	__atomic_add_fetch(&lip_qp_gen, 1, __ATOMIC_RELEASE);
+	/* a post or poll that found c before it left the table is done with it after this */
+	lip_quiesce();
+	for (int k = 0; k < ngone; k++) {
+		for (uint32_t i = 0; i < LIP_QP_SLOTS; i++)
+			if (gone[k]->slots[i])
+				lip_qp_free_now(gone[k]->slots[i]);
+		pthread_mutex_destroy(&gone[k]->mu);
+		free(gone[k]);
+	}
 }
 
 static uint32_t pow2(uint32_t n)
@@ -288,11 +324,11 @@ fail:
 
 uint64_t lip_qp_gen; /* QPs removed: caches of lookups (wrapi.c) compare it */
 
-void lip_qp_remove(struct ibv_qp *qp)
+struct lip_qp *lip_qp_remove(struct ibv_qp *qp)
 {
 	struct lip_ctx *c = lip_ctx_of(qp->context);
 	if (!c)
-		return;
+		return NULL;
 	struct lip_qp *gone = NULL;
 	pthread_mutex_lock(&c->mu);
 	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
@@ -312,6 +348,27 @@ void lip_qp_remove(struct ibv_qp *qp)
 		lip_nudge_forget(gone); /* a nudge on its way posts nothing to it */
 	by_ptr_remove(qp);
 	__atomic_add_fetch(&lip_qp_gen, 1, __ATOMIC_RELEASE);
+	return gone;
+}
+
+/* lip_qp_free frees q, out of the tables (lip_qp_remove) and let go of by
+ * layer 2 (the runtime's Destroying, which takes it off the express
+ * lane): once every post and poll inside the hot path has left it, none
+ * can hold q any more. The ibv_wr_* batch goes with it. */
+void lip_qp_free(struct lip_qp *q)
+{
+	lip_quiesce();
+	lip_qp_free_now(q);
+}
+
+/* lip_qp_free_now frees q, which nothing can hold any more. */
+static void lip_qp_free_now(struct lip_qp *q)
+{
+	lip_wr_free(q->wrb);
+	free(q->sq);
+	free(q->rq);
+	free(q->inl);
+	free(q);
 }
 
 /* lip_qp_progress gives q's send ring positions: WRs posted and WRs

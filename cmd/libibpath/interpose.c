@@ -327,24 +327,34 @@ static void not_tracked(struct ibv_qp *qp)
 		fprintf(stderr, "libibpath: QP %#x: no memory for its shadow rings; it is not protected\n", qp->qp_num);
 }
 
+int lip_destroy_qp(struct ibv_qp *qp) __asm__("ibv_destroy_qp");
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) __asm__("ibv_create_qp");
 struct ibv_qp *lip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	REAL(ibv_create_qp, struct ibv_qp *, (struct ibv_pd *, struct ibv_qp_init_attr *), NULL);
 	PASS_IF_INSIDE(real_ibv_create_qp(pd, attr));
 	int pad = lip_enabled && lip_nudge_pad(lip_ctx_of(pd->context), attr);
-	struct ibv_qp *qp = padded_create(attr, &pad, real_ibv_create_qp(pd, attr), real_ibv_create_qp(pd, attr));
-	if (!qp || !lip_ctx_of(qp->context))
-		return qp;
-	ENTER();
-	int protect = ibpathCreated(qp, attr);
-	LEAVE();
-	struct lip_qp *q = protect ? lip_qp_add(qp, attr) : NULL;
-	if (protect && !q)
-		not_tracked(qp);
-	if (q)
-		lip_nudge_created(q, pad);
-	return qp;
+	for (;;) {
+		struct ibv_qp *qp = padded_create(attr, &pad, real_ibv_create_qp(pd, attr), real_ibv_create_qp(pd, attr));
+		if (!qp || !lip_ctx_of(qp->context))
+			return qp;
+		ENTER();
+		int protect = ibpathCreated(qp, attr);
+		LEAVE();
+		struct lip_qp *q = protect ? lip_qp_add(qp, attr) : NULL;
+		if (q) {
+			lip_nudge_created(q, pad);
+			return qp;
+		}
+		if (protect)
+			not_tracked(qp);
+		if (!pad)
+			return qp;
+		/* untracked, yet made with the nudge's slot, which
+		 * ibv_query_qp would show: made again without it */
+		lip_destroy_qp(qp);
+		pad = 0;
+	}
 }
 
 /* qp_ex_of is ibv_qp_to_qp_ex (IBVERBS_1.6), looked up rather than
@@ -373,31 +383,42 @@ static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_q
 	}
 	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
 		.srq = attr->srq, .cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all};
-	int pad = !lip_inside && lip_enabled && lip_nudge_pad(c, &a);
-	struct ibv_qp *qp = padded_create(attr, &pad, c->create_qp_ex(context, attr), c->create_qp_ex(context, attr));
-	if (!qp || lip_inside || !lip_enabled)
-		return qp;
-	a.cap = attr->cap;
 	int wr_api = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
-	struct ibv_qp_ex *qpx = NULL;
-	if (wr_api && lip_record && lip_wr_follows(attr->send_ops_flags))
-		qpx = qp_ex_of(qp);
-	int follow = qpx != NULL;
-	ENTER();
-	int protect = ibpathCreatedEx(qp, &a, wr_api && lip_record && !follow);
-	LEAVE();
-	if (!protect)
-		return qp;
-	struct lip_qp *q = lip_qp_add(qp, &a);
-	if (q)
-		lip_nudge_created(q, pad);
-	if (!q) {
-		not_tracked(qp);
-	} else if (follow && lip_wr_attach(q, qpx, &attr->cap)) {
-		perror("libibpath: take over the ibv_wr_* functions of a QP (it is not protected)");
-		lip_qp_remove(qp);
+	/* a QP asking for ibv_wr_* operations the shim does not follow is
+	 * not protected, so layer 1 cannot nudge it: no slot */
+	int followable = !wr_api || (lip_record && lip_wr_follows(attr->send_ops_flags));
+	int pad = followable && !lip_inside && lip_enabled && lip_nudge_pad(c, &a);
+	for (;;) {
+		struct ibv_qp *qp = padded_create(attr, &pad, c->create_qp_ex(context, attr), c->create_qp_ex(context, attr));
+		if (!qp || lip_inside || !lip_enabled)
+			return qp;
+		a.cap = attr->cap;
+		struct ibv_qp_ex *qpx = NULL;
+		if (wr_api && lip_record && lip_wr_follows(attr->send_ops_flags))
+			qpx = qp_ex_of(qp);
+		int follow = qpx != NULL;
+		ENTER();
+		int protect = ibpathCreatedEx(qp, &a, wr_api && lip_record && !follow);
+		LEAVE();
+		struct lip_qp *q = protect ? lip_qp_add(qp, &a) : NULL;
+		if (q && follow && lip_wr_attach(q, qpx, &attr->cap)) {
+			perror("libibpath: take over the ibv_wr_* functions of a QP (it is not protected)");
+			lip_qp_free(lip_qp_remove(qp));
+			q = NULL;
+		} else if (!q && protect) {
+			not_tracked(qp);
+		}
+		if (q) {
+			lip_nudge_created(q, pad);
+			return qp;
+		}
+		if (!pad)
+			return qp;
+		/* untracked, yet made with the nudge's slot, which
+		 * ibv_query_qp would show: made again without it */
+		lip_destroy_qp(qp);
+		pad = 0;
 	}
-	return qp;
 }
 
 int lip_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) __asm__("ibv_modify_qp");
@@ -457,13 +478,15 @@ int lip_destroy_qp(struct ibv_qp *qp)
 		ibpathDestroying(ctx, qpn);
 		LEAVE();
 	}
-	lip_qp_remove(qp);
+	struct lip_qp *gone = lip_qp_remove(qp);
 	int ret = real_ibv_destroy_qp(qp);
 	if (ret == 0) {
 		ENTER();
-		ibpathDestroyed(ctx, qpn);
+		ibpathDestroyed(ctx, qpn, qp);
 		LEAVE();
 	}
+	if (gone)
+		lip_qp_free(gone);
 	return ret;
 }
 
@@ -597,10 +620,11 @@ int lip_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_
 int lip_cq_headroom = 0; /* set by the Go side */
 
 /* cq_pad is the headroom to add to an application CQ of cqe entries on
- * ctx (0 for the shim's own CQs). */
+ * ctx (0 for the shim's own CQs, and for a size the provider must refuse
+ * as it would without the shim). */
 static int cq_pad(struct ibv_context *ctx, int cqe)
 {
-	if (lip_cq_headroom <= 0 || lip_inside || !lip_ctx_of(ctx) || cqe > INT_MAX - lip_cq_headroom)
+	if (lip_cq_headroom <= 0 || lip_inside || !lip_ctx_of(ctx) || cqe < 1 || cqe > INT_MAX - lip_cq_headroom)
 		return 0;
 	return lip_cq_headroom;
 }
@@ -702,6 +726,11 @@ int lip_destroy_cq(struct ibv_cq *cq)
 		/* only the pointer's value is used: the Go side forgets it */
 		ENTER();
 		ibpathCQDestroyed(ctx, cq);
+		LEAVE();
+	}
+	if (ret == 0 && !lip_inside && lip_ctx_of(ctx)) {
+		ENTER();
+		ibpathCQGone(ctx, cq);
 		LEAVE();
 	}
 	return ret;

@@ -251,7 +251,10 @@ struct lip_ctx *lip_ctx_add(struct ibv_context *ctx);
 void lip_ctx_remove(struct ibv_context *ctx);
 struct lip_ctx *lip_ctx_of(struct ibv_context *ctx);
 struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr);
-void lip_qp_remove(struct ibv_qp *qp);
+/* lip_qp_remove takes qp out of the tables and returns its lip_qp (NULL
+ * when it had none), which lip_qp_free frees once layer 2 let go of it. */
+struct lip_qp *lip_qp_remove(struct ibv_qp *qp);
+void lip_qp_free(struct lip_qp *q);
 struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn);
 int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
@@ -295,6 +298,7 @@ void lip_tell_start_poll(struct ibv_cq *cq);
 struct lip_wrb;
 int lip_wr_follows(uint64_t send_ops_flags);
 int lip_wr_attach(struct lip_qp *q, struct ibv_qp_ex *qpx, const struct ibv_qp_cap *cap);
+void lip_wr_free(struct lip_wrb *b);
 int lip_wr_issue(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 /* hotpath.c, for wrapi.c */
 int lip_wr_post(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -297,6 +297,18 @@ int lip_wr_issue(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **
 	return ret;
 }
 
+/* lip_wr_free frees a batch of lip_wr_attach's (NULL: nothing). */
+void lip_wr_free(struct lip_wrb *b)
+{
+	if (!b)
+		return;
+	free(b->w);
+	free(b->flags);
+	free(b->sge);
+	free(b->inl);
+	free(b);
+}
+
 /* lip_wr_attach takes over the ibv_wr_* functions of q, whose struct
  * ibv_qp_ex is qpx and whose queue was granted cap (send WRs, SGEs,
  * inline bytes). -1 (errno) when it cannot; q then posts as the provider

@@ -506,6 +506,21 @@ func TestPreloadMissingVerb(t *testing.T) {
 	}
 }
 
+// TestPreloadTablesFull: more RC QPs on one InfiniBand context than the
+// shim's table holds: those past it are not protected (said once each),
+// and none shows the nudge's send slot, not even those made with it
+// before the table refused them (they are made again without it).
+func TestPreloadTablesFull(t *testing.T) {
+	b := buildBed(t)
+	out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "FAKE_LINK_LAYER=ib"}, "4200", "fill")
+	if strings.TrimSpace(out) != "fill 4200: told otherwise 0, shown otherwise 0" {
+		t.Fatalf("stdout %q\nstderr (tail):\n%s", out, tail(errs, 2000))
+	}
+	if !strings.Contains(errs, "the shim's QP tables are full") {
+		t.Fatalf("the shim did not say its tables are full:\n%s", tail(errs, 2000))
+	}
+}
+
 // TestPreloadStartPoll: a program that polls an extended CQ with
 // ibv_start_poll, ibv_next_poll and ibv_end_poll sees under the shim
 // exactly what it sees without it (every completion, in order); the

@@ -71,10 +71,18 @@ func WrapQP(ctx *Context, p unsafe.Pointer) (*QP, error) { return ctx.wrapQP(p) 
 func (x *Context) wrapQP(p unsafe.Pointer) (*QP, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if qp, ok := x.qps[p]; ok {
-		return qp, nil
-	}
 	c := (*C.struct_ibv_qp)(p)
+	if qp, ok := x.qps[p]; ok {
+		if qp.qpn == uint32(c.qp_num) {
+			return qp, nil
+		}
+		// a QP destroyed without ReleaseQPAt, and a new one at its
+		// address: the wrapper (its QPN, its scratch) is the old one's
+		delete(x.qps, p)
+		C.ibp_scratch_free(qp.sbuf)
+		C.ibp_scratch_free(qp.rbuf)
+		qp.sbuf, qp.rbuf = nil, nil
+	}
 	qp := &QP{c: c, qpn: uint32(c.qp_num), ctx: x, pd: x.wrapPDLocked(unsafe.Pointer(c.pd))}
 	if c.send_cq != nil {
 		x.wrapCQLocked(unsafe.Pointer(c.send_cq))
@@ -160,6 +168,27 @@ func (q *QP) Query(mask verbs.QPAttrMask) (verbs.QPAttr, verbs.QPInitAttr, error
 		init.RecvCQ = q.ctx.cqFor(unsafe.Pointer(ia.recv_cq))
 	}
 	return qpAttrFromC(&a), init, nil
+}
+
+// ReleaseQPAt releases the wrapper of the QP at p, if there is one (the
+// application destroyed that QP: the next one at its address is another).
+func (x *Context) ReleaseQPAt(p unsafe.Pointer) {
+	x.mu.Lock()
+	q := x.qps[p]
+	x.mu.Unlock()
+	if q != nil {
+		q.Release()
+	}
+}
+
+// ReleaseCQAt releases the wrapper of the CQ at p, if there is one.
+func (x *Context) ReleaseCQAt(p unsafe.Pointer) {
+	x.mu.Lock()
+	cq := x.cqs[p]
+	x.mu.Unlock()
+	if cq != nil {
+		cq.Release()
+	}
 }
 
 // Release forgets a wrapped QP without destroying it.

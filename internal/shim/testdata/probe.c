@@ -519,6 +519,32 @@ static int rereg(struct ibv_pd *pd)
 	return ibv_dereg_mr(mr) ? 10 : 0;
 }
 
+/* fill ("fill" mode): n RC QPs of 64 send WRs on one context, every one
+ * queried; prints how many the program was told and the query showed
+ * something else than 64 (the shim's tables fill before n). */
+static int fill(struct ibv_context *ctx, struct ibv_pd *pd, int n)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp **qps = calloc(n, sizeof(*qps));
+	int told = 0, shown = 0;
+	for (int i = 0; cq && qps && i < n; i++) {
+		struct ibv_qp_init_attr a = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+			.cap = {.max_send_wr = 64, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+		qps[i] = ibv_create_qp(pd, &a);
+		if (!qps[i])
+			return 10;
+		struct ibv_qp_attr qa;
+		struct ibv_qp_init_attr qi;
+		told += a.cap.max_send_wr != 64;
+		shown += ibv_query_qp(qps[i], &qa, IBV_QP_CAP, &qi) || qa.cap.max_send_wr != 64 || qi.cap.max_send_wr != 64;
+	}
+	printf("fill %d: told otherwise %d, shown otherwise %d\n", n, told, shown);
+	for (int i = 0; qps && i < n; i++)
+		if (qps[i] && ibv_destroy_qp(qps[i]))
+			return 10;
+	return 0;
+}
+
 /* odp ("odp" mode): registers an implicit on-demand-paging region (the
  * whole address space) and an ordinary one, and deregisters both. */
 static int odp(struct ibv_pd *pd)
@@ -561,6 +587,8 @@ int main(int argc, char **argv)
 		return dmabuf(pd);
 	if (argc > 2 && strcmp(argv[2], "rereg") == 0)
 		return rereg(pd);
+	if (argc > 2 && strcmp(argv[2], "fill") == 0)
+		return fill(ctx, pd, n);
 	struct ibv_comp_channel *ch = NULL;
 	static int cq_tag; /* the CQ's context: events must carry it */
 	struct ibv_cq *cq;
