@@ -53,7 +53,10 @@ func ready(ch <-chan struct{}, d time.Duration) bool {
 // nothing is pending.
 func TestFDNotifierFires(t *testing.T) {
 	r, w := pipe(t)
-	ctx, stop := withFDNotifier(&pipeCtx{fd: r})
+	ctx, stop, notified := withFDNotifier(&pipeCtx{fd: r})
+	if !notified {
+		t.Fatal("a context with an async fd was not wrapped")
+	}
 	defer stop()
 	n, ok := ctx.(verbs.AsyncNotifier)
 	if !ok {

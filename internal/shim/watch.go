@@ -37,10 +37,10 @@ func (r *Runtime) watch(dev string) {
 		r.log.Warn("libibpath: no context of its own on the device; port events are seen only when the application reads them", "device", dev, "err", err)
 		return
 	}
-	wctx, stop := withFDNotifier(ctx)
+	wctx, stop, notified := withFDNotifier(ctx)
 	sub := asyncev.NewSubscription(64)
 	opts := asyncev.Options{Subscribers: []*asyncev.Subscription{sub}}
-	if wctx != ctx {
+	if notified {
 		// woken by the fd's readiness (level-triggered: nothing is
 		// missed), the pump need not read on a timer as well: an idle
 		// program's shim then wakes for nothing (BenchmarkShimIdle)
@@ -174,16 +174,16 @@ func (c *fdContext) GetAsyncEvent() (verbs.AsyncEvent, error) {
 }
 
 // withFDNotifier wraps ctx when it exposes its async fd (AsyncFD() int);
-// stop ends the waiting goroutine. Without an fd, ctx is returned as is
-// (the pump polls it).
-func withFDNotifier(ctx verbs.Context) (verbs.Context, func()) {
+// stop ends the waiting goroutine; notified says whether it did wrap it.
+// Without an fd, ctx is returned as is (the pump polls it).
+func withFDNotifier(ctx verbs.Context) (verbs.Context, func(), bool) {
 	fc, ok := ctx.(interface{ AsyncFD() int })
 	if !ok {
-		return ctx, func() {}
+		return ctx, func() {}, false
 	}
 	w, err := newFDWait(fc.AsyncFD())
 	if err != nil {
-		return ctx, func() {}
+		return ctx, func() {}, false
 	}
 	c := &fdContext{Context: ctx, ready: make(chan struct{}, 1), drained: make(chan struct{}, 1)}
 	done := make(chan struct{})
@@ -206,5 +206,5 @@ func withFDNotifier(ctx verbs.Context) (verbs.Context, func()) {
 	return c, func() {
 		close(done)
 		w.Close()
-	}
+	}, true
 }
