@@ -83,7 +83,8 @@ func (b dlopenBed) run(t *testing.T, env []string, args ...string) (stdout, stde
 // the nudge slot only the shim adds), by either name NCCL tries; not
 // with IBPATH_DLOPEN=off, IBPATH_DISABLE=1 or a value that does not
 // parse, and not when the file it opens is another libibverbs (said on
-// stderr: that program is unprotected).
+// stderr: that program is unprotected). Every other dlopen reaches the
+// real one as the program made it (its RUNPATH searched).
 func TestPreloadDlopen(t *testing.T) {
 	b := buildDlopenBed(t)
 	for _, c := range []struct {
@@ -118,15 +119,11 @@ func TestPreloadDlopen(t *testing.T) {
 		!strings.Contains(errs, "libibverbs opened by the program with dlopen: the shim's verbs") {
 		t.Errorf("IBPATH_LOG=info: no word of the dlopen:\n%s", errs)
 	}
-}
-
-// TestPreloadDlopenPassesThrough: every other dlopen is the real one as
-// the program called it: a library found only through the calling
-// program's DT_RUNPATH loads (dlopen searches its caller's RUNPATH, so
-// a wrapper calling it from the shim would not find it), and a failed
-// dlopen of libibverbs says what it says without the shim.
-func TestPreloadDlopenPassesThrough(t *testing.T) {
-	b := buildDlopenBed(t)
+	// Every other dlopen is the real one as the program called it: a
+	// library found only through the calling program's DT_RUNPATH loads
+	// (dlopen searches its caller's RUNPATH, so a wrapper calling it from
+	// the shim would not find it), and a failed dlopen of libibverbs says
+	// what it says without the shim.
 	for _, mode := range []string{"runpath", "missing"} {
 		plain, _ := b.run(t, nil, mode)
 		shimmed, errs := b.run(t, []string{}, mode)
@@ -138,3 +135,4 @@ func TestPreloadDlopenPassesThrough(t *testing.T) {
 		}
 	}
 }
+
