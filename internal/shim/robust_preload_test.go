@@ -68,7 +68,8 @@ func tail(s string, n int) string {
 // memory stays bounded: after the programs its RSS is within 48 MiB of
 // the program's without it, and the second half of the programs adds
 // under 8 MiB to it (every QP's rings, context tables and wrappers freed).
-// The seed is printed; -shim.fuzzseed replays it.
+// The seed is printed; -shim.fuzzseed replays it; -shim.fuzzprogs sets
+// the count (10,000, with -short too).
 func TestPreloadRobustness(t *testing.T) {
 	b := buildBed(t)
 	bin := buildVerbfuzz(t, b)
@@ -77,10 +78,9 @@ func TestPreloadRobustness(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("verbfuzz seed %d (replay: go test ./internal/shim -run TestPreloadRobustness -shim.fuzzseed %d)", seed, seed)
+	// the programs are C processes (the race detector is in the test
+	// binary only): 10,000 take about a second with the shim
 	n := *fuzzProgs
-	if testing.Short() {
-		n = min(n, 1000)
-	}
 	rss := func(out string) int {
 		i := strings.LastIndex(out, "rss ")
 		v, _ := strconv.Atoi(strings.TrimSpace(out[i+4:]))
@@ -112,7 +112,7 @@ func TestPreloadRobustness(t *testing.T) {
 		if d := rss(shimmed) - rss(plain); d > 48<<10 {
 			t.Errorf("%s: the shim's process ended with %d KiB more RSS than without it", ll, d)
 		}
-		if ll == "eth" && !testing.Short() {
+		if ll == "eth" {
 			half := runVerbfuzz(t, b, bin, true, env, 2*time.Minute, fmt.Sprint(seed), fmt.Sprint(n/2))
 			if g := rss(shimmed) - rss(half); g > 8<<10 {
 				t.Errorf("the second %d programs grew the shim's process by %d KiB (%d KiB after %d, %d after %d): something is not freed",
