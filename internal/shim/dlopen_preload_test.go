@@ -135,4 +135,3 @@ func TestPreloadDlopen(t *testing.T) {
 		}
 	}
 }
-
