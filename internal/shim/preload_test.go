@@ -444,33 +444,25 @@ func TestPreloadImplicitODP(t *testing.T) {
 	}
 }
 
-// TestPreloadDmabuf: a program registering GPU memory through
-// ibv_reg_dmabuf_mr sees under the shim what it sees without it (the
-// region, its keys, the failure of a closed fd, the deregistration).
-func TestPreloadDmabuf(t *testing.T) {
+// TestPreloadMemoryVerbs: a program registering GPU memory through
+// ibv_reg_dmabuf_mr (the region, its keys, the failure of a closed fd,
+// the deregistration), and one that moves a region with ibv_rereg_mr,
+// changes its access and has a move refused, see under the shim what
+// they see without it.
+func TestPreloadMemoryVerbs(t *testing.T) {
 	b := buildBed(t)
-	plain, _ := b.run(t, nil, "1", "dmabuf")
-	if !strings.HasPrefix(plain, "dmabuf lkey ") || !strings.Contains(plain, "closed fd: Bad file descriptor") {
-		t.Fatalf("the probe itself misbehaves: %s", plain)
-	}
-	out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, "1", "dmabuf")
-	if out != plain {
-		t.Fatalf("the shim changed what the program saw:\nwithout: %s\nwith:    %s\n%s", plain, out, errs)
-	}
-}
-
-// TestPreloadRereg: a program that moves a region with ibv_rereg_mr,
-// changes its access and has a move refused sees under the shim what it
-// sees without it.
-func TestPreloadRereg(t *testing.T) {
-	b := buildBed(t)
-	plain, _ := b.run(t, nil, "1", "rereg")
-	if !strings.HasPrefix(plain, "rereg 0 moved 1 lkey ") || !strings.Contains(plain, "refused -1, still at b 1") {
-		t.Fatalf("the probe itself misbehaves: %s", plain)
-	}
-	out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, "1", "rereg")
-	if out != plain {
-		t.Fatalf("the shim changed what the program saw:\nwithout: %s\nwith:    %s\n%s", plain, out, errs)
+	for _, c := range []struct{ mode, prefix, has string }{
+		{"dmabuf", "dmabuf lkey ", "closed fd: Bad file descriptor"},
+		{"rereg", "rereg 0 moved 1 lkey ", "refused -1, still at b 1"},
+	} {
+		plain, _ := b.run(t, nil, "1", c.mode)
+		if !strings.HasPrefix(plain, c.prefix) || !strings.Contains(plain, c.has) {
+			t.Fatalf("%s: the probe itself misbehaves: %s", c.mode, plain)
+		}
+		out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, "1", c.mode)
+		if out != plain {
+			t.Fatalf("%s: the shim changed what the program saw:\nwithout: %s\nwith:    %s\n%s", c.mode, plain, out, errs)
+		}
 	}
 }
 
