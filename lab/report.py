@@ -389,7 +389,7 @@ def main():
         row = {"name": name, "prog": m["prog"], "shim": m["shim"], "cut": m["cut"],
                "cut_at_s": m.get("cut_time"), "cut_for_s": m.get("cut_for") if m["cut"] != "none" else None,
                "rep": int(m.get("rep") or (name.rsplit(".r", 1)[1] if re.search(r"\.r\d+$", name) else 1)),
-               "elapsed_s": m.get("elapsed"), "again": m.get("again"), "order": float(m.get("started") or os.path.getmtime(os.path.join(d, "meta")))}
+               "elapsed_s": m.get("elapsed"), "again": m.get("again"), "again_skipped": m.get("again_skipped"), "order": float(m.get("started") or os.path.getmtime(os.path.join(d, "meta")))}
         if m.get("status") in ("SKIP", "FAIL"):
             # not run: a build that failed, the lab budget spent, a guest gone
             row.update(status=m["status"], reason=m.get("reason", ""), finished=False, correct="no")
@@ -440,7 +440,7 @@ def main():
         r["must_pass"] = r["cut"] == "none" or (r["shim"] in SHIMMED and r["prog"] in PROTECTED)
         # a row under which the lab's links failed, run again after a
         # reboot (row_again): its retry is judged in its place
-        if r.get("again"):
+        if r.get("again") or r.get("again_skipped"):
             r["must_pass"] = False
     ratios = {}
     def median(v):
@@ -470,7 +470,7 @@ def main():
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
-            "recovered", "cm_after_cut", "cm_fix", "links", "link_fix", "again", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "backup_qps", "backup_spread_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
+            "recovered", "cm_after_cut", "cm_fix", "links", "link_fix", "again", "again_skipped", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "backup_qps", "backup_spread_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
             "shim_log_lines", "reason", "detail"]
     with open(os.path.join(out, "report.tsv"), "w") as f:
         f.write("\t".join(cols) + "\n")
@@ -537,6 +537,9 @@ def main():
              for r in rows if r.get("again")]
     if again:
         print("run again after the guests' reboot (the first run's status in lower case, the retry's judged): " + ", ".join(again))
+    unjudged = ["%s (%s; retry not run: %s)" % (r["name"], r["status"], r["again_skipped"]) for r in rows if r.get("again_skipped")]
+    if unjudged:
+        print("not judged, the lab's links failed under them and their retry did not fit: " + ", ".join(unjudged))
     budget = [r["name"] for r in rows if r["status"] == "SKIP" and r["reason"].startswith("lab budget")]
     if budget:
         print("not run, the lab budget (LAB_BUDGET) spent: %d rows: %s" % (len(budget), ", ".join(budget)))

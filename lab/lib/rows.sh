@@ -493,14 +493,22 @@ row_link() {
 # nothing of the program or the shim. Only a row that must pass (no cut,
 # or a cut under the shim) is run again, once, within the budget. The
 # first run's meta names its retry (again) when the retry ran; the report
-# then shows the first run in lower case and judges the retry.
+# then shows the first run in lower case and judges the retry. A retry
+# the budget leaves out (again_skipped, its reason) leaves the row
+# unjudged: the report lists it as such, and it fails nothing.
 row_again() {
 	local first=$ROW_DIR
 	grep -qx 'link_fix=guests rebooted: ok' "$first/meta" 2>/dev/null || return 0
 	[ "$3" = none ] || [ "$2" != off ] || return 0
 	log "row $1.$2.$3: the lab's links failed under it: running it once more"
 	row_run "$1" "$2" "$3" "$4" again
-	grep -qx 'status=SKIP' "$ROW_DIR/meta" || echo "again=$(basename "$ROW_DIR")" >>"$first/meta"
+	if grep -qx 'status=SKIP' "$ROW_DIR/meta"; then
+		# the retry did not fit in the budget: the first run is not
+		# judged either (the report lists it, with the reason)
+		echo "again_skipped=$(sed -n 's/^reason=//p' "$ROW_DIR/meta")" >>"$first/meta"
+	else
+		echo "again=$(basename "$ROW_DIR")" >>"$first/meta"
+	fi
 }
 
 # rows_daemons: start ibpathd in both guests when the run uses it

@@ -204,15 +204,18 @@ check "nor a row whose links stayed dead" test ! -s "$tmp/runs"
 AGAIN_STATUS=SKIP againrow write_bw off none "guests rebooted: ok"
 check "a retry the budget left out is not named in the first run's meta" \
 	bash -c "! grep -q '^again=' '$LAB_OUT/rows/write_bw.off.none/meta'"
+check "  which says why it did not run" grep -qx "again_skipped=stub" "$LAB_OUT/rows/write_bw.off.none/meta"
 python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" >"$tmp/report" 2>&1
 judged() { # the failed list names the retry, and not the first run
 	local f
 	f=$(sed -n 's/^result: FAIL (failed: \(.*\))$/\1/p' "$tmp/report" | tr -d ' ' | tr ',' '\n' | sort | tr '\n' ' ')
-	same "$f" "pingpong.on.none write_bw.off.none write_lat.on.setlink-g1.again "
+	same "$f" "pingpong.on.none write_lat.on.setlink-g1.again "
 }
 check "the report judges the retry in place of the first run" judged
 check "  and lists the retried row with both statuses" \
 	grep -q "^run again after the guests' reboot .*: write_lat.on.setlink-g1 (FAIL; retry FAIL)$" "$tmp/report"
+check "  and the row whose retry did not fit as not judged, with the reason" \
+	grep -q "^not judged, .*: write_bw.off.none (FAIL; retry not run: stub)$" "$tmp/report"
 
 [ "$fails" = 0 ] || { echo "lab/test/rows_test.sh: $fails failed"; exit 1; }
 echo "lab/test/rows_test.sh: all passed"
