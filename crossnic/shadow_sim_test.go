@@ -25,45 +25,10 @@ type app struct {
 	conn   *crossnic.Conn
 }
 
-// dmabufs are the test's dma-buf file descriptors: the memory behind each.
-type dmabufs map[int][]byte
-
-// dmabufCtx is a backup device whose PDs register dma-bufs (dmabufPD).
-type dmabufCtx struct {
-	verbs.Context
-	bufs dmabufs
-}
-
-func (c dmabufCtx) AllocPD() (verbs.PD, error) {
-	pd, err := c.Context.AllocPD()
-	if err != nil {
-		return nil, err
-	}
-	return dmabufPD{pd, c.bufs}, nil
-}
-
-// dmabufPD registers a dma-buf as the simulated HCA registers host
-// memory: the bytes behind its fd, which must sit at iova.
-type dmabufPD struct {
-	verbs.PD
-	bufs dmabufs
-}
-
-func (pd dmabufPD) RegDmabufMR(offset uint64, length int, iova uint64, fd int, access verbs.AccessFlags) (verbs.MR, error) {
-	b, ok := pd.bufs[fd]
-	if !ok || offset+uint64(length) > uint64(len(b)) {
-		return nil, verbs.Errorf("ibv_reg_dmabuf_mr", verbs.EINVAL, "fd %d offset %d length %d", fd, offset, length)
-	}
-	mr, err := pd.PD.RegMR(b[offset:offset+uint64(length)], access)
-	if err == nil && mr.Addr() != iova {
-		return nil, verbs.Errorf("ibv_reg_dmabuf_mr", verbs.EINVAL, "iova %#x, the memory is at %#x", iova, mr.Addr())
-	}
-	return mr, err
-}
-
-// newApp: an application on h; with bufs, its buffer is a dma-buf (fd 7
-// in bufs), mirrored by ibv_reg_dmabuf_mr on the backup.
-func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory, bufs ...dmabufs) *app {
+// newApp: an application on h; with dmabuf, its buffer is a dma-buf the
+// host exported (sim.Host.ExportDmabuf), mirrored by ibv_reg_dmabuf_mr on
+// the backup.
+func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory, dmabuf ...bool) *app {
 	var descs []pathsel.HCA
 	var ctxs []verbs.Context
 	for _, a := range h.HCAs() {
@@ -76,19 +41,14 @@ func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory, bufs ...dmabufs) 
 	j, err := pathsel.ChooseBackup(descs, 0)
 	must(t, err)
 	x := &app{ctx: ctxs[0], buf: make([]byte, 2*nslots*slot)}
-	bak := ctxs[j]
-	if len(bufs) > 0 {
-		bufs[0][7] = x.buf
-		bak = dmabufCtx{bak, bufs[0]}
-	}
-	x.shadow, err = crossnic.NewShadow(ctxs[0], bak, dir)
+	x.shadow, err = crossnic.NewShadow(ctxs[0], ctxs[j], dir)
 	must(t, err)
 	x.pd, err = x.ctx.AllocPD()
 	must(t, err)
 	x.mr, err = x.pd.RegMR(x.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	must(t, err)
-	if len(bufs) > 0 {
-		must(t, x.shadow.RegDmabufMR(x.pd, x.mr, 0, 7))
+	if len(dmabuf) > 0 && dmabuf[0] {
+		must(t, x.shadow.RegDmabufMR(x.pd, x.mr, 0, h.ExportDmabuf(x.buf)))
 	} else {
 		must(t, x.shadow.RegMR(x.pd, x.mr, x.buf))
 	}
@@ -130,15 +90,11 @@ func testShadow(t *testing.T, ll verbs.LinkLayer) {
 	forProfiles(t, func(t *testing.T, p sim.Profile) { testShadowOn(t, ll, p) })
 }
 
-func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, bufs ...dmabufs) {
+func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, dmabuf ...bool) {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8, Profile: p}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1, LinkLayer: ll})
 	must(t, err)
 	dir := crossnic.NewMemDirectory()
-	var bb []dmabufs
-	if len(bufs) > 0 {
-		bb = []dmabufs{{}}
-	}
-	a, b := newApp(t, f.Host("node0"), dir, bufs...), newApp(t, f.Host("node1"), dir, bb...)
+	a, b := newApp(t, f.Host("node0"), dir, dmabuf...), newApp(t, f.Host("node1"), dir, dmabuf...)
 	roce := ll == verbs.LinkLayerEthernet
 	// A connects first: its peer's backup is unknown, so the step is skipped.
 	connectApp(t, a, b, roce)
@@ -239,15 +195,41 @@ func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, bufs ...dmabu
 // NCCL registers with ibv_reg_dmabuf_mr), mirrored on the backups by the
 // same fd: A's HCA dies mid-traffic and every WRITE, replayed ones
 // included, lands through the backups' registrations. A backup device
-// that registers no dma-buf refuses the mirror with EOPNOTSUPP.
+// whose PDs register no dma-buf refuses the mirror with EOPNOTSUPP, and
+// an fd the host did not export fails as ibv_reg_dmabuf_mr would.
 func TestShadowDmabuf(t *testing.T) {
-	testShadowOn(t, verbs.LinkLayerInfiniBand, sim.ProfileStrict, dmabufs{})
+	testShadowOn(t, verbs.LinkLayerInfiniBand, sim.ProfileStrict, true)
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8}, Hosts: 1, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
-	x := newApp(t, f.Host("node0"), crossnic.NewMemDirectory())
-	if err := x.shadow.RegDmabufMR(x.pd, x.mr, 0, 7); !errors.Is(err, verbs.EOPNOTSUPP) {
+	h := f.Host("node0")
+	def, err := h.Open("mlx5_0")
+	must(t, err)
+	bak, err := h.Open("mlx5_1")
+	must(t, err)
+	buf := make([]byte, 4096)
+	pd, err := def.AllocPD()
+	must(t, err)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	must(t, err)
+	fd := h.ExportDmabuf(buf)
+	sh, err := crossnic.NewShadow(def, noDmabufCtx{bak}, crossnic.NewMemDirectory())
+	must(t, err)
+	if err := sh.RegDmabufMR(pd, mr, 0, fd); !errors.Is(err, verbs.EOPNOTSUPP) {
 		t.Fatalf("a backup without dma-buf: %v, want EOPNOTSUPP", err)
 	}
+	sh, err = crossnic.NewShadow(def, bak, crossnic.NewMemDirectory())
+	must(t, err)
+	if err := sh.RegDmabufMR(pd, mr, 0, fd+1); !errors.Is(err, verbs.EBADF) {
+		t.Fatalf("an fd the host did not export: %v, want EBADF", err)
+	}
+}
+
+// noDmabufCtx is a backup device whose PDs register no dma-buf.
+type noDmabufCtx struct{ verbs.Context }
+
+func (c noDmabufCtx) AllocPD() (verbs.PD, error) {
+	pd, err := c.Context.AllocPD()
+	return struct{ verbs.PD }{pd}, err
 }
 
 func TestShadowSetsUpTheBackupInfiniBand(t *testing.T) { testShadow(t, verbs.LinkLayerInfiniBand) }

@@ -17,6 +17,7 @@ const (
 	ENOENT     = syscall.ENOENT
 	EPERM      = syscall.EPERM
 	EOPNOTSUPP = syscall.EOPNOTSUPP
+	EBADF      = syscall.EBADF
 	EACCES     = syscall.EACCES
 )
 

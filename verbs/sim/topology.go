@@ -16,7 +16,8 @@ type Host struct {
 	index   int
 	hcas    []*HCA
 	regions []memRegion
-	allocs  [][]byte // from PD.AllocMem, not freed yet (Config.StrictMem)
+	allocs  [][]byte       // from PD.AllocMem, not freed yet (Config.StrictMem)
+	dmabufs map[int][]byte // ExportDmabuf's descriptors
 }
 
 // HCA is one adapter with one or two ports.
