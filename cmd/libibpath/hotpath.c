@@ -4,6 +4,7 @@
  * (express.c); a post layer 2 hands back because it gave the QP back
  * meanwhile (LIP_HOME, lip_undivert) is posted here. */
 #include <errno.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include "shim.h"
@@ -61,8 +62,9 @@ static void lip_qp_free_now(struct lip_qp *q);
  * still in the tables leave the process's table (a later QP at the same
  * address must not find them), then, once every post and poll that was
  * inside the hot path has left it (lip_quiesce), its lip_ctx is freed.
- * So are the lip_qp of the QPs the program did not destroy (their
- * layer 2 state went with the context's, the runtime's Closed). */
+ * The lip_qp of the QPs the program did not destroy (their layer 2 state
+ * went with the context's, the runtime's Closed) go as destroyed QPs'
+ * do (lip_qp_free). */
 void lip_ctx_remove(struct ibv_context *ctx)
 {
 	struct lip_ctx *gone[LIP_MAX_CTX];
@@ -108,7 +110,7 @@ void lip_ctx_remove(struct ibv_context *ctx)
 	for (int k = 0; k < ngone; k++) {
 		for (uint32_t i = 0; i < LIP_QP_SLOTS; i++)
 			if (gone[k]->slots[i])
-				lip_qp_free_now(gone[k]->slots[i]);
+				lip_qp_free(gone[k]->slots[i]); /* through the graveyard */
 		pthread_mutex_destroy(&gone[k]->mu);
 		free(gone[k]);
 	}
@@ -353,12 +355,43 @@ struct lip_qp *lip_qp_remove(struct ibv_qp *qp)
 
 /* lip_qp_free frees q, out of the tables (lip_qp_remove) and let go of by
  * layer 2 (the runtime's Destroying, which takes it off the express
- * lane): once every post and poll inside the hot path has left it, none
- * can hold q any more. The ibv_wr_* batch goes with it. */
+ * lane), with its ibv_wr_* batch. Posts and polls inside the hot path are
+ * waited for (lip_quiesce). The Go side's layer 1 may still hold q from a
+ * lookup made just before the removal (a nudge or a progress read on
+ * their way: they see q->dead, set at removal, and do nothing more), so q
+ * is not freed at once: it waits in a graveyard of GRAVE QPs and is freed
+ * when GRAVE more QPs were destroyed after it, or a second has passed,
+ * whichever comes first. */
+#define GRAVE 256
+static struct {
+	struct lip_qp *q;
+	struct timespec at;
+} grave[GRAVE];
+static unsigned grave_next;
+static pthread_mutex_t grave_mu = PTHREAD_MUTEX_INITIALIZER;
+
 void lip_qp_free(struct lip_qp *q)
 {
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	struct lip_qp *out[GRAVE];
+	int nout = 0;
+	pthread_mutex_lock(&grave_mu);
+	/* the oldest makes room; those a second old go too */
+	unsigned k = grave_next % GRAVE;
+	if (grave[k].q)
+		out[nout++] = grave[k].q;
+	grave[k].q = q, grave[k].at = now;
+	grave_next++;
+	for (unsigned i = 0; i < GRAVE; i++)
+		if (grave[i].q && i != k && now.tv_sec - grave[i].at.tv_sec > 1)
+			out[nout++] = grave[i].q, grave[i].q = NULL;
+	pthread_mutex_unlock(&grave_mu);
+	if (!nout)
+		return;
 	lip_quiesce();
-	lip_qp_free_now(q);
+	for (int i = 0; i < nout; i++)
+		lip_qp_free_now(out[i]);
 }
 
 /* lip_qp_free_now frees q, which nothing can hold any more. */
