@@ -386,15 +386,15 @@ static struct ibv_qp *lip_create_qp_ex(struct ibv_context *context, struct ibv_q
 	int wr_api = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
 	/* a QP asking for ibv_wr_* operations the shim does not follow is
 	 * not protected, so layer 1 cannot nudge it: no slot */
-	int followable = !wr_api || (lip_record && lip_wr_follows(attr->send_ops_flags));
-	int pad = followable && !lip_inside && lip_enabled && lip_nudge_pad(c, &a);
+	int follows = wr_api && lip_record && lip_wr_follows(attr->send_ops_flags);
+	int pad = (!wr_api || follows) && !lip_inside && lip_enabled && lip_nudge_pad(c, &a);
 	for (;;) {
 		struct ibv_qp *qp = padded_create(attr, &pad, c->create_qp_ex(context, attr), c->create_qp_ex(context, attr));
 		if (!qp || lip_inside || !lip_enabled)
 			return qp;
 		a.cap = attr->cap;
 		struct ibv_qp_ex *qpx = NULL;
-		if (wr_api && lip_record && lip_wr_follows(attr->send_ops_flags))
+		if (follows)
 			qpx = qp_ex_of(qp);
 		int follow = qpx != NULL;
 		ENTER();
