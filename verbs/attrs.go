@@ -79,10 +79,13 @@ type QPCap struct {
 	MaxInlineData int
 }
 
-// QPInitAttr mirrors struct ibv_qp_init_attr (SRQ is not modelled).
+// QPInitAttr mirrors struct ibv_qp_init_attr.
 type QPInitAttr struct {
-	SendCQ   CQ
-	RecvCQ   CQ
+	SendCQ CQ
+	RecvCQ CQ
+	// SRQ, when set, is the shared receive queue the QP receives
+	// through; Cap's receive fields are then ignored.
+	SRQ      SRQ
 	Cap      QPCap
 	QPType   QPType
 	SQSigAll bool
@@ -171,8 +174,27 @@ type AsyncEvent struct {
 	Type EventType
 	QP   QP
 	CQ   CQ
+	SRQ  SRQ
 	Port uint8
 }
+
+// SRQAttr mirrors struct ibv_srq_attr.
+type SRQAttr struct {
+	MaxWR  int
+	MaxSGE int
+	// Limit arms SRQ_LIMIT_REACHED: raised once when fewer WRs than
+	// Limit are left, then 0 (disarmed) until armed again. 0: not armed.
+	Limit int
+}
+
+// SRQAttrMask mirrors enum ibv_srq_attr_mask.
+type SRQAttrMask int
+
+// SRQ attribute mask bits.
+const (
+	SRQAttrMaxWR SRQAttrMask = 1 << 0 // IBV_SRQ_MAX_WR
+	SRQAttrLimit SRQAttrMask = 1 << 1 // IBV_SRQ_LIMIT
+)
 
 // Apply copies into a the fields of b that mask names (as a modify with
 // that mask would set them; QPAttrState sets QPState).

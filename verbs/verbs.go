@@ -61,6 +61,27 @@ type DmabufRegistrar interface {
 	RegDmabufMR(offset uint64, length int, iova uint64, fd int, access AccessFlags) (MR, error)
 }
 
+// SRQCreator is implemented by a PD whose device has shared receive
+// queues (ibv_create_srq).
+type SRQCreator interface {
+	CreateSRQ(attr SRQAttr) (SRQ, error)
+}
+
+// SRQ is a shared receive queue (struct ibv_srq): receive WRs that the
+// QPs created on it (QPInitAttr.SRQ) consume, in the order posted,
+// whichever QP a message arrives on.
+type SRQ interface {
+	PD() PD
+	// PostRecv posts wrs in order (ibv_post_srq_recv) and returns how
+	// many were accepted; on error, wrs[n] is the bad WR.
+	PostRecv(wrs []RecvWR) (int, error)
+	// Modify sets the fields mask names (ibv_modify_srq): SRQAttrLimit
+	// arms the limit event, SRQAttrMaxWR resizes.
+	Modify(attr SRQAttr, mask SRQAttrMask) error
+	Query() (SRQAttr, error)
+	Destroy() error
+}
+
 // MR is a registered memory region (struct ibv_mr).
 type MR interface {
 	PD() PD

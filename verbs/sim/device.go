@@ -175,6 +175,8 @@ func (c *Context) GetAsyncEvent() (verbs.AsyncEvent, error) {
 		ev.QP.(*QP).eventsUnacked++
 	case verbs.ScopeCQ:
 		ev.CQ.(*CQ).eventsUnacked++
+	case verbs.ScopeSRQ:
+		ev.SRQ.(*SRQ).eventsUnacked++
 	}
 	return ev, nil
 }
@@ -192,6 +194,10 @@ func (c *Context) AckAsyncEvent(ev verbs.AsyncEvent) {
 	case verbs.ScopeCQ:
 		if q, ok := ev.CQ.(*CQ); ok && q.eventsUnacked > 0 {
 			q.eventsUnacked--
+		}
+	case verbs.ScopeSRQ:
+		if s, ok := ev.SRQ.(*SRQ); ok && s.eventsUnacked > 0 {
+			s.eventsUnacked--
 		}
 	}
 }

@@ -55,6 +55,7 @@ type PD struct {
 	ctx   *Context
 	nMR   int
 	nQP   int
+	nSRQ  int
 	freed bool
 }
 
@@ -82,8 +83,8 @@ func (pd *PD) Dealloc() error {
 	if pd.freed {
 		return verbs.Errorf("ibv_dealloc_pd", verbs.EINVAL, "already deallocated")
 	}
-	if pd.nMR > 0 || pd.nQP > 0 {
-		return verbs.Errorf("ibv_dealloc_pd", verbs.EBUSY, "%d MRs and %d QPs still use the PD", pd.nMR, pd.nQP)
+	if pd.nMR > 0 || pd.nQP > 0 || pd.nSRQ > 0 {
+		return verbs.Errorf("ibv_dealloc_pd", verbs.EBUSY, "%d MRs, %d QPs and %d SRQs still use the PD", pd.nMR, pd.nQP, pd.nSRQ)
 	}
 	pd.freed = true
 	return nil

@@ -108,6 +108,10 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if err := q.ctx.usable(op); err != nil {
 		return 0, err
 	}
+	if q.srq != nil && len(wrs) > 0 {
+		// rxe_post_recv refuses; the QP has no receive queue of its own
+		return 0, verbs.Errorf(op, verbs.EINVAL, "QP %#x receives through an SRQ (post to the SRQ)", q.qpn)
+	}
 	for i := range wrs {
 		wr := &wrs[i]
 		if len(wr.SGList) > q.cap.MaxRecvSGE {
@@ -120,13 +124,10 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 			q.recvCQ.push(verbs.WC{WRID: wr.WRID, Status: verbs.WCWRFlushErr, QPNum: q.qpn}, false)
 			continue
 		}
-		if q.rqTail-q.rqHead >= uint64(len(q.rq)) {
-			return i, verbs.Errorf(op, verbs.ENOMEM, "receive queue full (%d WRs)", len(q.rq))
+		if q.rq.full() {
+			return i, verbs.Errorf(op, verbs.ENOMEM, "receive queue full (%d WRs)", len(q.rq.wqe))
 		}
-		r := &q.rq[q.rqTail&q.rqMask]
-		r.wrid = wr.WRID
-		r.sges = append(r.sges[:0], wr.SGList...)
-		q.rqTail++
+		q.rq.push(wr)
 	}
 	return len(wrs), nil
 }

@@ -42,6 +42,37 @@ type recvWQE struct {
 	sges []verbs.SGE
 }
 
+// recvRing is a queue of receive WQEs, consumed in the order posted: a
+// QP's own receive queue, or an SRQ's, which every QP on it consumes.
+type recvRing struct {
+	wqe  []recvWQE
+	mask uint64
+	head uint64
+	tail uint64
+}
+
+func newRecvRing(n, maxSGE int) *recvRing {
+	r := &recvRing{wqe: make([]recvWQE, n), mask: uint64(n - 1)}
+	for i := range r.wqe {
+		r.wqe[i].sges = make([]verbs.SGE, 0, maxSGE)
+	}
+	return r
+}
+
+func (r *recvRing) len() int    { return int(r.tail - r.head) }
+func (r *recvRing) empty() bool { return r.head == r.tail }
+func (r *recvRing) full() bool  { return r.tail-r.head >= uint64(len(r.wqe)) }
+
+// front is the next WQE a message consumes (the ring must not be empty).
+func (r *recvRing) front() *recvWQE { return &r.wqe[r.head&r.mask] }
+
+func (r *recvRing) push(wr *verbs.RecvWR) {
+	w := &r.wqe[r.tail&r.mask]
+	w.wrid = wr.WRID
+	w.sges = append(w.sges[:0], wr.SGList...)
+	r.tail++
+}
+
 type atomicEntry struct {
 	psn   uint32
 	orig  uint64
@@ -95,10 +126,8 @@ type QP struct {
 	draining     bool
 
 	// responder
-	rq          []recvWQE
-	rqMask      uint64
-	rqHead      uint64
-	rqTail      uint64
+	rq          *recvRing // the QP's own, or its SRQ's
+	srq         *SRQ
 	ePSN        uint32
 	nakSent     bool
 	atomicCache [maxRdAtom]atomicEntry
@@ -143,6 +172,16 @@ func (pd *PD) CreateQP(init verbs.QPInitAttr) (verbs.QP, error) {
 	if scq.ctx.hca != c.hca || rcq.ctx.hca != c.hca || scq.destroyed || rcq.destroyed {
 		return nil, verbs.Errorf(op, verbs.EINVAL, "CQ of another device or destroyed")
 	}
+	var srq *SRQ
+	if init.SRQ != nil {
+		s, ok := init.SRQ.(*SRQ)
+		if !ok || s == nil || s.hca != c.hca || s.destroyed {
+			return nil, verbs.Errorf(op, verbs.EINVAL, "SRQ of another device or destroyed")
+		}
+		srq = s
+		// max_recv_wr and max_recv_sge are ignored on an SRQ (ibv_create_qp(3))
+		init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
+	}
 	cp := init.Cap
 	switch {
 	case cp.MaxSendWR < 0 || cp.MaxSendWR > maxQPWR || cp.MaxRecvWR < 0 || cp.MaxRecvWR > maxQPWR:
@@ -158,11 +197,13 @@ func (pd *PD) CreateQP(init verbs.QPInitAttr) (verbs.QP, error) {
 	cp.MaxRecvWR = pow2(max(cp.MaxRecvWR, 1))
 	cp.MaxSendSGE = max(cp.MaxSendSGE, 1)
 	cp.MaxRecvSGE = max(cp.MaxRecvSGE, 1)
+	if srq != nil {
+		cp.MaxRecvWR, cp.MaxRecvSGE = 0, 0
+	}
 	q := &QP{
 		pd: pd, ctx: c, hca: c.hca, sendCQ: scq, recvCQ: rcq, cap: cp,
 		sqSigAll: init.SQSigAll, userCtx: init.UserCtx, state: verbs.QPSReset, mig: verbs.MigMigrated,
 		sq: make([]sendWQE, cp.MaxSendWR), sqMask: uint64(cp.MaxSendWR - 1),
-		rq: make([]recvWQE, cp.MaxRecvWR), rqMask: uint64(cp.MaxRecvWR - 1),
 	}
 	for i := range q.sq {
 		q.sq[i].sges = make([]verbs.SGE, 0, cp.MaxSendSGE)
@@ -171,8 +212,11 @@ func (pd *PD) CreateQP(init verbs.QPInitAttr) (verbs.QP, error) {
 			q.sq[i].inline = make([]byte, 0, cp.MaxInlineData)
 		}
 	}
-	for i := range q.rq {
-		q.rq[i].sges = make([]verbs.SGE, 0, cp.MaxRecvSGE)
+	if srq != nil {
+		q.srq, q.rq = srq, srq.rq
+		srq.nQP++
+	} else {
+		q.rq = newRecvRing(cp.MaxRecvWR, cp.MaxRecvSGE)
 	}
 	a := c.hca
 	for a.qps[a.nextQPN&0xffffff] != nil || a.nextQPN&0xffffff < 0x100 {
@@ -219,7 +263,10 @@ func (q *QP) Outstanding() (send, recv int) {
 	f := q.ctx.fab()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return int(q.sqTail - q.sqHead), int(q.rqTail - q.rqHead)
+	if q.srq != nil {
+		return int(q.sqTail - q.sqHead), 0
+	}
+	return int(q.sqTail - q.sqHead), q.rq.len()
 }
 
 // Query implements ibv_query_qp. All attributes are returned whatever the
@@ -257,6 +304,9 @@ func (q *QP) Query(mask verbs.QPAttrMask) (verbs.QPAttr, verbs.QPInitAttr, error
 	}
 	init := verbs.QPInitAttr{SendCQ: q.sendCQ, RecvCQ: q.recvCQ, Cap: q.cap, QPType: verbs.QPTRC,
 		SQSigAll: q.sqSigAll, UserCtx: q.userCtx}
+	if q.srq != nil {
+		init.SRQ = q.srq
+	}
 	return a, init, nil
 }
 
@@ -289,6 +339,9 @@ func (q *QP) Destroy() error {
 	q.sendCQ.nQP--
 	q.recvCQ.nQP--
 	q.pd.nQP--
+	if q.srq != nil {
+		q.srq.nQP--
+	}
 	return nil
 }
 
@@ -303,7 +356,9 @@ func (q *QP) reset() {
 	q.altValid, q.altLoaded, q.migPending = false, false, false
 	q.mig = verbs.MigMigrated
 	q.sqHead, q.sqNext, q.sqTail, q.sqHigh = 0, 0, 0, 0
-	q.rqHead, q.rqTail = 0, 0
+	if q.srq == nil {
+		q.rq.head, q.rq.tail = 0, 0
+	}
 	q.nextPSN, q.ePSN = 0, 0
 	q.rdInFlight, q.retries, q.rnrRetries = 0, 0, 0
 	q.timerArmed, q.rnrWait, q.draining, q.nakSent, q.commEst = false, false, false, false, false
@@ -350,14 +405,24 @@ func (q *QP) die() {
 	q.rnrWait, q.timerArmed, q.migPending = false, false, false
 	q.incarn++
 	q.sqHead, q.sqNext, q.sqHigh = q.sqTail, q.sqTail, q.sqTail
-	q.rqHead = q.rqTail
+	if q.srq == nil {
+		q.rq.head = q.rq.tail
+	}
 }
 
+// flushRecv completes the QP's receive WRs with WR_FLUSH_ERR. A QP on an
+// SRQ flushes nothing (the SRQ's WQEs stay for its other QPs) and raises
+// QP_LAST_WQE_REACHED instead: it will consume no more of them (rule 98).
 func (q *QP) flushRecv() {
-	for i := q.rqHead; i < q.rqTail; i++ {
-		q.recvCQ.push(verbs.WC{WRID: q.rq[i&q.rqMask].wrid, Status: verbs.WCWRFlushErr, QPNum: q.qpn}, false)
+	if q.srq != nil {
+		q.raise(verbs.EventQPLastWQEReached)
+		return
 	}
-	q.rqHead = q.rqTail
+	r := q.rq
+	for i := r.head; i < r.tail; i++ {
+		q.recvCQ.push(verbs.WC{WRID: r.wqe[i&r.mask].wrid, Status: verbs.WCWRFlushErr, QPNum: q.qpn}, false)
+	}
+	r.head = r.tail
 }
 
 // raise queues a QP async event on the QP's context.

@@ -52,7 +52,7 @@ func (q *QP) advance(p *packet) {
 func (q *QP) allows(a verbs.AccessFlags) bool { return q.attr.QPAccessFlags&a != 0 }
 
 func (q *QP) execWrite(p *packet) {
-	if p.op == verbs.WRRDMAWriteWithImm && q.rqHead == q.rqTail {
+	if p.op == verbs.WRRDMAWriteWithImm && q.rq.empty() {
 		q.rnr(p)
 		return
 	}
@@ -69,8 +69,8 @@ func (q *QP) execWrite(p *packet) {
 		copySegs([][]byte{dst}, payloadSegs(p))
 	}
 	if p.op == verbs.WRRDMAWriteWithImm {
-		r := &q.rq[q.rqHead&q.rqMask]
-		q.rqHead++
+		r := q.rq.front()
+		q.consumeRecv()
 		q.recvDone(r.wrid, verbs.WCRecvRDMAWithImm, p, true)
 	}
 	q.advance(p)
@@ -78,11 +78,11 @@ func (q *QP) execWrite(p *packet) {
 }
 
 func (q *QP) execSend(p *packet) {
-	if q.rqHead == q.rqTail {
+	if q.rq.empty() {
 		q.rnr(p)
 		return
 	}
-	r := &q.rq[q.rqHead&q.rqMask]
+	r := q.rq.front()
 	var segs [maxSGE][]byte
 	var room uint64
 	n := 0
@@ -101,7 +101,7 @@ func (q *QP) execSend(p *packet) {
 		return
 	}
 	copySegs(segs[:n], payloadSegs(p))
-	q.rqHead++
+	q.consumeRecv()
 	q.recvDone(r.wrid, verbs.WCRecv, p, p.op == verbs.WRSendWithImm)
 	q.advance(p)
 	q.respond(pktAck, (p.psn+p.npkts-1)&psnMask, 1, p)
@@ -218,10 +218,21 @@ func (q *QP) accessErr(p *packet) {
 // recvError fails the receive WR r with status, NAKs the requester and
 // moves the responder to ERR.
 func (q *QP) recvError(r *recvWQE, status verbs.WCStatus, nak pktKind, p *packet) {
-	q.rqHead++
+	q.consumeRecv()
 	q.recvCQ.push(verbs.WC{WRID: r.wrid, Status: status, QPNum: q.qpn}, false)
 	q.respond(nak, p.psn, 1, p)
 	q.enterErr(^uint64(0), verbs.WCWRFlushErr)
+}
+
+// consumeRecv takes the front receive WQE off the QP's receive queue or
+// its SRQ; an SRQ whose armed limit the count falls below raises
+// SRQ_LIMIT_REACHED once and disarms (rule 99).
+func (q *QP) consumeRecv() {
+	q.rq.head++
+	if s := q.srq; s != nil && s.limit > 0 && s.rq.len() < s.limit {
+		s.limit = 0
+		s.raise(verbs.EventSRQLimitReached)
+	}
 }
 
 func (q *QP) recvDone(wrid uint64, op verbs.WCOpcode, p *packet, withImm bool) {
