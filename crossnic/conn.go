@@ -90,10 +90,16 @@ type Conn struct {
 	// says so a step before the move is done.
 	recvsOnBak bool
 	laneOut    bool // its traffic was handed to another data path (Lane)
-	stats      ConnStats
-	read       MemReader // copies inline payloads of WRs posted through the Conn
-	stage      verbs.MR  // the staging area of replayed inline copies, registered on the backup
-	stageBuf   []byte    // its memory (from the backup PD's allocator when it has one)
+	// srq: the QP receives through the application's SRQ, which the
+	// group protects (srq.go); the receive ring then only counts this
+	// QP's receives. srqAnn: the peer's announcement is the next message
+	// on the backup QP (it follows a notification or acknowledgement).
+	srq      *SRQGroup
+	srqAnn   bool
+	stats    ConnStats
+	read     MemReader // copies inline payloads of WRs posted through the Conn
+	stage    verbs.MR  // the staging area of replayed inline copies, registered on the backup
+	stageBuf []byte    // its memory (from the backup PD's allocator when it has one)
 
 	// hs bounds the fallback handshake (BoundHandshake, or recovery's)
 	hs *handshakeBound
@@ -423,6 +429,10 @@ func (c *Conn) post1(qp verbs.QP, wr *verbs.SendWR) (int, error) {
 // PostRecv posts receive WRs on the queue's current QP, recorded so they
 // can move at a failover.
 func (c *Conn) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	if c.srq != nil {
+		// the QP has no receive queue: the provider refuses, as without ibpath
+		return c.def.QP.PostRecv(wrs)
+	}
 	for i := range wrs {
 		if c.m.SQ == fsm.SQSurfaced {
 			if err := c.postRecvSurfaced(&wrs[i]); err != nil {

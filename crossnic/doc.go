@@ -5,6 +5,8 @@
 // every posted send and receive WR without allocating so the outstanding
 // ones can be rewound, the rewind plan that uses the peer's receive counter
 // to skip what the peer already consumed and refuses to replay while an
-// atomic is outstanding, and the key translation of replayed WRs. The
-// per-QP decisions are the pure machine fsm.CrossNIC.
+// atomic is outstanding, and the key translation of replayed WRs; and
+// SRQGroup, which moves the receives of a shared receive queue to the
+// backup device when its QPs fail over, together. The per-QP decisions
+// are the pure machine fsm.CrossNIC.
 package crossnic

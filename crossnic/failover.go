@@ -104,6 +104,9 @@ func (c *Conn) flushDefault() {
 func (c *Conn) repostRecvs() error {
 	var err error
 	c.recvsOnBak = true
+	if c.srq != nil {
+		return c.srq.move(c)
+	}
 	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
 		if err = c.postRecvBackup(w); err != nil {
 			return false
@@ -410,6 +413,9 @@ func (c *Conn) sendEnd(l *Leg) uint64 {
 // is the wr_id and the status.
 func (c *Conn) retireWC(l *Leg, wc *verbs.WC) bool {
 	sends, recvs := c.holds(l)
+	if c.srq != nil {
+		return c.retireSRQ(l, wc, sends)
+	}
 	if wc.Status == verbs.WCSuccess {
 		switch {
 		case isRecv(wc) && recvs && c.rring.Len() > 0:
@@ -438,6 +444,42 @@ func (c *Conn) retireWC(l *Leg, wc *verbs.WC) bool {
 		return false
 	}
 	_ = c.rring.Complete(false)
+	return true
+}
+
+// retireSRQ is retireWC on a QP of an SRQ: its receives are the
+// group's. An error completion is of a send the leg holds when its wr_id
+// says so (on a leg with two CQs, the CQ says), else of a receive.
+func (c *Conn) retireSRQ(l *Leg, wc *verbs.WC, sends bool) bool {
+	if wc.Status == verbs.WCSuccess {
+		if isRecv(wc) {
+			return c.srqRecvDone(wc)
+		}
+		if !sends {
+			return false
+		}
+		c.sring.completeSuccess(c.sendEnd(l))
+		return true
+	}
+	if !(l.split() && isRecv(wc)) && sends && c.sring.retireWRID(c.sendEnd(l), wc.WRID) {
+		return true
+	}
+	if l.split() && !isRecv(wc) {
+		return false
+	}
+	return c.srqRecvDone(wc)
+}
+
+// srqRecvDone retires from the group the SRQ receive a completion of
+// this QP names; a successful one counts towards this QP's receive
+// counter (the handshake's).
+func (c *Conn) srqRecvDone(wc *verbs.WC) bool {
+	if !c.srq.completed(wc.WRID) {
+		return false
+	}
+	if wc.Status == verbs.WCSuccess {
+		c.rring.completed++
+	}
 	return true
 }
 

@@ -198,12 +198,22 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		}
 	case wc.WRID == ctrlSendWRID && !isRecv(&wc):
 	case isRecv(&wc):
-		_ = c.rring.Complete(true)
+		c.recvSucceeded(&wc)
 		c.ready = append(c.ready, wc)
 	default:
 		c.sring.CompleteSignaled()
 		c.ready = append(c.ready, wc)
 	}
+}
+
+// recvSucceeded retires the receive a successful completion is of: the
+// oldest of the QP's own, or the SRQ's it names.
+func (c *Conn) recvSucceeded(wc *verbs.WC) {
+	if c.srq != nil {
+		c.srqRecvDone(wc)
+		return
+	}
+	_ = c.rring.Complete(true)
 }
 
 // staleFlush reports whether a flush completion of the default QP comes
@@ -241,6 +251,8 @@ func (c *Conn) onBackup(wc verbs.WC) {
 		return
 	}
 	switch {
+	case c.srq != nil && isRecv(&wc) && (wc.WRID == ctrlRecvWRID || c.srqCtrlNext()):
+		c.onSRQControl(&wc)
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
 		c.bakCtrl = false
 		c.onControl(wc.ImmData)
@@ -251,7 +263,7 @@ func (c *Conn) onBackup(wc verbs.WC) {
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "control message on a backup QP not purged since the last switch back"}))
 	case wc.WRID == ctrlSendWRID:
 	case isRecv(&wc):
-		_ = c.rring.Complete(true)
+		c.recvSucceeded(&wc)
 		wc.QPNum, wc.SrcQP = c.defQPN, c.peerQPN
 		c.ready = append(c.ready, wc)
 		c.stats.BackupCompletions++
@@ -264,6 +276,34 @@ func (c *Conn) onBackup(wc verbs.WC) {
 			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFenceCompleted}))
 		}
 	}
+}
+
+// srqCtrlNext reports whether the next message on the backup QP of a QP
+// on an SRQ is a control message of the peer: before its first replayed
+// WR the peer sends nothing else there (its notification or answer, then
+// its announcement).
+func (c *Conn) srqCtrlNext() bool {
+	return c.srqAnn || c.m.SQ == fsm.SQDefault || c.m.SQ == fsm.SQAwaitAck ||
+		c.m.SQ == fsm.SQSurfaced && !c.recvsOnBak
+}
+
+// onSRQControl handles a control message that arrived on the backup QP of
+// a QP on an SRQ: it consumed the group's control receive, or one of the
+// application's receives, which it left untouched (zero length) and which
+// goes back to the backup SRQ's tail.
+func (c *Conn) onSRQControl(wc *verbs.WC) {
+	if wc.ByteLen != 0 || wc.WCFlags&verbs.WCFlagWithImm == 0 {
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault,
+			Reason: fmt.Sprintf("a message of %d bytes on the backup QP where the peer's control message was due", wc.ByteLen)}))
+		return
+	}
+	if wc.WRID != ctrlRecvWRID {
+		if err := c.srq.requeue(wc.WRID); err != nil {
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+			return
+		}
+	}
+	c.onControl(wc.ImmData)
 }
 
 // onControl handles the peer's notification, acknowledgement, refusal or
@@ -282,11 +322,14 @@ func (c *Conn) onControl(imm uint32) {
 	case k == ctrlRefuse:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "the peer cannot fail over (its error surfaced)"}))
 	case k == ctrlAck:
+		c.srqAnn = c.srq != nil
 		c.peerPSNSet = false // the peer's announcement follows its acknowledgement
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerAck, PeerRecv: peerRecv}))
 	case k == ctrlAnnounce:
+		c.srqAnn = false
 		c.peerAnnounced(uint32(peerRecv))
 	case k == ctrlNotify:
+		c.srqAnn = c.srq != nil
 		// The peer's announcement follows its notification: what it
 		// announced before is of an earlier handshake. Unless the
 		// notification is the answer to this side's own (both saw the

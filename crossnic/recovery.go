@@ -100,6 +100,9 @@ var errAwaitPSN = errors.New("reset to INIT; waiting for the peer's starting PSN
 // initial PSNs; on hardware the shim keeps those of the application's own
 // modifies instead: Recovery.DefAttr and BakAttr).
 func (c *Conn) EnableRecovery(r Recovery) error {
+	if c.srq != nil {
+		return fmt.Errorf("crossnic: enable recovery on QP %#x: it receives through an SRQ, whose receives cannot come home (%w)", c.defQPN, ErrSRQMoved)
+	}
 	if r.Clock == nil {
 		return fmt.Errorf("crossnic: enable recovery: a clock is required")
 	}
