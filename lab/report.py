@@ -274,6 +274,50 @@ def nccl_summary(client, server, rc_ok):
     return r
 
 
+UCX_FINAL = re.compile(r"^\s*Final:\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$", re.M)
+
+
+def ucx_summary(client, rc_ok, size=65536):
+    """The ucx_perftest row (UCT put_bw) from the client's Final line:
+    iterations, overhead 50th percentile / average / overall (us),
+    bandwidth average / overall (MB/s, MB = 2^20 bytes), message rate
+    average / overall. ucx_perftest does not check data; work is the MB
+    moved, so that a cut row's pause is its run time minus the time the
+    same puts take at the uncut row's rate.
+
+    >>> c = chr(10).join(["[thread 0]   212  6635.000  7147.546  9603.825  8.74  6.51  140  104",
+    ...                   "Final:   2000   5028.000  6354.094  6241.361   9.84   10.01   160   160"])
+    >>> s = ucx_summary(c, True)
+    >>> s["finished"], s["correct"], s["tput_MBps"], s["lat_us"], s["work"], s["detail"]
+    (True, 'n/c', 10.01, 6241.361, 125.0, '2000 puts of 64 KiB')
+    >>> ucx_summary(c, False)["correct"], ucx_summary("[thread 0]  1  2  3", True)["finished"]
+    ('no', False)
+    """
+    mm = UCX_FINAL.search(client)
+    r = {"finished": rc_ok and mm is not None}
+    r["correct"] = "n/c" if r["finished"] else "no"
+    if mm:
+        iters = int(mm.group(1))
+        r["tput_MBps"], r["lat_us"] = float(mm.group(6)), float(mm.group(4))
+        r["work"] = iters * size / 2 ** 20
+        r["detail"] = "%d puts of %d KiB" % (iters, size // 1024)
+    return r
+
+
+def pingpong_check(out):
+    """ibv_rc_pingpong and ibv_srq_pingpong with -c: the server prints
+    "invalid data in page N" when a received page is not the pattern (and
+    exits 0 all the same).
+
+    >>> pingpong_check("1000 iters in 0.77 seconds = 767.11 usec/iter")
+    ''
+    >>> pingpong_check("[12.5] invalid data in page 0")
+    'invalid data in page 0'
+    """
+    mm = re.search(r"invalid data in page \d+", out)
+    return mm.group(0) if mm else ""
+
+
 def parse(m, client, server):
     r = {"finished": False, "correct": "no", "tput_MBps": None, "lat_us": None, "lat_avg_us": None,
          "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
@@ -302,16 +346,22 @@ def parse(m, client, server):
         r["correct"] = "n/c" if r["finished"] else "no"
     if clock_bad and r["finished"]:
         r["detail"] = "perftest's clock check failed (r^2 < 0.9): no figures"
-    elif prog == "pingpong":
+    elif prog in ("pingpong", "srq_pingpong"):
         b = re.search(r"(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec", c)
         i = re.search(r"(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter", c)
         if b and i:
             r["tput_MBps"] = float(b.group(3)) / 8
             r["lat_us"] = float(i.group(3))
             r["work"] = float(i.group(2))  # seconds
+            r["iters"] = int(i.group(1))
         r["finished"] = rc_ok and b is not None and i is not None
-        r["correct"] = "yes" if r["finished"] else "no"
-    elif prog in ("mpi", "mpi-verbs"):
+        bad = pingpong_check(c + "\n" + server)
+        r["correct"] = "yes" if r["finished"] and not bad else "no"
+        if bad:
+            r["detail"] = bad
+    elif prog == "ucx_put_bw":
+        r.update(ucx_summary(c, rc_ok))
+    elif prog in ("mpi", "mpi-verbs", "mpi-ucx"):
         mm = re.search(r"MPI_CHECK ranks=(\d+) iters=(\d+) errors=(\d+) elapsed_s=([\d.]+) max_gap_ms=([\d.]+) ring_MBps=([\d.]+) iter_us=(\d+)", c)
         if mm:
             r["tput_MBps"], r["lat_us"] = float(mm.group(6)), float(mm.group(7))
@@ -426,7 +476,11 @@ def main():
         base = ref.get((r["prog"], "on" if r["shim"] == "sb" else r["shim"]))
         if not base or base.get("work") is None:
             continue
-        if kind(r["prog"]) == "pingpong":
+        if r["prog"] == "srq_pingpong" and r.get("iters") and base.get("iters"):
+            # the cut rows run more exchanges than the uncut one: the
+            # same work is their count at the uncut row's pace
+            r["pause_ms"] = max(0.0, (r["work"] - r["iters"] * base["work"] / base["iters"]) * 1e3)
+        elif kind(r["prog"]) == "pingpong":
             r["pause_ms"] = max(0.0, (r["work"] - base["work"]) * 1e3)
         elif r["tput_MBps"] and base["tput_MBps"]:
             d = float(r.get("duration") or 0) or r["work"] / r["tput_MBps"]

@@ -38,16 +38,17 @@ stamp() {
 }
 
 # stuck_dump SECONDS: after SECONDS, for each verbs program of a row still
-# running (perftest, ibv_rc_pingpong, mpi_check), where each of its threads
-# waits: wchan and kernel stack (the row's stuck-<guest>.out); then the
-# guest's QPs as the kernel sees them (state, PSNs) and the rxe counters that
-# moved during the row (retransmissions, RNR and sequence NAKs, duplicates).
+# running (perftest, ibv_rc_pingpong, ibv_srq_pingpong, ucx_perftest,
+# mpi_check), where each of its threads waits: wchan and kernel stack (the
+# row's stuck-<guest>.out); then the guest's QPs as the kernel sees them
+# (state, PSNs) and the rxe counters that moved during the row
+# (retransmissions, RNR and sequence NAKs, duplicates).
 # Prints nothing when none is left.
 stuck_dump() {
 	local before p t stuck=0
 	before=$(rxe_counters)
 	sleep "$1"
-	for p in $(pgrep -f 'ib_(write|read|send)_(bw|lat)|ibv_rc_pingpong|mpi_check' || true); do
+	for p in $(pgrep -f 'ib_(write|read|send)_(bw|lat)|ibv_(rc|srq)_pingpong|ucx_perftest|mpi_check' || true); do
 		[ "$p" = "$$" ] && continue
 		stuck=1
 		echo "STUCK pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"

@@ -40,6 +40,11 @@ LAB_CUT_LAT_ITERS=${LAB_CUT_LAT_ITERS:-5000}
 LAB_CUT_PP_ITERS=${LAB_CUT_PP_ITERS:-1000}
 LAB_CUT_MPI_SECONDS=${LAB_CUT_MPI_SECONDS:-10}
 LAB_CUT_RPING_COUNT=${LAB_CUT_RPING_COUNT:-3000}
+# ibv_srq_pingpong: exchanges in all (over its 16 QPs); ucx_perftest: puts of 64 KiB
+LAB_SRQ_ITERS=${LAB_SRQ_ITERS:-2000}
+LAB_CUT_SRQ_ITERS=${LAB_CUT_SRQ_ITERS:-10000}
+LAB_UCX_ITERS=${LAB_UCX_ITERS:-500}
+LAB_CUT_UCX_ITERS=${LAB_CUT_UCX_ITERS:-2000}
 
 # The row list: "program cut" pairs; every pair runs without, then with the shim.
 LAB_ROW_LIST="
@@ -81,6 +86,9 @@ rping setlink-g1
 nccl none
 nccl setlink-g1
 nccl ipdown-g2
+srq_pingpong none
+ucx_put_bw none
+mpi-ucx none
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
@@ -91,11 +99,12 @@ nccl ipdown-g2
 prog_cmds() {
 	local p=$2 common
 	local LAB_BW_SECONDS=$LAB_BW_SECONDS LAB_LAT_ITERS=$LAB_LAT_ITERS LAB_PP_ITERS=$LAB_PP_ITERS LAB_MPI_SECONDS=$LAB_MPI_SECONDS
-	local LAB_RPING_COUNT=$LAB_RPING_COUNT
+	local LAB_RPING_COUNT=$LAB_RPING_COUNT LAB_SRQ_ITERS=$LAB_SRQ_ITERS LAB_UCX_ITERS=$LAB_UCX_ITERS
 	if [ "$3" != none ]; then
 		LAB_BW_SECONDS=$LAB_CUT_BW_SECONDS LAB_LAT_ITERS=$LAB_CUT_LAT_ITERS
 		LAB_PP_ITERS=$LAB_CUT_PP_ITERS LAB_MPI_SECONDS=$LAB_CUT_MPI_SECONDS
-		LAB_RPING_COUNT=$LAB_CUT_RPING_COUNT
+		LAB_RPING_COUNT=$LAB_CUT_RPING_COUNT LAB_SRQ_ITERS=$LAB_CUT_SRQ_ITERS
+		LAB_UCX_ITERS=$LAB_CUT_UCX_ITERS
 	fi
 	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" MWAIT=20 LIMIT=$((LAB_BW_SECONDS + 30)) CUT_CAP=60
 	case $1 in
@@ -151,6 +160,37 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
   \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
 		MARKER="MPI_CHECK started" MWAIT=45 LIMIT=$((LAB_MPI_SECONDS + 50)) ;;
+	mpi-ucx)
+		# Open MPI's ucx PML on UCX's rc_verbs (its QPs receive through
+		# the iface's shared receive queue) on rxe0, wired up over
+		# ud_verbs: UCX drops every UD packet rxe delivers unless its
+		# GID check is off (docs/LAB.md, "Known limits"). Open MPI's
+		# pml ucx takes only mlx* devices unless told otherwise.
+		CLIENT="export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/guest/rsh.sh \\
+  --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth1 \\
+  --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl self \\
+  -x UCX_TLS=self,rc_verbs,ud_verbs -x UCX_NET_DEVICES=rxe0:1 -x UCX_IB_GID_INDEX=1 \\
+  -x UCX_UD_VERBS_ETH_DGID_CHECK=n -x UCX_LOG_LEVEL=${LAB_UCX_LOG:-info} \\
+  \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
+  \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
+		MARKER="MPI_CHECK started" MWAIT=45 LIMIT=$((LAB_MPI_SECONDS + 50)) ;;
+	srq_pingpong)
+		# rdma-core's ibv_srq_pingpong: 16 RC QPs whose receives all come
+		# from one shared receive queue; -n counts the exchanges of all
+		# QPs together
+		common="ibv_srq_pingpong -d rxe0 -g 1 -c -n $LAB_SRQ_ITERS -p $p"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60 ;;
+	ucx_put_bw)
+		# UCX's rc_verbs transport at the UCT level (no UCP wire-up: the
+		# addresses go over ucx_perftest's TCP connection): RDMA WRITEs
+		# of 64 KiB (zero copy) on QPs made on the iface's shared receive
+		# queue. It prints its first report a second into the traffic.
+		common="ucx_perftest -x rc_verbs -d rxe0:1 -t put_bw -D zcopy -s 65536 -n $LAB_UCX_ITERS -w 100 -p $p"
+		SERVER="export UCX_IB_GID_INDEX=1
+stamp $common" CLIENT="export UCX_IB_GID_INDEX=1
+stamp $common 10.77.1.2"
+		MARKER="thread 0]" SMARKER="Waiting for connection" LIMIT=60 ;;
 	rping)
 		# an rdma_cm program (librdmacm's rping): each ping is a SEND of
 		# the client's buffer, the server's RDMA READ of it, its RDMA
@@ -217,7 +257,8 @@ row_run() {
 	ibvtest-*) st=$(build_status ibvtest) ;;
 	ibpathd) st=$(build_status daemon) ;;
 	nccl) st=$(build_status nccl) ;;
-	mpi | mpi-verbs) st=$(build_status mpi) ;;
+	mpi | mpi-verbs | mpi-ucx) st=$(build_status mpi) ;;
+	ucx_put_bw) st=ok; command -v ucx_perftest >/dev/null || st="ucx_perftest not found (ucx-utils not installed)" ;;
 	*) st=ok ;;
 	esac
 	if [ "$st" = ok ] && [ "$shim" != off ]; then st=$(build_status shim); fi
@@ -260,6 +301,10 @@ row_run() {
 	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
 	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
 	if [ "$prog" = rping ]; then meta count "$([ "$cut" = none ] && echo "$LAB_RPING_COUNT" || echo "$LAB_CUT_RPING_COUNT")"; fi
+	case $prog in
+	srq_pingpong) meta iters "$([ "$cut" = none ] && echo "$LAB_SRQ_ITERS" || echo "$LAB_CUT_SRQ_ITERS")" ;;
+	ucx_put_bw) meta iters "$([ "$cut" = none ] && echo "$LAB_UCX_ITERS" || echo "$LAB_CUT_UCX_ITERS")" ;;
+	esac
 	if [ -n "${LAB_RXE_DEBUG:-}" ]; then
 		gexec g1 10 rxe_debug_on >/dev/null || log "row $name: rxe debug messages not on in g1"
 		gexec g2 10 rxe_debug_on >/dev/null || log "row $name: rxe debug messages not on in g2"

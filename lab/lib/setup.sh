@@ -8,7 +8,7 @@
 
 LAB_PACKAGES=(qemu-system-x86 qemu-system-data rdma-core ibverbs-utils ibverbs-providers
 	libibverbs-dev perftest busybox-static cpio kmod xz-utils gcc libc6-dev iproute2
-	python3 bc coreutils openmpi-bin libopenmpi-dev rdmacm-utils)
+	python3 bc coreutils openmpi-bin libopenmpi-dev rdmacm-utils ucx-utils)
 
 setup_packages() {
 	local missing=() p
