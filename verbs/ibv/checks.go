@@ -276,3 +276,16 @@ func wcRoundTrip(w verbs.WC) verbs.WC {
 	WCToC(&w, p)
 	return WCFromC(p)
 }
+
+// keepStateAfter runs QP.keepState on a struct ibv_qp in C memory whose
+// state field reads now after a call of this package (mask) that set it
+// to set, on a QP created here (app false) or wrapped (app true); it
+// returns the field as keepState leaves it.
+func keepStateAfter(app bool, seen, set, now uint32, mask verbs.QPAttrMask) uint32 {
+	c := (*C.struct_ibv_qp)(C.calloc(1, C.sizeof_struct_ibv_qp))
+	defer C.free(unsafe.Pointer(c))
+	c.state = now
+	q := &QP{c: c, app: app}
+	q.keepState(seen, set, mask)
+	return uint32(c.state)
+}

@@ -59,6 +59,14 @@ func (x *Context) UseDataOps(postSend, postRecv, pollCQ unsafe.Pointer) {
 	x.ops.poll_cq = (*[0]byte)(pollCQ)
 }
 
+// UseSRQOps is UseDataOps for post_srq_recv: the context's SRQs post
+// through postSRQRecv (nil: the ops table's).
+func (x *Context) UseSRQOps(postSRQRecv unsafe.Pointer) {
+	if x.ops != nil {
+		x.ops.post_srq_recv = (*[0]byte)(postSRQRecv)
+	}
+}
+
 // WCFromC converts the struct ibv_wc at p.
 func WCFromC(p unsafe.Pointer) verbs.WC { return wcFromC((*C.struct_ibv_wc)(p)) }
 

@@ -108,6 +108,7 @@ type Context struct {
 	pds map[unsafe.Pointer]*PD
 	cqs map[unsafe.Pointer]*CQ
 	qps map[unsafe.Pointer]*QP
+	srq map[unsafe.Pointer]*SRQ
 }
 
 var _ verbs.Context = (*Context)(nil)
@@ -128,7 +129,8 @@ func newContext(c *C.struct_ibv_context, owned bool) *Context {
 
 func newContextLocked(c *C.struct_ibv_context, owned bool) *Context {
 	ctx := &Context{c: c, owned: owned, info: deviceInfo(c.device), ops: newOps(),
-		pds: map[unsafe.Pointer]*PD{}, cqs: map[unsafe.Pointer]*CQ{}, qps: map[unsafe.Pointer]*QP{}}
+		pds: map[unsafe.Pointer]*PD{}, cqs: map[unsafe.Pointer]*CQ{}, qps: map[unsafe.Pointer]*QP{},
+		srq: map[unsafe.Pointer]*SRQ{}}
 	contexts[unsafe.Pointer(c)] = ctx
 	return ctx
 }

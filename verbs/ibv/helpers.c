@@ -135,6 +135,17 @@ int ibp_post_recv(const struct ibp_ops *ops, struct ibv_qp *qp, struct ibp_scrat
 	return ret;
 }
 
+int ibp_post_srq_recv(const struct ibp_ops *ops, struct ibv_srq *srq, struct ibp_scratch *s, int n, int *bad)
+{
+	struct ibv_recv_wr *b = NULL;
+	int ret;
+
+	ibp_build_recv(s, n);
+	ret = ops->post_srq_recv ? ops->post_srq_recv(srq, s->rrecv, &b) : ibv_post_srq_recv(srq, s->rrecv, &b);
+	*bad = ret && b ? (int)(b - s->rrecv) : (ret ? 0 : n);
+	return ret;
+}
+
 int ibp_poll_cq(const struct ibp_ops *ops, struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	return ops->poll_cq ? ops->poll_cq(cq, n, wc) : ibv_poll_cq(cq, n, wc);

@@ -55,12 +55,14 @@ struct ibp_ops {
 	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
 	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+	int (*post_srq_recv)(struct ibv_srq *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 };
 
 /* Post; *bad is the index of the bad WR (n when none). Returns what
  * ibv_post_send/ibv_post_recv returned. */
 int ibp_post_send(const struct ibp_ops *ops, struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad);
 int ibp_post_recv(const struct ibp_ops *ops, struct ibv_qp *qp, struct ibp_scratch *s, int n, int *bad);
+int ibp_post_srq_recv(const struct ibp_ops *ops, struct ibv_srq *srq, struct ibp_scratch *s, int n, int *bad);
 
 int ibp_poll_cq(const struct ibp_ops *ops, struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int ibp_req_notify_cq(struct ibv_cq *cq, int solicited_only);

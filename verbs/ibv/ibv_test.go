@@ -281,3 +281,27 @@ func TestChainsFromC(t *testing.T) {
 		t.Errorf("WC back as %+v, want %+v", back, wc)
 	}
 }
+
+// The state field of an application's QP is the application's: this
+// package's own modify or query of it leaves it as found (UCX asserts
+// RTS on every post), unless the application changed it meanwhile; a QP
+// created here shows what its last call set.
+func TestAppQPStateKept(t *testing.T) {
+	rts, errState := uint32(verbs.QPSRTS), uint32(verbs.QPSErr)
+	for _, c := range []struct {
+		name string
+		app  bool
+		now  uint32
+		mask verbs.QPAttrMask
+		want uint32
+	}{
+		{"the application's, moved to ERR here", true, errState, verbs.QPAttrState, rts},
+		{"the application's, changed by it meanwhile", true, uint32(verbs.QPSReset), verbs.QPAttrState, uint32(verbs.QPSReset)},
+		{"the application's, no state in the mask", true, errState, verbs.QPAttrPort, errState},
+		{"created here", false, errState, verbs.QPAttrState, errState},
+	} {
+		if got := keepStateAfter(c.app, rts, errState, c.now, c.mask); got != c.want {
+			t.Errorf("%s: state %d, want %d", c.name, got, c.want)
+		}
+	}
+}

@@ -26,6 +26,12 @@ type QP struct {
 	ctx     *Context
 	pd      *PD
 	userCtx any
+	// app: the QP was created by someone else (wrapped: the
+	// application's, under the shim). Its struct ibv_qp's state field is
+	// the application's: programs read it (UCX asserts RTS on every
+	// post), and libibverbs sets it in every ibv_modify_qp and
+	// ibv_query_qp, so this package's own calls leave it as they found it.
+	app bool
 
 	smu, rmu sync.Mutex
 	sbuf     *C.struct_ibp_scratch // send direction, guarded by smu
@@ -45,6 +51,13 @@ func (pd *PD) CreateQP(init verbs.QPInitAttr) (verbs.QP, error) {
 		return nil, verbs.Errorf(op, verbs.EINVAL, "send and receive CQs must be ibv CQs (got %T, %T)", init.SendCQ, init.RecvCQ)
 	}
 	a.send_cq, a.recv_cq = scq.c, rcq.c
+	if init.SRQ != nil {
+		srq, ok := init.SRQ.(*SRQ)
+		if !ok || srq == nil {
+			return nil, verbs.Errorf(op, verbs.EINVAL, "the SRQ must be an ibv SRQ (got %T)", init.SRQ)
+		}
+		a.srq = srq.c
+	}
 	a.cap = capToC(init.Cap)
 	a.qp_type = C.enum_ibv_qp_type(init.QPType)
 	if init.SQSigAll {
@@ -59,7 +72,7 @@ func (pd *PD) CreateQP(init verbs.QPInitAttr) (verbs.QP, error) {
 		C.ibv_destroy_qp(q)
 		return nil, err
 	}
-	qp.userCtx = init.UserCtx
+	qp.userCtx, qp.app = init.UserCtx, false
 	return qp, nil
 }
 
@@ -83,7 +96,7 @@ func (x *Context) wrapQP(p unsafe.Pointer) (*QP, error) {
 		C.ibp_scratch_free(qp.rbuf)
 		qp.sbuf, qp.rbuf = nil, nil
 	}
-	qp := &QP{c: c, qpn: uint32(c.qp_num), ctx: x, pd: x.wrapPDLocked(unsafe.Pointer(c.pd))}
+	qp := &QP{c: c, qpn: uint32(c.qp_num), ctx: x, pd: x.wrapPDLocked(unsafe.Pointer(c.pd)), app: true}
 	if c.send_cq != nil {
 		x.wrapCQLocked(unsafe.Pointer(c.send_cq))
 	}
@@ -137,7 +150,9 @@ func (q *QP) State() verbs.QPState { return verbs.QPState(q.c.state) }
 func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	var a C.struct_ibv_qp_attr
 	qpAttrToC(attr, &a)
+	seen := q.c.state
 	r, err := C.ibv_modify_qp(q.c, &a, C.int(mask))
+	q.keepState(seen, a.qp_state, mask)
 	if r != 0 {
 		if mask&verbs.QPAttrState != 0 {
 			return retErr("ibv_modify_qp", r, err, "QP %#x (%v) to %v, mask %v", q.QPN(), q.State(), attr.QPState, mask)
@@ -151,7 +166,11 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 func (q *QP) Query(mask verbs.QPAttrMask) (verbs.QPAttr, verbs.QPInitAttr, error) {
 	var a C.struct_ibv_qp_attr
 	var ia C.struct_ibv_qp_init_attr
+	seen := q.c.state
 	r, err := C.ibv_query_qp(q.c, &a, C.int(mask), &ia)
+	if r == 0 {
+		q.keepState(seen, a.qp_state, mask)
+	}
 	if r != 0 {
 		return verbs.QPAttr{}, verbs.QPInitAttr{}, retErr("ibv_query_qp", r, err, "QP %#x, mask %v", q.QPN(), mask)
 	}
@@ -168,6 +187,16 @@ func (q *QP) Query(mask verbs.QPAttrMask) (verbs.QPAttr, verbs.QPInitAttr, error
 		init.RecvCQ = q.ctx.cqFor(unsafe.Pointer(ia.recv_cq))
 	}
 	return qpAttrFromC(&a), init, nil
+}
+
+// keepState puts back in an application QP's struct the state it held
+// before this package's call (seen), which libibverbs replaced with set
+// when mask names the state; a state that is no longer set was changed
+// by the application meanwhile and stays.
+func (q *QP) keepState(seen, set uint32, mask verbs.QPAttrMask) {
+	if q.app && mask&verbs.QPAttrState != 0 && q.c.state == set {
+		q.c.state = seen
+	}
 }
 
 // ReleaseQPAt releases the wrapper of the QP at p, if there is one (the
