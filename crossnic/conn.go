@@ -224,7 +224,9 @@ func newConn(def, bak Leg, keys *KeyMap, sqSigAll bool, qc verbs.QPCap, peerQPN 
 	if c.sring, err = NewSendRing(qc, sqSigAll); err != nil {
 		return nil, err
 	}
-	if c.rring, err = NewRecvRing(qc); err != nil {
+	rc := qc
+	rc.MaxRecvWR = max(rc.MaxRecvWR, 1) // a QP on an SRQ has no receive queue: the ring only counts
+	if c.rring, err = NewRecvRing(rc); err != nil {
 		return nil, err
 	}
 	c.bakReady = bak.QP != nil

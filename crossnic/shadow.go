@@ -28,15 +28,16 @@ type Shadow struct {
 	bakMRs  map[uint32]verbs.MR // by the default MR's lkey
 	qps     map[verbs.QP]*shadowQP
 	order   []*shadowQP
-	ch      verbs.CompChannel      // of the backup CQs; nil: none
-	byCQ    map[verbs.CQ]*shadowQP // by backup CQ
+	ch      verbs.CompChannel       // of the backup CQs; nil: none
+	byCQ    map[verbs.CQ]*shadowQP  // by backup CQ
+	srqs    map[verbs.SRQ]verbs.SRQ // the application's SRQs -> their backups
 }
 
 type shadowQP struct {
 	def, bak   verbs.QP
 	bakCQ      verbs.CQ
 	bakRecvCQ  verbs.CQ    // nil: bakCQ serves both queues
-	ctrlPosted bool        // the control receive is on the backup QP
+	ctrlPosted bool        // the control receive is on the backup QP (or its SRQ)
 	cap        verbs.QPCap // of the default QP
 	sigAll     bool
 	local      Endpoint
@@ -45,6 +46,7 @@ type shadowQP struct {
 	connected  bool
 	remotePort pathsel.Port // identity of the peer's default port, for its rkeys
 	attr       verbs.QPAttr // what the backup was connected with (INIT, RTR and RTS fields)
+	srq        verbs.SRQ    // the application's SRQ the QP receives through (nil: none)
 }
 
 // NewShadow prepares shadow resources of def on bak (chosen with
@@ -59,7 +61,8 @@ func NewShadow(def, bak verbs.Context, dir Directory) (*Shadow, error) {
 		return nil, fmt.Errorf("crossnic: shadow: %w", err)
 	}
 	s := &Shadow{dir: dir, def: def, bak: bak, defDesc: dd, bakDesc: bd, pds: map[verbs.PD]verbs.PD{},
-		lkeys: map[uint32]uint32{}, bakMRs: map[uint32]verbs.MR{}, qps: map[verbs.QP]*shadowQP{}, byCQ: map[verbs.CQ]*shadowQP{}}
+		lkeys: map[uint32]uint32{}, bakMRs: map[uint32]verbs.MR{}, qps: map[verbs.QP]*shadowQP{}, byCQ: map[verbs.CQ]*shadowQP{},
+		srqs: map[verbs.SRQ]verbs.SRQ{}}
 	for _, p := range bd.Ports {
 		if p.Active() {
 			s.bakPort = p.Num
@@ -75,6 +78,9 @@ func NewShadow(def, bak verbs.Context, dir Directory) (*Shadow, error) {
 // portID is how peers name a port: its LID on InfiniBand, its RoCEv2 GID
 // (index 1 when there is one) on Ethernet.
 func portID(p pathsel.Port) (uint16, verbs.GID) {
+	if p.LinkLayer == verbs.LinkLayerEthernet && len(p.GIDs) == 0 {
+		return 0, verbs.GID{} // no address: nothing a peer could name
+	}
 	if p.LinkLayer == verbs.LinkLayerEthernet {
 		g := p.GIDs[len(p.GIDs)-1]
 		return 0, g
@@ -194,6 +200,17 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 	c := init.Cap
 	c.MaxSendWR += 4
 	c.MaxRecvWR += ctrlRecvs + 1
+	var bsrq verbs.SRQ
+	if init.SRQ != nil {
+		if bsrq = s.srqs[init.SRQ]; bsrq == nil {
+			return fmt.Errorf("crossnic: shadow: QP %#x receives through an SRQ that has no backup", defQP.QPN())
+		}
+		a, err := bsrq.Query()
+		if err != nil {
+			return fmt.Errorf("crossnic: shadow ibv_query_srq on %s: %w", s.bakDesc.Name, err)
+		}
+		c.MaxRecvWR, c.MaxRecvSGE = a.MaxWR, 0 // what its receive CQ may get
+	}
 	split := init.SendCQ != nil && init.RecvCQ != nil && init.SendCQ != init.RecvCQ
 	n := c.MaxSendWR + c.MaxRecvWR + 1
 	if split {
@@ -210,7 +227,7 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 			return fmt.Errorf("crossnic: shadow ibv_create_cq on %s: %w", s.bakDesc.Name, err)
 		}
 	}
-	qp, err := bpd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: rcq, Cap: c, QPType: verbs.QPTRC, SQSigAll: init.SQSigAll})
+	qp, err := bpd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: rcq, SRQ: bsrq, Cap: c, QPType: verbs.QPTRC, SQSigAll: init.SQSigAll})
 	if err != nil {
 		if split {
 			_ = rcq.Destroy()
@@ -224,7 +241,9 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 	if err != nil {
 		return fmt.Errorf("crossnic: shadow QP to INIT: %w", err)
 	}
-	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, cap: init.Cap, sigAll: init.SQSigAll, attr: ia}
+	// On an SRQ, the group's control receive on the backup SRQ serves
+	// every QP (CreateSRQ posted it).
+	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, cap: init.Cap, sigAll: init.SQSigAll, attr: ia, ctrlPosted: bsrq != nil, srq: init.SRQ}
 	s.byCQ[cq] = sq
 	if split {
 		sq.bakRecvCQ = rcq

@@ -58,6 +58,12 @@ type SRQStats struct {
 // receive posted on it now for the first control message of a peer.
 // keys translates the lkeys of the receives' SGEs to the backup's.
 func NewSRQGroup(def, bak verbs.SRQ, keys *KeyMap) (*SRQGroup, error) {
+	return newSRQGroup(def, bak, keys, true)
+}
+
+// newSRQGroup is NewSRQGroup; post says whether to post the control
+// receive on bak (Shadow.CreateSRQ posted it already).
+func newSRQGroup(def, bak verbs.SRQ, keys *KeyMap, post bool) (*SRQGroup, error) {
 	da, err := def.Query()
 	if err != nil {
 		return nil, fmt.Errorf("crossnic: protect SRQ: ibv_query_srq: %w", err)
@@ -72,6 +78,9 @@ func NewSRQGroup(def, bak verbs.SRQ, keys *KeyMap) (*SRQGroup, error) {
 	}
 	g := &SRQGroup{def: def, bak: bak, keys: keys, sges: make([]verbs.SGE, 0, max(da.MaxSGE, 1))}
 	g.ring.init(da.MaxWR, max(da.MaxSGE, 1))
+	if !post {
+		return g, nil
+	}
 	if _, err := bak.PostRecv([]verbs.RecvWR{{WRID: ctrlRecvWRID}}); err != nil {
 		return nil, fmt.Errorf("crossnic: protect SRQ: post the control receive on the backup SRQ: %w", err)
 	}
@@ -90,15 +99,25 @@ func NewSRQConn(def, bak Leg, keys *KeyMap, sqSigAll bool, g *SRQGroup) (*Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("crossnic: protect QP: %w", err)
 	}
-	// The receive ring stays empty: it only counts this QP's receives.
-	init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 1, 0
 	c, err := newConn(def, bak, keys, sqSigAll, init.Cap, attr.DestQPN)
 	if err != nil {
 		return nil, err
 	}
+	if err := g.join(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// join makes c, fresh from newConn, a member: its receive ring, which
+// stays empty, only counts its receives from now on.
+func (g *SRQGroup) join(c *Conn) error {
+	if g.moved {
+		return fmt.Errorf("crossnic: protect QP %#x: %w", c.defQPN, ErrSRQMoved)
+	}
 	c.srq = g
 	g.members = append(g.members, c)
-	return c, nil
+	return nil
 }
 
 // Leave removes c from its group (its QP is being destroyed).
