@@ -54,7 +54,40 @@ var (
 	_ shim.Waker      = hotpath{}
 	_ shim.Progresser = hotpath{}
 	_ shim.Nudger     = hotpath{}
+	_ shim.SRQHotpath = hotpath{}
 )
+
+// DivertSRQ hands the SRQ's posts to the runtime (lip_srq_divert) and
+// reads the receives its ring holds that no completion retired.
+func (hotpath) DivertSRQ(ctx uintptr, srq verbs.SRQ) ([]verbs.RecvWR, error) {
+	s, ok := srq.(*ibv.SRQ)
+	if !ok {
+		return nil, fmt.Errorf("divert SRQ: not the application's (%T)", srq)
+	}
+	ls := C.lip_srq_of((*C.struct_ibv_srq)(s.CPtr()))
+	if ls == nil {
+		return nil, fmt.Errorf("divert SRQ: the hot path does not follow it")
+	}
+	if r, err := C.lip_srq_divert(ls); r != 0 {
+		return nil, fmt.Errorf("lip_srq_divert: %w", err)
+	}
+	if ls.overflow != 0 {
+		return nil, fmt.Errorf("divert SRQ: %d posts overran its shadow ring", uint64(ls.overflow))
+	}
+	var out []verbs.RecvWR
+	rq := unsafe.Slice(ls.rq, int(ls.mask)+1)
+	for k := uint64(ls.tail); k < uint64(ls.head); k++ {
+		e := &rq[k&uint64(ls.mask)]
+		if e.flags&(C.LIP_SQE_VOID|C.LIP_RQE_DONE) != 0 {
+			continue
+		}
+		if e.flags&C.LIP_SQE_PARTIAL != 0 {
+			return nil, fmt.Errorf("divert SRQ: receive %#x has more SGEs (%d) than the shadow ring keeps", uint64(e.wr_id), uint32(e.num_sge))
+		}
+		out = append(out, verbs.RecvWR{WRID: uint64(e.wr_id), SGList: sges(e.sge[:], int(e.num_sge))})
+	}
+	return out, nil
+}
 
 func lipQP(q shim.AppQP) *C.struct_lip_qp {
 	return C.lip_qp_by(C.uintptr_t(q.Ctx), C.uint32_t(q.QPN))

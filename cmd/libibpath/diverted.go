@@ -87,6 +87,32 @@ func ibpathPostRecv(qp *C.struct_ibv_qp, wr *C.struct_ibv_recv_wr, bad **C.struc
 	return errnoOf(err)
 }
 
+//export ibpathPostSRQRecv
+func ibpathPostSRQRecv(srq *C.struct_ibv_srq, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) (r C.int) {
+	defer guardResult(&r, C.int(verbs.EIO), "ibpathPostSRQRecv", func() {
+		if bad != nil {
+			*bad = wr
+		}
+	})
+	inject("ibpathPostSRQRecv")
+	s, err := ibv.WrapSRQ(appCtx(srq.context), unsafe.Pointer(srq))
+	if err != nil {
+		if bad != nil {
+			*bad = wr
+		}
+		return C.int(verbs.ENOMEM)
+	}
+	wrs := ibv.RecvWRsFromC(unsafe.Pointer(wr), nil)
+	n, err := rt.PostSRQRecv(s, wrs)
+	if err == nil {
+		return 0
+	}
+	if bad != nil {
+		*bad = nth(wr, n, func(w *C.struct_ibv_recv_wr) *C.struct_ibv_recv_wr { return w.next })
+	}
+	return errnoOf(err)
+}
+
 //export ibpathPollCQ
 func ibpathPollCQ(cq *C.struct_ibv_cq, n C.int, wc *C.struct_ibv_wc) (r C.int) {
 	defer guardResult(&r, -1, "ibpathPollCQ", nil)

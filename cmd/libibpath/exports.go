@@ -57,6 +57,7 @@ func ibpathOpened(ctx *C.struct_ibv_context, name *C.char) {
 		// The shim's Go side posts and polls the application's objects
 		// through the provider's own functions, not the hot path.
 		def.UseDataOps(unsafe.Pointer(lc.post_send), unsafe.Pointer(lc.post_recv), unsafe.Pointer(lc.poll_cq))
+		def.UseSRQOps(unsafe.Pointer(lc.post_srq_recv))
 	}
 	rt.Opened(ctxID(ctx), C.GoString(name), ports, def)
 	if lc := C.lip_ctx_of(ctx); lc != nil && rt.NudgeSlots(ports) {
@@ -94,7 +95,8 @@ func ibpathCreatedEx(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI
 
 func created(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI bool) C.int {
 	info := shim.QPInfo{QPN: uint32(qp.qp_num), Type: verbs.QPType(attr.qp_type), SRQ: attr.srq != nil,
-		SendCap: uint32(attr.cap.max_send_wr), RecvCap: uint32(attr.cap.max_recv_wr), WRAPI: wrAPI}
+		SRQFollowed: attr.srq != nil && C.lip_srq_of(attr.srq) != nil,
+		SendCap:     uint32(attr.cap.max_send_wr), RecvCap: uint32(attr.cap.max_recv_wr), WRAPI: wrAPI}
 	if !rt.Created(ctxID(qp.context), info) {
 		return 0
 	}
@@ -102,11 +104,53 @@ func created(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_init_attr, wrAPI bool) C
 	w, err := ibv.WrapQP(c, unsafe.Pointer(qp))
 	if err == nil {
 		scq, rcq := ibv.WrapCQ(c, unsafe.Pointer(qp.send_cq)), ibv.WrapCQ(c, unsafe.Pointer(qp.recv_cq))
-		rt.ShadowQP(ctxID(qp.context), w.PD(), w, scq, rcq, verbs.QPInitAttr{QPType: verbs.QPTRC, SQSigAll: attr.sq_sig_all != 0,
+		init := verbs.QPInitAttr{QPType: verbs.QPTRC, SQSigAll: attr.sq_sig_all != 0,
 			Cap: verbs.QPCap{MaxSendWR: int(attr.cap.max_send_wr), MaxRecvWR: int(attr.cap.max_recv_wr),
-				MaxSendSGE: int(attr.cap.max_send_sge), MaxRecvSGE: int(attr.cap.max_recv_sge), MaxInlineData: int(attr.cap.max_inline_data)}})
+				MaxSendSGE: int(attr.cap.max_send_sge), MaxRecvSGE: int(attr.cap.max_recv_sge), MaxInlineData: int(attr.cap.max_inline_data)}}
+		if info.SRQFollowed {
+			if s, err := ibv.WrapSRQ(c, unsafe.Pointer(attr.srq)); err == nil {
+				init.SRQ = s
+			}
+		}
+		rt.ShadowQP(ctxID(qp.context), w.PD(), w, scq, rcq, init)
 	}
 	return 1
+}
+
+// ibpathSRQCreated: the application created srq, which the hot path
+// follows from now on; 1 when layer 2 mirrored it (else the hot path
+// stops following it).
+//
+//export ibpathSRQCreated
+func ibpathSRQCreated(srq *C.struct_ibv_srq) (r C.int) {
+	defer guardResult(&r, 0, "ibpathSRQCreated", nil)
+	inject("ibpathSRQCreated")
+	c := appCtx(srq.context)
+	s, err := ibv.WrapSRQ(c, unsafe.Pointer(srq))
+	if err != nil {
+		return 0
+	}
+	if !rt.SRQCreated(ctxID(srq.context), ibv.WrapPD(c, unsafe.Pointer(srq.pd)), s) {
+		s.Release()
+		return 0
+	}
+	return 1
+}
+
+// ibpathSRQDestroyed: the application destroyed srq, of ctx (only the
+// pointer's value is used: it is freed).
+//
+//export ibpathSRQDestroyed
+func ibpathSRQDestroyed(ctx *C.struct_ibv_context, srq *C.struct_ibv_srq) {
+	defer guard("ibpathSRQDestroyed")
+	inject("ibpathSRQDestroyed")
+	c := appCtx(ctx)
+	s, err := ibv.WrapSRQ(c, unsafe.Pointer(srq))
+	if err != nil {
+		return
+	}
+	rt.SRQDestroyed(ctxID(ctx), s)
+	s.Release()
 }
 
 // ibpathCQCreated: the application created or resized cq with headroom

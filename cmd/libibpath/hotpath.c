@@ -34,6 +34,7 @@ struct lip_ctx *lip_ctx_add(struct ibv_context *ctx)
 	c->post_send = ctx->ops.post_send;
 	c->post_recv = ctx->ops.post_recv;
 	c->poll_cq = ctx->ops.poll_cq;
+	c->post_srq_recv = ctx->ops.post_srq_recv;
 	pthread_mutex_lock(&ctxs_mu);
 	int i;
 	for (i = 0; i < LIP_MAX_CTX && ctxs[i]; i++)
@@ -48,6 +49,8 @@ struct lip_ctx *lip_ctx_add(struct ibv_context *ctx)
 	ctx->ops.post_send = lip_post_send;
 	ctx->ops.post_recv = lip_post_recv;
 	ctx->ops.poll_cq = lip_poll_cq;
+	if (ctx->ops.post_srq_recv)
+		ctx->ops.post_srq_recv = lip_post_srq_recv;
 	if (lip_channels && ctx->ops.req_notify_cq) {
 		c->req_notify_cq = ctx->ops.req_notify_cq;
 		ctx->ops.req_notify_cq = lip_req_notify_cq;
@@ -76,6 +79,8 @@ void lip_ctx_remove(struct ibv_context *ctx)
 			ctx->ops.post_send = c->post_send;
 			ctx->ops.post_recv = c->post_recv;
 			ctx->ops.poll_cq = c->poll_cq;
+			if (c->post_srq_recv)
+				ctx->ops.post_srq_recv = c->post_srq_recv;
 			if (c->req_notify_cq)
 				ctx->ops.req_notify_cq = c->req_notify_cq;
 			struct verbs_context *v = verbs_get_ctx(ctx);
@@ -90,6 +95,8 @@ void lip_ctx_remove(struct ibv_context *ctx)
 	pthread_mutex_unlock(&ctxs_mu);
 	if (!ngone)
 		return;
+	for (int k = 0; k < ngone; k++)
+		lip_srq_drop_ctx(gone[k]);
 	for (int k = 0; k < ngone; k++) {
 		struct lip_ctx *c = gone[k];
 		pthread_mutex_lock(&c->mu);
@@ -293,6 +300,11 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr
 	q->sig_all = attr->sq_sig_all;
 	q->send_cq = qp->send_cq;
 	q->recv_cq = qp->recv_cq;
+	if (attr->srq && !(q->srq = lip_srq_of(attr->srq))) {
+		free(q);
+		errno = EINVAL; /* an SRQ the shim does not follow */
+		return NULL;
+	}
 	q->smask = pow2(attr->cap.max_send_wr ? attr->cap.max_send_wr : 1) - 1;
 	q->rmask = pow2(attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1) - 1;
 	q->inl_max = attr->cap.max_inline_data < LIP_MAX_INLINE ? attr->cap.max_inline_data : LIP_MAX_INLINE;
@@ -718,7 +730,7 @@ struct lip_qp *lip_qp_of(struct ibv_qp *qp) { return qp_of(qp); }
 int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
-	if (!q) {
+	if (!q || q->srq) { /* (a QP on an SRQ has no receive queue: the provider says so) */
 		struct lip_ctx *c = lip_ctx_of(qp->context);
 		return c ? c->post_recv(qp, wr, bad) : EINVAL;
 	}
@@ -763,8 +775,18 @@ static void retire_send(struct lip_qp *q)
 		lip_nudge_done(q, t);
 }
 
-static void retire_recv(struct lip_qp *q)
+/* retire_recv retires the receive a successful receive completion of q
+ * (wr_id) stands for: the oldest of its own, or the SRQ's with wr_id. */
+static void retire_recv(struct lip_qp *q, uint64_t wr_id)
 {
+	if (q->srq) {
+		if (lip_srq_retire(q->srq, wr_id)) {
+			tlock(&q->rtlock);
+			q->recvs_done++;
+			tunlock(&q->rtlock);
+		}
+		return;
+	}
 	tlock(&q->rtlock);
 	uint64_t head = __atomic_load_n(&q->rhead, __ATOMIC_ACQUIRE);
 	uint64_t t = __atomic_load_n(&q->rtail, __ATOMIC_RELAXED);
@@ -789,7 +811,7 @@ void lip_retire_wc(struct lip_ctx *c, const struct ibv_wc *wc)
 	if (!q)
 		return;
 	if (wc->opcode & IBV_WC_RECV)
-		retire_recv(q);
+		retire_recv(q, wc->wr_id);
 	else
 		retire_send(q);
 }
@@ -839,7 +861,7 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 			continue;
 		}
 		if (wc[i].opcode & IBV_WC_RECV)
-			retire_recv(last);
+			retire_recv(last, wc[i].wr_id);
 		else
 			retire_send(last);
 	}

@@ -20,7 +20,8 @@ int lip_single_poster = 0;
 int lip_single_poller = 0;
 
 /* Diverted QPs and CQs go to layer 2 in Go (diverted.go). */
-struct lip_hooks lip_hooks = {ibpathPostSend, ibpathPostRecv, ibpathPollCQ, ibpathIntercept, ibpathExpressSurfaced};
+struct lip_hooks lip_hooks = {ibpathPostSend, ibpathPostRecv, ibpathPollCQ, ibpathIntercept, ibpathExpressSurfaced,
+			       ibpathPostSRQRecv};
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -461,6 +462,53 @@ int lip_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct i
 			init->cap.max_send_wr--;
 		if (attr && (mask & IBV_QP_CAP) && attr->cap.max_send_wr > 0)
 			attr->cap.max_send_wr--;
+	}
+	return ret;
+}
+
+/* ibv_create_srq: an SRQ layer 2 mirrors on the backup device gets a
+ * shadow ring of its receives (srq.c); its QPs are then protected. The
+ * ring exists before the Go side hears of the SRQ, so that no receive
+ * posted to it goes unrecorded; one the Go side did not mirror is
+ * dropped. (ibv_create_srq_ex, inline in verbs.h, is not followed: its
+ * SRQs' QPs pass through, the reason in their status.) */
+struct ibv_srq *lip_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr) __asm__("ibv_create_srq");
+struct ibv_srq *lip_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	REAL(ibv_create_srq, struct ibv_srq *, (struct ibv_pd *, struct ibv_srq_init_attr *), NULL);
+	PASS_IF_INSIDE(real_ibv_create_srq(pd, attr));
+	struct ibv_srq *srq = real_ibv_create_srq(pd, attr);
+	if (!srq || !lip_record || !lip_ctx_of(srq->context))
+		return srq;
+	int err = errno;
+	if (!lip_srq_add(srq, attr->attr.max_wr)) {
+		fprintf(stderr, "libibpath: an SRQ cannot be followed (%s); its QPs are not protected\n",
+			errno == ENOSPC ? "the shim's SRQ table is full" :
+			errno == EINVAL ? "its device has no post_srq_recv the shim took over" : "no memory for its shadow ring");
+		errno = err;
+		return srq;
+	}
+	ENTER();
+	int follow = ibpathSRQCreated(srq);
+	LEAVE();
+	if (!follow)
+		lip_srq_remove(srq);
+	errno = err;
+	return srq;
+}
+
+int lip_destroy_srq(struct ibv_srq *srq) __asm__("ibv_destroy_srq");
+int lip_destroy_srq(struct ibv_srq *srq)
+{
+	REAL(ibv_destroy_srq, int, (struct ibv_srq *), ENOSYS);
+	PASS_IF_INSIDE(real_ibv_destroy_srq(srq));
+	struct ibv_context *ctx = srq->context;
+	int ret = real_ibv_destroy_srq(srq);
+	if (ret == 0 && lip_srq_of(srq)) {
+		ENTER();
+		ibpathSRQDestroyed(ctx, srq);
+		LEAVE();
+		lip_srq_remove(srq);
 	}
 	return ret;
 }

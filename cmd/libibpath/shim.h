@@ -19,6 +19,7 @@
 #define LIP_DCQ_SLOTS 1024  /* diverted CQs (open addressing on the ibv_cq address) */
 #define LIP_MAX_CHAN 256    /* completion channels of the application wrapped (channel.c) */
 #define LIP_CHAN_CQS 4096   /* CQs on those channels (open addressing on the ibv_cq address) */
+#define LIP_SRQ_SLOTS 1024  /* SRQs of the process followed (open addressing on the ibv_srq address) */
 
 /* A send work request as recorded for replay. */
 struct lip_sqe {
@@ -38,6 +39,7 @@ struct lip_sqe {
 
 #define LIP_SQE_VOID    1u  /* the provider refused it: never posted */
 #define LIP_SQE_PARTIAL 2u  /* more SGEs than kept: cannot be replayed */
+#define LIP_RQE_DONE    4u  /* an SRQ receive retired out of order (srq.c) */
 
 struct lip_rqe {
 	uint64_t wr_id;
@@ -79,15 +81,32 @@ struct lip_qp {
 	/* layer 1's nudge (nudge.c) */
 	int nudge_slot;         /* created with one send WR more than the application was told */
 	int dead;               /* destroyed: never nudged again (under slock) */
+	struct lip_srq *srq;    /* receives through this followed SRQ (NULL: its own queue) */
 };
 
 #define LIP_SLOT_DEAD ((struct lip_qp *)1)
+
+/* An SRQ of the application that layer 2 follows: its shadow ring of
+ * receives (srq.c). head is advanced by posters (under plock), tail by
+ * retirers (under tlock); an entry retired out of order is marked
+ * LIP_RQE_DONE and tail moves past such entries. */
+struct lip_srq {
+	struct ibv_srq *srq;
+	struct lip_ctx *ctx;
+	uint32_t mask;          /* ring size - 1 (a power of two) */
+	uint64_t head, tail;
+	uint64_t overflow;      /* posts that overran the ring */
+	struct lip_rqe *rq;
+	struct lip_blk plock, tlock;
+	int diverted;           /* layer 2 took its receives: posts go to it */
+};
 
 struct lip_ctx {
 	struct ibv_context *ctx;
 	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
 	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+	int (*post_srq_recv)(struct ibv_srq *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 	/* the provider's req_notify_cq, when swapped (lip_channels) */
 	int (*req_notify_cq)(struct ibv_cq *, int);
 	/* the provider's verbs_context create_qp_ex and create_cq_ex, when
@@ -147,6 +166,7 @@ struct lip_hooks {
 	void (*intercept)(struct ibv_cq *, struct ibv_wc *, int);
 	/* an express QP surfaced its error: the completion that made it */
 	void (*surfaced)(struct ibv_qp *, struct ibv_wc *);
+	int (*post_srq_recv)(struct ibv_srq *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 };
 extern struct lip_hooks lip_hooks;
 
@@ -264,6 +284,15 @@ void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv);
 void lip_qp_progress(struct lip_qp *q, uint64_t *posted, uint64_t *retired);
 /* for lip_undivert: the rings of a diverted QP hold exactly these WRs */
 int lip_rings_load(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs);
+
+/* srq.c */
+struct lip_srq *lip_srq_of(struct ibv_srq *srq);
+struct lip_srq *lip_srq_add(struct ibv_srq *srq, uint32_t max_wr);
+void lip_srq_remove(struct ibv_srq *srq);
+int lip_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int lip_srq_retire(struct lip_srq *s, uint64_t wr_id);
+int lip_srq_divert(struct lip_srq *s);
+void lip_srq_drop_ctx(struct lip_ctx *c);
 
 /* nudge.c */
 int lip_nudge(struct lip_qp *q);

@@ -30,6 +30,8 @@ type failover struct {
 	hp        Hotpath
 	read      crossnic.MemReader
 	qps       map[qpKey]*l2qp
+	srqs      map[verbs.SRQ]*l2srq  // the application's SRQs layer 2 follows (srq.go)
+	kick      []*l2qp               // QPs to run once the current call is done (settle)
 	cqs       map[verbs.CQ]*cqRoute // CQs polled here
 	cqCtx     map[verbs.CQ]uintptr  // the context of every CQ of a shadowed QP
 	todo      []*l2qp               // QPs whose error completion a pump took, to divert
@@ -57,6 +59,7 @@ type l2qp struct {
 	app  AppQP
 	port uint8
 	leg  *legCQ
+	srq  *l2srq // the SRQ it receives through (nil: its own receive queue)
 
 	armed            bool
 	intercepted      bool // an error completion was taken by a pump; to divert
@@ -115,7 +118,7 @@ func (r *Runtime) SetMemReader(read crossnic.MemReader) {
 }
 
 // track records a QP the shadow mirrored (ShadowQP).
-func (r *Runtime) track(ctx uintptr, s *shadowSet, qp verbs.QP, sendCQ, recvCQ verbs.CQ) {
+func (r *Runtime) track(ctx uintptr, s *shadowSet, qp verbs.QP, sendCQ, recvCQ verbs.CQ, srq verbs.SRQ) {
 	if recvCQ == nil {
 		recvCQ = sendCQ
 	}
@@ -123,6 +126,20 @@ func (r *Runtime) track(ctx uintptr, s *shadowSet, qp verbs.QP, sendCQ, recvCQ v
 	q.leg = &legCQ{r: r, q: q}
 	r.fo.mu.Lock()
 	defer r.unlockFO()
+	if srq != nil {
+		if q.srq = r.fo.srqs[srq]; q.srq == nil {
+			return // its SRQ is not followed: never armed
+		}
+		if q.srq.group != nil {
+			// The SRQ's receives moved to the backup; the application's
+			// SRQ holds stale copies of them, which this QP's messages
+			// would consume. Nothing here can stop that.
+			r.log.Warn("libibpath: a QP created on an SRQ whose receives moved to the backup device is not protected, "+
+				"and its messages land in stale receives of that SRQ", "qpn", qp.QPN())
+			return
+		}
+		q.srq.qps = append(q.srq.qps, q)
+	}
 	r.fo.qps[q.key] = q
 	r.fo.cqCtx[sendCQ] = ctx
 	r.fo.cqCtx[recvCQ] = ctx
@@ -175,6 +192,39 @@ func (r *Runtime) armConnected() {
 // disarmed and its errors reach the application as plain verbs report
 // them. Called with fo.mu held.
 func (r *Runtime) divert(q *l2qp) bool {
+	if q.srq != nil {
+		return r.divertSRQ(q)
+	}
+	rings, ok := r.takeQP(q)
+	if !ok {
+		return false
+	}
+	if rings.Unreplayable != "" {
+		r.plainVerbs(q, "an outstanding WR cannot be replayed: "+rings.Unreplayable)
+		return true
+	}
+	r.l2mu.Lock()
+	conn, err := q.set.sh.Adopt(q.qp, q.leg, resumeOf(rings))
+	r.l2mu.Unlock()
+	if err != nil {
+		r.plainVerbs(q, fmt.Sprintf("crossnic.Shadow.Adopt: %v", err))
+		return true
+	}
+	r.adopted(q, conn, rings)
+	return true
+}
+
+// resumeOf is what a Conn takes over from the hot path's rings.
+func resumeOf(rings Rings) crossnic.Resume {
+	return crossnic.Resume{Sends: rings.Sends, Inline: rings.Inline, NotifsDone: rings.NotifsDone,
+		Recvs: rings.Recvs, RecvsDone: rings.RecvsDone}
+}
+
+// takeQP diverts q in the hot path and routes the polls of its CQs here.
+// False when the hot path could not: q is then disarmed and its errors
+// reach the application as plain verbs report them. Called with fo.mu
+// held.
+func (r *Runtime) takeQP(q *l2qp) (Rings, bool) {
 	rings, err := r.fo.hp.Divert(q.app)
 	if err != nil {
 		q.armed = false
@@ -183,7 +233,7 @@ func (r *Runtime) divert(q *l2qp) bool {
 		r.setStatus(q, func(s *status.QP) {
 			s.Layer, s.CrossNIC, s.Reason = status.LayerNone, "", fmt.Sprintf("layer 2 could not divert the QP: %v", err)
 		})
-		return false
+		return Rings{}, false
 	}
 	q.diverted, q.intercepted = true, false
 	if r.letGoL1(q.set.dev, q.key.qpn) {
@@ -195,19 +245,12 @@ func (r *Runtime) divert(q *l2qp) bool {
 		rt.diverted = true
 		rt.qps = append(rt.qps, q)
 	}
-	if rings.Unreplayable != "" {
-		r.plainVerbs(q, "an outstanding WR cannot be replayed: "+rings.Unreplayable)
-		return true
-	}
-	st := crossnic.Resume{Sends: rings.Sends, Inline: rings.Inline, NotifsDone: rings.NotifsDone,
-		Recvs: rings.Recvs, RecvsDone: rings.RecvsDone}
-	r.l2mu.Lock()
-	conn, err := q.set.sh.Adopt(q.qp, q.leg, st)
-	r.l2mu.Unlock()
-	if err != nil {
-		r.plainVerbs(q, fmt.Sprintf("crossnic.Shadow.Adopt: %v", err))
-		return true
-	}
+	return rings, true
+}
+
+// adopted makes conn, adopted from q's rings, carry q. Called with fo.mu
+// held.
+func (r *Runtime) adopted(q *l2qp, conn *crossnic.Conn, rings Rings) {
 	conn.SetMemReader(r.fo.read)
 	if err := conn.BoundHandshake(r.fo.clock, r.cfg.handshake()); err != nil {
 		r.log.Warn("libibpath: layer 2 cannot bound the fallback handshake; a peer that never answers leaves the QP waiting", "qpn", q.key.qpn, "err", err)
@@ -219,7 +262,6 @@ func (r *Runtime) divert(q *l2qp) bool {
 	})
 	r.log.Debug("libibpath: layer 2 diverted a QP", "qpn", q.key.qpn, "reason", q.reason,
 		"sends", len(rings.Sends), "recvs", len(rings.Recvs), "notifs_done", rings.NotifsDone, "recvs_done", rings.RecvsDone)
-	return true
 }
 
 // plainVerbs: q is diverted but its WRs cannot be replayed; it runs as
@@ -329,6 +371,13 @@ func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
 // cannot be diverted gets its completions back in the queues of the CQs
 // they came from (which are polled here), as plain verbs would give them.
 func (r *Runtime) settle() {
+	for len(r.fo.kick) > 0 {
+		q := r.fo.kick[0]
+		r.fo.kick = r.fo.kick[1:]
+		if err := r.runConn(q); err != nil {
+			r.log.Debug("libibpath: layer 2 run", "qpn", q.key.qpn, "err", err)
+		}
+	}
 	for len(r.fo.todo) > 0 {
 		q := r.fo.todo[0]
 		r.fo.todo = r.fo.todo[1:]
@@ -450,6 +499,9 @@ func (r *Runtime) unlockFO() {
 func (r *Runtime) forget(q *l2qp) {
 	q.gone = true
 	delete(r.fo.qps, q.key)
+	if g := q.srq; g != nil {
+		g.leave(q)
+	}
 	r.leaveExpress(q)
 	if q.conn != nil {
 		if err := q.conn.Close(); err != nil {

@@ -69,6 +69,12 @@ type l2host struct {
 	port *sim.Port
 	id   uintptr
 	qps  []*appQP
+	// the application's SRQ (withSRQ), its receives posted (by wr_id)
+	// and the pool buffers free for new ones
+	srq       verbs.SRQ
+	fsrq      *fakeSRQ
+	srqPosted map[uint64]bool
+	srqFree   []int
 }
 
 type qpOpts struct {
@@ -76,12 +82,14 @@ type qpOpts struct {
 	cq       verbs.CQ // both queues complete into this CQ (shared)
 	noShadow bool     // not mirrored by layer 2: never armed
 	sge      int      // max send SGEs (1 by default)
+	srq      bool     // receives through the host's SRQ (withSRQ)
 }
 
 // appQP is one QP of the application and what it has seen.
 type appQP struct {
 	x        *l2host
 	idx      int
+	srq      bool // receives through its host's SRQ
 	qp       verbs.QP
 	fq       *fakeQP
 	scq, rcq verbs.CQ
@@ -140,7 +148,7 @@ func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o
 	if !o.noPublish {
 		rt.SetReporter(&node{c: c})
 	}
-	x := &l2host{name: name, side: side, rt: rt, log: lb, id: 1, buf: make([]byte, l2QPs*3*l2Slots*l2Slot+8),
+	x := &l2host{name: name, side: side, rt: rt, log: lb, id: 1, buf: make([]byte, srqPoolOff+l2SRQBufs*l2Slot+8),
 		port: h.HCA("mlx5_0").Port(1)}
 	x.hp = newFakeHotpath(rt, x.id, x.read)
 	switch {
@@ -207,15 +215,21 @@ func (x *l2host) addQP(t *testing.T, o qpOpts) *appQP {
 	}
 	init := verbs.QPInitAttr{SendCQ: scq, RecvCQ: rcq, QPType: verbs.QPTRC,
 		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: max(o.sge, 1), MaxRecvSGE: 1, MaxInlineData: l2Slot}}
+	if o.srq {
+		init.SRQ = x.srq
+	}
 	qp, err := x.pd.CreateQP(init)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !x.rt.Created(x.id, QPInfo{QPN: qp.QPN(), Type: verbs.QPTRC}) {
+	if !x.rt.Created(x.id, QPInfo{QPN: qp.QPN(), Type: verbs.QPTRC, SRQ: o.srq, SRQFollowed: o.srq}) {
 		t.Fatal("an RC QP is not protected")
 	}
-	q := &appQP{x: x, idx: len(x.qps), qp: qp, scq: scq, rcq: rcq}
+	q := &appQP{x: x, idx: len(x.qps), qp: qp, scq: scq, rcq: rcq, srq: o.srq}
 	q.fq = x.hp.add(qp, scq, rcq, false)
+	if o.srq {
+		q.fq.srq = x.fsrq
+	}
 	if !o.noShadow {
 		x.rt.ShadowQP(x.id, x.pd, qp, scq, rcq, init)
 	}
@@ -285,6 +299,10 @@ func msgPattern(side, idx, k int) []byte {
 // fillRecvs keeps l2Recvs receives posted.
 func (q *appQP) fillRecvs(t *testing.T) {
 	t.Helper()
+	if q.srq {
+		q.x.fillSRQ(t)
+		return
+	}
 	for len(q.errs) == 0 && q.posted-len(q.recvd) < l2Recvs {
 		k := q.posted
 		addr, _ := q.slot(1, k)
@@ -398,6 +416,10 @@ func (x *l2host) onWC(t *testing.T, cq verbs.CQ, wc verbs.WC) {
 		return
 	}
 	k := len(q.recvd)
+	if q.srq {
+		x.onSRQRecv(t, q, wc)
+		return
+	}
 	if wc.WRID != uint64(1000+k) || wc.ImmData != uint32(k) || wc.ByteLen != l2Slot {
 		t.Fatalf("%s QP %d: receive %d is %+v (each message once, in order)", x.name, q.idx, k, wc)
 	}

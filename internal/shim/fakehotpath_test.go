@@ -37,8 +37,9 @@ type fakeHotpath struct {
 	ctx uintptr
 	mem func(addr uint64, n uint32) []byte // reads inline payloads
 
-	qps map[uint32]*fakeQP
-	dcq map[verbs.CQ]bool // diverted CQs
+	qps  map[uint32]*fakeQP
+	srqs map[verbs.SRQ]*fakeSRQ
+	dcq  map[verbs.CQ]bool // diverted CQs
 
 	divertErr   error        // injected: Divert fails with it
 	undivertErr error        // injected: Undivert fails with it
@@ -77,6 +78,15 @@ type fakeQP struct {
 	nudgeSlot   bool
 	sendsPolled bool
 	nudgeMark   uint64
+	srq         *fakeSRQ // receives through it (nil: its own queue)
+}
+
+// fakeSRQ is an SRQ the hot path follows: its receives, oldest first,
+// until a completion of one of its QPs retires one by its wr_id.
+type fakeSRQ struct {
+	srq      verbs.SRQ
+	recvs    []verbs.RecvWR
+	diverted bool
 }
 
 type fakeSend struct {
@@ -86,7 +96,7 @@ type fakeSend struct {
 }
 
 func newFakeHotpath(rt *Runtime, ctx uintptr, mem func(uint64, uint32) []byte) *fakeHotpath {
-	return &fakeHotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*fakeQP{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
+	return &fakeHotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*fakeQP{}, srqs: map[verbs.SRQ]*fakeSRQ{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
 		wakes: map[verbs.CQ]int{}}
 }
 
@@ -97,6 +107,49 @@ func (h *fakeHotpath) add(qp verbs.QP, sendCQ, recvCQ verbs.CQ, sigAll bool) *fa
 	q := &fakeQP{qp: qp, sigAll: sigAll, nudgeSlot: !sigAll, app: AppQP{Ctx: h.ctx, QPN: qp.QPN(), SendCQ: sendCQ, RecvCQ: recvCQ}}
 	h.qps[qp.QPN()] = q
 	return q
+}
+
+// addSRQ records an SRQ the application created and layer 2 follows
+// (lip_srq_add).
+func (h *fakeHotpath) addSRQ(srq verbs.SRQ) *fakeSRQ {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := &fakeSRQ{srq: srq}
+	h.srqs[srq] = s
+	return s
+}
+
+// postSRQRecv is the hot path's post_srq_recv: recorded, then to the
+// provider; to the runtime once the SRQ is diverted.
+func (h *fakeHotpath) postSRQRecv(s *fakeSRQ, wrs []verbs.RecvWR) (int, error) {
+	h.mu.Lock()
+	if s.diverted {
+		h.mu.Unlock()
+		return h.rt.PostSRQRecv(s.srq, wrs)
+	}
+	defer h.mu.Unlock()
+	start := len(s.recvs)
+	for _, w := range wrs {
+		w.SGList = append([]verbs.SGE(nil), w.SGList...)
+		s.recvs = append(s.recvs, w)
+	}
+	n, err := s.srq.PostRecv(wrs)
+	if err != nil {
+		s.recvs = s.recvs[:start+n]
+	}
+	return n, err
+}
+
+// DivertSRQ implements SRQHotpath (lip_srq_divert).
+func (h *fakeHotpath) DivertSRQ(ctx uintptr, srq verbs.SRQ) ([]verbs.RecvWR, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.srqs[srq]
+	if s == nil || s.diverted || ctx != h.ctx {
+		return nil, errors.New("divert SRQ: unknown or already diverted")
+	}
+	s.diverted = true
+	return append([]verbs.RecvWR(nil), s.recvs...), nil
 }
 
 // remove forgets a QP the application destroys (lip_qp_remove).
@@ -193,6 +246,16 @@ func (h *fakeHotpath) pollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 }
 
 func (h *fakeHotpath) retireLocked(q *fakeQP, wc verbs.WC) {
+	if wc.Opcode&verbs.WCRecv != 0 && q.srq != nil {
+		for i, w := range q.srq.recvs {
+			if w.WRID == wc.WRID {
+				q.srq.recvs = append(q.srq.recvs[:i], q.srq.recvs[i+1:]...)
+				q.recvDone++
+				break
+			}
+		}
+		return
+	}
 	if wc.Opcode&verbs.WCRecv != 0 {
 		if len(q.recvs) > 0 {
 			q.recvs = q.recvs[1:]

@@ -17,7 +17,7 @@ func buildHotpathCheck(tb testing.TB) string { return buildCCheck(tb, "hotpath_c
 // data path (hotpath.c, divert.c, express.c, channel.c, wrapi.c, nudge.c).
 func buildCCheck(tb testing.TB, name string) string {
 	tb.Helper()
-	return buildCCheckSrcs(tb, name, "hotpath.c", "divert.c", "express.c", "channel.c", "wrapi.c", "nudge.c")
+	return buildCCheckSrcs(tb, name, "hotpath.c", "divert.c", "express.c", "channel.c", "wrapi.c", "nudge.c", "srq.c")
 }
 
 // buildCCheckSrcs compiles cmd/libibpath/cbench/<name>.c with the given
@@ -103,7 +103,7 @@ func TestNudgeC(t *testing.T) {
 // channel lock: the child, which has only the forking thread, must not
 // find it held (the lock is taken across the fork).
 func TestForkC(t *testing.T) {
-	bin := buildCCheckSrcs(t, "fork_check", "hotpath.c", "divert.c", "express.c", "wrapi.c", "nudge.c")
+	bin := buildCCheckSrcs(t, "fork_check", "hotpath.c", "divert.c", "express.c", "wrapi.c", "nudge.c", "srq.c")
 	out, err := exec.Command(bin, "test").CombinedOutput()
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
 		t.Fatalf("fork_check test: %v\n%s", err, out)
@@ -260,3 +260,24 @@ func TestWrAPIC(t *testing.T) {
 // the provider's functions called directly, side by side in one C
 // program (best of 5 alternating rounds of 1M batches).
 func BenchmarkWrAPI(b *testing.B) { benchC(b, "wrapi_check") }
+
+// TestSRQRingsC runs cmd/libibpath/cbench/srq_check.c: the shadow ring
+// of an SRQ the shim follows records its posts (refused ones void),
+// retires receives by the wr_id of completions of any QP on it, out of
+// order, counting each QP's, survives wrap-around, says when posts
+// overran it, hands posts to layer 2 once diverted, and goes with its
+// context.
+func TestSRQRingsC(t *testing.T) {
+	bin := buildCCheck(t, "srq_check")
+	out, err := exec.Command(bin, "test").CombinedOutput()
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "PASS") {
+		t.Fatalf("srq_check test: %v\n%s", err, out)
+	}
+}
+
+// BenchmarkSRQHotPath reports the ns the shim adds to ibv_post_srq_recv
+// of an SRQ it follows (recording the WR) and to polling a receive
+// completion of a QP on it (retiring the receive by its wr_id), over
+// direct calls to the same provider functions, side by side in one C
+// program (srq_check bench).
+func BenchmarkSRQHotPath(b *testing.B) { benchC(b, "srq_check") }

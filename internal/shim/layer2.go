@@ -295,7 +295,7 @@ func (r *Runtime) ShadowQP(ctx uintptr, pd verbs.PD, qp verbs.QP, sendCQ, recvCQ
 	s.qps[qp.QPN()] = qp
 	r.l2mu.Unlock()
 	if sendCQ != nil {
-		r.track(ctx, s, qp, sendCQ, recvCQ)
+		r.track(ctx, s, qp, sendCQ, recvCQ, init.SRQ)
 	}
 }
 

@@ -451,17 +451,30 @@ func TestPreloadImplicitODP(t *testing.T) {
 // they see without it.
 func TestPreloadMemoryVerbs(t *testing.T) {
 	b := buildBed(t)
-	for _, c := range []struct{ mode, prefix, has string }{
-		{"dmabuf", "dmabuf lkey ", "closed fd: Bad file descriptor"},
-		{"rereg", "rereg 0 moved 1 lkey ", "refused -1, still at b 1"},
+	for _, c := range []struct{ mode, n, prefix, has string }{
+		{"dmabuf", "1", "dmabuf lkey ", "closed fd: Bad file descriptor"},
+		{"rereg", "1", "rereg 0 moved 1 lkey ", "refused -1, still at b 1"},
+		// SRQ verbs, ibv_post_srq_recv through the context's op, a QP
+		// on the SRQ (followed only with a backup device: the
+		// stand-in has one device)
+		{"srq", "9", "srq: 9 posted, 1 refused, post_recv on its QP refused 1, query 0 srq 1", "srq wc 108 qp 1 status 0"},
 	} {
-		plain, _ := b.run(t, nil, "1", c.mode)
+		plain, _ := b.run(t, nil, c.n, c.mode)
 		if !strings.HasPrefix(plain, c.prefix) || !strings.Contains(plain, c.has) {
 			t.Fatalf("%s: the probe itself misbehaves: %s", c.mode, plain)
 		}
-		out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, "1", c.mode)
+		out, errs := b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=info"}, c.n, c.mode)
 		if out != plain {
 			t.Fatalf("%s: the shim changed what the program saw:\nwithout: %s\nwith:    %s\n%s", c.mode, plain, out, errs)
+		}
+		if c.mode != "srq" {
+			continue
+		}
+		// with a backup device the SRQ is followed: its receives go
+		// through the shim's ring, its QPs are protected
+		out, errs = b.run(t, []string{"IBPATH_SOCKET=off", "IBPATH_LOG=debug", "FAKE_DEVICES=2"}, c.n, c.mode)
+		if out != plain || !strings.Contains(errs, "layer 2 follows an SRQ") {
+			t.Fatalf("srq with a backup: the shim changed what the program saw, or did not follow the SRQ:\nwithout: %s\nwith:    %s\n%s", plain, out, errs)
 		}
 	}
 }

@@ -21,11 +21,14 @@ type Port struct {
 
 // QPInfo describes a QP the application created.
 type QPInfo struct {
-	QPN     uint32
-	Type    verbs.QPType
-	SRQ     bool
-	SendCap uint32
-	RecvCap uint32
+	QPN  uint32
+	Type verbs.QPType
+	// SRQ: the QP receives through an SRQ; SRQFollowed: one the shim
+	// follows (SRQCreated mirrored it): layer 2 protects its QPs
+	SRQ         bool
+	SRQFollowed bool
+	SendCap     uint32
+	RecvCap     uint32
 	// WRAPI: made by ibv_create_qp_ex to post through ibv_wr_* operations
 	// the shim does not follow (local invalidate, memory windows, SEND
 	// with invalidate, TSO, atomic write, flush); the others it follows
@@ -74,6 +77,10 @@ type qp struct {
 	connect  verbs.QPAttr
 	connMask verbs.QPAttrMask
 	cmUp     bool // its rdma_cm connection is established (cmevent.go)
+	// unprotected says why no layer protects the QP, known at its
+	// creation (an SRQ not followed, a UD QP...): it stays its status's
+	// reason whatever layer 1 later says of its port
+	unprotected string
 }
 
 // Runtime is the shim's view of the process's verbs objects. It is safe
@@ -124,7 +131,7 @@ func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
 	r := &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
 		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{},
 		rescan: make(chan struct{}, 1),
-		fo:     failover{qps: map[qpKey]*l2qp{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64), clock: newWallClock()}}
+		fo:     failover{qps: map[qpKey]*l2qp{}, srqs: map[verbs.SRQ]*l2srq{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64), clock: newWallClock()}}
 	r.startLayer1()
 	return r
 }
@@ -226,15 +233,16 @@ func (r *Runtime) Created(ctx uintptr, info QPInfo) bool {
 	}
 	q := &qp{dev: d, info: info}
 	q.status = status.QP{Device: d.name, QPN: info.QPN, Layer: status.LayerNone, APM: "-", Primary: "-", Alternate: "-", Home: "-"}
-	protect := r.cfg.Record && info.Type == verbs.QPTRC && !info.SRQ && !info.WRAPI
+	protect := r.cfg.Record && info.Type == verbs.QPTRC && (!info.SRQ || info.SRQFollowed) && !info.WRAPI
 	switch {
 	case info.Type != verbs.QPTRC:
 		q.status.Reason = fmt.Sprintf("%v QP: only RC QPs are protected", info.Type)
-	case info.SRQ:
-		q.status.Reason = "the QP uses a shared receive queue, which the shadow rings do not follow"
+	case info.SRQ && !info.SRQFollowed:
+		q.status.Reason = "the QP uses a shared receive queue the shim does not follow (made by ibv_create_srq_ex, before the shim, or without a backup device)"
 	case info.WRAPI:
 		q.status.Reason = "the QP asks for ibv_wr_* operations the shim does not follow (local invalidate, memory windows, SEND with invalidate, TSO, atomic write or flush): layer 2 cannot replay it"
 	}
+	q.unprotected = q.status.Reason
 	r.qps[qpKey{ctx, info.QPN}] = q
 	r.log.Debug("libibpath: QP created", "device", d.name, "qpn", info.QPN, "type", info.Type, "protected", protect)
 	return protect
@@ -267,6 +275,9 @@ func (r *Runtime) Modified(ctx uintptr, m Modify) {
 	}
 	if m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTR && q.info.Type == verbs.QPTRC {
 		r.decideLayer1(q)
+		if q.unprotected != "" {
+			q.status.Reason = q.unprotected
+		}
 	}
 	snap := q.status
 	r.mu.Unlock()

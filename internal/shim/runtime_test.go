@@ -45,16 +45,20 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 		t.Fatal("a UD QP is protected")
 	}
 	if r.Created(ib, QPInfo{QPN: 0x12, Type: verbs.QPTRC, SRQ: true}) {
-		t.Fatal("an SRQ QP is protected")
+		t.Fatal("a QP on an SRQ the shim does not follow is protected")
 	}
+	if !r.Created(ib, QPInfo{QPN: 0x14, Type: verbs.QPTRC, SRQ: true, SRQFollowed: true}) {
+		t.Fatal("a QP on an SRQ the shim follows is not protected")
+	}
+	r.Created(roce, QPInfo{QPN: 0x21, Type: verbs.QPTRC, SRQ: true})
 	if r.Created(uintptr(9), QPInfo{QPN: 0x13, Type: verbs.QPTRC}) {
 		t.Fatal("a QP of an unknown context is protected")
 	}
 	r.Created(roce, QPInfo{QPN: 0x20, Type: verbs.QPTRC})
 	rep := &fakeReporter{}
 	r.SetReporter(rep)
-	if len(rep.qps) != 4 {
-		t.Fatalf("attach reported %d QPs, want the 4 known", len(rep.qps))
+	if len(rep.qps) != 6 {
+		t.Fatalf("attach reported %d QPs, want the 6 known", len(rep.qps))
 	}
 	for _, c := range []struct {
 		ctx  uintptr
@@ -65,6 +69,9 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 	}{
 		{ib, 0x10, "unprotected", "layer 1 did not take the QP", 1},
 		{roce, 0x20, "unsupported", "RoCE has no automatic path migration", 1},
+		// layer 1's word on RoCE does not hide why layer 2 does not
+		// protect the QP
+		{roce, 0x21, "unsupported", "shared receive queue the shim does not follow", 1},
 	} {
 		r.Modified(c.ctx, Modify{QPN: c.qpn, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSInit, Port: c.port})
 		r.Modified(c.ctx, Modify{QPN: c.qpn, Mask: verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrDestQPN, State: verbs.QPSRTR, DLID: 9, DestQPN: 0x99})
@@ -97,6 +104,7 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 		t.Fatalf("gone %v", rep.gone)
 	}
 	r.Closed(ib)
+	r.Closed(roce)
 	if len(r.QPs()) != 0 {
 		t.Fatalf("QPs left after close: %+v", r.QPs())
 	}

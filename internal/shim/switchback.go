@@ -44,6 +44,10 @@ func (r *Runtime) enableRecovery(q *l2qp) {
 	if !r.cfg.SwitchBack || q.conn == nil || q.fatal {
 		return
 	}
+	if q.srq != nil {
+		r.log.Info("libibpath: no switch back for a QP on an SRQ: its receives stay on the backup", "qpn", q.key.qpn)
+		return
+	}
 	def, ok := r.connectAttr(q.key)
 	if !ok {
 		r.log.Warn("libibpath: no switch back for a QP whose connect attributes are not known", "qpn", q.key.qpn)

@@ -6,7 +6,7 @@
  *                            and per ibv_req_notify_cq: libibverbs's
  *                            stand-in called directly vs the shim's
  * Built by internal/shim's tests:
- *   gcc -O2 -I.. channel_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c -lpthread */
+ *   gcc -O2 -I.. channel_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c ../srq.c -lpthread */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
  *   express_check bench   ns per post_send / poll_cq: the backup provider
  *                         called directly vs through the express lane
  * Built by internal/shim's tests:
- *   gcc -O2 -I.. express_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c -lpthread */
+ *   gcc -O2 -I.. express_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c ../srq.c -lpthread */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>

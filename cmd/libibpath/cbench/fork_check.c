@@ -6,7 +6,7 @@
  *   fork_check test
  * Built by internal/shim's tests (channel.c is included here, to hold its
  * lock):
- *   gcc -O2 -I.. fork_check.c ../hotpath.c ../divert.c ../express.c ../wrapi.c ../nudge.c -lpthread */
+ *   gcc -O2 -I.. fork_check.c ../hotpath.c ../divert.c ../express.c ../wrapi.c ../nudge.c ../srq.c -lpthread */
 #include "../channel.c"
 #define LIP_CHECK_NOOP_HOOKS
 #include "check.h"

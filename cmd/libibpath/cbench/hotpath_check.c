@@ -4,7 +4,7 @@
  *   hotpath_check bench   ns per post_send / poll_cq, direct vs through the shim
  *                         (LIP_BENCH_REVOKED=1: the rings' locks shared by two threads)
  * Built by internal/shim's tests:
- *   gcc -O2 -I.. hotpath_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c -lpthread */
+ *   gcc -O2 -I.. hotpath_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c ../srq.c -lpthread */
 #include <pthread.h>
 #include <unistd.h>
 #include <errno.h>

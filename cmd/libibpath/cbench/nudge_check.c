@@ -5,7 +5,7 @@
  * or a device:
  *   nudge_check test
  * Built by internal/shim's tests:
- *   gcc -O2 -I.. nudge_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c -lpthread */
+ *   gcc -O2 -I.. nudge_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c ../srq.c -lpthread */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

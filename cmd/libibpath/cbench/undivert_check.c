@@ -4,7 +4,7 @@
  * backup device, without libibverbs or a device:
  *   undivert_check test
  * Built by internal/shim's tests:
- *   gcc -O2 -I.. undivert_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c -lpthread */
+ *   gcc -O2 -I.. undivert_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c ../srq.c -lpthread */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  *                          the provider's functions called directly vs
  *                          the shim's
  * Built by internal/shim's tests:
- *   gcc -O2 -I.. wrapi_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c -lpthread */
+ *   gcc -O2 -I.. wrapi_check.c ../hotpath.c ../divert.c ../express.c ../channel.c ../wrapi.c ../nudge.c ../srq.c -lpthread */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>

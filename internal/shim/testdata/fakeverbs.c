@@ -88,14 +88,22 @@ void fake_raise_port(int type, int port)
 			abort();
 }
 
-static struct ibv_device *dev_list[2];
+static struct ibv_device *dev_list[3];
+static struct ibv_device fake_dev1;
 
+/* FAKE_DEVICES=2 lists a second device, fake1 (a backup for layer 2). */
 struct ibv_device **ibv_get_device_list(int *n)
 {
-	dev_list[0] = fake_device();
-	dev_list[1] = NULL;
+	int k = 0;
+	dev_list[k++] = fake_device();
+	const char *e = getenv("FAKE_DEVICES");
+	if (e && strcmp(e, "2") == 0) {
+		strcpy(fake_dev1.name, "fake1");
+		dev_list[k++] = &fake_dev1;
+	}
+	dev_list[k] = NULL;
 	if (n)
-		*n = 1;
+		*n = k;
 	return dev_list;
 }
 
@@ -453,6 +461,10 @@ static void wr_set_inline_data(struct ibv_qp_ex *qpx, void *addr, size_t length)
 
 static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
+	if (qp->srq) {
+		*bad = wr; /* its receives come from the SRQ (rxe_post_recv) */
+		return EINVAL;
+	}
 	for (; wr; wr = wr->next)
 		push((struct fake_cq *)qp->recv_cq, wr->wr_id, qp->qp_num, IBV_WC_RECV, IBV_WC_SUCCESS);
 	return 0;
@@ -485,6 +497,7 @@ static struct fake_qp *new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	qp->qp_context = attr->qp_context;
 	qp->send_cq = attr->send_cq;
 	qp->recv_cq = attr->recv_cq;
+	qp->srq = attr->srq;
 	qp->qp_num = next_qpn++;
 	qp->qp_type = attr->qp_type;
 	qp->state = IBV_QPS_RESET;
@@ -641,6 +654,8 @@ static struct ibv_cq_ex *fake_create_cq_ex(struct ibv_context *ctx, struct ibv_c
 	return &c->cqx;
 }
 
+static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
 /* Contexts are verbs_contexts, as rdma-core's providers make them, so the
  * inline ibv_create_qp_ex and ibv_create_cq_ex find create_qp_ex and
  * create_cq_ex. */
@@ -665,6 +680,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 		}
 	ctx->ops.post_send = fake_post_send;
 	ctx->ops.post_recv = fake_post_recv;
+	ctx->ops.post_srq_recv = fake_post_srq_recv;
 	ctx->ops.poll_cq = fake_poll_cq;
 	ctx->ops.req_notify_cq = fake_req_notify_cq;
 	return ctx;
@@ -817,6 +833,68 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 
 int ibv_destroy_qp(struct ibv_qp *qp) { free_qp((struct fake_qp *)qp); return 0; }
 
+/* SRQs: receives posted (post_srq_recv, as the inline verb calls it) wait
+ * in order until fake_srq_deliver hands some to a QP on the SRQ, which
+ * completes them into its receive CQ. */
+#define FAKE_SRQ_WR 256
+struct fake_srq {
+	struct ibv_srq srq;
+	uint32_t max_wr;
+	uint64_t wr_id[FAKE_SRQ_WR];
+	unsigned head, tail;
+};
+
+static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct fake_srq *s = (struct fake_srq *)srq;
+	for (; wr; wr = wr->next) {
+		if (refused(wr->wr_id) || s->head - s->tail >= s->max_wr) {
+			*bad = wr;
+			return ENOMEM;
+		}
+		s->wr_id[s->head++ % FAKE_SRQ_WR] = wr->wr_id;
+	}
+	return 0;
+}
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	if (attr->attr.max_wr == 0 || attr->attr.max_wr > FAKE_SRQ_WR) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct fake_srq *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->srq.context = pd->context;
+	s->srq.pd = pd;
+	s->srq.srq_context = attr->srq_context;
+	s->max_wr = attr->attr.max_wr;
+	return &s->srq;
+}
+
+int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask) { return mask & IBV_SRQ_MAX_WR ? EINVAL : 0; }
+
+int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	struct fake_srq *s = (struct fake_srq *)srq;
+	*attr = (struct ibv_srq_attr){.max_wr = s->max_wr, .max_sge = 1};
+	return 0;
+}
+
+int ibv_destroy_srq(struct ibv_srq *srq) { free(srq); return 0; }
+
+/* fake_srq_deliver: n messages arrive on qp, which receives through an
+ * SRQ: each takes the SRQ's oldest receive (none left: the rest wait). */
+int fake_srq_deliver(struct ibv_qp *qp, int n)
+{
+	struct fake_srq *s = (struct fake_srq *)qp->srq;
+	int k = 0;
+	for (; s && k < n && s->tail != s->head; k++)
+		push((struct fake_cq *)qp->recv_cq, s->wr_id[s->tail++ % FAKE_SRQ_WR], qp->qp_num, IBV_WC_RECV, IBV_WC_SUCCESS);
+	return k;
+}
+
 int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	struct fake_event e;
@@ -847,6 +925,7 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
 	memset(a, 0, sizeof(*a));
 	memset(ia, 0, sizeof(*ia));
 	a->cap.max_send_wr = ia->cap.max_send_wr = fake_qp_asked(qp);
+	ia->srq = qp->srq;
 	return 0;
 }
 /* ibv_reg_mr_iova2 registers anything (an implicit on-demand-paging

@@ -41,6 +41,7 @@ struct ibv_device *fake_device(void);
 void fake_raise_port(int type, int port);
 void fake_wire(uint64_t *wrs, uint64_t *bytes, uint64_t *hash);
 uint32_t fake_qp_asked(struct ibv_qp *qp);
+int fake_srq_deliver(struct ibv_qp *qp, int n);
 
 #define EVENT_TIMEOUT_MS 5000
 
@@ -519,6 +520,57 @@ static int rereg(struct ibv_pd *pd)
 	return ibv_dereg_mr(mr) ? 10 : 0;
 }
 
+/* srq ("srq" mode): two RC QPs on one SRQ; n receives posted to it (one
+ * refused), messages delivered to the QPs in turn; prints each
+ * completion (wr_id, QP) and what the SRQ verbs returned. */
+static int srq_mode(struct ibv_context *ctx, struct ibv_pd *pd, int n)
+{
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 64, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
+	if (!srq || !cq)
+		return 10;
+	struct ibv_qp *qp[2];
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr a = {.send_cq = cq, .recv_cq = cq, .srq = srq, .qp_type = IBV_QPT_RC,
+			.cap = {.max_send_wr = 16, .max_send_sge = 1}};
+		if (!(qp[i] = ibv_create_qp(pd, &a)))
+			return 10;
+	}
+	static char buf[64 * 64];
+	struct ibv_mr *mr = ibv_reg_mr_iova2(pd, buf, sizeof buf, (uintptr_t)buf, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		return 10;
+	int refused = 0;
+	for (int i = 0; i < n && i < 64; i++) {
+		struct ibv_sge sge = {.addr = (uintptr_t)buf + 64 * i, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr w = {.wr_id = i == n / 2 ? 0xbad : (uint64_t)100 + i, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
+		if (ibv_post_srq_recv(srq, &w, &bad))
+			refused++;
+	}
+	struct ibv_recv_wr none = {.wr_id = 1, .num_sge = 1}, *bad = NULL;
+	struct ibv_qp_init_attr qi;
+	struct ibv_qp_attr qa;
+	int on_qp = ibv_post_recv(qp[0], &none, &bad) != 0;
+	int q = ibv_query_qp(qp[1], &qa, IBV_QP_CAP, &qi);
+	printf("srq: %d posted, %d refused, post_recv on its QP refused %d, query %d srq %d\n", n, refused, on_qp, q, qi.srq == srq);
+	for (int k = 0; k < n; k++)
+		fake_srq_deliver(qp[k % 2], 1);
+	struct ibv_wc wc[8];
+	int got;
+	while ((got = ibv_poll_cq(cq, 8, wc)) > 0)
+		for (int i = 0; i < got; i++)
+			printf("srq wc %lu qp %d status %d\n", (unsigned long)wc[i].wr_id, wc[i].qp_num == qp[1]->qp_num, wc[i].status);
+	struct ibv_srq_attr at;
+	int m = ibv_modify_srq(srq, &(struct ibv_srq_attr){.max_wr = 128}, IBV_SRQ_MAX_WR);
+	int qs = ibv_query_srq(srq, &at);
+	printf("srq resize %d query %d max_wr %u\n", m, qs, at.max_wr);
+	for (int i = 0; i < 2; i++)
+		if (ibv_destroy_qp(qp[i]))
+			return 10;
+	return ibv_destroy_srq(srq) || ibv_dereg_mr(mr) ? 10 : 0;
+}
+
 /* fill ("fill" mode): n RC QPs of 64 send WRs on one context, every one
  * queried; prints how many the program was told and the query showed
  * something else than 64 (the shim's tables fill before n). */
@@ -589,6 +641,8 @@ int main(int argc, char **argv)
 		return rereg(pd);
 	if (argc > 2 && strcmp(argv[2], "fill") == 0)
 		return fill(ctx, pd, n);
+	if (argc > 2 && strcmp(argv[2], "srq") == 0)
+		return srq_mode(ctx, pd, n);
 	struct ibv_comp_channel *ch = NULL;
 	static int cq_tag; /* the CQ's context: events must carry it */
 	struct ibv_cq *cq;
