@@ -403,8 +403,15 @@ func (s *Shadow) connectBackup(sq *shadowQP, b Backup) error {
 		ah = verbs.AHAttr{IsGlobal: true, PortNum: s.bakPort,
 			GRH: verbs.GlobalRoute{DGID: b.GID, SGIDIndex: uint8(len(bp.GIDs) - 1), HopLimit: 64}}
 	}
+	rnr := max(da.MinRNRTimer, 1)
+	if sq.srq != nil {
+		// The peers' control messages that reach the backup SRQ before
+		// its receives moved there are answered RNR and sent again after
+		// this (srqRNRTimer).
+		rnr = max(da.MinRNRTimer, srqRNRTimer)
+	}
 	ra := verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: da.PathMTU, DestQPN: b.QPN,
-		MaxDestRdAtomic: da.MaxDestRdAtomic, MinRNRTimer: max(da.MinRNRTimer, 1)}
+		MaxDestRdAtomic: da.MaxDestRdAtomic, MinRNRTimer: rnr}
 	if err := sq.bak.Modify(&ra, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
 		return fmt.Errorf("crossnic: shadow backup QP to RTR: %w", err)

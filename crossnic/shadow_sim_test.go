@@ -300,3 +300,59 @@ func TestShadowConnectedAtRTR(t *testing.T) {
 		t.Fatalf("the receiver never got the write over the backups (sender %v, receiver %v, stats %+v / %+v)", sa, sb, a.conn.Stats(), b.conn.Stats())
 	}
 }
+
+// TestShadowSRQ: the shadow of an SRQ, and of a QP on it: the backup SRQ
+// is one receive larger and holds the group's control receive before any
+// QP on it is connected; the backup QP receives through it, posts no
+// control receive of its own, and is connected with an RNR timer of at
+// least 1.28 ms; AdoptSRQ and AdoptSRQConn hand it a group.
+func TestShadowSRQ(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 12}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	must(t, err)
+	dir := crossnic.NewMemDirectory()
+	a, b := newApp(t, f.Host("node0"), dir), newApp(t, f.Host("node1"), dir)
+	srq, err := b.pd.(verbs.SRQCreator).CreateSRQ(verbs.SRQAttr{MaxWR: 16, MaxSGE: 1})
+	must(t, err)
+	must(t, b.shadow.CreateSRQ(b.pd, srq))
+	bak, ok := b.shadow.BackupSRQ(srq)
+	if !ok {
+		t.Fatal("no backup SRQ")
+	}
+	ba, err := bak.Query()
+	must(t, err)
+	if ba.MaxWR < 17 || bak.(*sim.SRQ).Outstanding() != 1 {
+		t.Fatalf("backup SRQ %+v with %d receives, want room for 17 and the control receive", ba, bak.(*sim.SRQ).Outstanding())
+	}
+	must(t, b.qp.Destroy())
+	must(t, b.shadow.DestroyQP(b.qp))
+	init := verbs.QPInitAttr{SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq, QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: qcap, MaxSendSGE: 1}}
+	b.qp, err = b.pd.CreateQP(init)
+	must(t, err)
+	must(t, b.shadow.CreateQP(b.pd, b.qp, init))
+	connectApp(t, a, b, false)
+	connectApp(t, b, a, false)
+	a.shadow.Scan()
+	if !a.shadow.Ready(a.qp) || !b.shadow.Ready(b.qp) {
+		t.Fatal("backups not connected")
+	}
+	attr, ok := b.shadow.ConnectAttr(b.qp)
+	if !ok || attr.MinRNRTimer < 14 {
+		t.Fatalf("the SRQ QP's backup connected with RNR timer %d, want at least 14 (1.28 ms)", attr.MinRNRTimer)
+	}
+	if n := bak.(*sim.SRQ).Outstanding(); n != 1 {
+		t.Fatalf("%d receives on the backup SRQ after the connect, want the control receive alone", n)
+	}
+	g, err := b.shadow.AdoptSRQ(srq, []verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{{Addr: b.mr.Addr(), Length: 8, LKey: b.mr.LKey()}}}})
+	must(t, err)
+	if _, err := b.shadow.AdoptSRQConn(b.qp, b.cq, crossnic.Resume{Recvs: []verbs.RecvWR{{WRID: 2}}}, g); !errors.Is(err, crossnic.ErrResume) {
+		t.Fatalf("a QP of an SRQ adopted with receives of its own: %v", err)
+	}
+	c, err := b.shadow.AdoptSRQConn(b.qp, b.cq, crossnic.Resume{RecvsDone: 3}, g)
+	must(t, err)
+	if g.Outstanding() != 1 || c == nil {
+		t.Fatalf("group holds %d receives", g.Outstanding())
+	}
+	if _, err := a.shadow.AdoptSRQConn(a.qp, a.cq, crossnic.Resume{}, g); err == nil {
+		t.Fatal("a QP of no SRQ joined the group")
+	}
+}

@@ -6,6 +6,15 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 )
 
+// srqRNRTimer is the least RNR timer the backup QPs of an SRQ's QPs are
+// connected with: 1.28 ms (IBA's encoding 14). Their peers' control
+// messages can meet the backup SRQ empty, before the failover that moves
+// the receives there, and are resent after it, without end, until they
+// land: every 10 us, the other backups' timer, each of an SRQ's QPs
+// would send a packet per 10 us for as long as the move takes (a few ms
+// for sixteen QPs under TCG in the lab).
+const srqRNRTimer = 14
+
 // CreateSRQ mirrors ibv_create_srq: an SRQ on the backup device with room
 // for the application's WRs and one more, on which the control receive
 // of the group (SRQGroup) is posted now, before any QP on it can be
