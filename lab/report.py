@@ -42,10 +42,11 @@ import sys
 
 
 # programs whose QPs layer 2 protects in the lab (RC, ibv_post_send;
-# MPI over libfabric's verbs provider, which connects through rdma_cm):
-# with the shim their cut rows must finish with correct results.
+# MPI over libfabric's verbs provider, which connects through rdma_cm;
+# the programs whose QPs receive through an SRQ): with the shim their
+# cut rows must finish with correct results.
 PROTECTED = ("pingpong", "write_bw", "write_bw-q4", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
-             "pingpong-wr", "mpi-verbs", "rping", "nccl")
+             "pingpong-wr", "mpi-verbs", "rping", "nccl", "srq_pingpong", "ucx_put_bw", "mpi-ucx")
 
 
 # the arms with the shim: on, and sb (the shim switching back, cut rows only)

@@ -89,6 +89,10 @@ nccl ipdown-g2
 srq_pingpong none
 ucx_put_bw none
 mpi-ucx none
+srq_pingpong setlink-g1
+srq_pingpong ipdown-g2
+ucx_put_bw ipdown-g1
+mpi-ucx ipdown-g2
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output

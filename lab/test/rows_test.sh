@@ -37,11 +37,11 @@ check "LAB_ROWS: sb rows when it names them" same "$(LAB_ROWS='\.sb\.' rows_plan
 	"$(grep -c -- '-g[12]$' <<<"$LAB_ROW_LIST")"
 check "every row of the full plan has a port of its own" \
 	same "$(rows_plan | awk '{print $4}' | sort | uniq -d)" ""
-# the programs that receive through a shared receive queue: uncut rows only
-# until the shim protects SRQ QPs (a cut under the shim must pass)
-check "the SRQ programs run uncut, without and with the shim" \
+# the programs that receive through a shared receive queue, uncut and
+# under cuts, without and with the shim
+check "the SRQ programs' rows" \
 	same "$(rows_plan | awk '$1 ~ /^(srq_pingpong|ucx_put_bw|mpi-ucx)$/ {print $1 "." $2 "." $3}' | tr '\n' ' ')" \
-	"srq_pingpong.off.none srq_pingpong.on.none ucx_put_bw.off.none ucx_put_bw.on.none mpi-ucx.off.none mpi-ucx.on.none "
+	"srq_pingpong.off.none srq_pingpong.on.none ucx_put_bw.off.none ucx_put_bw.on.none mpi-ucx.off.none mpi-ucx.on.none srq_pingpong.off.setlink-g1 srq_pingpong.on.setlink-g1 srq_pingpong.off.ipdown-g2 srq_pingpong.on.ipdown-g2 ucx_put_bw.off.ipdown-g1 ucx_put_bw.on.ipdown-g1 mpi-ucx.off.ipdown-g2 mpi-ucx.on.ipdown-g2 "
 prog_cmds srq_pingpong 18900 setlink-g1
 check "a cut row of ibv_srq_pingpong runs LAB_CUT_SRQ_ITERS exchanges" \
 	same "$CLIENT" "stamp ibv_srq_pingpong -d rxe0 -g 1 -c -n $LAB_CUT_SRQ_ITERS -p 18900 10.77.1.2"
