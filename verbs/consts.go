@@ -56,6 +56,11 @@ const (
 	QPTRC QPType = 2 // IBV_QPT_RC
 	QPTUC QPType = 3 // IBV_QPT_UC
 	QPTUD QPType = 4 // IBV_QPT_UD
+	// QPTRawPacket, QPTXRCSend and QPTXRCRecv are named for status
+	// reasons only: no layer protects them.
+	QPTRawPacket QPType = 8  // IBV_QPT_RAW_PACKET
+	QPTXRCSend   QPType = 9  // IBV_QPT_XRC_SEND
+	QPTXRCRecv   QPType = 10 // IBV_QPT_XRC_RECV
 )
 
 func (t QPType) String() string {
@@ -66,6 +71,12 @@ func (t QPType) String() string {
 		return "UC"
 	case QPTUD:
 		return "UD"
+	case QPTRawPacket:
+		return "raw packet"
+	case QPTXRCSend:
+		return "XRC send"
+	case QPTXRCRecv:
+		return "XRC receive"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
 }

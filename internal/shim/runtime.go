@@ -235,6 +235,8 @@ func (r *Runtime) Created(ctx uintptr, info QPInfo) bool {
 	q.status = status.QP{Device: d.name, QPN: info.QPN, Layer: status.LayerNone, APM: "-", Primary: "-", Alternate: "-", Home: "-"}
 	protect := r.cfg.Record && info.Type == verbs.QPTRC && (!info.SRQ || info.SRQFollowed) && !info.WRAPI
 	switch {
+	case info.Type == verbs.QPTXRCSend || info.Type == verbs.QPTXRCRecv:
+		q.status.Reason = fmt.Sprintf("%v QP: XRC passes through (its receives come from XRC SRQs, which layer 2 does not follow); only RC QPs are protected", info.Type)
 	case info.Type != verbs.QPTRC:
 		q.status.Reason = fmt.Sprintf("%v QP: only RC QPs are protected", info.Type)
 	case info.SRQ && !info.SRQFollowed:

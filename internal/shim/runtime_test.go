@@ -51,14 +51,17 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 		t.Fatal("a QP on an SRQ the shim follows is not protected")
 	}
 	r.Created(roce, QPInfo{QPN: 0x21, Type: verbs.QPTRC, SRQ: true})
+	if r.Created(roce, QPInfo{QPN: 0x22, Type: verbs.QPTXRCSend}) {
+		t.Fatal("an XRC QP is protected")
+	}
 	if r.Created(uintptr(9), QPInfo{QPN: 0x13, Type: verbs.QPTRC}) {
 		t.Fatal("a QP of an unknown context is protected")
 	}
 	r.Created(roce, QPInfo{QPN: 0x20, Type: verbs.QPTRC})
 	rep := &fakeReporter{}
 	r.SetReporter(rep)
-	if len(rep.qps) != 6 {
-		t.Fatalf("attach reported %d QPs, want the 6 known", len(rep.qps))
+	if len(rep.qps) != 7 {
+		t.Fatalf("attach reported %d QPs, want the 7 known", len(rep.qps))
 	}
 	for _, c := range []struct {
 		ctx  uintptr
@@ -72,6 +75,7 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 		// layer 1's word on RoCE does not hide why layer 2 does not
 		// protect the QP
 		{roce, 0x21, "unsupported", "shared receive queue the shim does not follow", 1},
+		{roce, 0x22, "-", "XRC send QP: XRC passes through", 1},
 	} {
 		r.Modified(c.ctx, Modify{QPN: c.qpn, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSInit, Port: c.port})
 		r.Modified(c.ctx, Modify{QPN: c.qpn, Mask: verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrDestQPN, State: verbs.QPSRTR, DLID: 9, DestQPN: 0x99})
