@@ -508,15 +508,10 @@ func (c *Conn) recordRecv(w *verbs.RecvWR) error {
 }
 
 func (c *Conn) postRecvBackup(w *verbs.RecvWR) error {
-	r := verbs.RecvWR{WRID: w.WRID, SGList: c.sges[:len(w.SGList)]}
-	for i, s := range w.SGList {
-		lk, ok := c.keys.LKeys[s.LKey]
-		if !ok {
-			return fmt.Errorf("crossnic: receive %d: no backup for lkey %#x", w.WRID, s.LKey)
-		}
-		s.LKey = lk
-		r.SGList[i] = s
+	r, err := c.keys.TranslateRecv(c.sges, w)
+	if err != nil {
+		return err
 	}
-	_, err := c.bak.QP.PostRecv([]verbs.RecvWR{r})
+	_, err = c.bak.QP.PostRecv([]verbs.RecvWR{r})
 	return err
 }

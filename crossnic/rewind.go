@@ -101,6 +101,24 @@ type KeyMap struct {
 	RKey func(defaultRKey uint32) (uint32, bool)
 }
 
+// TranslateRecv is Translate for a receive WR: its SGEs' lkeys moved to
+// the backup HCA, in sges (which must have room for them).
+func (k *KeyMap) TranslateRecv(sges []verbs.SGE, src *verbs.RecvWR) (verbs.RecvWR, error) {
+	if len(src.SGList) > cap(sges) {
+		return verbs.RecvWR{}, fmt.Errorf("crossnic: translate receive %d: %d SGEs, room for %d", src.WRID, len(src.SGList), cap(sges))
+	}
+	r := verbs.RecvWR{WRID: src.WRID, SGList: sges[:len(src.SGList)]}
+	for i, s := range src.SGList {
+		lk, ok := k.LKeys[s.LKey]
+		if !ok {
+			return verbs.RecvWR{}, fmt.Errorf("crossnic: receive %d: no backup for lkey %#x", src.WRID, s.LKey)
+		}
+		s.LKey = lk
+		r.SGList[i] = s
+	}
+	return r, nil
+}
+
 // Translate writes into dst the WR src with its keys moved to the backup
 // HCAs, its SGEs in sges (which must have room for them). Inline WRs keep
 // no keys to translate. It fails when a mapping is unknown: such a WR

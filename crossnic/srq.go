@@ -166,14 +166,9 @@ func (g *SRQGroup) PostRecv(wrs []verbs.RecvWR) (int, error) {
 
 // postBak posts w on the backup SRQ, its lkeys translated.
 func (g *SRQGroup) postBak(w *verbs.RecvWR) error {
-	r := verbs.RecvWR{WRID: w.WRID, SGList: g.sges[:len(w.SGList)]}
-	for i, s := range w.SGList {
-		lk, ok := g.keys.LKeys[s.LKey]
-		if !ok {
-			return fmt.Errorf("crossnic: SRQ receive %d: no backup for lkey %#x", w.WRID, s.LKey)
-		}
-		s.LKey = lk
-		r.SGList[i] = s
+	r, err := g.keys.TranslateRecv(g.sges, w)
+	if err != nil {
+		return err
 	}
 	if _, err := g.bak.PostRecv([]verbs.RecvWR{r}); err != nil {
 		return fmt.Errorf("crossnic: post SRQ receive %d on the backup SRQ: %w", w.WRID, err)

@@ -177,40 +177,36 @@ func (w *srqWorld) events() {
 }
 
 func (w *srqWorld) poll() {
-	var wc [16]verbs.WC
 	for i, c := range w.snd {
-		for {
-			n, err := c.Poll(wc[:])
-			if err != nil {
-				w.fatalf("poll: %v", err)
+		w.drain(c, func(x verbs.WC) {
+			if x.Status != verbs.WCSuccess {
+				w.sendErr = append(w.sendErr, x)
+				return
 			}
-			if n == 0 {
-				break
+			if x.WRID != uint64(w.acked[i]) {
+				w.fatalf("QP %d: send %d completed, expected %d", i, x.WRID, w.acked[i])
 			}
-			for _, x := range wc[:n] {
-				if x.Status != verbs.WCSuccess {
-					w.sendErr = append(w.sendErr, x)
-					continue
-				}
-				if x.WRID != uint64(w.acked[i]) {
-					w.fatalf("QP %d: send %d completed, expected %d", i, x.WRID, w.acked[i])
-				}
-				w.acked[i]++
-			}
-		}
+			w.acked[i]++
+		})
 	}
 	for i, c := range w.rcv {
-		for {
-			n, err := c.Poll(wc[:])
-			if err != nil {
-				w.fatalf("poll: %v", err)
-			}
-			if n == 0 {
-				break
-			}
-			for _, x := range wc[:n] {
-				w.onRecv(i, x)
-			}
+		w.drain(c, func(x verbs.WC) { w.onRecv(i, x) })
+	}
+}
+
+// drain hands every completion c has for the application to fn.
+func (w *srqWorld) drain(c *crossnic.Conn, fn func(verbs.WC)) {
+	var wc [16]verbs.WC
+	for {
+		n, err := c.Poll(wc[:])
+		if err != nil {
+			w.fatalf("poll: %v", err)
+		}
+		if n == 0 {
+			return
+		}
+		for _, x := range wc[:n] {
+			fn(x)
 		}
 	}
 }

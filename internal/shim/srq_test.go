@@ -139,35 +139,38 @@ func allFinished(qps []*appQP) func() bool {
 	return finished(qps...)
 }
 
-// TestFailoverSRQPortErr: the link of the SRQ side's default port goes
-// down. Its runtime diverts every QP on the SRQ with the SRQ's receives;
-// each QP fails over, the peers follow, and each QP's messages arrive
+// TestFailoverSRQ: a link goes down. On the SRQ side ("SRQ side's
+// port"), its runtime diverts every QP on the SRQ with the SRQ's
+// receives; on the other side ("peer's port"), the peer's notification
+// reaches one QP of the SRQ on its backup and the SRQ side moves every
+// QP on it. Either way each QP fails over, and each QP's messages arrive
 // once, in order, each into a receive posted and not completed yet.
-func TestFailoverSRQPortErr(t *testing.T) {
-	f, a, b, as, bs := srqWorld(t, 41, 3, 60, l2opts{})
-	hosts := []*l2host{a, b}
-	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(bs[2].recvd) >= 12 && len(as[0].recvd) >= 12 })
-	if err := f.SetLink(b.port, false); err != nil {
-		t.Fatal(err)
+func TestFailoverSRQ(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		seed       uint64
+		qps, total int
+		srqSide    bool // the link cut is the SRQ side's
+	}{
+		{"SRQ side's port", 41, 3, 60, true},
+		{"peer's port", 42, 2, 50, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, a, b, as, bs := srqWorld(t, c.seed, c.qps, c.total, l2opts{})
+			hosts := []*l2host{a, b}
+			drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(bs[c.qps-1].recvd) >= 10 && len(as[0].recvd) >= 10 })
+			cut := a.port
+			if c.srqSide {
+				cut = b.port
+			}
+			if err := f.SetLink(cut, false); err != nil {
+				t.Fatal(err)
+			}
+			drive(t, f, hosts, 5*time.Microsecond, allFinished(append(append([]*appQP{}, as...), bs...)))
+			settled(t, f, hosts...)
+			checkSRQFailedOver(t, b, bs)
+		})
 	}
-	drive(t, f, hosts, 5*time.Microsecond, allFinished(append(append([]*appQP{}, as...), bs...)))
-	settled(t, f, hosts...)
-	checkSRQFailedOver(t, b, bs)
-}
-
-// TestFailoverSRQPeerNotifies: the other side's link goes down; its
-// notification reaches one QP of the SRQ on its backup, and the SRQ side
-// moves every QP on it.
-func TestFailoverSRQPeerNotifies(t *testing.T) {
-	f, a, b, as, bs := srqWorld(t, 42, 2, 50, l2opts{})
-	hosts := []*l2host{a, b}
-	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(bs[1].recvd) >= 10 })
-	if err := f.SetLink(a.port, false); err != nil {
-		t.Fatal(err)
-	}
-	drive(t, f, hosts, 5*time.Microsecond, allFinished(append(append([]*appQP{}, as...), bs...)))
-	settled(t, f, hosts...)
-	checkSRQFailedOver(t, b, bs)
 }
 
 // TestFailoverSRQNotReady: one QP on the SRQ has no backup: the SRQ
