@@ -11,6 +11,7 @@
  * itself (lip_fence). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -51,24 +52,46 @@ int lip_membarrier_active(void)
 	return have_membarrier;
 }
 
+/* lip_thr_calloc allocates a thread's slot (calloc; a check replaces it
+ * to make allocation fail). */
+void *(*lip_thr_calloc)(size_t, size_t) = calloc;
+
+/* Slots for threads whose own calloc failed: a thread needs one to enter
+ * the hot path, and the library must not abort its host. */
+#define LIP_SPARE_THR 256
+static struct lip_thr spare_thr[LIP_SPARE_THR];
+static int nspare_thr;
+
 /* lip_thr_register gives the calling thread its sequence slot, reusing
- * one of an exited thread. */
+ * one of an exited thread; when none is free and no memory is to be had,
+ * one of the spare slots, and when those are all taken too, the thread
+ * waits for a slot to be freed (a thread exits) or memory to come back. */
 struct lip_thr *lip_thr_register(void)
 {
 	pthread_once(&thr_once, thr_init);
 	pthread_mutex_lock(&threads_mu);
 	struct lip_thr *t;
-	for (t = threads; t; t = t->next)
-		if (__atomic_load_n(&t->free, __ATOMIC_ACQUIRE))
+	for (int waited = 0;; waited++) {
+		for (t = threads; t; t = t->next)
+			if (__atomic_load_n(&t->free, __ATOMIC_ACQUIRE))
+				break;
+		if (t) {
+			t->free = 0;
 			break;
-	if (t) {
-		t->free = 0;
-	} else {
-		t = calloc(1, sizeof(*t));
-		if (!t)
-			abort(); /* a few bytes once per thread: nothing sane to do without them */
-		t->next = threads;
-		__atomic_store_n(&threads, t, __ATOMIC_RELEASE);
+		}
+		t = lip_thr_calloc(1, sizeof(*t));
+		if (!t && nspare_thr < LIP_SPARE_THR)
+			t = &spare_thr[nspare_thr++];
+		if (t) {
+			t->next = threads;
+			__atomic_store_n(&threads, t, __ATOMIC_RELEASE);
+			break;
+		}
+		if (waited == 0)
+			fprintf(stderr, "libibpath: no memory for a thread's hot-path slot; the thread waits for one\n");
+		pthread_mutex_unlock(&threads_mu);
+		usleep(1000);
+		pthread_mutex_lock(&threads_mu);
 	}
 	pthread_mutex_unlock(&threads_mu);
 	pthread_setspecific(thr_key, t);

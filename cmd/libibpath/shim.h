@@ -137,6 +137,7 @@ static inline uint32_t lip_ptr_hash(const void *p, uint32_t slots)
 extern __thread struct lip_thr *lip_me __attribute__((tls_model("initial-exec")));
 extern int lip_fence;       /* no membarrier(2): the hot path fences itself */
 struct lip_thr *lip_thr_register(void);
+extern void *(*lip_thr_calloc)(size_t, size_t);
 
 static inline struct lip_thr *lip_enter(void)
 {

@@ -612,6 +612,77 @@ static void test_churn(void)
 	CHECK(live[1] == live0[1] && dead[1] <= dead0[1], "after emptying the full table: live %u dead %u", live[1], dead[1]);
 }
 
+/* test_thr_nomem: threads that enter the hot path while no memory is to
+ * be had get spare slots, and once those are gone one waits for a slot
+ * to be freed; none aborts the process (it used to). */
+static void *no_mem(size_t n, size_t k) { return NULL; }
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static int held, release_n, entered;
+
+static void *hold_thread(void *arg)
+{
+	struct lip_thr *t = lip_enter();
+	lip_leave(t);
+	pthread_mutex_lock(&hold_mu);
+	entered++;
+	held++;
+	pthread_cond_broadcast(&hold_cv);
+	while (release_n == 0)
+		pthread_cond_wait(&hold_cv, &hold_mu);
+	release_n--;
+	held--;
+	pthread_mutex_unlock(&hold_mu);
+	return NULL;
+}
+
+static void test_thr_nomem(void)
+{
+	enum { MAX = 600 };
+	static pthread_t th[MAX];
+	lip_thr_calloc = no_mem;
+	int n = 0, waiting = 0;
+	for (; n < MAX && !waiting; n++) {
+		pthread_create(&th[n], NULL, hold_thread, NULL);
+		/* a thread that gets a slot enters at once; one that waits does not */
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 50 * 1000 * 1000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		pthread_mutex_lock(&hold_mu);
+		while (entered < n + 1 && pthread_cond_timedwait(&hold_cv, &hold_mu, &until) == 0)
+			;
+		waiting = entered < n + 1;
+		pthread_mutex_unlock(&hold_mu);
+	}
+	CHECK(waiting, "%d threads entered without memory: no thread waited for a slot", n);
+	CHECK(n > 256, "a thread waited after %d threads: the spare slots were not used", n);
+	/* one held thread exits: its slot goes to the waiting one */
+	pthread_mutex_lock(&hold_mu);
+	release_n = 1;
+	pthread_cond_broadcast(&hold_cv);
+	pthread_mutex_unlock(&hold_mu);
+	int ok = 0;
+	for (int i = 0; i < 2000 && !ok; i++) {
+		pthread_mutex_lock(&hold_mu);
+		ok = entered == n;
+		pthread_mutex_unlock(&hold_mu);
+		if (!ok)
+			usleep(1000);
+	}
+	CHECK(ok, "the waiting thread did not enter once a slot was freed (%d of %d entered)", entered, n);
+	pthread_mutex_lock(&hold_mu);
+	release_n = MAX;
+	pthread_cond_broadcast(&hold_cv);
+	pthread_mutex_unlock(&hold_mu);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	lip_thr_calloc = calloc;
+}
+
 int main(int argc, char **argv)
 {
 	setup();
@@ -627,6 +698,7 @@ int main(int argc, char **argv)
 	test_multi_poller();
 	test_blk();
 	test_churn();
+	test_thr_nomem();
 	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
 	return fails != 0;
 }
