@@ -293,12 +293,6 @@ static void check_req_notify(void)
 	CHECK(ctx.ops.req_notify_cq == stub_notify, "req_notify_cq restored");
 }
 
-static double now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 /* bench: best of rounds, direct and shim alternating. A get includes
  * the kernel's write of the record (the same in both). */

@@ -8,8 +8,17 @@
 #define LIP_CHECK_H
 
 #include <stdio.h>
+#include <time.h>
 
 static int fails __attribute__((unused));
+
+/* now_ns is the monotonic clock in ns, for the checks' benches. */
+static inline double now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e9 + t.tv_nsec;
+}
 #define CHECK(cond, ...) do { if (!(cond)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 #ifdef LIBIBPATH_SHIM_H

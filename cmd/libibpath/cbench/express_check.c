@@ -375,12 +375,6 @@ static void check_keys(void)
 	lip_xl_free(x);
 }
 
-static double now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e9 + t.tv_nsec;
-}
 
 /* bench: N single-WR post_send + poll_cq pairs on a QP on the lane,
  * against the same pairs straight to the backup provider with the keys

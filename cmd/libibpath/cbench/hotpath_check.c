@@ -498,12 +498,6 @@ static int test_blk(void)
 	return 0;
 }
 
-static double now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e9 + t.tv_nsec;
-}
 
 /* bench times N single-WR post_send + poll_cq pairs (every WR signaled,
  * one completion per poll; 32 posts then 32 polls, so no more WRs are

@@ -101,12 +101,6 @@ static void poll_all(void)
 		;
 }
 
-static double now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e9 + t.tv_nsec;
-}
 
 /* bench times n single-WR posts to a followed SRQ and n receive
  * completions of a QP on it, each polled alone (32 posts, their 32

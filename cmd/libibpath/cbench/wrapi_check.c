@@ -390,12 +390,6 @@ static void check_home(void)
 	ibv_wr_abort(&qpx);
 }
 
-static double now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 /* bench: best of rounds, direct and shim alternating; the ring is
  * retired as it goes (a completion per batch, as a signaled WRITE). */
