@@ -25,6 +25,7 @@ static int port_info(struct ibv_context *ctx, uint8_t port, uint8_t *link_layer,
 import "C"
 
 import (
+	"syscall"
 	"unsafe"
 
 	"github.com/ibpath/ibpath/internal/shim"
@@ -318,6 +319,17 @@ func ibpathDestroying(ctx *C.struct_ibv_context, qpn C.uint32_t) {
 	defer guard("ibpathDestroying")
 	inject("ibpathDestroying")
 	rt.Destroying(ctxID(ctx), uint32(qpn))
+}
+
+// ibpathDestroyFailed: the provider refused to destroy QP qpn of ctx
+// (errno err); kept says whether the hot path took the QP back
+// (Runtime.DestroyFailed).
+//
+//export ibpathDestroyFailed
+func ibpathDestroyFailed(ctx *C.struct_ibv_context, qpn C.uint32_t, err C.int, kept C.int) {
+	defer guard("ibpathDestroyFailed")
+	inject("ibpathDestroyFailed")
+	rt.DestroyFailed(ctxID(ctx), uint32(qpn), syscall.Errno(err), kept != 0)
 }
 
 // ibpathDestroyed: the application destroyed QP qpn of ctx, which was at

@@ -284,6 +284,26 @@ struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn)
 	return NULL;
 }
 
+/* insert puts q in c's table and the process's; ENOSPC when either is
+ * full. */
+static int insert(struct lip_ctx *c, struct lip_qp *q)
+{
+	pthread_mutex_lock(&c->mu);
+	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
+		struct lip_qp **s = &c->slots[(q->qpn + i) & (LIP_QP_SLOTS - 1)];
+		if (*s == NULL || *s == LIP_SLOT_DEAD) {
+			if (by_ptr_add(q))
+				break;
+			__atomic_store_n(s, q, __ATOMIC_RELEASE);
+			pthread_mutex_unlock(&c->mu);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	errno = ENOSPC;
+	return -1;
+}
+
 struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr)
 {
 	struct lip_ctx *c = lip_ctx_of(qp->context);
@@ -315,19 +335,8 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr
 	errno = ENOMEM;
 	if (!q->sq || !q->rq || (q->inl_max && !q->inl))
 		goto fail;
-	errno = ENOSPC; /* unless a free slot turns up below */
-	pthread_mutex_lock(&c->mu);
-	for (uint32_t i = 0; i < LIP_QP_SLOTS; i++) {
-		struct lip_qp **s = &c->slots[(q->qpn + i) & (LIP_QP_SLOTS - 1)];
-		if (*s == NULL || *s == LIP_SLOT_DEAD) {
-			if (by_ptr_add(q))
-				break;
-			__atomic_store_n(s, q, __ATOMIC_RELEASE);
-			pthread_mutex_unlock(&c->mu);
-			return q;
-		}
-	}
-	pthread_mutex_unlock(&c->mu);
+	if (!insert(c, q))
+		return q;
 fail:
 	free(q->sq);
 	free(q->rq);
@@ -365,8 +374,25 @@ struct lip_qp *lip_qp_remove(struct ibv_qp *qp)
 	return gone;
 }
 
+/* lip_qp_restore puts back in the tables q, which lip_qp_remove took
+ * out before a destroy of its QP that the provider refused: its rings
+ * are as they were (completions polled meanwhile passed the hot path by:
+ * the application sees them, their WRs stay in the rings). -1 (ENOSPC,
+ * or EINVAL when its context is gone) if it cannot: q is then freed as
+ * a destroyed QP's would be, and its QP passes through. */
+int lip_qp_restore(struct lip_qp *q)
+{
+	struct lip_ctx *c = lip_ctx_of(q->qp->context);
+	if (c != q->ctx) {
+		errno = EINVAL;
+		return -1;
+	}
+	lip_nudge_revive(q);
+	return insert(c, q);
+}
+
 /* lip_qp_free frees q, out of the tables (lip_qp_remove) and let go of by
- * layer 2 (the runtime's Destroying, which takes it off the express
+ * layer 2 (the runtime's Destroyed, which takes it off the express
  * lane), with its ibv_wr_* batch. Posts and polls inside the hot path are
  * waited for (lip_quiesce). The Go side's layer 1 may still hold q from a
  * lookup made just before the removal (a nudge or a progress read on

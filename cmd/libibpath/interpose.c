@@ -520,8 +520,9 @@ int lip_destroy_qp(struct ibv_qp *qp)
 	PASS_IF_INSIDE(real_ibv_destroy_qp(qp));
 	struct ibv_context *ctx = qp->context;
 	uint32_t qpn = qp->qp_num;
-	if (lip_ctx_of(ctx)) {
-		/* layer 2 lets go of the QP (and its backup) while it exists */
+	int known = lip_ctx_of(ctx) != NULL;
+	if (known) {
+		/* layer 2 stops touching the QP, which may be freed under it */
 		ENTER();
 		ibpathDestroying(ctx, qpn);
 		LEAVE();
@@ -532,9 +533,21 @@ int lip_destroy_qp(struct ibv_qp *qp)
 		ENTER();
 		ibpathDestroyed(ctx, qpn, qp);
 		LEAVE();
+		if (gone)
+			lip_qp_free(gone);
+		return ret;
 	}
-	if (gone)
+	/* refused: the QP stays the application's, protected as it was */
+	int err = errno;
+	int kept = !gone || lip_qp_restore(gone) == 0;
+	if (!kept)
 		lip_qp_free(gone);
+	if (known) {
+		ENTER();
+		ibpathDestroyFailed(ctx, qpn, ret, kept);
+		LEAVE();
+	}
+	errno = err;
 	return ret;
 }
 

@@ -62,6 +62,16 @@ void lip_nudge_forget(struct lip_qp *q)
 	lip_qp_unlock(q);
 }
 
+/* lip_nudge_revive undoes lip_nudge_forget: q's destroy failed. */
+void lip_nudge_revive(struct lip_qp *q)
+{
+	if (!q->nudge_slot)
+		return;
+	lip_qp_lock(q);
+	q->dead = 0;
+	lip_qp_unlock(q);
+}
+
 /* lip_nudge_drop removes the nudges' completions from n completions of
  * c's QPs, in place, and returns how many are left (the rest of a batch
  * handed to layer 2 whole). */

@@ -275,6 +275,9 @@ struct lip_qp *lip_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *attr
 /* lip_qp_remove takes qp out of the tables and returns its lip_qp (NULL
  * when it had none), which lip_qp_free frees once layer 2 let go of it. */
 struct lip_qp *lip_qp_remove(struct ibv_qp *qp);
+/* lip_qp_restore undoes lip_qp_remove after a failed destroy (-1: it
+ * could not; q is to be freed) */
+int lip_qp_restore(struct lip_qp *q);
 void lip_qp_free(struct lip_qp *q);
 struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn);
 int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
@@ -302,6 +305,7 @@ int lip_nudge_pad(struct lip_ctx *c, const struct ibv_qp_init_attr *attr);
 void lip_nudge_created(struct lip_qp *q, int padded);
 void lip_nudge_done(struct lip_qp *q, uint64_t stail);
 void lip_nudge_forget(struct lip_qp *q);
+void lip_nudge_revive(struct lip_qp *q);
 int lip_nudge_drop(struct lip_ctx *c, struct ibv_wc *wc, int n);
 
 /* lip_nudge_wc says whether wc, an error completion of q, is layer 1's

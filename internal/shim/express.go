@@ -50,7 +50,7 @@ func (r *Runtime) laneReady(q *l2qp) bool {
 	// A QP on an SRQ stays on the Go data path: its receives are the
 	// group's, which retires each by its completion (srq.go); the lane
 	// would complete them behind its back.
-	return !q.gone && q.diverted && !q.express && !q.noExpress && q.srq == nil && q.conn != nil && q.firstGood &&
+	return !q.gone && !q.destroying && q.diverted && !q.express && !q.noExpress && q.srq == nil && q.conn != nil && q.firstGood &&
 		len(q.leg.pending) == 0 && q.conn.Settled()
 }
 

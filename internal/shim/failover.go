@@ -75,6 +75,8 @@ type l2qp struct {
 	polledAt         time.Time // when runConn last began polling its Conn
 	staleBefore      time.Time // backup events read earlier announce what its last Conn drained
 	gone             bool
+	destroying       bool           // the application's ibv_destroy_qp is under way: layer 2 leaves the QP alone (destroy.go)
+	heldEventAt      time.Time      // when a backup event read while it was being destroyed was read (DestroyFailed takes it up)
 	left             string         // why layer 2 leaves the QP for good (appstate.go, startpoll.go): never armed again, a peer's notification refused
 	conn             *crossnic.Conn // nil once diverted: no replay, plain verbs
 
@@ -158,7 +160,7 @@ func (r *Runtime) armConnected() {
 	var ready []*l2qp
 	r.l2mu.Lock()
 	for _, q := range r.fo.qps {
-		if !q.armed && !q.diverted && !q.gone && q.left == "" && q.set.sh.Ready(q.qp) {
+		if !q.armed && !q.diverted && !q.gone && !q.destroying && q.left == "" && q.set.sh.Ready(q.qp) {
 			ready = append(ready, q)
 		}
 	}
@@ -192,6 +194,9 @@ func (r *Runtime) armConnected() {
 // disarmed and its errors reach the application as plain verbs report
 // them. Called with fo.mu held.
 func (r *Runtime) divert(q *l2qp) bool {
+	if q.destroying {
+		return false // the application is destroying it: a fault reaches it as plain verbs report it
+	}
 	if q.srq != nil {
 		return r.divertSRQ(q)
 	}
@@ -344,7 +349,7 @@ func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
 		return
 	}
 	for _, q := range r.fo.qps {
-		if !q.armed || q.diverted || q.intercepted || q.gone || q.set.dev != dev || (!fatal && q.port != ev.Port) {
+		if !q.armed || q.diverted || q.intercepted || q.gone || q.destroying || q.set.dev != dev || (!fatal && q.port != ev.Port) {
 			continue
 		}
 		if !fatal && r.l1Protects(dev, q.key.qpn) {
@@ -383,6 +388,9 @@ func (r *Runtime) settle() {
 		r.fo.todo = r.fo.todo[1:]
 		if q.gone || q.diverted || !q.intercepted {
 			continue
+		}
+		if q.destroying {
+			continue // its error waits in its leg: DestroyFailed queues it again
 		}
 		if r.divert(q) {
 			r.runConn(q)
@@ -533,28 +541,6 @@ func (r *Runtime) forget(q *l2qp) {
 		}
 		rt.queue = rt.queue[:k]
 		r.maybeRelease(rt)
-	}
-}
-
-// Destroying tells layer 2 that the application is about to destroy a QP
-// (call it before the provider's ibv_destroy_qp): a diverted QP's Conn
-// stops using it and the backup resources are released. Destroyed does
-// the same for a QP not seen here first.
-func (r *Runtime) Destroying(ctx uintptr, qpn uint32) {
-	r.fo.mu.Lock()
-	q := r.fo.qps[qpKey{ctx, qpn}]
-	if q != nil {
-		r.forget(q)
-	}
-	r.unlockFO()
-	if q == nil {
-		return
-	}
-	r.l2mu.Lock()
-	defer r.l2mu.Unlock()
-	delete(q.set.qps, qpn)
-	if err := q.set.sh.DestroyQP(q.qp); err != nil {
-		r.log.Warn("libibpath: release the backup of a destroyed QP", "qpn", qpn, "err", err)
 	}
 }
 

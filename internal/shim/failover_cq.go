@@ -118,7 +118,7 @@ func (r *Runtime) wake(cq verbs.CQ) {
 // backup's (an event of its backup CQ read before it went on the lane
 // may still bring the notifier here).
 func (r *Runtime) runConn(q *l2qp) error {
-	if q.gone || !q.diverted || q.express {
+	if q.gone || q.destroying || !q.diverted || q.express {
 		return nil
 	}
 	if q.conn == nil {

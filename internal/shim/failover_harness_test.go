@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -522,6 +523,20 @@ func (q *appQP) destroy(t *testing.T) {
 			break
 		}
 	}
+}
+
+// refuseDestroy plays an ibv_destroy_qp the provider refuses with EBUSY,
+// as the interposed ibv_destroy_qp sees it: the hot path takes the QP
+// out of its tables before the provider's call and back after it.
+// during runs in between.
+func (q *appQP) refuseDestroy(during func()) {
+	q.x.rt.Destroying(q.x.id, q.qp.QPN())
+	q.x.hp.remove(q.fq)
+	if during != nil {
+		during()
+	}
+	q.x.hp.restore(q.fq)
+	q.x.rt.DestroyFailed(q.x.id, q.qp.QPN(), syscall.EBUSY, true)
 }
 
 // settled runs the fabric a little longer and polls, so that whatever

@@ -149,6 +149,12 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 	if q == nil || q.gone || r.fo.hp == nil {
 		return
 	}
+	if q.destroying {
+		// What completed stays in the backup CQ, which raises no
+		// second event for it: DestroyFailed takes it up.
+		q.heldEventAt = readAt
+		return
+	}
 	if q.express {
 		// The QP went on the lane after the event was read: the lane
 		// polls the completion, the application must be woken for it.

@@ -159,6 +159,13 @@ func (h *fakeHotpath) remove(q *fakeQP) {
 	delete(h.qps, q.app.QPN)
 }
 
+// restore takes back a QP whose destroy failed (lip_qp_restore).
+func (h *fakeHotpath) restore(q *fakeQP) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.qps[q.app.QPN] = q
+}
+
 func (h *fakeHotpath) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
 	h.mu.Lock()
 	if q.diverted {

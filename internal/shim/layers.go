@@ -150,8 +150,8 @@ func (r *Runtime) l1Protects(dev string, qpn uint32) bool {
 // QP's posts bypass the rings). Called without layer 1's lock, once per
 // waiting QP every millisecond (a port failure makes every QP of the port
 // wait): a lookup by key, not a scan. It takes l2mu to find the
-// application context's id, then fo.mu, under which the QP cannot be
-// destroyed (Destroying forgets it first).
+// application context's id, then fo.mu, under which a QP the hot path
+// reads cannot be under destroy (Destroying marks it first).
 func (r *Runtime) progressL1(ctx verbs.Context, qp verbs.QP) (posted, retired uint64, ok bool) {
 	var id uintptr
 	r.l2mu.Lock()
@@ -169,7 +169,7 @@ func (r *Runtime) progressL1(ctx verbs.Context, qp verbs.QP) (posted, retired ui
 	defer r.unlockFO()
 	p, _ := r.fo.hp.(Progresser)
 	q := r.fo.qps[qpKey{id, qp.QPN()}]
-	if p == nil || q == nil || q.gone || q.diverted {
+	if p == nil || q == nil || q.gone || q.destroying || q.diverted {
 		return 0, 0, false
 	}
 	return p.Progress(q.app)
@@ -200,7 +200,7 @@ func (r *Runtime) nudgeL1(ctx verbs.Context, qp verbs.QP) error {
 	n, _ := r.fo.hp.(Nudger)
 	q := r.fo.qps[qpKey{id, qp.QPN()}]
 	var app AppQP
-	busy := q != nil && (q.gone || q.diverted || q.intercepted)
+	busy := q != nil && (q.gone || q.destroying || q.diverted || q.intercepted)
 	if q != nil {
 		app = q.app
 	}

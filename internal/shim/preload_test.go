@@ -479,6 +479,27 @@ func TestPreloadMemoryVerbs(t *testing.T) {
 	}
 }
 
+// TestPreloadDestroyRefused: the provider refuses an ibv_destroy_qp
+// (EBUSY). The program sees the refusal as without the shim, with the
+// same errno, and the QP works on: its posts and completions are the
+// same, and the shim keeps it protected (layer 2's backup stays) until
+// the destroy that succeeds.
+func TestPreloadDestroyRefused(t *testing.T) {
+	b := buildBed(t)
+	env := []string{"FAKE_DESTROY_QP_BUSY=1"}
+	plain, _ := b.run(t, env, "20")
+	if !strings.Contains(plain, "destroy refused: EBUSY, errno EBUSY; then 1 sends 4 recvs") || !strings.Contains(plain, "destroyed on the second try: 0") {
+		t.Fatalf("the probe itself misbehaves: %s", plain)
+	}
+	out, errs := b.run(t, append(env, "IBPATH_SOCKET=off", "IBPATH_LOG=info", "FAKE_DEVICES=2"), "20")
+	if out != plain {
+		t.Fatalf("the shim changed what the program saw:\nwithout: %s\nwith:    %s\n%s", plain, out, errs)
+	}
+	if !strings.Contains(errs, "ibv_destroy_qp failed; the QP stays protected as it was") || !strings.Contains(errs, "errno=\"device or resource busy\"") {
+		t.Fatalf("the shim did not keep the QP of the refused destroy:\n%s", errs)
+	}
+}
+
 // TestPreloadMissingVerb: a libibverbs without a verb the shim
 // interposes (ibv_rereg_mr here): the program's call fails as the verb's
 // failure (IBV_REREG_MR_ERR_INPUT, errno ENOSYS), the shim says why, and

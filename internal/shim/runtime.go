@@ -319,9 +319,9 @@ func (r *Runtime) decideLayer1(q *qp) {
 }
 
 // Destroyed forgets a QP the application destroyed, with its layer-2
-// state and backup (if Destroying did not already).
+// state and backup.
 func (r *Runtime) Destroyed(ctx uintptr, qpn uint32) {
-	r.Destroying(ctx, qpn)
+	r.dropL2(ctx, qpn)
 	r.mu.Lock()
 	q := r.qps[qpKey{ctx, qpn}]
 	delete(r.qps, qpKey{ctx, qpn})

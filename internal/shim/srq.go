@@ -110,7 +110,11 @@ func (r *Runtime) divertSRQ(t *l2qp) bool {
 		why = "its SRQ's receives moved already"
 	}
 	for _, m := range g.qps {
-		if why == "" && (!m.armed || m.diverted || m.express || m.left != "") {
+		switch {
+		case why != "":
+		case m.destroying:
+			why = fmt.Sprintf("QP %#x on the same SRQ is being destroyed", m.key.qpn)
+		case !m.armed || m.diverted || m.express || m.left != "":
 			why = fmt.Sprintf("QP %#x on the same SRQ has no backup connected", m.key.qpn)
 		}
 	}

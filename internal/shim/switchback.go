@@ -156,6 +156,10 @@ func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 		if q.gone || !q.diverted || q.conn == nil || q.express {
 			continue
 		}
+		if q.destroying {
+			away = true // ticked again if its destroy fails
+			continue
+		}
 		if !q.recovery {
 			away = r.tickHandshake(q) || away
 			continue

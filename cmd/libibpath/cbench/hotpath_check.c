@@ -606,6 +606,49 @@ static void test_churn(void)
 	CHECK(live[1] == live0[1] && dead[1] <= dead0[1], "after emptying the full table: live %u dead %u", live[1], dead[1]);
 }
 
+/* test_restore: a QP taken out of the tables for a destroy the provider
+ * refused goes back with its rings as they were (lip_qp_restore): found
+ * again, its posts recorded, nudges allowed again; into a full table it
+ * cannot, with ENOSPC. */
+static void test_restore(void)
+{
+	static struct ibv_qp rq, fill[LIP_QP_SLOTS];
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 8, .max_recv_wr = 8}};
+	struct lip_ctx *c = lip_ctx_of(&ctx);
+	rq = (struct ibv_qp){.context = &ctx, .qp_num = 0x7e57, .send_cq = &cq, .recv_cq = &cq};
+	struct lip_qp *q = lip_qp_add(&rq, &a);
+	CHECK(q != NULL, "add the QP: errno %d", errno);
+	if (!q)
+		return;
+	lip_nudge_created(q, 1);
+	struct ibv_send_wr wr = {.wr_id = 1, .opcode = IBV_WR_RDMA_WRITE}, *bad;
+	CHECK(lip_post_send(&rq, &wr, &bad) == 0, "post before the destroy");
+	uint64_t s0, r0, s1, r1;
+	lip_qp_outstanding(q, &s0, &r0);
+	CHECK(lip_qp_remove(&rq) == q && lip_qp_find(c, rq.qp_num) == NULL && q->dead, "removed for the destroy");
+	CHECK(lip_qp_restore(q) == 0, "restore after a refused destroy: errno %d", errno);
+	CHECK(lip_qp_find(c, rq.qp_num) == q && !q->dead, "after the restore: found %p, dead %d", (void *)lip_qp_find(c, rq.qp_num), q->dead);
+	wr.wr_id = 2;
+	CHECK(lip_post_send(&rq, &wr, &bad) == 0, "post after the restore");
+	lip_qp_outstanding(q, &s1, &r1);
+	CHECK(s0 == 1 && s1 == 2 && r1 == r0, "outstanding sends %llu then %llu: the rings are not as they were",
+		(unsigned long long)s0, (unsigned long long)s1);
+	/* a table filled while the destroy was under way */
+	CHECK(lip_qp_remove(&rq) == q, "removed again");
+	int added = 0;
+	for (int i = 0; i < LIP_QP_SLOTS; i++) {
+		fill[i] = (struct ibv_qp){.context = &ctx, .qp_num = 0x30000 + i, .send_cq = &cq, .recv_cq = &cq};
+		if (!lip_qp_add(&fill[i], &a))
+			break;
+		added++;
+	}
+	errno = 0;
+	CHECK(lip_qp_restore(q) == -1 && errno == ENOSPC, "restore into a full table: errno %d", errno);
+	for (int i = 0; i < added; i++)
+		lip_qp_free(lip_qp_remove(&fill[i]));
+	lip_qp_free(q);
+}
+
 /* test_thr_nomem: threads that enter the hot path while no memory is to
  * be had get spare slots, and once those are gone one waits for a slot
  * to be freed; none aborts the process (it used to). */
@@ -692,6 +735,7 @@ int main(int argc, char **argv)
 	test_multi_poller();
 	test_blk();
 	test_churn();
+	test_restore();
 	test_thr_nomem();
 	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
 	return fails != 0;

@@ -831,7 +831,23 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	return 0;
 }
 
-int ibv_destroy_qp(struct ibv_qp *qp) { free_qp((struct fake_qp *)qp); return 0; }
+/* FAKE_DESTROY_QP_BUSY=N: the first N destroys are refused (EBUSY, as
+ * the kernel refuses a QP still in use), the QP left as it was. */
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	static int busy = -1;
+	if (busy < 0) {
+		const char *e = getenv("FAKE_DESTROY_QP_BUSY");
+		busy = e ? atoi(e) : 0;
+	}
+	if (busy > 0) {
+		busy--;
+		errno = EBUSY;
+		return EBUSY;
+	}
+	free_qp((struct fake_qp *)qp);
+	return 0;
+}
 
 /* SRQs: receives posted (post_srq_recv, as the inline verb calls it) wait
  * in order until fake_srq_deliver hands some to a QP on the SRQ, which

@@ -791,7 +791,20 @@ int main(int argc, char **argv)
 		if (!fgets(line, sizeof(line), stdin))
 			return 4;
 	}
-	ibv_destroy_qp(qp);
+	int dret = ibv_destroy_qp(qp);
+	if (dret) {
+		/* refused (FAKE_DESTROY_QP_BUSY): the QP is still there and works */
+		int err = errno;
+		long s0 = sends, r0 = recvs;
+		for (int i = 0; i < 4; i++) {
+			if ((ret = post(qp, n + i)))
+				return ret;
+			drain(cq);
+		}
+		printf("destroy refused: %s, errno %s; then %ld sends %ld recvs\n", errname(dret), errname(err), sends - s0, recvs - r0);
+		dret = ibv_destroy_qp(qp);
+		printf("destroyed on the second try: %d\n", dret);
+	}
 	int ret_cq = ibv_destroy_cq(cq);
 	if (ret_cq) {
 		printf("ibv_destroy_cq: %s\n", strerror(ret_cq));
