@@ -104,6 +104,10 @@ func TestClusterConvergesSurvivesKillAndRefusesStrangers(t *testing.T) {
 	ctx := context.Background()
 	publish := func(qpn uint32) {
 		t.Helper()
+		// the QP first: ibpathd takes entries only of a process's own QPs
+		if err := s.ReportQP(status.QP{Device: n0.status().HCAs[0].Name, QPN: qpn, Port: 1}); err != nil {
+			t.Fatalf("report QP %#x: %v", qpn, err)
+		}
 		err := s.PublishQP(ctx, ownerproto.PublishQP{Key: store.QPKey{LID: lid0, QPN: qpn},
 			Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: lid0 + 4, QPN: qpn + 1}, Remote: ownerproto.Route{LID: lid1}})
 		if err != nil {
@@ -111,13 +115,13 @@ func TestClusterConvergesSurvivesKillAndRefusesStrangers(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	publish(0x100)
-	eventually(t, 5*time.Second, "the entry pushed to node1", func() bool { return hasQP(t, n1, 0x100) })
+	publish(0x1100)
+	eventually(t, 5*time.Second, "the entry pushed to node1", func() bool { return hasQP(t, n1, 0x1100) })
 	t.Logf("node1 had the entry %v after the publish", time.Since(start))
-	eventually(t, 15*time.Second, "the entry on node2 by anti-entropy", func() bool { return hasQP(t, n2, 0x100) })
+	eventually(t, 15*time.Second, "the entry on node2 by anti-entropy", func() bool { return hasQP(t, n2, 0x1100) })
 	// A shim on node2 finds it.
 	s2 := attach(t, n2)
-	if v, err := s2.LookupQP(ctx, store.QPKey{LID: lid0, QPN: 0x100}); err != nil || v.QPN != 0x101 {
+	if v, err := s2.LookupQP(ctx, store.QPKey{LID: lid0, QPN: 0x1100}); err != nil || v.QPN != 0x1101 {
 		t.Fatalf("lookup on node2: %+v %v", v, err)
 	}
 
@@ -125,18 +129,18 @@ func TestClusterConvergesSurvivesKillAndRefusesStrangers(t *testing.T) {
 	// It comes back on the same gossip address, as with a configured port.
 	n1.pinGossip()
 	n1.kill9()
-	publish(0x200) // the push to node1 fails; the entry is durable on node0
+	publish(0x1200) // the push to node1 fails; the entry is durable on node0
 	n1.run()
-	if !hasQP(t, n1, 0x100) {
+	if !hasQP(t, n1, 0x1100) {
 		t.Fatalf("node1 lost a committed entry across kill -9:\n%s", n1.out)
 	}
-	eventually(t, 20*time.Second, "the entry published while node1 was dead reaches it", func() bool { return hasQP(t, n1, 0x200) })
+	eventually(t, 20*time.Second, "the entry published while node1 was dead reaches it", func() bool { return hasQP(t, n1, 0x1200) })
 
 	// node0 itself crashes and restarts: its own owner's entries stay.
 	n0.pinGossip()
 	n0.kill9()
 	n0.run()
-	if !hasQP(t, n0, 0x100) || !hasQP(t, n0, 0x200) {
+	if !hasQP(t, n0, 0x1100) || !hasQP(t, n0, 0x1200) {
 		t.Fatalf("node0 lost committed entries across kill -9:\n%s", n0.out)
 	}
 	// It joined no one at its first start; now it rejoins the peers its
@@ -158,7 +162,7 @@ func TestClusterConvergesSurvivesKillAndRefusesStrangers(t *testing.T) {
 		t.Fatalf("the stranger sees peers: %+v", n3.status().Peers)
 	}
 	mustContain(t, "node0's log", n0.out.String(), "refused")
-	if hasQP(t, n3, 0x100) {
+	if hasQP(t, n3, 0x1100) {
 		t.Fatal("the stranger got an entry")
 	}
 	// The restarted node0 is back with its old peers.

@@ -132,9 +132,9 @@ func renderStatus(w io.Writer, n status.Node) error {
 		plural(s.Tombstones, "tombstone", "tombstones"))
 
 	tot := n.Totals
-	fmt.Fprintf(w, "totals: %s armed; %d migrations, %d failovers, %d switchbacks; replication lag p50 %s p99 %s; %d peers refused\n",
+	fmt.Fprintf(w, "totals: %s armed; %d migrations, %d failovers, %d switchbacks; replication lag p50 %s p99 %s; %d peers refused, %d records refused; %d owner messages refused\n",
 		plural(tot.ArmedQPs, "QP", "QPs"), tot.Migrations, tot.Failovers, tot.Switchbacks,
-		seconds(tot.ReplicationLagP50), seconds(tot.ReplicationLagP99), tot.PeersRefused)
+		seconds(tot.ReplicationLagP50), seconds(tot.ReplicationLagP99), tot.PeersRefused, tot.RecordsRefused, tot.OwnerRefusals)
 	return nil
 }
 

@@ -35,6 +35,8 @@ func TestMain(m *testing.M) {
 		os.Exit(userClient(os.Getenv("IBPATHD_TEST_SOCKET"), os.Stdout))
 	case "steady-owner":
 		os.Exit(steadyOwner(os.Getenv("IBPATHD_TEST_SOCKET")))
+	case "hostile-owner":
+		os.Exit(hostileOwner(os.Getenv("IBPATHD_TEST_SOCKET")))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", os.Getenv(roleEnv))
 		os.Exit(2)
@@ -51,6 +53,11 @@ func attachAndPublish(ctx context.Context, socket string, qpn uint32) (*ownerpro
 	s, err := ownerproto.Dial(ctx, socket, ownerproto.Hello{PID: os.Getpid(), Incarnation: inc}, nil)
 	if err != nil {
 		return nil, err
+	}
+	// the QP first (a process publishes only its own QPs' entries),
+	// on mlx5_0 port 1 (LID 2)
+	if err := s.ReportQP(status.QP{Device: "mlx5_0", QPN: qpn, Port: 1}); err != nil {
+		return s, err
 	}
 	err = s.PublishQP(ctx, ownerproto.PublishQP{Key: store.QPKey{LID: 2, QPN: qpn}, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 6, QPN: qpn + 1}})
 	return s, err

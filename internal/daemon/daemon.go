@@ -128,6 +128,9 @@ type Daemon struct {
 	events broadcaster
 
 	migrations, failovers, switchbacks atomic.Uint64
+	ownerRefusals                      atomic.Uint64 // owner reports, publications and events refused (ownerauth.go)
+	refusalLog                         rateLimit
+	rereads                            rateLimit // device reads for publications of routes the inventory lacks (ownerauth.go)
 
 	ln      net.Listener
 	srv     *http.Server
@@ -159,7 +162,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	d := &Daemon{cfg: cfg, log: log, policy: pol, started: time.Now(), stop: make(chan struct{}),
-		owners: owners{byID: map[int]*owner{}}}
+		owners: owners{byID: map[int]*owner{}, byQP: map[qpRef]*owner{}}, refusalLog: rateLimit{max: 10}, rereads: rateLimit{max: 1}}
 	d.poll.every = fullReadEvery(cfg.PortPoll)
 	if err := d.pickFabric(); err != nil {
 		return nil, err

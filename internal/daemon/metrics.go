@@ -60,6 +60,8 @@ func WriteMetrics(w io.Writer, n status.Node) {
 	m.sample("ibpath_replication_lag_seconds", [][2]string{{"quantile", "0.5"}}, n.Totals.ReplicationLagP50)
 	m.sample("ibpath_replication_lag_seconds", [][2]string{{"quantile", "0.99"}}, n.Totals.ReplicationLagP99)
 	m.metric("ibpath_peers_refused_total", "counter", "Peers refused for failing the cluster key.", nil, float64(n.Totals.PeersRefused))
+	m.metric("ibpath_records_refused_total", "counter", "Replicated records refused: their route is not their owner's node's, or they came from another node.", nil, float64(n.Totals.RecordsRefused))
+	m.metric("ibpath_owner_refusals_total", "counter", "QP reports, publications and events of local processes refused.", nil, float64(n.Totals.OwnerRefusals))
 	sim := 0.0
 	if n.Fabric.Kind == status.FabricSim {
 		sim = 1

@@ -96,17 +96,17 @@ func TestOwnerSessionRelayAndPublish(t *testing.T) {
 		}
 	}
 	// Publications are durable in the store and listed.
-	k := store.QPKey{LID: 2, QPN: 0x1c3}
+	k := store.QPKey{LID: 6, QPN: 0x1c3} // mlx5_1 port 1, the reported QP's
 	if err := s.PublishQP(ctx, ownerproto.PublishQP{Key: k, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 6, QPN: 0x2c3}, Remote: ownerproto.Route{LID: 10}}); err != nil {
 		t.Fatalf("PublishQP: %v", err)
 	}
-	if err := s.PublishMR(ctx, ownerproto.PublishMR{Key: store.MRKey{LID: 2, RKey: 0x100}, Backup: store.MRBackup{RKey: 0x200, Addr: 0x1000, Length: 4096}}); err != nil {
+	if err := s.PublishMR(ctx, ownerproto.PublishMR{Key: store.MRKey{LID: 6, RKey: 0x100}, Backup: store.MRBackup{RKey: 0x200, Addr: 0x1000, Length: 4096}}); err != nil {
 		t.Fatalf("PublishMR: %v", err)
 	}
 	if v, err := s.LookupQP(ctx, k); err != nil || v.QPN != 0x2c3 {
 		t.Fatalf("LookupQP of a published entry: %+v %v", v, err)
 	}
-	if v, err := s.LookupMR(ctx, store.MRKey{LID: 2, RKey: 0x100}); err != nil || v.RKey != 0x200 {
+	if v, err := s.LookupMR(ctx, store.MRKey{LID: 6, RKey: 0x100}); err != nil || v.RKey != 0x200 {
 		t.Fatalf("LookupMR: %+v %v", v, err)
 	}
 	if _, err := s.LookupQP(ctx, store.QPKey{LID: 99, QPN: 1}); !errors.Is(err, ownerproto.ErrNotFound) {

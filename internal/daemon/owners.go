@@ -73,7 +73,8 @@ func (o *owner) command(ctx context.Context, cmd ownerproto.Command) (ownerproto
 // owners is the registry of attached processes.
 type owners struct {
 	mu   sync.Mutex
-	byID map[int]*owner // by pid
+	byID map[int]*owner   // by pid
+	byQP map[qpRef]*owner // who reported each QP (ownerauth.go)
 }
 
 func (r *owners) list() []*owner {
@@ -144,22 +145,25 @@ func (d *Daemon) ownerLoop(o *owner, log *slog.Logger) error {
 		}
 		switch m.Type {
 		case ownerproto.TypeQP:
-			q := *m.QP
-			q.OwnerPID, q.OwnerUID = o.hello.PID, o.caller.UID
-			o.mu.Lock()
-			o.qps[qpRef{q.Device, q.QPN}] = q
-			o.mu.Unlock()
+			if err := d.claimQP(o, *m.QP); err != nil {
+				d.ownerRefused(log, "QP report refused", err)
+			}
 		case ownerproto.TypeQPGone:
-			o.mu.Lock()
-			delete(o.qps, qpRef{m.QPGone.Device, m.QPGone.QPN})
-			o.mu.Unlock()
+			d.releaseQP(o, qpRef{m.QPGone.Device, m.QPGone.QPN})
 		case ownerproto.TypeEvent:
+			if err := d.mayReport(o, *m.Event); err != nil {
+				d.ownerRefused(log, "event refused", err)
+				continue
+			}
 			d.event(*m.Event)
 		case ownerproto.TypePublishQP, ownerproto.TypePublishMR:
 			ack := ownerproto.Ack{}
-			if err := d.publish(o, m); err != nil {
+			if err := d.mayPublish(o, m); err != nil {
 				ack.Error = err.Error()
-				log.Warn("publish refused", "err", err)
+				d.ownerRefused(log, "publish refused", err)
+			} else if err := d.publish(o, m); err != nil {
+				ack.Error = err.Error()
+				log.Warn("publish failed", "err", err)
 			}
 			if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeAck, ID: m.ID, Ack: &ack}); err != nil {
 				return err
@@ -227,6 +231,7 @@ func (d *Daemon) detach(o *owner, err error, log *slog.Logger) {
 	if d.owners.byID[o.hello.PID] == o {
 		delete(d.owners.byID, o.hello.PID)
 	}
+	d.releaseAll(o)
 	d.owners.mu.Unlock()
 	o.mu.Lock()
 	o.gone = true

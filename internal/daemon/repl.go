@@ -177,6 +177,7 @@ func (p replicated) Totals(t *status.Totals) {
 	s := p.r.Stats()
 	t.ReplicationLagP50, t.ReplicationLagP99 = s.LagP50.Seconds(), s.LagP99.Seconds()
 	t.PeersRefused = s.PeersRefused
+	t.RecordsRefused = s.RecordsRefused
 }
 
 func (p replicated) Close() error {

@@ -432,6 +432,30 @@ func (r *Runtime) remotes() []ownerproto.Route {
 	return out
 }
 
+// reportFirst reports the QPs numbered qpn to p's session before their
+// entry is published through it: ibpathd takes an entry only for a QP
+// the process reported (docs/SECURITY.md, "Owner sessions"), and a QP
+// connected while the session was attaching may not have been yet.
+func (r *Runtime) reportFirst(p Publisher, qpn uint32) {
+	rep, ok := p.(Reporter)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	var qs []status.QP
+	for k, q := range r.qps {
+		if k.qpn == qpn {
+			qs = append(qs, q.status)
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range qs {
+		if err := rep.ReportQP(s); err != nil {
+			r.log.Debug("libibpath: report QP to ibpathd", "qpn", s.QPN, "err", err)
+		}
+	}
+}
+
 // publisher is the session to publish through, or nil.
 func (r *Runtime) publisher() Publisher {
 	r.mu.Lock()
@@ -481,6 +505,7 @@ func (d *sessionDir) republish(p Publisher) error {
 	}
 	for _, q := range qps {
 		q.Remote = d.r.remoteOf(q.Key.QPN)
+		d.r.reportFirst(p, q.Key.QPN)
 		ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
 		err := p.PublishQP(ctx, q)
 		cancel()
@@ -581,6 +606,7 @@ func (d *sessionDir) PublishQP(def crossnic.Endpoint, b crossnic.Backup) error {
 	if p == nil {
 		return nil // no ibpathd: the peer cannot learn it; the QP stays unprotected
 	}
+	d.r.reportFirst(p, def.QPN)
 	ctx, cancel := context.WithTimeout(context.Background(), dirTimeout)
 	defer cancel()
 	err := p.PublishQP(ctx, pub)

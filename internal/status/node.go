@@ -166,4 +166,11 @@ type Totals struct {
 	ReplicationLagP50 float64 `json:"replication_lag_p50"`
 	ReplicationLagP99 float64 `json:"replication_lag_p99"`
 	PeersRefused      uint64  `json:"peers_refused"`
+	// RecordsRefused counts replicated records refused for naming a
+	// route their owner's node does not hold, or for coming from another
+	// node than their owner's (replica.Stats).
+	RecordsRefused uint64 `json:"records_refused"`
+	// OwnerRefusals counts the QP reports, publications and events of
+	// local processes refused (docs/SECURITY.md, "Owner sessions").
+	OwnerRefusals uint64 `json:"owner_refusals"`
 }

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -55,6 +56,10 @@ func (r *Replicator) worker() {
 
 func (r *Replicator) handle(m message) {
 	switch m.Type {
+	case msgPush, msgPulled, msgRepair:
+		m.Records = r.admit(m, m.Type == msgPush)
+	}
+	switch m.Type {
 	case msgPush:
 		if _, err := r.apply(m.Records); err != nil {
 			r.log.Error("replica: apply push", "from", m.From, "err", err)
@@ -92,6 +97,35 @@ func (r *Replicator) handle(m message) {
 		}
 		r.stats.repairs.Add(uint64(n))
 	}
+}
+
+// admit keeps the records of m that their owner's node may have written:
+// the key's route (the port of the default QP or region) is one that
+// node advertises, as a node publishes only keys of its own routes; a
+// push comes from that node itself (repairs and pulled records may come
+// from any node that holds a copy). The rest are refused, counted and
+// logged: a node that let a local process publish under another node's
+// route, or a message whose records another node wrote, changes nothing
+// here.
+func (r *Replicator) admit(m message, direct bool) []store.Record {
+	var bad []string
+	out := slices.DeleteFunc(m.Records, func(rec store.Record) bool {
+		route := Route{GID: rec.Ref.GID, LID: rec.Ref.LID}
+		switch {
+		case direct && rec.Owner.Node != m.From:
+			bad = append(bad, fmt.Sprintf("%v of owner %s pushed by %s", rec.Ref.Kind, rec.Owner, m.From))
+		case !r.dir.holds(rec.Owner.Node, route):
+			bad = append(bad, fmt.Sprintf("%v of owner %s: its node does not advertise %s", rec.Ref.Kind, rec.Owner, route))
+		default:
+			return false
+		}
+		return true
+	})
+	if len(bad) > 0 {
+		r.stats.recordsRefused.Add(uint64(len(bad)))
+		r.log.Warn("replica: records refused", "from", m.From, "type", m.Type, "refused", len(bad), "first", bad[0])
+	}
+	return out
 }
 
 // records collects what the store holds for refs.

@@ -153,6 +153,22 @@ func (d *directory) resolve(r Route) (string, bool) {
 	return "", false
 }
 
+// holds reports whether member name (in any state: a dead member's
+// entries are still its own) advertised route r: r's GID when it has
+// one, else its LID.
+func (d *directory) holds(name string, r Route) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	m := d.members[name]
+	if m == nil {
+		return false
+	}
+	if r.GID != (verbs.GID{}) {
+		return slices.Contains(m.meta.GIDs, r.GID)
+	}
+	return r.LID != 0 && slices.Contains(m.meta.LIDs, r.LID)
+}
+
 // node returns the address of a member by name, for sending.
 func (d *directory) node(name string) (*memberlist.Node, bool) {
 	d.mu.RLock()

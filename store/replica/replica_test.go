@@ -158,10 +158,11 @@ func TestPartitionHealsByAntiEntropy(t *testing.T) {
 	if err := b.r.PublishMR(owner(2), store.MRKey{GID: nodeGID(2), RKey: 1}, store.MRBackup{RKey: 2}, []Route{routeOf(1)}); err == nil {
 		t.Fatal("a push crossed the partition")
 	}
-	if err := a.st.PutQP(owner(3), qpOn(3, 0), backup(30)); err != nil {
+	gone := store.Owner{Node: "node1", PID: 1003, Incarnation: 1} // another process of node1
+	if err := a.st.PutQP(gone, qpOn(1, 9), backup(30)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.r.RemoveOwner(owner(3)); err != nil {
+	if _, err := a.r.RemoveOwner(gone); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // several anti-entropy rounds that cannot cross

@@ -18,6 +18,10 @@ type Stats struct {
 	Rounds         uint64 // anti-entropy digest exchanges started here
 	PeersRefused   uint64 // packets or streams refused: not authenticated with the cluster key
 	BadMessages    uint64 // peer messages that did not decode, or were dropped on overload
+	// RecordsRefused counts records of peers not applied: their key's
+	// route is not one their owner's node advertises, or (pushes) they
+	// came from another node than their owner's (handlers.go, admit).
+	RecordsRefused uint64
 	// Describes counts adapter descriptions asked of peers,
 	// DescribesCached those DescribeHCA answered from its cache, and
 	// DescribesAnswered the peers' requests this node answered.
@@ -35,7 +39,7 @@ const lagWindow = 4096
 type counters struct {
 	pushesSent, pushFailures, pushesReceived atomic.Uint64
 	pulls, pullHits, repairs, rounds         atomic.Uint64
-	refused, bad                             atomic.Uint64
+	refused, bad, recordsRefused             atomic.Uint64
 	describes, describesCached               atomic.Uint64
 	describesAnswered                        atomic.Uint64
 
@@ -69,6 +73,7 @@ func (c *counters) snapshot() Stats {
 		Rounds:         c.rounds.Load(),
 		PeersRefused:   c.refused.Load(),
 		BadMessages:    c.bad.Load(),
+		RecordsRefused: c.recordsRefused.Load(),
 
 		Describes:         c.describes.Load(),
 		DescribesCached:   c.describesCached.Load(),
