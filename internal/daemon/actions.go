@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+
 	"github.com/ibpath/ibpath/pathsel"
 
 	"github.com/ibpath/ibpath/apm"
@@ -119,33 +122,84 @@ func (d *Daemon) act(ctx context.Context, c api.Caller, op string, req api.Actio
 		d.log.Warn("action refused", "op", op, "target", req.Target.String(), "uid", c.UID, "pid", c.PID)
 		return api.ActionResult{}, err
 	}
-	res := api.ActionResult{Action: op, Target: req.Target, DryRun: req.DryRun, Results: []api.QPResult{}}
-	for _, x := range ts {
-		res.Results = append(res.Results, d.actOne(ctx, op, req.DryRun, x))
-	}
+	res := api.ActionResult{Action: op, Target: req.Target, DryRun: req.DryRun, Results: d.actAll(ctx, op, req.DryRun, ts)}
 	d.log.Info("action", "op", op, "target", req.Target.String(), "dry_run", req.DryRun, "qps", len(res.Results),
 		"failed", res.Failed(), "uid", c.UID, "pid", c.PID)
 	return res, nil
 }
 
-func (d *Daemon) actOne(ctx context.Context, op string, dryRun bool, x target) api.QPResult {
-	r := api.QPResult{Device: x.qp.Device, QPN: x.qp.QPN, OwnerPID: x.qp.OwnerPID, Before: describe(x.qp)}
+// actConcurrency bounds the commands of one action under way at once.
+const actConcurrency = 16
+
+// actAll acts on every target, up to actConcurrency at once, and returns
+// the results in the targets' order. The QPs of one owner are commanded
+// one after the other; once an owner failed to answer in time, its other
+// QPs are not commanded (each would wait the whole command timeout): a
+// process that reads commands and never answers delays an action by one
+// timeout, not one per QP.
+func (d *Daemon) actAll(ctx context.Context, op string, dryRun bool, ts []target) []api.QPResult {
+	out := make([]api.QPResult, len(ts))
+	byOwner := map[*owner][]int{}
+	var order []*owner
+	for i, x := range ts {
+		if _, ok := byOwner[x.owner]; !ok {
+			order = append(order, x.owner)
+		}
+		byOwner[x.owner] = append(byOwner[x.owner], i)
+	}
+	sem := make(chan struct{}, actConcurrency)
+	var wg sync.WaitGroup
+	for _, o := range order {
+		idx := byOwner[o]
+		if o == nil { // the simulated workload: no waiting on anyone
+			for _, i := range idx {
+				out[i], _ = d.actOne(ctx, op, dryRun, ts[i])
+			}
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			silent := ""
+			for _, i := range idx {
+				if silent != "" {
+					out[i] = api.QPResult{Device: ts[i].qp.Device, QPN: ts[i].qp.QPN, OwnerPID: ts[i].qp.OwnerPID,
+						Before: describe(ts[i].qp), Error: silent}
+					continue
+				}
+				var stuck bool
+				if out[i], stuck = d.actOne(ctx, op, dryRun, ts[i]); stuck {
+					silent = fmt.Sprintf("not sent: owner pid %d did not answer an earlier command of this action", o.hello.PID)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// actOne acts on one target; stuck reports that its owner did not answer
+// (in time, or at all).
+func (d *Daemon) actOne(ctx context.Context, op string, dryRun bool, x target) (r api.QPResult, stuck bool) {
+	r = api.QPResult{Device: x.qp.Device, QPN: x.qp.QPN, OwnerPID: x.qp.OwnerPID, Before: describe(x.qp)}
 	if x.owner != nil {
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.CommandTimeout)
 		defer cancel()
 		out, err := x.owner.command(cctx, ownerproto.Command{Op: op, Device: x.qp.Device, QPN: x.qp.QPN, DryRun: dryRun})
 		if err != nil {
 			r.Error = err.Error()
-			return r
+			var ae *api.Error
+			return r, errors.As(err, &ae) && (ae.Code == api.CodeOwnerTimeout || ae.Code == api.CodeOwnerGone)
 		}
 		r.OK, r.Error = out.OK, out.Error
 		if out.Before != "" {
 			r.Before = out.Before
 		}
 		r.After = out.After
-		return r
+		return r, false
 	}
-	return d.simAct(op, dryRun, x.qp, r)
+	return d.simAct(op, dryRun, x.qp, r), false
 }
 
 // simAct acts on a QP of the simulated workload through its layer-1

@@ -48,18 +48,24 @@ type Config struct {
 	// default: the profiles show the daemon's internals to whoever
 	// reaches the address.
 	PprofListen string
-	Repl        ReplConfig
+	// MaxConnsPerUser bounds the socket connections (owner sessions
+	// included) one non-root uid holds at once (connlimit.go).
+	MaxConnsPerUser int
+	Repl            ReplConfig
+
+	lim timeouts // the socket's timeouts (connlimit.go); tests shorten them
 }
 
 // DefaultConfig holds the defaults.
 var DefaultConfig = Config{
-	Socket:         api.DefaultSocket,
-	StateDir:       "/var/lib/ibpath",
-	Fabric:         "auto",
-	Sysfs:          "/sys",
-	Sim:            SimConfig{Seed: 1, Hosts: 2, QPs: 4, Tick: time.Millisecond},
-	CommandTimeout: 5 * time.Second,
-	PortPoll:       time.Second,
+	Socket:          api.DefaultSocket,
+	StateDir:        "/var/lib/ibpath",
+	Fabric:          "auto",
+	Sysfs:           "/sys",
+	Sim:             SimConfig{Seed: 1, Hosts: 2, QPs: 4, Tick: time.Millisecond},
+	CommandTimeout:  5 * time.Second,
+	PortPoll:        time.Second,
+	MaxConnsPerUser: 1024,
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -103,6 +109,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PortPoll <= 0 {
 		c.PortPoll = d.PortPoll
 	}
+	c.lim = c.lim.withDefaults()
+	switch {
+	case c.MaxConnsPerUser == 0:
+		c.MaxConnsPerUser = d.MaxConnsPerUser
+	case c.MaxConnsPerUser < 0:
+		return c, fmt.Errorf("config: max connections per user %d: must be positive", c.MaxConnsPerUser)
+	}
 	return c, nil
 }
 
@@ -131,6 +144,7 @@ type Daemon struct {
 	ownerRefusals                      atomic.Uint64 // owner reports, publications and events refused (ownerauth.go)
 	refusalLog                         rateLimit
 	rereads                            rateLimit // device reads for publications of routes the inventory lacks (ownerauth.go)
+	conns                              *connLimit
 
 	ln      net.Listener
 	srv     *http.Server
@@ -163,6 +177,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, log: log, policy: pol, started: time.Now(), stop: make(chan struct{}),
 		owners: owners{byID: map[int]*owner{}, byQP: map[qpRef]*owner{}}, refusalLog: rateLimit{max: 10}, rereads: rateLimit{max: 1}}
+	d.conns = newConnLimit(cfg.MaxConnsPerUser, log)
 	d.poll.every = fullReadEvery(cfg.PortPoll)
 	if err := d.pickFabric(); err != nil {
 		return nil, err
@@ -193,7 +208,10 @@ func (d *Daemon) Serve(ctx context.Context, ready func() error) error {
 		return err
 	}
 	d.ln = ln
-	d.srv = &http.Server{Handler: d.handler(), ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	d.srv = &http.Server{Handler: d.handler(), ConnContext: connContext, ConnState: d.conns.state,
+		ReadHeaderTimeout: d.cfg.lim.header, ReadTimeout: d.cfg.lim.read, IdleTimeout: d.cfg.lim.idle,
+		// an action waits for owners' answers before it writes its own
+		WriteTimeout: 30*time.Second + 2*d.cfg.CommandTimeout}
 	errc := make(chan error, 3) // one per server: the socket, metrics, pprof
 	go func() { errc <- d.srv.Serve(ln) }()
 	if d.cfg.MetricsListen != "" {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/ownerproto"
@@ -229,6 +230,13 @@ func (d *Daemon) ownerUpgrade(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		conn.Close()
 		d.log.Warn("owner upgrade: write 101", "err", err)
+		return
+	}
+	defer d.conns.release(conn)
+	// the server's deadlines were for one request; the session has its own
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		conn.Close()
+		d.log.Warn("owner upgrade: clear the deadlines", "err", err)
 		return
 	}
 	d.serveOwner(ownerproto.NewConn(conn, brw.Reader), c)

@@ -62,6 +62,7 @@ func WriteMetrics(w io.Writer, n status.Node) {
 	m.metric("ibpath_peers_refused_total", "counter", "Peers refused for failing the cluster key.", nil, float64(n.Totals.PeersRefused))
 	m.metric("ibpath_records_refused_total", "counter", "Replicated records refused: their route is not their owner's node's, or they came from another node.", nil, float64(n.Totals.RecordsRefused))
 	m.metric("ibpath_owner_refusals_total", "counter", "QP reports, publications and events of local processes refused.", nil, float64(n.Totals.OwnerRefusals))
+	m.metric("ibpath_connections_refused_total", "counter", "Socket connections closed at once: their user held the most allowed.", nil, float64(n.Totals.ConnectionsRefused))
 	sim := 0.0
 	if n.Fabric.Kind == status.FabricSim {
 		sim = 1

@@ -23,11 +23,38 @@ type owner struct {
 	hello    ownerproto.Hello
 	attached time.Time
 
-	mu      sync.Mutex
-	qps     map[qpRef]status.QP
-	nextID  uint64
-	waiting map[uint64]chan ownerproto.Result
-	gone    bool
+	mu       sync.Mutex
+	qps      map[qpRef]status.QP
+	nextID   uint64
+	waiting  map[uint64]chan ownerproto.Result
+	inflight int // lookups being answered (MaxInFlight)
+	gone     bool
+}
+
+// MaxInFlight bounds the lookups of one owner session being answered at
+// once. A shim waits for each answer (at most a few at a time); a session
+// with more is closed: its process sends requests without reading the
+// answers, and each would hold a goroutine and its answer.
+const MaxInFlight = 256
+
+// HelloTimeout bounds the wait for an owner session's hello.
+const HelloTimeout = 10 * time.Second
+
+// begin counts a lookup in flight; false when the session has too many.
+func (o *owner) begin() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.inflight >= MaxInFlight {
+		return false
+	}
+	o.inflight++
+	return true
+}
+
+func (o *owner) end() {
+	o.mu.Lock()
+	o.inflight--
+	o.mu.Unlock()
 }
 
 type qpRef struct {
@@ -56,7 +83,7 @@ func (o *owner) command(ctx context.Context, cmd ownerproto.Command) (ownerproto
 		delete(o.waiting, id)
 		o.mu.Unlock()
 	}()
-	if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeCommand, ID: id, Command: &cmd}); err != nil {
+	if err := o.c.SendContext(ctx, ownerproto.Msg{Type: ownerproto.TypeCommand, ID: id, Command: &cmd}); err != nil {
 		return ownerproto.Result{}, &api.Error{Code: api.CodeOwnerGone, Message: fmt.Sprintf("owner pid %d: %v", o.hello.PID, err)}
 	}
 	select {
@@ -93,14 +120,22 @@ func (r *owners) list() []*owner {
 func (d *Daemon) serveOwner(c *ownerproto.Conn, caller api.Caller) {
 	defer c.Close()
 	log := d.log.With("owner_pid", caller.PID, "uid", caller.UID)
+	if err := c.SetReadDeadline(time.Now().Add(d.cfg.lim.hello)); err != nil {
+		log.Warn("owner session: set the hello deadline", "err", err)
+		return
+	}
 	m, err := c.Recv()
 	if err != nil {
-		log.Warn("owner session: no hello", "err", err)
+		d.ownerRefused(log, "owner session: no hello", err)
+		return
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		log.Warn("owner session: clear the hello deadline", "err", err)
 		return
 	}
 	refuse := func(format string, a ...any) {
 		msg := fmt.Sprintf(format, a...)
-		log.Warn("owner session refused", "reason", msg)
+		d.ownerRefused(log, "owner session refused", errors.New(msg))
 		_ = c.Send(ownerproto.Msg{Type: ownerproto.TypeError, Error: msg})
 	}
 	if m.Type != ownerproto.TypeHello {
@@ -168,10 +203,18 @@ func (d *Daemon) ownerLoop(o *owner, log *slog.Logger) error {
 			if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeAck, ID: m.ID, Ack: &ack}); err != nil {
 				return err
 			}
-		case ownerproto.TypeLookupQP, ownerproto.TypeLookupMR:
-			go d.lookup(o, m)
-		case ownerproto.TypeLookupHCA:
-			go d.lookupHCA(o, m)
+		case ownerproto.TypeLookupQP, ownerproto.TypeLookupMR, ownerproto.TypeLookupHCA:
+			if !o.begin() {
+				return fmt.Errorf("more than %d lookups in flight (the process does not read the answers): the session is closed", MaxInFlight)
+			}
+			answer := d.lookup
+			if m.Type == ownerproto.TypeLookupHCA {
+				answer = d.lookupHCA
+			}
+			go func() {
+				defer o.end()
+				answer(o, m)
+			}()
 		case ownerproto.TypeResult:
 			o.mu.Lock()
 			ch := o.waiting[m.ID]

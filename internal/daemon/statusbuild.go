@@ -59,7 +59,7 @@ func (d *Daemon) Status() status.Node {
 	n.Store.QPs, n.Store.MRs = st.Entries()
 	n.Store.Tombstones = st.Tombstones()
 	n.Totals = status.Totals{Migrations: d.migrations.Load(), Failovers: d.failovers.Load(), Switchbacks: d.switchbacks.Load(),
-		OwnerRefusals: d.ownerRefusals.Load()}
+		OwnerRefusals: d.ownerRefusals.Load(), ConnectionsRefused: d.conns.refused.Load()}
 	for _, q := range n.QPs {
 		if q.APM == fsm.APMArmed.String() {
 			n.Totals.ArmedQPs++

@@ -155,11 +155,13 @@ func TestSwitchBackAfterRepair(t *testing.T) {
 		}
 		drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
 		// A backup event read late (announcing a completion the purge
-		// drained) may divert a QP for an instant: a poll or two.
-		if g, _, _ := a.hp.counts(); g > goA+2 {
+		// drained) may divert a QP for an instant: a few polls (4 seen
+		// under ./test.sh's load), against the hundreds of 100 more
+		// messages if the CQs had stayed with the runtime.
+		if g, _, _ := a.hp.counts(); g > goA+8 {
 			t.Fatalf("round %d: A's runtime polled %d times after the switch back", round, g-goA)
 		}
-		if g, _, _ := b.hp.counts(); g > goB+2 {
+		if g, _, _ := b.hp.counts(); g > goB+8 {
 			t.Fatalf("round %d: B's runtime polled %d times after the switch back", round, g-goB)
 		}
 		if round == 1 {

@@ -173,4 +173,7 @@ type Totals struct {
 	// OwnerRefusals counts the QP reports, publications and events of
 	// local processes refused (docs/SECURITY.md, "Owner sessions").
 	OwnerRefusals uint64 `json:"owner_refusals"`
+	// ConnectionsRefused counts socket connections closed at once: their
+	// user held Config.MaxConnsPerUser already.
+	ConnectionsRefused uint64 `json:"connections_refused"`
 }

@@ -3,16 +3,43 @@ package replica
 import (
 	"context"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
+	"time"
 )
 
 // logBridge receives memberlist's log lines (it logs through a
 // *log.Logger) and re-emits them through slog at their level. Lines that
 // say a peer's traffic could not be authenticated with the cluster key
-// are logged as "peer refused" and counted.
+// are counted by the peer's host (refused) and logged as "peer refused",
+// at most refusalLines a second: one sender must not be able to flood
+// the log, nor make the count of refused peers say there are many.
 type logBridge struct {
 	log     *slog.Logger
-	refused func()
+	refused func(host string)
+
+	mu      sync.Mutex
+	second  time.Time
+	lines   int
+	skipped int
+}
+
+// refusalLines bounds the "peer refused" lines a second.
+const refusalLines = 10
+
+// peerHost is the host of memberlist's "from=ADDR" in a log line
+// ("unknown" without one).
+func peerHost(line string) string {
+	i := strings.Index(line, "from=")
+	if i < 0 {
+		return "unknown"
+	}
+	addr, _, _ := strings.Cut(line[i+len("from="):], " ")
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 // refusal markers: memberlist's messages for a packet or stream that does
@@ -39,8 +66,24 @@ func (l *logBridge) Write(p []byte) (int, error) {
 	low := strings.ToLower(msg)
 	for _, m := range refusals {
 		if strings.Contains(low, m) {
-			l.refused()
-			l.log.Warn("replica: peer refused: not authenticated with the cluster key", "detail", msg)
+			l.refused(peerHost(msg))
+			l.mu.Lock()
+			now := time.Now()
+			if now.Sub(l.second) >= time.Second {
+				l.second, l.lines = now, 0
+			}
+			log := l.lines < refusalLines
+			skipped := l.skipped
+			if log {
+				l.lines++
+				l.skipped = 0
+			} else {
+				l.skipped++
+			}
+			l.mu.Unlock()
+			if log {
+				l.log.Warn("replica: peer refused: not authenticated with the cluster key", "detail", msg, "not_logged_before", skipped)
+			}
 			return len(p), nil
 		}
 	}

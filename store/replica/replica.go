@@ -97,7 +97,7 @@ func Start(st *store.Store, cfg Config) (*Replicator, error) {
 	mc.TCPTimeout = cfg.PushTimeout
 	mc.Delegate = (*delegate)(r)
 	mc.Events = r.dir
-	bridge := &logBridge{log: r.log, refused: func() { r.stats.refused.Add(1) }}
+	bridge := &logBridge{log: r.log, refused: r.stats.refusedBy}
 	mc.Logger = log.New(bridge, "", 0)
 	if cfg.tune != nil {
 		cfg.tune(mc)

@@ -16,7 +16,8 @@ type Stats struct {
 	PullHits       uint64 // pulls that brought the entry back
 	Repairs        uint64 // records changed here by anti-entropy
 	Rounds         uint64 // anti-entropy digest exchanges started here
-	PeersRefused   uint64 // packets or streams refused: not authenticated with the cluster key
+	PeersRefused   uint64 // distinct peer hosts whose packets or streams were refused: not authenticated with the cluster key
+	RefusedTraffic uint64 // the packets and streams refused so
 	BadMessages    uint64 // peer messages that did not decode, or were dropped on overload
 	// RecordsRefused counts records of peers not applied: their key's
 	// route is not one their owner's node advertises, or (pushes) they
@@ -39,13 +40,39 @@ const lagWindow = 4096
 type counters struct {
 	pushesSent, pushFailures, pushesReceived atomic.Uint64
 	pulls, pullHits, repairs, rounds         atomic.Uint64
-	refused, bad, recordsRefused             atomic.Uint64
+	refused, refusedTraffic                  atomic.Uint64
+	bad, recordsRefused                      atomic.Uint64
 	describes, describesCached               atomic.Uint64
 	describesAnswered                        atomic.Uint64
+
+	hostsMu      sync.Mutex
+	refusedHosts map[string]bool // counted in refused (at most maxRefusedHosts)
 
 	mu   sync.Mutex
 	lags []time.Duration // ring of the last lagWindow samples
 	next int
+}
+
+// maxRefusedHosts bounds the hosts remembered to count refused peers
+// once each; past it every refusal from a new host counts.
+const maxRefusedHosts = 4096
+
+// refusedBy counts a refused packet or stream of host, and the host
+// once.
+func (c *counters) refusedBy(host string) {
+	c.refusedTraffic.Add(1)
+	c.hostsMu.Lock()
+	defer c.hostsMu.Unlock()
+	if c.refusedHosts[host] {
+		return
+	}
+	if c.refusedHosts == nil {
+		c.refusedHosts = map[string]bool{}
+	}
+	if len(c.refusedHosts) < maxRefusedHosts {
+		c.refusedHosts[host] = true
+	}
+	c.refused.Add(1)
 }
 
 func (c *counters) lag(d time.Duration) {
@@ -72,6 +99,7 @@ func (c *counters) snapshot() Stats {
 		Repairs:        c.repairs.Load(),
 		Rounds:         c.rounds.Load(),
 		PeersRefused:   c.refused.Load(),
+		RefusedTraffic: c.refusedTraffic.Load(),
 		BadMessages:    c.bad.Load(),
 		RecordsRefused: c.recordsRefused.Load(),
 
