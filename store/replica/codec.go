@@ -11,7 +11,8 @@ import (
 // Peer messages travel as memberlist user messages (encrypted and
 // authenticated with the cluster key). Layout, big endian, no padding:
 //
-//	header:  magic "IR", codec version u8 (=1), type u8, from str
+//	header:  magic "IR", codec version u8 (=2), type u8, from str, to str,
+//	         sentAt i64 (unix ns at the sender), seq u64 (replay.go)
 //	push:    writtenAt i64 (unix ns at the origin), records
 //	pull:    id u64, refs
 //	pulled:  id u64, records
@@ -41,7 +42,9 @@ import (
 // trailing bytes, and never panics; what it accepts re-encodes to the
 // same bytes.
 
-const codecVersion = 1
+// codecVersion 2 added to, sentAt and seq to the header; version 1
+// messages are refused (they cannot be told from replays).
+const codecVersion = 2
 
 var magic = [2]byte{'I', 'R'}
 
@@ -66,6 +69,9 @@ const (
 type message struct {
 	Type      msgType
 	From      string
+	To        string // the member it was sent to
+	SentAt    int64  // unix ns at the sender
+	Seq       uint64 // the sender's message number (replay.go)
 	WrittenAt int64
 	ID        uint64
 	Records   []store.Record
@@ -152,6 +158,11 @@ func encode(m message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b, err = appendStr(b, m.To); err != nil {
+		return nil, err
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(m.SentAt))
+	b = binary.BigEndian.AppendUint64(b, m.Seq)
 	records := func() error {
 		b = appendCount(b, len(m.Records))
 		for _, r := range m.Records {
@@ -340,6 +351,9 @@ func decode(b []byte) (message, error) {
 	}
 	m.Type = msgType(r.u8())
 	m.From = r.str()
+	m.To = r.str()
+	m.SentAt = int64(r.u64())
+	m.Seq = r.u64()
 	if r.err != nil {
 		return message{}, r.err
 	}

@@ -72,7 +72,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 	// A count larger than the message could hold is refused before
 	// allocating.
-	huge := []byte{'I', 'R', codecVersion, byte(msgWant), 0, 0xff, 0xff, 0xff, 0xff}
+	huge := append(header(msgWant), 0xff, 0xff, 0xff, 0xff)
 	if _, err := decode(huge); !errors.Is(err, errDecode) {
 		t.Fatalf("huge count: %v", err)
 	}
@@ -103,7 +103,7 @@ func TestCodecDescribe(t *testing.T) {
 	// Too many ports or GIDs for the bytes left are refused.
 	h, _ := appendHCA(nil, HCA{Name: "x", Ports: []HCAPort{{Num: 1}}})
 	h[1+1+8+1] = 200
-	if _, err := decode(append([]byte{'I', 'R', codecVersion, byte(msgDescribed), 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, h...)); !errors.Is(err, errDecode) {
+	if _, err := decode(append(append(header(msgDescribed), 0, 0, 0, 0, 0, 0, 0, 1, 1), h...)); !errors.Is(err, errDecode) {
 		t.Fatalf("200 ports in a few bytes: %v", err)
 	}
 	if _, err := encode(message{Type: msgDescribed, HCA: &HCA{Name: "x", Ports: make([]HCAPort, 256)}}); err == nil {
@@ -161,4 +161,10 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("%x -> %+v -> %x, %v", b, m, e, err)
 		}
 	})
+}
+
+// header is a message header of type t from and to "" (no names), sent
+// at time 0 with number 0.
+func header(t msgType) []byte {
+	return append([]byte{'I', 'R', codecVersion, byte(t), 0, 0}, make([]byte, 16)...)
 }

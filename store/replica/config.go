@@ -17,6 +17,13 @@ const (
 	DefaultAntiEntropyInterval = 10 * time.Second
 	DefaultPushTimeout         = 2 * time.Second
 	DefaultTombstoneTTL        = 7 * 24 * time.Hour
+	// DefaultReplayWindow is how far a peer message's send time may be
+	// from the receiver's clock (replay.go).
+	DefaultReplayWindow = 2 * time.Minute
+	// Label is memberlist's cluster label: it goes on every packet and
+	// stream (authenticated with the cluster key), and a peer of another
+	// label, or of none, is refused.
+	Label = "ibpath-replication/1"
 )
 
 // Config configures Start. Zero fields take the documented defaults.
@@ -77,6 +84,11 @@ type Config struct {
 	// by DescribeHCA before it is asked again. Keep it short: port
 	// states change. Default DefaultDescribeTTL (1 s).
 	DescribeTTL time.Duration
+	// ReplayWindow bounds the difference between a peer message's send
+	// time and this node's clock; messages outside it are refused, and
+	// within it each is taken once (replay.go). The nodes' clocks must
+	// agree within it (NTP). Default DefaultReplayWindow.
+	ReplayWindow time.Duration
 
 	// tune adjusts memberlist's configuration (tests: faster timers).
 	tune func(*memberlist.Config)
@@ -127,6 +139,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TombstoneTTL <= 0 {
 		c.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if c.ReplayWindow <= 0 {
+		c.ReplayWindow = DefaultReplayWindow
 	}
 	if c.DescribeTTL <= 0 {
 		c.DescribeTTL = DefaultDescribeTTL

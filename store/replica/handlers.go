@@ -49,6 +49,11 @@ func (r *Replicator) worker() {
 				r.log.Warn("replica: undecodable peer message", "err", err)
 				continue
 			}
+			if err := r.replay.check(m, r.cfg.Name, time.Now()); err != nil {
+				r.stats.replays.Add(1)
+				r.log.Warn("replica: peer message refused", "from", m.From, "type", m.Type, "err", err)
+				continue
+			}
 			r.handle(m)
 		}
 	}

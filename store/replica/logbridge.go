@@ -49,6 +49,7 @@ var refusals = []string{
 	"remote state is not encrypted", // a peer without a key
 	"encryption is not configured",  // only on a node without a key
 	"no installed keys",
+	"unacceptable label", // a peer of another memberlist label (Label)
 }
 
 func (l *logBridge) Write(p []byte) (int, error) {

@@ -35,12 +35,13 @@ const (
 // Replicator replicates a store with its peers. Its methods are safe for
 // concurrent use.
 type Replicator struct {
-	st    *store.Store
-	cfg   Config
-	log   *slog.Logger
-	ml    *memberlist.Memberlist
-	dir   *directory
-	stats counters
+	st     *store.Store
+	cfg    Config
+	log    *slog.Logger
+	ml     *memberlist.Memberlist
+	dir    *directory
+	stats  counters
+	replay *replayGuard
 
 	metaMu sync.Mutex
 	meta   []byte
@@ -79,8 +80,9 @@ func Start(st *store.Store, cfg Config) (*Replicator, error) {
 		st: st, cfg: cfg, log: cfg.Logger.With("node", cfg.Name), meta: meta,
 		pulls: map[uint64]chan []store.Record{},
 		descs: map[uint64]chan message{}, descCache: map[Route]describedHCA{},
-		inbox: make(chan []byte, inboxSize),
-		stop:  make(chan struct{}),
+		inbox:  make(chan []byte, inboxSize),
+		stop:   make(chan struct{}),
+		replay: newReplayGuard(cfg.ReplayWindow),
 	}
 	r.dir = newDirectory(cfg.Name, func(name string, err error) {
 		r.log.Warn("replica: undecodable member metadata", "member", name, "err", err)
@@ -94,6 +96,7 @@ func Start(st *store.Store, cfg Config) (*Replicator, error) {
 	mc.AdvertiseAddr = cfg.AdvertiseAddr
 	mc.SecretKey = cfg.Key
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	mc.Label = Label
 	mc.TCPTimeout = cfg.PushTimeout
 	mc.Delegate = (*delegate)(r)
 	mc.Events = r.dir
@@ -428,7 +431,7 @@ func (r *Replicator) send(to string, m message) error {
 	if !ok {
 		return fmt.Errorf("unknown member %q", to)
 	}
-	m.From = r.cfg.Name
+	m.From, m.To, m.SentAt, m.Seq = r.cfg.Name, to, time.Now().UnixNano(), r.replay.next()
 	b, err := encode(m)
 	if err != nil {
 		return err

@@ -23,6 +23,10 @@ type Stats struct {
 	// route is not one their owner's node advertises, or (pushes) they
 	// came from another node than their owner's (handlers.go, admit).
 	RecordsRefused uint64
+	// MessagesRefused counts decoded peer messages refused as replays:
+	// sent to another member, outside the replay window, or seen before
+	// (replay.go).
+	MessagesRefused uint64
 	// Describes counts adapter descriptions asked of peers,
 	// DescribesCached those DescribeHCA answered from its cache, and
 	// DescribesAnswered the peers' requests this node answered.
@@ -41,7 +45,7 @@ type counters struct {
 	pushesSent, pushFailures, pushesReceived atomic.Uint64
 	pulls, pullHits, repairs, rounds         atomic.Uint64
 	refused, refusedTraffic                  atomic.Uint64
-	bad, recordsRefused                      atomic.Uint64
+	bad, recordsRefused, replays             atomic.Uint64
 	describes, describesCached               atomic.Uint64
 	describesAnswered                        atomic.Uint64
 
@@ -91,17 +95,18 @@ func (c *counters) lag(d time.Duration) {
 
 func (c *counters) snapshot() Stats {
 	s := Stats{
-		PushesSent:     c.pushesSent.Load(),
-		PushFailures:   c.pushFailures.Load(),
-		PushesReceived: c.pushesReceived.Load(),
-		Pulls:          c.pulls.Load(),
-		PullHits:       c.pullHits.Load(),
-		Repairs:        c.repairs.Load(),
-		Rounds:         c.rounds.Load(),
-		PeersRefused:   c.refused.Load(),
-		RefusedTraffic: c.refusedTraffic.Load(),
-		BadMessages:    c.bad.Load(),
-		RecordsRefused: c.recordsRefused.Load(),
+		PushesSent:      c.pushesSent.Load(),
+		PushFailures:    c.pushFailures.Load(),
+		PushesReceived:  c.pushesReceived.Load(),
+		Pulls:           c.pulls.Load(),
+		PullHits:        c.pullHits.Load(),
+		Repairs:         c.repairs.Load(),
+		Rounds:          c.rounds.Load(),
+		PeersRefused:    c.refused.Load(),
+		RefusedTraffic:  c.refusedTraffic.Load(),
+		BadMessages:     c.bad.Load(),
+		RecordsRefused:  c.recordsRefused.Load(),
+		MessagesRefused: c.replays.Load(),
 
 		Describes:         c.describes.Load(),
 		DescribesCached:   c.describesCached.Load(),
