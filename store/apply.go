@@ -83,7 +83,7 @@ func applyOne(tx *bolt.Tx, r Record) (bool, error) {
 	}
 	tb, ref := tx.Bucket(bucketTomb), encodeRef(r.Ref)
 	if r.Deleted {
-		enc, err := encodeTomb(r.Owner, r.Version)
+		enc, err := encodeTomb(ref, r.Owner, r.Version)
 		if err != nil {
 			return false, err
 		}
@@ -96,40 +96,45 @@ func applyOne(tx *bolt.Tx, r Record) (bool, error) {
 		return false, err
 	}
 	if r.Ref.Kind == KindQP {
-		enc, err := encodeQPBackup(r.QP, r.Owner, r.Version)
+		key := encodeQPKey(r.Ref.QPKey())
+		enc, err := encodeQPBackup(key, r.QP, r.Owner, r.Version)
 		if err != nil {
 			return false, err
 		}
-		return true, tx.Bucket(bucketQP).Put(encodeQPKey(r.Ref.QPKey()), enc)
+		return true, tx.Bucket(bucketQP).Put(key, enc)
 	}
-	enc, err := encodeMRBackup(r.MR, r.Owner, r.Version)
+	key := encodeMRKey(r.Ref.MRKey())
+	enc, err := encodeMRBackup(key, r.MR, r.Owner, r.Version)
 	if err != nil {
 		return false, err
 	}
-	return true, tx.Bucket(bucketMR).Put(encodeMRKey(r.Ref.MRKey()), enc)
+	return true, tx.Bucket(bucketMR).Put(key, enc)
 }
 
 // fileStamp reads the state of r inside tx: the entry, else the tombstone.
 func fileStamp(tx *bolt.Tx, r Ref) (Stamp, bool, error) {
-	var v []byte
+	var k, v []byte
 	if r.Kind == KindQP {
-		v = tx.Bucket(bucketQP).Get(encodeQPKey(r.QPKey()))
+		k = encodeQPKey(r.QPKey())
+		v = tx.Bucket(bucketQP).Get(k)
 	} else {
-		v = tx.Bucket(bucketMR).Get(encodeMRKey(r.MRKey()))
+		k = encodeMRKey(r.MRKey())
+		v = tx.Bucket(bucketMR).Get(k)
 	}
 	if v != nil {
 		var o Owner
 		var ver uint64
 		var err error
 		if r.Kind == KindQP {
-			_, o, ver, err = decodeQPBackup(v)
+			_, o, ver, err = decodeQPBackup(k, v)
 		} else {
-			_, o, ver, err = decodeMRBackup(v)
+			_, o, ver, err = decodeMRBackup(k, v)
 		}
 		return Stamp{Ref: r, Owner: o, Version: ver}, err == nil, err
 	}
-	if v = tx.Bucket(bucketTomb).Get(encodeRef(r)); v != nil {
-		o, ver, err := decodeTomb(v)
+	k = encodeRef(r)
+	if v = tx.Bucket(bucketTomb).Get(k); v != nil {
+		o, ver, err := decodeTomb(k, v)
 		return Stamp{Ref: r, Owner: o, Version: ver, Deleted: true}, err == nil, err
 	}
 	return Stamp{}, false, nil
@@ -311,7 +316,7 @@ func (s *Store) CollectTombstones(before time.Time) (int, error) {
 			if v == nil {
 				continue
 			}
-			_, ver, err := decodeTomb(v)
+			_, ver, err := decodeTomb(k, v)
 			if err != nil {
 				return err
 			}

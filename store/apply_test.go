@@ -288,7 +288,7 @@ func TestMigrateV1Corrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrInvalid) {
+	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrDamaged) {
 		t.Fatalf("corrupt v1: %v", err)
 	}
 	if v := version(t, path); v != 1 {

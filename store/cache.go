@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -33,17 +34,28 @@ type cache struct {
 }
 
 // load fills the cache from a read transaction and reports the largest
-// version it saw.
+// version it saw. A missing bucket, a key or value that does not decode,
+// or a value that fails its checksum is damage (ErrDamaged); the error
+// names the bucket and the key.
 func (c *cache) load(tx *bolt.Tx) (maxVer uint64, err error) {
 	c.qps, c.mrs, c.tombs = map[QPKey]qpEntry{}, map[MRKey]mrEntry{}, map[Ref]tombEntry{}
-	if err := tx.Bucket(bucketQP).ForEach(func(k, v []byte) error {
+	qb, mb, tb := tx.Bucket(bucketQP), tx.Bucket(bucketMR), tx.Bucket(bucketTomb)
+	for _, b := range []struct {
+		name []byte
+		b    *bolt.Bucket
+	}{{bucketQP, qb}, {bucketMR, mb}, {bucketTomb, tb}} {
+		if b.b == nil {
+			return 0, fmt.Errorf("%w: no %q bucket", ErrDamaged, b.name)
+		}
+	}
+	if err := qb.ForEach(func(k, v []byte) error {
 		key, err := decodeQPKey(k)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: qp: %w", ErrDamaged, err)
 		}
-		b, o, ver, err := decodeQPBackup(v)
+		b, o, ver, err := decodeQPBackup(k, v)
 		if err != nil {
-			return err
+			return fmt.Errorf("qp %x: %w", k, err)
 		}
 		c.qps[key] = qpEntry{b, o, ver}
 		maxVer = max(maxVer, ver)
@@ -51,14 +63,14 @@ func (c *cache) load(tx *bolt.Tx) (maxVer uint64, err error) {
 	}); err != nil {
 		return 0, err
 	}
-	if err := tx.Bucket(bucketMR).ForEach(func(k, v []byte) error {
+	if err := mb.ForEach(func(k, v []byte) error {
 		key, err := decodeMRKey(k)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: mr: %w", ErrDamaged, err)
 		}
-		b, o, ver, err := decodeMRBackup(v)
+		b, o, ver, err := decodeMRBackup(k, v)
 		if err != nil {
-			return err
+			return fmt.Errorf("mr %x: %w", k, err)
 		}
 		c.mrs[key] = mrEntry{b, o, ver}
 		maxVer = max(maxVer, ver)
@@ -66,14 +78,14 @@ func (c *cache) load(tx *bolt.Tx) (maxVer uint64, err error) {
 	}); err != nil {
 		return 0, err
 	}
-	err = tx.Bucket(bucketTomb).ForEach(func(k, v []byte) error {
+	err = tb.ForEach(func(k, v []byte) error {
 		r, err := decodeRef(k)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: tomb: %w", ErrDamaged, err)
 		}
-		o, ver, err := decodeTomb(v)
+		o, ver, err := decodeTomb(k, v)
 		if err != nil {
-			return err
+			return fmt.Errorf("tomb %x: %w", k, err)
 		}
 		c.tombs[r] = tombEntry{o, ver}
 		maxVer = max(maxVer, ver)
@@ -95,10 +107,11 @@ func (c *cache) refresh(db *bolt.DB, refs []Ref) error {
 			switch r.Kind {
 			case KindQP:
 				k := r.QPKey()
-				if v := qb.Get(encodeQPKey(k)); v == nil {
+				key := encodeQPKey(k)
+				if v := qb.Get(key); v == nil {
 					delete(c.qps, k)
 				} else {
-					b, o, ver, err := decodeQPBackup(v)
+					b, o, ver, err := decodeQPBackup(key, v)
 					if err != nil {
 						return err
 					}
@@ -106,20 +119,22 @@ func (c *cache) refresh(db *bolt.DB, refs []Ref) error {
 				}
 			case KindMR:
 				k := r.MRKey()
-				if v := mb.Get(encodeMRKey(k)); v == nil {
+				key := encodeMRKey(k)
+				if v := mb.Get(key); v == nil {
 					delete(c.mrs, k)
 				} else {
-					b, o, ver, err := decodeMRBackup(v)
+					b, o, ver, err := decodeMRBackup(key, v)
 					if err != nil {
 						return err
 					}
 					c.mrs[k] = mrEntry{b, o, ver}
 				}
 			}
-			if v := tb.Get(encodeRef(r)); v == nil {
+			key := encodeRef(r)
+			if v := tb.Get(key); v == nil {
 				delete(c.tombs, r)
 			} else {
-				o, ver, err := decodeTomb(v)
+				o, ver, err := decodeTomb(key, v)
 				if err != nil {
 					return err
 				}

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 )
 
 // Encoding (big endian, no padding):
@@ -10,23 +11,68 @@ import (
 //	key QP:     GID[16] LID u16 QPN u32                         (22 bytes)
 //	key MR:     GID[16] LID u16 RKey u32                        (22 bytes)
 //	key tomb:   kind u8 (1 QP, 2 MR), the entry's key           (23 bytes)
-//	value QP:   ver=2 u8, devLen u8, dev, port u8, GID[16], LID u16, QPN u32, owner, version u64
-//	value MR:   ver=2 u8, RKey u32, Addr u64, Length u64, owner, version u64
-//	value tomb: ver=1 u8, owner, version u64
+//	value QP:   ver=3 u8, devLen u8, dev, port u8, GID[16], LID u16, QPN u32, owner, version u64, crc u32
+//	value MR:   ver=3 u8, RKey u32, Addr u64, Length u64, owner, version u64, crc u32
+//	value tomb: ver=2 u8, owner, version u64, crc u32
 //	owner:      nodeLen u8, node, PID i64, Incarnation u64
 //
-// Schema 1 values (migrated at Open) have ver=1 and no entry version;
-// schema 0 values are the value fields alone: no version byte and no
-// owner. Decoders accept exactly these layouts, reject trailing bytes and
-// never panic, so a decoded value re-encodes to the same bytes.
+// crc is the CRC-32C (Castagnoli) of the value's bucket key followed by
+// the value's bytes before the crc: a value whose bytes changed on disk,
+// or that was moved under another key, fails it. Schema 3 decoders check
+// it first and report a mismatch, or a value that does not decode, as an
+// error wrapping both ErrDamaged and ErrInvalid.
+//
+// Earlier layouts, decoded only to migrate a file (schema.go): schema 2
+// values are the same without the crc, with ver=2 (QP, MR) and ver=1
+// (tomb); schema 1 values have ver=1 and no entry version (and there are
+// no tombstones); schema 0 values are the value fields alone: no version
+// byte and no owner. Decoders accept exactly these layouts, reject
+// trailing bytes and never panic, so a decoded value re-encodes to the
+// same bytes.
 
 const (
-	valueVersion   = 2
+	valueVersion   = 3
+	valueVersionV2 = 2
 	valueVersionV1 = 1
-	tombVersion    = 1
+	tombVersion    = 2
+	tombVersionV2  = 1
 	keyLen         = 16 + 2 + 4
 	refLen         = 1 + keyLen
+	crcLen         = 4
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// valueCRC is the checksum of a schema-3 value: its key, then its body.
+func valueCRC(key, body []byte) uint32 {
+	return crc32.Update(crc32.Update(0, castagnoli, key), castagnoli, body)
+}
+
+// seal appends to body (a schema-3 value without its crc) the crc of key
+// and body.
+func seal(key, body []byte) []byte {
+	return binary.BigEndian.AppendUint32(body, valueCRC(key, body))
+}
+
+// unseal checks the crc that ends b against key and the bytes before it,
+// and returns those bytes. what names the kind of value in errors.
+func unseal(what string, key, b []byte) ([]byte, error) {
+	if len(b) < crcLen {
+		return nil, fmt.Errorf("%w: %w: %s value of %d bytes, shorter than its checksum", ErrDamaged, ErrInvalid, what, len(b))
+	}
+	body := b[:len(b)-crcLen]
+	stored := binary.BigEndian.Uint32(b[len(body):])
+	if sum := valueCRC(key, body); sum != stored {
+		return nil, fmt.Errorf("%w: %w: %s value fails its checksum (stored %08x, computed %08x)", ErrDamaged, ErrInvalid, what, stored, sum)
+	}
+	return body, nil
+}
+
+// damaged marks a decoding error (which wraps ErrInvalid) of a value that
+// passed its checksum as damage too.
+func damaged(what string, err error) error {
+	return fmt.Errorf("%w: %s value: %w", ErrDamaged, what, err)
+}
 
 func encodeRef(r Ref) []byte {
 	b := make([]byte, 0, refLen)
@@ -170,18 +216,89 @@ func (r *reader) mrFields() MRBackup {
 	return MRBackup{RKey: r.u32(), Addr: r.u64(), Length: r.u64()}
 }
 
-func encodeQPBackup(v QPBackup, o Owner, ver uint64) ([]byte, error) {
-	b, err := encodeQPBackupV1(v, o)
+func encodeQPBackup(key []byte, v QPBackup, o Owner, ver uint64) ([]byte, error) {
+	b, err := encodeQPBackupV2(v, o, ver)
 	if err != nil {
 		return nil, err
 	}
 	b[0] = valueVersion
+	return seal(key, b), nil
+}
+
+func decodeQPBackup(key, b []byte) (QPBackup, Owner, uint64, error) {
+	body, err := unseal("QP", key, b)
+	if err != nil {
+		return QPBackup{}, Owner{}, 0, err
+	}
+	v, o, ver, err := parseQPBackup(body, valueVersion)
+	if err != nil {
+		return QPBackup{}, Owner{}, 0, damaged("QP", err)
+	}
+	return v, o, ver, nil
+}
+
+func encodeMRBackup(key []byte, v MRBackup, o Owner, ver uint64) ([]byte, error) {
+	b, err := encodeMRBackupV2(v, o, ver)
+	if err != nil {
+		return nil, err
+	}
+	b[0] = valueVersion
+	return seal(key, b), nil
+}
+
+func decodeMRBackup(key, b []byte) (MRBackup, Owner, uint64, error) {
+	body, err := unseal("MR", key, b)
+	if err != nil {
+		return MRBackup{}, Owner{}, 0, err
+	}
+	v, o, ver, err := parseMRBackup(body, valueVersion)
+	if err != nil {
+		return MRBackup{}, Owner{}, 0, damaged("MR", err)
+	}
+	return v, o, ver, nil
+}
+
+func encodeTomb(key []byte, o Owner, ver uint64) ([]byte, error) {
+	b, err := encodeTombV2(o, ver)
+	if err != nil {
+		return nil, err
+	}
+	b[0] = tombVersion
+	return seal(key, b), nil
+}
+
+func decodeTomb(key, b []byte) (Owner, uint64, error) {
+	body, err := unseal("tombstone", key, b)
+	if err != nil {
+		return Owner{}, 0, err
+	}
+	o, ver, err := parseTomb(body, tombVersion)
+	if err != nil {
+		return Owner{}, 0, damaged("tombstone", err)
+	}
+	return o, ver, nil
+}
+
+// Schema 2 values: the schema-3 layouts without the crc, with version
+// bytes 2 (QP, MR) and 1 (tomb). Read only to migrate a file; the schema-3
+// encoders build on the encoders.
+
+func encodeQPBackupV2(v QPBackup, o Owner, ver uint64) ([]byte, error) {
+	b, err := encodeQPBackupV1(v, o)
+	if err != nil {
+		return nil, err
+	}
+	b[0] = valueVersionV2
 	return binary.BigEndian.AppendUint64(b, ver), nil
 }
 
-func decodeQPBackup(b []byte) (QPBackup, Owner, uint64, error) {
+func decodeQPBackupV2(b []byte) (QPBackup, Owner, uint64, error) {
+	return parseQPBackup(b, valueVersionV2)
+}
+
+func parseQPBackup(b []byte, version uint8) (QPBackup, Owner, uint64, error) {
 	r := &reader{b: b}
-	r.version(valueVersion)
+	r.version(version)
 	v := r.qpFields()
 	o := r.owner()
 	ver := r.u64()
@@ -191,18 +308,22 @@ func decodeQPBackup(b []byte) (QPBackup, Owner, uint64, error) {
 	return v, o, ver, nil
 }
 
-func encodeMRBackup(v MRBackup, o Owner, ver uint64) ([]byte, error) {
+func encodeMRBackupV2(v MRBackup, o Owner, ver uint64) ([]byte, error) {
 	b, err := encodeMRBackupV1(v, o)
 	if err != nil {
 		return nil, err
 	}
-	b[0] = valueVersion
+	b[0] = valueVersionV2
 	return binary.BigEndian.AppendUint64(b, ver), nil
 }
 
-func decodeMRBackup(b []byte) (MRBackup, Owner, uint64, error) {
+func decodeMRBackupV2(b []byte) (MRBackup, Owner, uint64, error) {
+	return parseMRBackup(b, valueVersionV2)
+}
+
+func parseMRBackup(b []byte, version uint8) (MRBackup, Owner, uint64, error) {
 	r := &reader{b: b}
-	r.version(valueVersion)
+	r.version(version)
 	v := r.mrFields()
 	o := r.owner()
 	ver := r.u64()
@@ -212,17 +333,21 @@ func decodeMRBackup(b []byte) (MRBackup, Owner, uint64, error) {
 	return v, o, ver, nil
 }
 
-func encodeTomb(o Owner, ver uint64) ([]byte, error) {
+func encodeTombV2(o Owner, ver uint64) ([]byte, error) {
 	if err := checkName("node name", o.Node); err != nil {
 		return nil, err
 	}
-	b := appendOwner([]byte{tombVersion}, o)
+	b := appendOwner([]byte{tombVersionV2}, o)
 	return binary.BigEndian.AppendUint64(b, ver), nil
 }
 
-func decodeTomb(b []byte) (Owner, uint64, error) {
+func decodeTombV2(b []byte) (Owner, uint64, error) {
+	return parseTomb(b, tombVersionV2)
+}
+
+func parseTomb(b []byte, version uint8) (Owner, uint64, error) {
 	r := &reader{b: b}
-	r.version(tombVersion)
+	r.version(version)
 	o := r.owner()
 	ver := r.u64()
 	if err := r.end(); err != nil {

@@ -11,6 +11,11 @@
 // Open and refreshed after every successful commit, so lookups on the
 // failover path cost a map access.
 //
+// Every stored value carries a CRC-32C of its key and bytes. Open refuses
+// a damaged file (truncated, a page that does not parse, a value failing
+// its checksum) with ErrDamaged and leaves it as it was, without crashing
+// on it (see damage.go and docs/STORE.md, "Damaged files").
+//
 // Every entry carries a version (a hybrid logical clock value, see
 // VersionTime) assigned by the node that writes it; removals leave
 // tombstones. Apply stores records replicated from peers last-writer-wins,

@@ -15,14 +15,18 @@ import (
 //	   a version byte and their owner (see codec.go).
 //	2: values also carry the entry's version (a hybrid logical clock value,
 //	   see hlc.go); bucket "tomb" holds tombstones of removed entries.
+//	3: every value of "qp", "mr" and "tomb" ends with a CRC-32C of its key
+//	   and its bytes, so a value damaged on disk or moved under another key
+//	   is found (ErrDamaged) instead of served.
 //
-// Open migrates an older file (including a new, empty one) to version 2
+// Open migrates an older file (including a new, empty one) to version 3
 // in one transaction, through each version in turn: version-0 entries get
-// the zero Owner, and version-1 entries get entry version 0 (any
-// replicated write of the same key wins over them). A value that does not
-// decode aborts the migration and leaves the file as it was. A file of a
-// newer version is refused with ErrSchema and left untouched.
-const SchemaVersion = 2
+// the zero Owner, version-1 entries get entry version 0 (any replicated
+// write of the same key wins over them), and version-2 values and
+// tombstones get their checksum. A value or key that does not decode
+// aborts the migration and leaves the file as it was (ErrDamaged). A file
+// of a newer version is refused with ErrSchema and left untouched.
+const SchemaVersion = 3
 
 var (
 	bucketMeta = []byte("meta")
@@ -43,7 +47,7 @@ func fileVersion(tx *bolt.Tx) (uint32, error) {
 		return 0, nil
 	}
 	if len(v) != 4 {
-		return 0, fmt.Errorf("%w: version value of %d bytes", ErrSchema, len(v))
+		return 0, fmt.Errorf("%w: %w: version value of %d bytes", ErrDamaged, ErrSchema, len(v))
 	}
 	return binary.BigEndian.Uint32(v), nil
 }
@@ -64,12 +68,17 @@ func migrate(db *bolt.DB) error {
 		return fmt.Errorf("%w: file has version %d, this code knows up to %d", ErrSchema, ver, SchemaVersion)
 	}
 	return db.Update(func(tx *bolt.Tx) error {
-		if ver == 0 {
+		if ver < 1 {
 			if err := migrateV0(tx); err != nil {
 				return err
 			}
 		}
-		return migrateV1(tx)
+		if ver < 2 {
+			if err := migrateV1(tx); err != nil {
+				return err
+			}
+		}
+		return migrateV2(tx)
 	})
 }
 
@@ -83,14 +92,16 @@ func setVersion(tx *bolt.Tx, v uint32) error {
 
 // rewrite replaces every value of bucket b with conv(key, value); keys
 // and values are collected first, since bbolt forbids writing while
-// iterating. what names the bucket in errors.
+// iterating. what names the bucket in errors. A value conv refuses (it
+// does not decode) is damage: the error wraps ErrDamaged, and the caller's
+// transaction is rolled back.
 func rewrite(b *bolt.Bucket, what string, conv func(k, v []byte) ([]byte, error)) error {
 	type kv struct{ k, v []byte }
 	var all []kv
 	if err := b.ForEach(func(k, v []byte) error {
 		nv, err := conv(k, v)
 		if err != nil {
-			return fmt.Errorf("migrate %s %x: %w", what, k, err)
+			return fmt.Errorf("%w: migrate %s %x: %w", ErrDamaged, what, k, err)
 		}
 		all = append(all, kv{append([]byte(nil), k...), nv})
 		return nil
@@ -105,19 +116,65 @@ func rewrite(b *bolt.Bucket, what string, conv func(k, v []byte) ([]byte, error)
 	return nil
 }
 
+// migrateV2 appends its checksum to every schema-2 value and tombstone
+// (schema 3) and records version 3.
+func migrateV2(tx *bolt.Tx) error {
+	qp, mr, tomb := tx.Bucket(bucketQP), tx.Bucket(bucketMR), tx.Bucket(bucketTomb)
+	if qp == nil || mr == nil || tomb == nil {
+		return fmt.Errorf("%w: version-2 file without its qp, mr and tomb buckets", ErrDamaged)
+	}
+	if err := rewrite(qp, "QP", func(k, v []byte) ([]byte, error) {
+		if _, err := decodeQPKey(k); err != nil {
+			return nil, err
+		}
+		b, o, ver, err := decodeQPBackupV2(v)
+		if err != nil {
+			return nil, err
+		}
+		return encodeQPBackup(k, b, o, ver)
+	}); err != nil {
+		return err
+	}
+	if err := rewrite(mr, "MR", func(k, v []byte) ([]byte, error) {
+		if _, err := decodeMRKey(k); err != nil {
+			return nil, err
+		}
+		b, o, ver, err := decodeMRBackupV2(v)
+		if err != nil {
+			return nil, err
+		}
+		return encodeMRBackup(k, b, o, ver)
+	}); err != nil {
+		return err
+	}
+	if err := rewrite(tomb, "tombstone", func(k, v []byte) ([]byte, error) {
+		if _, err := decodeRef(k); err != nil {
+			return nil, err
+		}
+		o, ver, err := decodeTombV2(v)
+		if err != nil {
+			return nil, err
+		}
+		return encodeTomb(k, o, ver)
+	}); err != nil {
+		return err
+	}
+	return setVersion(tx, 3)
+}
+
 // migrateV1 rewrites every schema-1 value with entry version 0, creates
 // the tombstone bucket and records version 2.
 func migrateV1(tx *bolt.Tx) error {
 	qp, mr := tx.Bucket(bucketQP), tx.Bucket(bucketMR)
 	if qp == nil || mr == nil {
-		return fmt.Errorf("%w: version-1 file without its qp and mr buckets", ErrSchema)
+		return fmt.Errorf("%w: version-1 file without its qp and mr buckets", ErrDamaged)
 	}
 	if err := rewrite(qp, "QP", func(_, v []byte) ([]byte, error) {
 		b, o, err := decodeQPBackupV1(v)
 		if err != nil {
 			return nil, err
 		}
-		return encodeQPBackup(b, o, 0)
+		return encodeQPBackupV2(b, o, 0)
 	}); err != nil {
 		return err
 	}
@@ -126,7 +183,7 @@ func migrateV1(tx *bolt.Tx) error {
 		if err != nil {
 			return nil, err
 		}
-		return encodeMRBackup(b, o, 0)
+		return encodeMRBackupV2(b, o, 0)
 	}); err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,11 +53,47 @@ type Store struct {
 
 // Open opens or creates the store at path, migrates an older schema and
 // loads every entry into memory. A file of a newer schema is refused with
-// ErrSchema.
-func Open(path string, opts Options) (*Store, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync})
-	if err != nil {
+// ErrSchema. A damaged file is refused with ErrDamaged, whose message
+// names the file and what was found, and left as it was: it is not a
+// bbolt file, it is shorter than its pages, a page does not parse (bbolt
+// panics or faults reading it, or tx.Check finds it inconsistent), a
+// bucket is missing, or a key or value does not decode or fails its
+// checksum (see damage.go). A lock
+// held by another process past Options.Timeout is bbolt's ErrTimeout, not
+// damage. A 0-byte file opens as an empty store.
+func Open(path string, opts Options) (s *Store, err error) {
+	// A fault reading bbolt's memory map (a page past the end of the file,
+	// a wild offset in a page) becomes a panic, recovered below.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	var (
+		db   *bolt.DB
+		file *os.File // bbolt's handle on the file
+	)
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if !fromFile(r) {
+			panic(r)
+		}
+		if db != nil {
+			db.Close()
+		} else if file != nil {
+			file.Close()
+		}
+		what := fmt.Sprint(r)
+		if f, ok := r.(interface{ Addr() uintptr }); ok {
+			what = fmt.Sprintf("memory fault at %#x reading bbolt's map of the file", f.Addr())
+		}
+		s, err = nil, fmt.Errorf("store: open %s: %w: a page does not parse: %s", path, ErrDamaged, what)
+	}()
+	if err := precheck(path, opts.Timeout); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync, OpenFile: keep(&file)})
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, openError(err, false))
 	}
 	db.MaxBatchDelay = DefaultMaxBatchDelay
 	if opts.MaxBatchDelay > 0 {
@@ -64,18 +102,23 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.MaxBatchSize > 0 {
 		db.MaxBatchSize = opts.MaxBatchSize
 	}
-	s := &Store{db: db}
-	if err := migrate(db); err != nil {
+	fail := func(format string, err error) (*Store, error) {
 		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, fmt.Errorf(format, path, err)
 	}
+	if err := db.View(func(tx *bolt.Tx) error { return check(file, tx) }); err != nil {
+		return fail("store: open %s: %w", err)
+	}
+	if err := migrate(db); err != nil {
+		return fail("store: open %s: %w", err)
+	}
+	s = &Store{db: db}
 	var maxVer uint64
 	if err := db.View(func(tx *bolt.Tx) (err error) {
 		maxVer, err = s.c.load(tx)
 		return err
 	}); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: load %s: %w", path, err)
+		return fail("store: load %s: %w", err)
 	}
 	s.clock.observe(maxVer)
 	return s, nil
@@ -123,16 +166,16 @@ func (s *Store) PutQP(o Owner, k QPKey, v QPBackup) error {
 	if ok && old.o != o {
 		return fmt.Errorf("put QP %+v: %w (owner %v has %+v)", k, ErrConflict, old.o, old.v)
 	}
-	if _, err := encodeQPBackup(v, o, 0); err != nil {
+	key, ref := encodeQPKey(k), QPRef(k)
+	if _, err := encodeQPBackup(key, v, o, 0); err != nil {
 		return err
 	}
-	key, ref := encodeQPKey(k), QPRef(k)
 	var conflict error
 	err := s.write(func(tx *bolt.Tx) error {
 		conflict = nil
 		b := tx.Bucket(bucketQP)
 		if cur := b.Get(key); cur != nil {
-			cv, co, _, err := decodeQPBackup(cur)
+			cv, co, _, err := decodeQPBackup(key, cur)
 			if err != nil {
 				return err
 			}
@@ -144,7 +187,7 @@ func (s *Store) PutQP(o Owner, k QPKey, v QPBackup) error {
 				return nil
 			}
 		}
-		enc, err := encodeQPBackup(v, o, s.clock.next())
+		enc, err := encodeQPBackup(key, v, o, s.clock.next())
 		if err != nil {
 			return err
 		}
@@ -188,16 +231,16 @@ func (s *Store) PutMR(o Owner, k MRKey, v MRBackup) error {
 	if ok && old.o != o {
 		return fmt.Errorf("put MR %+v: %w (owner %v has %+v)", k, ErrConflict, old.o, old.v)
 	}
-	if _, err := encodeMRBackup(v, o, 0); err != nil {
+	key, ref := encodeMRKey(k), MRRef(k)
+	if _, err := encodeMRBackup(key, v, o, 0); err != nil {
 		return err
 	}
-	key, ref := encodeMRKey(k), MRRef(k)
 	var conflict error
 	err := s.write(func(tx *bolt.Tx) error {
 		conflict = nil
 		b := tx.Bucket(bucketMR)
 		if cur := b.Get(key); cur != nil {
-			cv, co, _, err := decodeMRBackup(cur)
+			cv, co, _, err := decodeMRBackup(key, cur)
 			if err != nil {
 				return err
 			}
@@ -209,7 +252,7 @@ func (s *Store) PutMR(o Owner, k MRKey, v MRBackup) error {
 				return nil
 			}
 		}
-		enc, err := encodeMRBackup(v, o, s.clock.next())
+		enc, err := encodeMRBackup(key, v, o, s.clock.next())
 		if err != nil {
 			return err
 		}
@@ -257,7 +300,7 @@ func (s *Store) RemoveOwnerTombstones(o Owner) ([]Tombstone, error) {
 		qb, mb, tb := tx.Bucket(bucketQP), tx.Bucket(bucketMR), tx.Bucket(bucketTomb)
 		var refs []Ref
 		if err := qb.ForEach(func(k, v []byte) error {
-			_, vo, _, err := decodeQPBackup(v)
+			_, vo, _, err := decodeQPBackup(k, v)
 			if err != nil || vo != o {
 				return err
 			}
@@ -268,7 +311,7 @@ func (s *Store) RemoveOwnerTombstones(o Owner) ([]Tombstone, error) {
 			return err
 		}
 		if err := mb.ForEach(func(k, v []byte) error {
-			_, vo, _, err := decodeMRBackup(v)
+			_, vo, _, err := decodeMRBackup(k, v)
 			if err != nil || vo != o {
 				return err
 			}
@@ -282,15 +325,16 @@ func (s *Store) RemoveOwnerTombstones(o Owner) ([]Tombstone, error) {
 			return nil
 		}
 		ver := s.clock.next()
-		enc, err := encodeTomb(o, ver)
-		if err != nil {
-			return err
-		}
 		for _, r := range refs {
+			key := encodeRef(r)
+			enc, err := encodeTomb(key, o, ver)
+			if err != nil {
+				return err
+			}
 			if err := deleteEntry(tx, r); err != nil {
 				return err
 			}
-			if err := tb.Put(encodeRef(r), enc); err != nil {
+			if err := tb.Put(key, enc); err != nil {
 				return err
 			}
 			ts = append(ts, Tombstone{Ref: r, Owner: o, Version: ver})

@@ -380,7 +380,7 @@ func TestMigrateV0Corrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrInvalid) {
+	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrInvalid) || !errors.Is(err, ErrDamaged) {
 		t.Fatalf("corrupt v0: %v", err)
 	}
 	if v := version(t, path); v != 0 {

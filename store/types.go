@@ -60,9 +60,19 @@ var (
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
 	// ErrSchema: the file was written by a newer schema than this code
-	// knows (or its meta bucket is unreadable).
+	// knows (or its schema version is unreadable, which is ErrDamaged too).
 	ErrSchema = errors.New("store: unsupported schema version")
 	// ErrInvalid: a value cannot be stored (a name longer than 255
-	// bytes) or a stored value cannot be decoded.
+	// bytes), or a stored value cannot be decoded or fails its checksum
+	// (then the error is ErrDamaged too).
 	ErrInvalid = errors.New("store: invalid value")
+	// ErrDamaged: the file is damaged. Open reports it when the file does
+	// not open as a bbolt file, is shorter than its pages, a page does not
+	// parse or is inconsistent (bbolt panics or faults reading it, or its
+	// tx.Check objects), a bucket is missing, or a stored key or value
+	// does not decode or fails its checksum; the message names the file
+	// and what was found. The file is left as it was; the caller decides
+	// (ibpathd moves it aside). A write that reads a stored value failing
+	// its checksum after Open reports it too.
+	ErrDamaged = errors.New("store: damaged file")
 )
