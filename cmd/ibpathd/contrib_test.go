@@ -2,7 +2,10 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -45,4 +48,31 @@ func TestContribConfigIsValid(t *testing.T) {
 			t.Errorf("the unit lacks %q", want)
 		}
 	}
+}
+
+// TestUnitSecurityExposure: `systemd-analyze security` rates the shipped
+// unit "OK" (an exposure of 4.0 or less; it was 8.9, "EXPOSED"), where a
+// systemd-analyze with --offline (systemd 250+) is installed.
+func TestUnitSecurityExposure(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed")
+	}
+	unit, err := filepath.Abs(filepath.Join("..", "..", "contrib", "systemd", "ibpathd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(sa, "security", "--offline=true", unit).CombinedOutput()
+	if err != nil && strings.Contains(string(out), "offline") {
+		t.Skipf("systemd-analyze without --offline: %s", out)
+	}
+	m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+) (\S+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	score, perr := strconv.ParseFloat(string(m[1]), 64)
+	if perr != nil || score > 4.0 {
+		t.Fatalf("the unit's exposure is %s %s, want 4.0 or less:\n%s", m[1], m[2], out)
+	}
+	t.Logf("exposure %s %s", m[1], m[2])
 }

@@ -130,6 +130,9 @@ func renderStatus(w io.Writer, n status.Node) error {
 	s := n.Store
 	fmt.Fprintf(w, "store: %s: %s, %s, %s\n", orDash(s.Path), plural(s.QPs, "QP", "QPs"), plural(s.MRs, "MR", "MRs"),
 		plural(s.Tombstones, "tombstone", "tombstones"))
+	if s.Note != "" {
+		fmt.Fprintf(w, "store note: %s\n", s.Note)
+	}
 
 	tot := n.Totals
 	fmt.Fprintf(w, "totals: %s armed; %d migrations, %d failovers, %d switchbacks; replication lag p50 %s p99 %s; %d peers refused, %d records refused; %d owner messages refused\n",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -145,6 +146,7 @@ type Daemon struct {
 	refusalLog                         rateLimit
 	rereads                            rateLimit // device reads for publications of routes the inventory lacks (ownerauth.go)
 	conns                              *connLimit
+	storeNote                          string // what opening the store found (storeopen.go)
 
 	ln      net.Listener
 	srv     *http.Server
@@ -186,8 +188,16 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		d.closeFabric()
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
+	if err := keepPrivate(cfg.StateDir, 0o700, log); err != nil {
+		d.closeFabric()
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if err := keepPrivate(filepath.Join(cfg.StateDir, "store.db"), 0o600, log); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		d.closeFabric()
+		return nil, fmt.Errorf("store: %w", err)
+	}
 	d.refreshPorts()
-	d.repl, err = startRepl(filepath.Join(cfg.StateDir, "store.db"), cfg, d.localRoutes(), d.describeForPeer, log.With("part", "replication"))
+	d.repl, d.storeNote, err = startRepl(filepath.Join(cfg.StateDir, "store.db"), cfg, d.localRoutes(), d.describeForPeer, log.With("part", "replication"))
 	if err != nil {
 		d.closeFabric()
 		return nil, err
@@ -208,6 +218,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func() error) error {
 		return err
 	}
 	d.ln = ln
+	d.reapAtStart()
 	d.srv = &http.Server{Handler: d.handler(), ConnContext: connContext, ConnState: d.conns.state,
 		ReadHeaderTimeout: d.cfg.lim.header, ReadTimeout: d.cfg.lim.read, IdleTimeout: d.cfg.lim.idle,
 		// an action waits for owners' answers before it writes its own

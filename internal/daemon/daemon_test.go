@@ -18,7 +18,7 @@ import (
 
 // testDaemon starts a daemon on the simulated fabric with a socket in a
 // temporary directory and returns it with a client.
-func testDaemon(t *testing.T, mod func(*Config)) (*Daemon, *api.Client) {
+func testDaemon(t testing.TB, mod func(*Config)) (*Daemon, *api.Client) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := Config{Node: "node0", Socket: filepath.Join(dir, "ibpathd.sock"), StateDir: dir, Fabric: "sim",

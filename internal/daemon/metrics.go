@@ -25,9 +25,15 @@ func WriteMetrics(w io.Writer, n status.Node) {
 	m.metric("ibpath_failovers_total", "counter", "Cross-NIC failovers (layer 2) reported since ibpathd started.", nil, float64(n.Totals.Failovers))
 	m.metric("ibpath_switchbacks_total", "counter", "Cross-NIC switch-backs to the default path since ibpathd started.", nil, float64(n.Totals.Switchbacks))
 	m.metric("ibpath_armed_qps", "gauge", "QPs whose alternate path is armed.", nil, float64(n.Totals.ArmedQPs))
-	layers := map[string]int{status.LayerAPM: 0, status.LayerCrossNIC: 0, status.LayerNone: 0}
+	// labels from a known set: a process reports its QPs' layer, and a
+	// label value per distinct report would grow the series without end
+	layers := map[string]int{status.LayerAPM: 0, status.LayerCrossNIC: 0, status.LayerNone: 0, layerOther: 0}
 	for _, q := range n.QPs {
-		layers[q.Layer]++
+		if _, ok := layers[q.Layer]; ok {
+			layers[q.Layer]++
+		} else {
+			layers[layerOther]++
+		}
 	}
 	m.family("ibpath_qps", "gauge", "QPs by the layer protecting them.")
 	for _, l := range sortedKeys(layers) {
@@ -61,6 +67,7 @@ func WriteMetrics(w io.Writer, n status.Node) {
 	m.sample("ibpath_replication_lag_seconds", [][2]string{{"quantile", "0.99"}}, n.Totals.ReplicationLagP99)
 	m.metric("ibpath_peers_refused_total", "counter", "Peers refused for failing the cluster key.", nil, float64(n.Totals.PeersRefused))
 	m.metric("ibpath_records_refused_total", "counter", "Replicated records refused: their route is not their owner's node's, or they came from another node.", nil, float64(n.Totals.RecordsRefused))
+	m.metric("ibpath_replays_refused_total", "counter", "Peer messages refused as replays: sent to another node, outside the replay window, or seen before.", nil, float64(n.Totals.MessagesRefused))
 	m.metric("ibpath_owner_refusals_total", "counter", "QP reports, publications and events of local processes refused.", nil, float64(n.Totals.OwnerRefusals))
 	m.metric("ibpath_connections_refused_total", "counter", "Socket connections closed at once: their user held the most allowed.", nil, float64(n.Totals.ConnectionsRefused))
 	sim := 0.0
@@ -86,7 +93,7 @@ func (m metricWriter) sample(name string, labels [][2]string, v float64) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%s=%q", l[0], l[1])
+		fmt.Fprintf(&b, "%s=\"%s\"", l[0], escapeLabel(l[1]))
 	}
 	fmt.Fprintf(m.w, "%s{%s} %g\n", name, b.String(), v)
 }
@@ -94,6 +101,18 @@ func (m metricWriter) sample(name string, labels [][2]string, v float64) {
 func (m metricWriter) metric(name, typ, help string, labels [][2]string, v float64) {
 	m.family(name, typ, help)
 	m.sample(name, labels, v)
+}
+
+// layerOther counts the QPs reported with a layer ibpathd does not know.
+const layerOther = "other"
+
+// escapeLabel renders a label value as the text exposition format
+// wants: UTF-8, with backslash, double quote and line feed escaped
+// (Go's %q escapes more, as \x01, which Prometheus rejects); invalid
+// UTF-8 becomes U+FFFD.
+func escapeLabel(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/status"
@@ -152,5 +154,36 @@ func TestStatusHasNoNilLists(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("status JSON lacks %s: %s", want, b)
 		}
+	}
+}
+
+// TestMetricsHostileLabels: label values a process or a device name can
+// carry are escaped as the text format wants (Go's %q wrote \x01, which
+// Prometheus rejects), and a QP layer nobody knows counts under "other"
+// instead of adding a series per distinct report.
+func TestMetricsHostileLabels(t *testing.T) {
+	n := status.Node{
+		HCAs: []status.HCA{{Name: "mlx5_\"0\"\n\x01", Ports: []status.Port{{Num: 1, State: "ACTIVE"}}}},
+		QPs:  []status.QP{{Layer: "\x01evil"}, {Layer: "evil2"}, {Layer: status.LayerAPM}},
+	}
+	var b strings.Builder
+	WriteMetrics(&b, n)
+	out := b.String()
+	sample := regexp.MustCompile(`^[a-z_]+(\{([a-z_]+="([^"\\\n]|\\[\\"n])*",?)*\})? \S+$`)
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		if !sample.MatchString(l) || !utf8.ValidString(l) {
+			t.Errorf("not a valid sample line: %q", l)
+		}
+	}
+	for _, want := range []string{`ibpath_qps{layer="other"} 2`, `ibpath_qps{layer="apm"} 1`, `ibpath_port_up{device="mlx5_\"0\"\n` + "\x01" + `",port="1"} 1`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "evil") {
+		t.Errorf("a reported layer became a label:\n%s", out)
 	}
 }

@@ -178,6 +178,7 @@ func (p replicated) Totals(t *status.Totals) {
 	t.ReplicationLagP50, t.ReplicationLagP99 = s.LagP50.Seconds(), s.LagP99.Seconds()
 	t.PeersRefused = s.PeersRefused
 	t.RecordsRefused = s.RecordsRefused
+	t.MessagesRefused = s.MessagesRefused
 }
 
 func (p replicated) Close() error {
@@ -210,12 +211,21 @@ func ReadClusterKey(path string) ([]byte, error) {
 	return nil, fmt.Errorf("cluster key %s: %d bytes; want 16, 24 or 32 bytes, or 32, 48 or 64 hex digits", path, len(b))
 }
 
-// startRepl opens the store and starts replication as configured.
-func startRepl(path string, cfg Config, routes []ownerproto.Route, describe replica.Describer, log *slog.Logger) (replicator, error) {
-	st, err := store.Open(path, store.Options{Timeout: 5 * time.Second})
+// startRepl opens the store (openStore: note says what was found) and
+// starts replication as configured.
+func startRepl(path string, cfg Config, routes []ownerproto.Route, describe replica.Describer, log *slog.Logger) (replicator, string, error) {
+	st, note, err := openStore(path, log)
 	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+		return nil, "", fmt.Errorf("store: %w", err)
 	}
+	r, err := startReplOn(st, path, cfg, routes, describe, log)
+	return r, note, err
+}
+
+// startReplOn starts replication of the open store st as configured; st
+// is closed on failure.
+func startReplOn(st *store.Store, path string, cfg Config, routes []ownerproto.Route, describe replica.Describer, log *slog.Logger) (replicator, error) {
+	var err error
 	if cfg.Repl.Off {
 		log.Info("replication off: backup attributes stay on this node")
 		return localOnly{st, "--no-replication"}, nil

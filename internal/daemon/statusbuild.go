@@ -58,6 +58,7 @@ func (d *Daemon) Status() status.Node {
 	n.Store.Path = d.storePath()
 	n.Store.QPs, n.Store.MRs = st.Entries()
 	n.Store.Tombstones = st.Tombstones()
+	n.Store.Note = d.storeNote
 	n.Totals = status.Totals{Migrations: d.migrations.Load(), Failovers: d.failovers.Load(), Switchbacks: d.switchbacks.Load(),
 		OwnerRefusals: d.ownerRefusals.Load(), ConnectionsRefused: d.conns.refused.Load()}
 	for _, q := range n.QPs {

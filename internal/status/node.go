@@ -153,6 +153,9 @@ type Store struct {
 	QPs        int    `json:"qps"`
 	MRs        int    `json:"mrs"`
 	Tombstones int    `json:"tombstones"`
+	// Note says what opening the file found, when it did not open as it
+	// was: a damaged file moved aside, an empty file.
+	Note string `json:"note,omitempty"`
 }
 
 // Totals are counters since ibpathd started.
@@ -170,6 +173,9 @@ type Totals struct {
 	// route their owner's node does not hold, or for coming from another
 	// node than their owner's (replica.Stats).
 	RecordsRefused uint64 `json:"records_refused"`
+	// MessagesRefused counts peer messages refused as replays (sent to
+	// another node, outside the replay window, or seen before).
+	MessagesRefused uint64 `json:"messages_refused"`
 	// OwnerRefusals counts the QP reports, publications and events of
 	// local processes refused (docs/SECURITY.md, "Owner sessions").
 	OwnerRefusals uint64 `json:"owner_refusals"`
