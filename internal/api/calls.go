@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/ibpath/ibpath/internal/status"
 )
@@ -13,6 +14,21 @@ func (c *Client) Status(ctx context.Context) (status.Node, error) {
 	var n status.Node
 	_, err := c.do(ctx, http.MethodGet, PathStatus, nil, &n)
 	return n, err
+}
+
+// StatusQPs returns the node's status with at most rows QP rows (every
+// QP when rows < 0); Node.QPsTotal and Node.Layers count them all.
+func (c *Client) StatusQPs(ctx context.Context, rows int) (status.Node, error) {
+	var n status.Node
+	_, err := c.do(ctx, http.MethodGet, PathStatus+rowsQuery(rows), nil, &n)
+	return n, err
+}
+
+func rowsQuery(rows int) string {
+	if rows < 0 {
+		return ""
+	}
+	return "?qps=" + strconv.Itoa(rows)
 }
 
 // Peers returns the replication peers.
@@ -69,9 +85,13 @@ func query(node string) string {
 
 // StatusRaw returns the status document exactly as the daemon sent it, so
 // a tool sees fields newer than this client.
-func (c *Client) StatusRaw(ctx context.Context) ([]byte, error) {
+func (c *Client) StatusRaw(ctx context.Context) ([]byte, error) { return c.StatusRawQPs(ctx, -1) }
+
+// StatusRawQPs is StatusRaw with at most rows QP rows (every QP when
+// rows < 0).
+func (c *Client) StatusRawQPs(ctx context.Context, rows int) ([]byte, error) {
 	var s string
-	if _, err := c.do(ctx, http.MethodGet, PathStatus, nil, &s); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, PathStatus+rowsQuery(rows), nil, &s); err != nil {
 		return nil, err
 	}
 	return []byte(s), nil

@@ -16,21 +16,26 @@ import (
 	"github.com/ibpath/ibpath/internal/status"
 )
 
+// defaultQPRows is how many QPs `ibpath status` lists by default.
+const defaultQPRows = 100
+
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "show the node: fabric, HCAs and ports, protected QPs with their layer and state, owners, peers, store, totals",
 		Description: "status prints what ibpathd knows about its node. With --json it prints the status document " +
-			"(status.Node, whose \"schema\" field is its version).",
-		Flags: []cli.Flag{jsonFlag()},
+			"(status.Node, whose \"schema\" field is its version). The QP table lists the first --qps QPs " +
+			"(by owner, device and QPN; the counts cover them all); --json lists every QP unless --qps is given.",
+		Flags: []cli.Flag{jsonFlag(), &cli.IntFlag{Name: "qps", Value: defaultQPRows,
+			Usage: "list at most `N` QPs (-1: every one); a node with many QPs answers a short list at once"}},
 		Action: func(c *cli.Context) error {
-			if _, err := positional(c, 0, 0, "[--json]"); err != nil {
+			if _, err := positional(c, 0, 0, "[--json] [--qps N]"); err != nil {
 				return err
 			}
 			if wantJSON(c) {
 				return printStatusJSON(c)
 			}
-			n, err := client(c).Status(c.Context)
+			n, err := client(c).StatusQPs(c.Context, c.Int("qps"))
 			if err != nil {
 				return callErr(c, err)
 			}
@@ -43,7 +48,11 @@ func statusCommand() *cli.Command {
 // indented, so fields newer than this ibpath are kept. It must still be a
 // status document.
 func printStatusJSON(c *cli.Context) error {
-	raw, err := client(c).StatusRaw(c.Context)
+	rows := -1
+	if c.IsSet("qps") {
+		rows = c.Int("qps")
+	}
+	raw, err := client(c).StatusRawQPs(c.Context, rows)
 	if err != nil {
 		return callErr(c, err)
 	}
@@ -109,6 +118,10 @@ func renderStatus(w io.Writer, n status.Node) error {
 		if err := t.flush(); err != nil {
 			return err
 		}
+	}
+	if n.QPsTotal > len(n.QPs) {
+		fmt.Fprintf(w, "  ... %d of %d QPs listed (apm %d, crossnic %d, none %d); --qps N lists more, --qps -1 every one\n",
+			len(n.QPs), n.QPsTotal, n.Layers[status.LayerAPM], n.Layers[status.LayerCrossNIC], n.Layers[status.LayerNone])
 	}
 
 	fmt.Fprintf(w, "\nowners:\n")

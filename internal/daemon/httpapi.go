@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // nothing.
 func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+api.PathStatus, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, d.Status()) })
+	mux.HandleFunc("GET "+api.PathStatus, d.status)
 	mux.HandleFunc("GET "+api.PathPeers, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, d.Status().Peers) })
 	mux.HandleFunc("POST "+api.PathArm, d.action(d.Arm))
 	mux.HandleFunc("POST "+api.PathMigrate, d.action(d.Migrate))
@@ -240,4 +241,19 @@ func (d *Daemon) ownerUpgrade(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.serveOwner(ownerproto.NewConn(conn, brw.Reader), c)
+}
+
+// status answers GET /v1/status: every QP, or with ?qps=N at most N QP
+// rows (QPsTotal and Layers still count them all).
+func (d *Daemon) status(w http.ResponseWriter, r *http.Request) {
+	rows := -1
+	if v := r.URL.Query().Get("qps"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, badRequest("%s?qps=%q: want the number of QP rows, 0 or more", api.PathStatus, v))
+			return
+		}
+		rows = n
+	}
+	writeJSON(w, http.StatusOK, d.StatusOf(rows))
 }

@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -63,10 +65,11 @@ func cpu() time.Duration {
 }
 
 // BenchmarkDaemonLoad: ibpathd with 1,000 attached owners of 100 QPs
-// each (100,000 QPs): the time of a status (built, and served as JSON
-// through the socket, as `ibpath status --json` reads it), the heap it
-// holds, its CPU while idle, and an arm of every QP relayed to every
-// owner.
+// each (100,000 QPs): the time of the status `ibpath status` asks for
+// (100 QP rows and every count, through the socket), of the whole status
+// (built, and served as JSON through the socket, as `ibpath status
+// --json` reads it), the heap it holds, its CPU while idle, and an arm
+// of every QP relayed to every owner.
 func BenchmarkDaemonLoad(b *testing.B) {
 	owners, per := 1000, 100
 	d, c := testDaemon(b, nil)
@@ -75,9 +78,14 @@ func BenchmarkDaemonLoad(b *testing.B) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	b.ResetTimer()
-	var build, served time.Duration
+	var build, served, short time.Duration
 	for range b.N {
 		t0 := time.Now()
+		if n, err := c.StatusQPs(context.Background(), 100); err != nil || len(n.QPs) != 100 || n.QPsTotal < owners*per {
+			b.Fatalf("status of 100 rows: %d rows of %d, %v", len(n.QPs), n.QPsTotal, err)
+		}
+		short += time.Since(t0)
+		t0 = time.Now()
 		n := d.Status()
 		build += time.Since(t0)
 		if len(n.QPs) < owners*per {
@@ -92,6 +100,7 @@ func BenchmarkDaemonLoad(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "ms/status-built")
 	b.ReportMetric(float64(served.Milliseconds())/float64(b.N), "ms/status-served")
+	b.ReportMetric(float64(short.Microseconds())/1000/float64(b.N), "ms/status-100-served")
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "MB-heap")
 	if st, err := os.ReadFile("/proc/self/statm"); err == nil {
 		var size, rss int64
@@ -107,4 +116,55 @@ func BenchmarkDaemonLoad(b *testing.B) {
 		b.Fatalf("arm all: %d results, %d failed, %v", len(res.Results), res.Failed(), err)
 	}
 	b.ReportMetric(float64(time.Since(t0).Milliseconds()), "ms/arm-all")
+}
+
+// TestStatusRows: a status asked for N QP rows (GET /v1/status?qps=N)
+// lists the first N by owner, device and QPN, and still counts every QP
+// (QPsTotal, Layers, armed QPs); a bad N is a 400; no N lists them all.
+func TestStatusRows(t *testing.T) {
+	d, c := testDaemon(t, nil)
+	loadOwners(t, d, 3, 5)
+	ctx := context.Background()
+	all, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.QPs) != 17 || all.QPsTotal != 17 {
+		t.Fatalf("the whole status: %d rows, %d QPs", len(all.QPs), all.QPsTotal)
+	}
+	for _, rows := range []int{0, 1, 4, 9, 17, 50} {
+		n, err := c.StatusQPs(ctx, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := min(rows, 17)
+		if len(n.QPs) != want || n.QPsTotal != 17 || n.Layers[status.LayerAPM] != all.Layers[status.LayerAPM] ||
+			n.Totals.ArmedQPs != all.Totals.ArmedQPs || len(n.Owners) != 3 || n.Owners[0].QPs != 5 {
+			t.Fatalf("qps=%d: %d rows, %d QPs, layers %v, %d armed, owners %+v", rows, len(n.QPs), n.QPsTotal, n.Layers, n.Totals.ArmedQPs, n.Owners)
+		}
+		for i, q := range n.QPs {
+			if q != all.QPs[i] {
+				t.Fatalf("qps=%d: row %d is %+v, the whole status has %+v", rows, i, q, all.QPs[i])
+			}
+		}
+	}
+	if _, err := c.StatusQPs(ctx, -1); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rawGet(d.cfg.Socket, api.PathStatus+"?qps=-2")
+	if err != nil || !strings.Contains(raw, "400") {
+		t.Fatalf("qps=-2: %q %v", raw, err)
+	}
+}
+
+// rawGet sends GET path on the socket and returns the status line.
+func rawGet(socket, path string) (string, error) {
+	nc, err := net.Dial("unix", socket)
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	fmt.Fprintf(nc, "GET %s HTTP/1.1\r\nHost: ibpathd\r\nConnection: close\r\n\r\n", path)
+	line, err := bufio.NewReader(nc).ReadString('\n')
+	return line, err
 }

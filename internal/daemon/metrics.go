@@ -14,7 +14,7 @@ import (
 // format (version 0.0.4).
 func (d *Daemon) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	WriteMetrics(w, d.Status())
+	WriteMetrics(w, d.StatusOf(0)) // the counts, without the QP rows
 }
 
 // WriteMetrics writes the metrics of a status. Every metric is derived
@@ -25,15 +25,12 @@ func WriteMetrics(w io.Writer, n status.Node) {
 	m.metric("ibpath_failovers_total", "counter", "Cross-NIC failovers (layer 2) reported since ibpathd started.", nil, float64(n.Totals.Failovers))
 	m.metric("ibpath_switchbacks_total", "counter", "Cross-NIC switch-backs to the default path since ibpathd started.", nil, float64(n.Totals.Switchbacks))
 	m.metric("ibpath_armed_qps", "gauge", "QPs whose alternate path is armed.", nil, float64(n.Totals.ArmedQPs))
-	// labels from a known set: a process reports its QPs' layer, and a
-	// label value per distinct report would grow the series without end
-	layers := map[string]int{status.LayerAPM: 0, status.LayerCrossNIC: 0, status.LayerNone: 0, layerOther: 0}
-	for _, q := range n.QPs {
-		if _, ok := layers[q.Layer]; ok {
-			layers[q.Layer]++
-		} else {
-			layers[layerOther]++
-		}
+	// labels from a known set (status.Node.Layers): a process reports
+	// its QPs' layer, and a label value per distinct report would grow
+	// the series without end
+	layers := map[string]int{}
+	for _, l := range []string{status.LayerAPM, status.LayerCrossNIC, status.LayerNone, status.LayerOther} {
+		layers[l] = n.Layers[l]
 	}
 	m.family("ibpath_qps", "gauge", "QPs by the layer protecting them.")
 	for _, l := range sortedKeys(layers) {
@@ -102,9 +99,6 @@ func (m metricWriter) metric(name, typ, help string, labels [][2]string, v float
 	m.family(name, typ, help)
 	m.sample(name, labels, v)
 }
-
-// layerOther counts the QPs reported with a layer ibpathd does not know.
-const layerOther = "other"
 
 // escapeLabel renders a label value as the text exposition format
 // wants: UTF-8, with backslash, double quote and line feed escaped

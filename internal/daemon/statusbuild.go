@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sort"
 
@@ -12,8 +13,34 @@ import (
 )
 
 // Status returns a snapshot of the node's status.
-func (d *Daemon) Status() status.Node {
-	n := status.Node{Schema: status.SchemaVersion, Node: d.cfg.Node, Version: d.cfg.Version, Started: d.started, Fabric: d.fabric}
+func (d *Daemon) Status() status.Node { return d.StatusOf(-1) }
+
+// StatusOf is the status with at most rows QP rows (all when rows < 0),
+// the first by owner (the simulated workload first, then by pid), device
+// and QPN. QPsTotal, Layers and the totals count every QP whatever rows
+// is: a node with 100,000 QPs answers a summary without copying and
+// sorting them all (docs/PERFORMANCE.md, "ibpathd under load").
+func (d *Daemon) StatusOf(rows int) status.Node {
+	n := status.Node{Schema: status.SchemaVersion, Node: d.cfg.Node, Version: d.cfg.Version, Started: d.started, Fabric: d.fabric,
+		Layers: map[string]int{status.LayerAPM: 0, status.LayerCrossNIC: 0, status.LayerNone: 0, status.LayerOther: 0}}
+	armed := fsm.APMArmed.String()
+	count := func(q status.QP) {
+		n.QPsTotal++
+		if _, ok := n.Layers[q.Layer]; ok {
+			n.Layers[q.Layer]++
+		} else {
+			n.Layers[status.LayerOther]++
+		}
+		if q.APM == armed {
+			n.Totals.ArmedQPs++
+		}
+	}
+	room := func() int {
+		if rows < 0 {
+			return math.MaxInt
+		}
+		return rows - len(n.QPs)
+	}
 	d.invMu.Lock()
 	if d.invErr != nil {
 		n.Fabric.Error = d.invErr.Error()
@@ -22,13 +49,23 @@ func (d *Daemon) Status() status.Node {
 		n.HCAs = append(n.HCAs, hcaStatus(h))
 	}
 	d.invMu.Unlock()
-	n.QPs = append(n.QPs, d.simQPs()...)
-	for _, o := range d.owners.list() {
-		o.mu.Lock()
-		qs := make([]status.QP, 0, len(o.qps))
-		for _, q := range o.qps {
-			qs = append(qs, q)
+	for _, q := range d.simQPs() {
+		count(q)
+		if room() > 0 {
+			n.QPs = append(n.QPs, q)
 		}
+	}
+	for _, o := range d.owners.list() {
+		var qs []status.QP
+		o.mu.Lock()
+		want := room() > 0
+		for _, q := range o.qps {
+			count(q)
+			if want {
+				qs = append(qs, q)
+			}
+		}
+		held := len(o.qps)
 		o.mu.Unlock()
 		sort.Slice(qs, func(i, j int) bool {
 			if qs[i].Device != qs[j].Device {
@@ -36,9 +73,9 @@ func (d *Daemon) Status() status.Node {
 			}
 			return qs[i].QPN < qs[j].QPN
 		})
-		n.QPs = append(n.QPs, qs...)
+		n.QPs = append(n.QPs, qs[:min(len(qs), room())]...)
 		n.Owners = append(n.Owners, status.Owner{PID: o.hello.PID, UID: o.caller.UID, Comm: o.hello.Comm,
-			Incarnation: o.hello.Incarnation, Attached: o.attached, QPs: len(qs)})
+			Incarnation: o.hello.Incarnation, Attached: o.attached, QPs: held})
 	}
 	if n.HCAs == nil {
 		n.HCAs = []status.HCA{}
@@ -59,13 +96,8 @@ func (d *Daemon) Status() status.Node {
 	n.Store.QPs, n.Store.MRs = st.Entries()
 	n.Store.Tombstones = st.Tombstones()
 	n.Store.Note = d.storeNote
-	n.Totals = status.Totals{Migrations: d.migrations.Load(), Failovers: d.failovers.Load(), Switchbacks: d.switchbacks.Load(),
-		OwnerRefusals: d.ownerRefusals.Load(), ConnectionsRefused: d.conns.refused.Load()}
-	for _, q := range n.QPs {
-		if q.APM == fsm.APMArmed.String() {
-			n.Totals.ArmedQPs++
-		}
-	}
+	n.Totals.Migrations, n.Totals.Failovers, n.Totals.Switchbacks = d.migrations.Load(), d.failovers.Load(), d.switchbacks.Load()
+	n.Totals.OwnerRefusals, n.Totals.ConnectionsRefused = d.ownerRefusals.Load(), d.conns.refused.Load()
 	d.repl.Totals(&n.Totals)
 	return n
 }

@@ -22,11 +22,17 @@ type Node struct {
 	Fabric  Fabric    `json:"fabric"`
 	HCAs    []HCA     `json:"hcas"`
 	QPs     []QP      `json:"qps"`
-	Owners  []Owner   `json:"owners"` // processes attached over the owner protocol
-	Peers   []Peer    `json:"peers"`
-	Repl    Repl      `json:"replication"`
-	Store   Store     `json:"store"`
-	Totals  Totals    `json:"totals"`
+	// QPsTotal is the number of QPs of the node, and Layers counts them
+	// by layer (LayerAPM, LayerCrossNIC, LayerNone, LayerOther), whether
+	// QPs lists them all or, asked for fewer rows (GET /v1/status?qps=N),
+	// the first of them (by owner pid, device, QPN).
+	QPsTotal int            `json:"qps_total"`
+	Layers   map[string]int `json:"layers"`
+	Owners   []Owner        `json:"owners"` // processes attached over the owner protocol
+	Peers    []Peer         `json:"peers"`
+	Repl     Repl           `json:"replication"`
+	Store    Store          `json:"store"`
+	Totals   Totals         `json:"totals"`
 }
 
 // Fabric says which devices ibpathd runs on, and why.
@@ -69,6 +75,10 @@ const (
 	LayerAPM      = "apm"      // layer 1
 	LayerCrossNIC = "crossnic" // layer 2
 	LayerNone     = "none"     // layer 3: errors surface
+	// LayerOther counts, in Node.Layers and the metrics, QPs reported
+	// with a layer ibpathd does not know (a label per distinct report
+	// would grow without end).
+	LayerOther = "other"
 )
 
 // QP is one RC QP ibpath protects (or tried to).
