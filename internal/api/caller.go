@@ -22,6 +22,9 @@ type Caller struct {
 type Backend interface {
 	// Status returns a snapshot of the node's status.
 	Status() status.Node
+	// StatusOf is Status with at most rows QP rows (every QP when rows <
+	// 0); Node.QPsTotal, Node.Layers and the totals count them all.
+	StatusOf(rows int) status.Node
 	// Arm and Migrate act on the request's target for caller.
 	Arm(ctx context.Context, caller Caller, req ActionRequest) (ActionResult, error)
 	Migrate(ctx context.Context, caller Caller, req ActionRequest) (ActionResult, error)

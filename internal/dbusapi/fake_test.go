@@ -40,7 +40,18 @@ func newFake() *fakeBackend {
 func (f *fakeBackend) Status() status.Node {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.node
+	n := f.node
+	n.QPsTotal = len(n.QPs)
+	return n
+}
+
+// StatusOf is Status with the first rows QPs (all when rows < 0).
+func (f *fakeBackend) StatusOf(rows int) status.Node {
+	n := f.Status()
+	if rows >= 0 && rows < len(n.QPs) {
+		n.QPs = n.QPs[:rows]
+	}
+	return n
 }
 
 func (f *fakeBackend) Arm(ctx context.Context, c api.Caller, req api.ActionRequest) (api.ActionResult, error) {

@@ -25,7 +25,7 @@ func propValues(n status.Node) map[string]any {
 		PropFabric:      n.Fabric.Kind,
 		PropVersion:     n.Version,
 		PropArmedQPs:    clampU32(n.Totals.ArmedQPs),
-		PropQPs:         clampU32(len(n.QPs)),
+		PropQPs:         clampU32(n.QPsTotal),
 		PropMigrations:  n.Totals.Migrations,
 		PropFailovers:   n.Totals.Failovers,
 		PropSwitchbacks: n.Totals.Switchbacks,
@@ -62,7 +62,7 @@ func exportProperties(conn *dbus.Conn, n status.Node) (*prop.Properties, map[str
 // changed, which emits PropertiesChanged for it. Only the signal loop
 // calls it.
 func (s *Server) refresh() {
-	vals := propValues(s.backend.Status())
+	vals := propValues(s.backend.StatusOf(0)) // the counts, without the QP rows
 	for _, name := range propNames {
 		v := vals[name]
 		if s.last[name] == v {

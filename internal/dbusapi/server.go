@@ -136,7 +136,7 @@ func (s *Server) export() error {
 	if err := s.conn.Export(object{s}, Path, Interface); err != nil {
 		return fmt.Errorf("export %s on %s: %w", Interface, Path, err)
 	}
-	props, vals, err := exportProperties(s.conn, s.backend.Status())
+	props, vals, err := exportProperties(s.conn, s.backend.StatusOf(0))
 	if err != nil {
 		return err
 	}
