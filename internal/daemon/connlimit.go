@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/ratelimit"
 )
 
 // The socket's bounds on what one local user holds: every connection
@@ -53,7 +54,7 @@ type connLimit struct {
 	max     int
 	log     *slog.Logger
 	refused atomic.Uint64
-	logs    rateLimit
+	logs    ratelimit.Lines
 
 	mu     sync.Mutex
 	cred   func(net.Conn) (api.Caller, error) // peerCred; tests give other uids (setCred)
@@ -62,7 +63,7 @@ type connLimit struct {
 }
 
 func newConnLimit(max int, log *slog.Logger) *connLimit {
-	return &connLimit{max: max, cred: peerCred, log: log, logs: rateLimit{max: 10}, byUID: map[uint32]int{}, byConn: map[net.Conn]uint32{}}
+	return &connLimit{max: max, cred: peerCred, log: log, logs: ratelimit.Lines{Max: 10}, byUID: map[uint32]int{}, byConn: map[net.Conn]uint32{}}
 }
 
 // state is the http.Server's ConnState hook. A hijacked connection (an
@@ -87,7 +88,7 @@ func (l *connLimit) state(c net.Conn, s http.ConnState) {
 		if over {
 			c.Close()
 			l.refused.Add(1)
-			if held, ok := l.logs.allow(time.Now()); ok {
+			if held, ok := l.logs.Allow(time.Now()); ok {
 				l.log.Warn("connection refused: the user holds too many", "uid", cr.UID, "pid", cr.PID, "max", l.max, "not_logged_before", held)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/ratelimit"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/pathsel"
 )
@@ -143,8 +144,8 @@ type Daemon struct {
 
 	migrations, failovers, switchbacks atomic.Uint64
 	ownerRefusals                      atomic.Uint64 // owner reports, publications and events refused (ownerauth.go)
-	refusalLog                         rateLimit
-	rereads                            rateLimit // device reads for publications of routes the inventory lacks (ownerauth.go)
+	refusalLog                         ratelimit.Lines
+	rereads                            ratelimit.Lines // device reads for publications of routes the inventory lacks (ownerauth.go)
 	conns                              *connLimit
 	storeNote                          string // what opening the store found (storeopen.go)
 
@@ -178,7 +179,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	d := &Daemon{cfg: cfg, log: log, policy: pol, started: time.Now(), stop: make(chan struct{}),
-		owners: owners{byID: map[int]*owner{}, byQP: map[qpRef]*owner{}}, refusalLog: rateLimit{max: 10}, rereads: rateLimit{max: 1}}
+		owners: owners{byID: map[int]*owner{}, byQP: map[qpRef]*owner{}}, refusalLog: ratelimit.Lines{Max: 10}, rereads: ratelimit.Lines{Max: 1}}
 	d.conns = newConnLimit(cfg.MaxConnsPerUser, log)
 	d.poll.every = fullReadEvery(cfg.PortPoll)
 	if err := d.pickFabric(); err != nil {

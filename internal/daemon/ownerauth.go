@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
@@ -120,7 +119,7 @@ func (d *Daemon) portsHold(devs []string, r ownerproto.Route) bool {
 	if ok {
 		return true
 	}
-	if _, again := d.rereads.allow(time.Now()); !again {
+	if _, again := d.rereads.Allow(time.Now()); !again {
 		return false
 	}
 	inv, err := d.discover()
@@ -165,37 +164,11 @@ func (d *Daemon) mayReport(o *owner, e status.Event) error {
 // messages as fast as it likes.
 func (d *Daemon) ownerRefused(log *slog.Logger, what string, err error) {
 	d.ownerRefusals.Add(1)
-	if n, ok := d.refusalLog.allow(time.Now()); ok {
+	if n, ok := d.refusalLog.Allow(time.Now()); ok {
 		if n > 0 {
 			log.Warn(what, "err", err, "not_logged_before", n)
 		} else {
 			log.Warn(what, "err", err)
 		}
 	}
-}
-
-// rateLimit lets through at most max events per second; allow reports
-// whether this one passes and how many were held back since the last
-// one that did.
-type rateLimit struct {
-	max int
-
-	mu      sync.Mutex
-	second  time.Time
-	n, held int
-}
-
-func (l *rateLimit) allow(now time.Time) (held int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.second) >= time.Second {
-		l.second, l.n = now, 0
-	}
-	if l.n >= l.max {
-		l.held++
-		return 0, false
-	}
-	l.n++
-	held, l.held = l.held, 0
-	return held, true
 }

@@ -5,8 +5,9 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/ibpath/ibpath/internal/ratelimit"
 )
 
 // logBridge receives memberlist's log lines (it logs through a
@@ -18,11 +19,7 @@ import (
 type logBridge struct {
 	log     *slog.Logger
 	refused func(host string)
-
-	mu      sync.Mutex
-	second  time.Time
-	lines   int
-	skipped int
+	lines   ratelimit.Lines // Max: refusalLines
 }
 
 // refusalLines bounds the "peer refused" lines a second.
@@ -68,22 +65,8 @@ func (l *logBridge) Write(p []byte) (int, error) {
 	for _, m := range refusals {
 		if strings.Contains(low, m) {
 			l.refused(peerHost(msg))
-			l.mu.Lock()
-			now := time.Now()
-			if now.Sub(l.second) >= time.Second {
-				l.second, l.lines = now, 0
-			}
-			log := l.lines < refusalLines
-			skipped := l.skipped
-			if log {
-				l.lines++
-				l.skipped = 0
-			} else {
-				l.skipped++
-			}
-			l.mu.Unlock()
-			if log {
-				l.log.Warn("replica: peer refused: not authenticated with the cluster key", "detail", msg, "not_logged_before", skipped)
+			if held, ok := l.lines.Allow(time.Now()); ok {
+				l.log.Warn("replica: peer refused: not authenticated with the cluster key", "detail", msg, "not_logged_before", held)
 			}
 			return len(p), nil
 		}

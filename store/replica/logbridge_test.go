@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/ibpath/ibpath/internal/ratelimit"
 )
 
 // TestRefusalsByHostAndRateLimited: one sender's flood of refused
@@ -15,7 +17,7 @@ import (
 func TestRefusalsByHostAndRateLimited(t *testing.T) {
 	var out bytes.Buffer
 	var c counters
-	b := &logBridge{log: slog.New(slog.NewTextHandler(&out, nil)), refused: c.refusedBy}
+	b := &logBridge{log: slog.New(slog.NewTextHandler(&out, nil)), refused: c.refusedBy, lines: ratelimit.Lines{Max: refusalLines}}
 	for i := range 1000 {
 		fmt.Fprintf(b, "2026/11/28 07:00:00 [ERR] memberlist: failed to receive: No installed keys could decrypt the message from=10.0.0.9:%d\n", 40000+i)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/ibpath/ibpath/internal/ratelimit"
 	"github.com/ibpath/ibpath/store"
 )
 
@@ -100,7 +101,7 @@ func Start(st *store.Store, cfg Config) (*Replicator, error) {
 	mc.TCPTimeout = cfg.PushTimeout
 	mc.Delegate = (*delegate)(r)
 	mc.Events = r.dir
-	bridge := &logBridge{log: r.log, refused: r.stats.refusedBy}
+	bridge := &logBridge{log: r.log, refused: r.stats.refusedBy, lines: ratelimit.Lines{Max: refusalLines}}
 	mc.Logger = log.New(bridge, "", 0)
 	if cfg.tune != nil {
 		cfg.tune(mc)
