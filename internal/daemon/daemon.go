@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/ratelimit"
 	"github.com/ibpath/ibpath/internal/status"
@@ -148,6 +150,8 @@ type Daemon struct {
 	rereads                            ratelimit.Lines // device reads for publications of routes the inventory lacks (ownerauth.go)
 	conns                              *connLimit
 	storeNote                          string // what opening the store found (storeopen.go)
+	timings                            timings
+	reg                                *prometheus.Registry // the metrics (metrics.go)
 
 	ln      net.Listener
 	srv     *http.Server
@@ -181,6 +185,8 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, policy: pol, started: time.Now(), stop: make(chan struct{}),
 		owners: owners{byID: map[int]*owner{}, byQP: map[qpRef]*owner{}}, refusalLog: ratelimit.Lines{Max: 10}, rereads: ratelimit.Lines{Max: 1}}
 	d.conns = newConnLimit(cfg.MaxConnsPerUser, log)
+	d.timings = newTimings()
+	d.reg = d.registry()
 	d.poll.every = fullReadEvery(cfg.PortPoll)
 	if err := d.pickFabric(); err != nil {
 		return nil, err

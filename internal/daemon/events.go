@@ -80,7 +80,8 @@ func (d *Daemon) event(e status.Event) {
 	case status.EvSwitchback:
 		d.switchbacks.Add(1)
 	}
-	d.log.Info("event", "kind", e.Kind, "device", e.Device, "port", e.Port, "qpn", e.QPN, "from", e.From, "to", e.To, "reason", e.Reason)
+	d.timings.observe(e)
+	d.log.Info("event", "kind", e.Kind, "device", e.Device, "port", e.Port, "qpn", e.QPN, "from", e.From, "to", e.To, "reason", e.Reason, "took", e.Took)
 	d.events.publish(e)
 }
 

@@ -4,116 +4,173 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/ibpath/ibpath/internal/status"
 )
 
-// serveMetrics renders the status in the Prometheus text exposition
-// format (version 0.0.4).
-func (d *Daemon) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	WriteMetrics(w, d.StatusOf(0)) // the counts, without the QP rows
+// The metrics go through the Prometheus client library: the status as
+// constant metrics made at each scrape (statusCollector, from the counts
+// of StatusOf(0): no QP rows), and the histograms of the recovery times
+// processes report with their events (timings). Label values come from
+// known sets, or from this node's own devices; the library escapes them
+// as the exposition format wants.
+
+// Descriptions of the status metrics, one per family.
+var (
+	descMigrations  = prometheus.NewDesc("ibpath_migrations_total", "Path migrations (layer 1) seen since ibpathd started.", nil, nil)
+	descFailovers   = prometheus.NewDesc("ibpath_failovers_total", "Cross-NIC failovers (layer 2) reported since ibpathd started.", nil, nil)
+	descSwitchbacks = prometheus.NewDesc("ibpath_switchbacks_total", "Cross-NIC switch-backs to the default path since ibpathd started.", nil, nil)
+	descArmed       = prometheus.NewDesc("ibpath_armed_qps", "QPs whose alternate path is armed.", nil, nil)
+	descQPs         = prometheus.NewDesc("ibpath_qps", "QPs by the layer protecting them.", []string{"layer"}, nil)
+	descPortUp      = prometheus.NewDesc("ibpath_port_up", "1 when the port is ACTIVE.", []string{"device", "port"}, nil)
+	descOwners      = prometheus.NewDesc("ibpath_owners", "Processes attached over the owner protocol.", nil, nil)
+	descPeers       = prometheus.NewDesc("ibpath_peers", "Replication peers by state.", []string{"state"}, nil)
+	descEntries     = prometheus.NewDesc("ibpath_store_entries", "Entries of the local store.", []string{"kind"}, nil)
+	descLag         = prometheus.NewDesc("ibpath_replication_lag_seconds", "Lag of received replication pushes, from the origin's write.", []string{"quantile"}, nil)
+	descPeersRef    = prometheus.NewDesc("ibpath_peers_refused_total", "Peer hosts refused for failing the cluster key or the label.", nil, nil)
+	descRecordsRef  = prometheus.NewDesc("ibpath_records_refused_total", "Replicated records refused: their route is not their owner's node's, or they came from another node.", nil, nil)
+	descReplaysRef  = prometheus.NewDesc("ibpath_replays_refused_total", "Peer messages refused as replays: sent to another node, outside the replay window, or seen before.", nil, nil)
+	descOwnerRef    = prometheus.NewDesc("ibpath_owner_refusals_total", "QP reports, publications and events of local processes refused.", nil, nil)
+	descConnsRef    = prometheus.NewDesc("ibpath_connections_refused_total", "Socket connections closed at once: their user held the most allowed.", nil, nil)
+	descSimulated   = prometheus.NewDesc("ibpath_fabric_simulated", "1 when ibpathd runs on the embedded simulated fabric.", nil, nil)
+)
+
+// statusCollector makes the status metrics from a status at each scrape.
+type statusCollector struct{ status func() status.Node }
+
+// Describe sends every description without making a status (the
+// registry asks at registration, before the daemon is up).
+func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMigrations, descFailovers, descSwitchbacks, descArmed, descQPs, descPortUp,
+		descOwners, descPeers, descEntries, descLag, descPeersRef, descRecordsRef, descReplaysRef, descOwnerRef, descConnsRef,
+		descSimulated} {
+		ch <- d
+	}
 }
 
-// WriteMetrics writes the metrics of a status. Every metric is derived
-// from status.Node, the one status type.
-func WriteMetrics(w io.Writer, n status.Node) {
-	m := metricWriter{w: w}
-	m.metric("ibpath_migrations_total", "counter", "Path migrations (layer 1) seen since ibpathd started.", nil, float64(n.Totals.Migrations))
-	m.metric("ibpath_failovers_total", "counter", "Cross-NIC failovers (layer 2) reported since ibpathd started.", nil, float64(n.Totals.Failovers))
-	m.metric("ibpath_switchbacks_total", "counter", "Cross-NIC switch-backs to the default path since ibpathd started.", nil, float64(n.Totals.Switchbacks))
-	m.metric("ibpath_armed_qps", "gauge", "QPs whose alternate path is armed.", nil, float64(n.Totals.ArmedQPs))
+func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.status()
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	t := n.Totals
+	counter(descMigrations, float64(t.Migrations))
+	counter(descFailovers, float64(t.Failovers))
+	counter(descSwitchbacks, float64(t.Switchbacks))
+	gauge(descArmed, float64(t.ArmedQPs))
 	// labels from a known set (status.Node.Layers): a process reports
 	// its QPs' layer, and a label value per distinct report would grow
 	// the series without end
-	layers := map[string]int{}
 	for _, l := range []string{status.LayerAPM, status.LayerCrossNIC, status.LayerNone, status.LayerOther} {
-		layers[l] = n.Layers[l]
+		gauge(descQPs, float64(n.Layers[l]), l)
 	}
-	m.family("ibpath_qps", "gauge", "QPs by the layer protecting them.")
-	for _, l := range sortedKeys(layers) {
-		m.sample("ibpath_qps", [][2]string{{"layer", l}}, float64(layers[l]))
-	}
-	m.family("ibpath_port_up", "gauge", "1 when the port is ACTIVE.")
 	for _, h := range n.HCAs {
 		for _, p := range h.Ports {
 			up := 0.0
 			if p.State == "ACTIVE" {
 				up = 1
 			}
-			m.sample("ibpath_port_up", [][2]string{{"device", h.Name}, {"port", fmt.Sprint(p.Num)}}, up)
+			gauge(descPortUp, up, strings.ToValidUTF8(h.Name, "\uFFFD"), fmt.Sprint(p.Num))
 		}
 	}
-	m.metric("ibpath_owners", "gauge", "Processes attached over the owner protocol.", nil, float64(len(n.Owners)))
+	gauge(descOwners, float64(len(n.Owners)))
 	peers := map[string]int{status.PeerAlive: 0, status.PeerSuspect: 0, status.PeerDead: 0, status.PeerLeft: 0}
 	for _, p := range n.Peers {
-		peers[p.State]++
+		if _, ok := peers[p.State]; ok {
+			peers[p.State]++
+		}
 	}
-	m.family("ibpath_peers", "gauge", "Replication peers by state.")
-	for _, s := range sortedKeys(peers) {
-		m.sample("ibpath_peers", [][2]string{{"state", s}}, float64(peers[s]))
+	for s, v := range peers {
+		gauge(descPeers, float64(v), s)
 	}
-	m.family("ibpath_store_entries", "gauge", "Entries of the local store.")
-	m.sample("ibpath_store_entries", [][2]string{{"kind", "qp"}}, float64(n.Store.QPs))
-	m.sample("ibpath_store_entries", [][2]string{{"kind", "mr"}}, float64(n.Store.MRs))
-	m.sample("ibpath_store_entries", [][2]string{{"kind", "tombstone"}}, float64(n.Store.Tombstones))
-	m.family("ibpath_replication_lag_seconds", "gauge", "Lag of received replication pushes, from the origin's write.")
-	m.sample("ibpath_replication_lag_seconds", [][2]string{{"quantile", "0.5"}}, n.Totals.ReplicationLagP50)
-	m.sample("ibpath_replication_lag_seconds", [][2]string{{"quantile", "0.99"}}, n.Totals.ReplicationLagP99)
-	m.metric("ibpath_peers_refused_total", "counter", "Peers refused for failing the cluster key.", nil, float64(n.Totals.PeersRefused))
-	m.metric("ibpath_records_refused_total", "counter", "Replicated records refused: their route is not their owner's node's, or they came from another node.", nil, float64(n.Totals.RecordsRefused))
-	m.metric("ibpath_replays_refused_total", "counter", "Peer messages refused as replays: sent to another node, outside the replay window, or seen before.", nil, float64(n.Totals.MessagesRefused))
-	m.metric("ibpath_owner_refusals_total", "counter", "QP reports, publications and events of local processes refused.", nil, float64(n.Totals.OwnerRefusals))
-	m.metric("ibpath_connections_refused_total", "counter", "Socket connections closed at once: their user held the most allowed.", nil, float64(n.Totals.ConnectionsRefused))
+	gauge(descEntries, float64(n.Store.QPs), "qp")
+	gauge(descEntries, float64(n.Store.MRs), "mr")
+	gauge(descEntries, float64(n.Store.Tombstones), "tombstone")
+	gauge(descLag, t.ReplicationLagP50, "0.5")
+	gauge(descLag, t.ReplicationLagP99, "0.99")
+	counter(descPeersRef, float64(t.PeersRefused))
+	counter(descRecordsRef, float64(t.RecordsRefused))
+	counter(descReplaysRef, float64(t.MessagesRefused))
+	counter(descOwnerRef, float64(t.OwnerRefusals))
+	counter(descConnsRef, float64(t.ConnectionsRefused))
 	sim := 0.0
 	if n.Fabric.Kind == status.FabricSim {
 		sim = 1
 	}
-	m.metric("ibpath_fabric_simulated", "gauge", "1 when ibpathd runs on the embedded simulated fabric.", nil, sim)
+	gauge(descSimulated, sim)
 }
 
-type metricWriter struct{ w io.Writer }
-
-func (m metricWriter) family(name, typ, help string) {
-	fmt.Fprintf(m.w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+// timings are the histograms of the recovery times reported with events
+// (status.Event.Took): a layer 1 migration from the port's error to the
+// move, a layer 2 failover from the fault to the traffic on the backup.
+type timings struct {
+	migration, failover prometheus.Histogram
 }
 
-func (m metricWriter) sample(name string, labels [][2]string, v float64) {
-	if len(labels) == 0 {
-		fmt.Fprintf(m.w, "%s %g\n", name, v)
+// maxTook bounds a reported time taken for a histogram: anything longer
+// (or not positive) is not a recovery time but a process's mistake.
+const maxTook = time.Hour
+
+func newTimings() timings {
+	buckets := prometheus.ExponentialBuckets(0.001, 2, 16) // 1 ms to 33 s
+	return timings{
+		migration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ibpath_migration_seconds",
+			Help: "Layer 1 path migrations reported by processes: from the port's error to the move.", Buckets: buckets}),
+		failover: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ibpath_failover_seconds",
+			Help: "Layer 2 failovers reported by processes: from the fault to the traffic on the backup.", Buckets: buckets}),
+	}
+}
+
+// observe adds an event's time taken to its histogram.
+func (t timings) observe(e status.Event) {
+	if e.Took <= 0 || e.Took > maxTook {
 		return
 	}
-	var b strings.Builder
-	for i, l := range labels {
-		if i > 0 {
-			b.WriteByte(',')
+	switch e.Kind {
+	case status.EvPathMigrated:
+		t.migration.Observe(e.Took.Seconds())
+	case status.EvFailover:
+		t.failover.Observe(e.Took.Seconds())
+	}
+}
+
+// registry is the daemon's: the status metrics and the timings.
+func (d *Daemon) registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(statusCollector{status: func() status.Node { return d.StatusOf(0) }}, d.timings.migration, d.timings.failover)
+	return reg
+}
+
+// serveMetrics serves the metrics, in the format the scraper asks for.
+func (d *Daemon) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+// WriteMetrics writes the status metrics of n in the text exposition
+// format.
+func WriteMetrics(w io.Writer, n status.Node) error {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(statusCollector{status: func() status.Node { return n }}); err != nil {
+		return fmt.Errorf("metrics: register: %w", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return fmt.Errorf("metrics: gather: %w", err)
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return fmt.Errorf("metrics: encode: %w", err)
 		}
-		fmt.Fprintf(&b, "%s=\"%s\"", l[0], escapeLabel(l[1]))
 	}
-	fmt.Fprintf(m.w, "%s{%s} %g\n", name, b.String(), v)
-}
-
-func (m metricWriter) metric(name, typ, help string, labels [][2]string, v float64) {
-	m.family(name, typ, help)
-	m.sample(name, labels, v)
-}
-
-// escapeLabel renders a label value as the text exposition format
-// wants: UTF-8, with backslash, double quote and line feed escaped
-// (Go's %q escapes more, as \x01, which Prometheus rejects); invalid
-// UTF-8 becomes U+FFFD.
-func escapeLabel(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
-
-func sortedKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return nil
 }

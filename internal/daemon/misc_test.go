@@ -24,7 +24,9 @@ func TestWriteMetrics(t *testing.T) {
 		Store:  status.Store{QPs: 5, MRs: 7, Tombstones: 1},
 		Totals: status.Totals{Migrations: 3, Failovers: 2, Switchbacks: 1, ArmedQPs: 2, ReplicationLagP50: 0.002, ReplicationLagP99: 0.015, PeersRefused: 4}}
 	var b strings.Builder
-	WriteMetrics(&b, n)
+	if err := WriteMetrics(&b, n); err != nil {
+		t.Fatal(err)
+	}
 	got := b.String()
 	for _, want := range []string{
 		"# TYPE ibpath_migrations_total counter\nibpath_migrations_total 3\n",
@@ -176,7 +178,9 @@ func TestMetricsHostileLabels(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	WriteMetrics(&b, status.Node{HCAs: []status.HCA{{Name: "mlx5_\"0\"\n\x01", Ports: []status.Port{{Num: 1, State: "ACTIVE"}}}}})
+	if err := WriteMetrics(&b, status.Node{HCAs: []status.HCA{{Name: "mlx5_\"0\"\n\x01", Ports: []status.Port{{Num: 1, State: "ACTIVE"}}}}}); err != nil {
+		t.Fatal(err)
+	}
 	valid(b.String())
 	if want := `ibpath_port_up{device="mlx5_\"0\"\n` + "\x01" + `",port="1"} 1`; !strings.Contains(b.String(), want) {
 		t.Errorf("missing %q in:\n%s", want, b.String())
@@ -196,5 +200,44 @@ func TestMetricsHostileLabels(t *testing.T) {
 	valid(out)
 	if !strings.Contains(out, `ibpath_qps{layer="apm"} 3`) || strings.Contains(out, "evil") {
 		t.Errorf("a reported layer became a label, or the counts are off:\n%s", out)
+	}
+}
+
+// TestRecoveryHistograms: the times processes report with their events
+// (a migration from the port's error, a failover from the fault) fill
+// ibpath_migration_seconds and ibpath_failover_seconds; a time that is
+// not positive or longer than an hour is left out.
+func TestRecoveryHistograms(t *testing.T) {
+	d, c := testDaemon(t, nil)
+	ctx, s := dialOwner(t, d)
+	if err := s.ReportQP(status.QP{Device: "mlx5_1", QPN: 0x610, Port: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []status.Event{
+		{Kind: status.EvFailover, Took: 250 * time.Millisecond},
+		{Kind: status.EvFailover, Took: 2 * time.Hour},
+		{Kind: status.EvFailover, Took: -time.Second},
+		{Kind: status.EvPathMigrated, Took: 5 * time.Millisecond},
+		{Kind: status.EvPathMigrated},
+	} {
+		e.Device, e.QPN = "mlx5_1", 0x610
+		if err := s.Event(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out string
+	eventually(t, "the events counted", func() bool {
+		n, _ := c.Status(ctx)
+		return n.Totals.Failovers == 3 && n.Totals.Migrations == 2
+	})
+	out, err := c.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ibpath_failover_seconds_count 1\n", `ibpath_failover_seconds_bucket{le="0.256"} 1`,
+		`ibpath_failover_seconds_bucket{le="0.128"} 0`, "ibpath_migration_seconds_count 1\n", `ibpath_migration_seconds_bucket{le="0.008"} 1`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q:\n%s", want, out)
+		}
 	}
 }

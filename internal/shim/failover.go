@@ -437,7 +437,7 @@ func (r *Runtime) observe(q *l2qp) {
 			"since_fault", time.Since(q.faultAt))
 		r.setStatus(q, func(s *status.QP) { s.Failovers++ })
 		r.fo.events = append(r.fo.events, status.Event{Kind: status.EvFailover, At: time.Now(), Device: q.set.dev,
-			Port: q.port, QPN: q.key.qpn, From: from, To: to, Reason: q.reason})
+			Port: q.port, QPN: q.key.qpn, From: from, To: to, Reason: q.reason, Took: time.Since(q.faultAt)})
 	}
 	if sq == fsm.SQSurfaced && !q.surfaced {
 		q.surfaced = true

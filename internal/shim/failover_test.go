@@ -70,13 +70,17 @@ func TestFailoverOnPortErr(t *testing.T) {
 	c.mu.Lock()
 	events := append([]status.Event(nil), c.events...)
 	c.mu.Unlock()
-	kinds := map[uint32]string{}
+	kinds, tooks := map[uint32]string{}, map[uint32]time.Duration{}
 	for _, e := range events {
 		kinds[e.QPN] = e.Kind + " " + e.From + " -> " + e.To
+		tooks[e.QPN] = e.Took
 	}
 	for _, q := range []*appQP{qa, qb} {
 		if k := kinds[q.qp.QPN()]; !strings.HasPrefix(k, status.EvFailover+" mlx5_0 qpn ") || !strings.Contains(k, "-> mlx5_1 qpn ") {
 			t.Fatalf("event of QP %#x: %q (events %+v)", q.qp.QPN(), k, events)
+		}
+		if took := tooks[q.qp.QPN()]; took <= 0 || took > 10*time.Second {
+			t.Fatalf("the failover event of QP %#x says it took %v", q.qp.QPN(), took)
 		}
 	}
 }

@@ -126,6 +126,7 @@ type Layer1Change struct {
 type Layer1Migration struct {
 	From, To string // "port 1", "port 2+1"
 	Port     uint8  // the new primary port
+	FromPort uint8  // the port it left
 	At       time.Time
 }
 
@@ -464,7 +465,8 @@ func (l *Layer1) collect() {
 		}
 		c := &Layer1Change{Device: k.dev, QPN: k.qpn, Status: layer1Status(st)}
 		if st.Migrations != q.last.Migrations && st.Primary != q.last.Primary && q.last.Primary.Port != 0 {
-			c.Migrated = &Layer1Migration{From: q.last.Primary.String(), To: st.Primary.String(), Port: st.Primary.Port, At: time.Now()}
+			c.Migrated = &Layer1Migration{From: q.last.Primary.String(), To: st.Primary.String(), Port: st.Primary.Port,
+				FromPort: q.last.Primary.Port, At: time.Now()}
 			l.log.Info("libibpath: path migrated", "device", k.dev, "qpn", k.qpn, "from", c.Migrated.From, "to", c.Migrated.To)
 		}
 		q.last = st

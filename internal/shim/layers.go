@@ -102,7 +102,7 @@ func (r *Runtime) l1Changed(c Layer1Change) {
 	}
 	if c.Migrated != nil && rep != nil {
 		ev := status.Event{Kind: status.EvPathMigrated, At: c.Migrated.At, Device: c.Device, Port: c.Migrated.Port,
-			QPN: c.QPN, From: c.Migrated.From, To: c.Migrated.To}
+			QPN: c.QPN, From: c.Migrated.From, To: c.Migrated.To, Took: r.migrationTook(c.Device, c.Migrated.FromPort, c.Migrated.At)}
 		if err := rep.Event(ev); err != nil {
 			r.log.Debug("libibpath: send event to ibpathd", "kind", ev.Kind, "qpn", c.QPN, "err", err)
 		}

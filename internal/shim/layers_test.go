@@ -91,6 +91,18 @@ func (s *lySession) Event(e status.Event) error {
 }
 
 // eventsOf returns the events of one QP, as "kind from -> to".
+// tookOf is the Took of qpn's first event of kind.
+func (s *lySession) tookOf(qpn uint32, kind string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.events {
+		if e.QPN == qpn && e.Kind == kind {
+			return e.Took
+		}
+	}
+	return 0
+}
+
 func (s *lySession) eventsOf(qpn uint32) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -522,6 +534,10 @@ func TestLayersCableCutLayer1Migrates(t *testing.T) {
 	}
 	if ev := a.sess.eventsOf(qa.qp.QPN()); len(ev) == 0 || ev[0] != status.EvPathMigrated+" port 1 -> port 2" {
 		t.Fatalf("node0's events for its QP: %q; want the migration", ev)
+	}
+	// the time from the port's error to the move (ibpathd's histogram)
+	if took := a.sess.tookOf(qa.qp.QPN(), status.EvPathMigrated); took <= 0 || took > 10*time.Second {
+		t.Fatalf("the migration event says it took %v", took)
 	}
 	for _, e := range a.sess.eventsOf(qa.qp.QPN()) {
 		if strings.HasPrefix(e, status.EvFailover) {

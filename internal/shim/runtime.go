@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
@@ -98,6 +99,7 @@ type Runtime struct {
 	prov     verbs.Provider
 	watchers map[string]*watcher
 	ports    map[portKey]PortState
+	portErr  map[portKey]time.Time // when each port's last PORT_ERR was seen (migrationTook)
 	closed   bool
 	stop     chan struct{}
 
@@ -129,7 +131,7 @@ func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
-		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{},
+		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, portErr: map[portKey]time.Time{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{},
 		rescan: make(chan struct{}, 1),
 		fo:     failover{qps: map[qpKey]*l2qp{}, srqs: map[verbs.SRQ]*l2srq{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64), clock: newWallClock()}}
 	r.startLayer1()

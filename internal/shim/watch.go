@@ -78,6 +78,13 @@ func (w *watcher) close() {
 // PORT_ERR and DEVICE_FATAL start layer 2's failover of the armed QPs
 // there.
 func (r *Runtime) portEvent(dev string, ev verbs.AsyncEvent) {
+	if ev.Type == verbs.EventPortErr {
+		// noted before layer 1 acts on it: the migrations it makes
+		// now are timed from it (migrationTook)
+		r.mu.Lock()
+		r.portErr[portKey{dev, ev.Port}] = time.Now()
+		r.mu.Unlock()
+	}
 	if r.l1 != nil {
 		r.l1.PortEvent(dev, ev) // layer 1 first: it migrates, and hands over what it cannot save
 	}
@@ -103,6 +110,20 @@ func (r *Runtime) portEvent(dev string, ev verbs.AsyncEvent) {
 type portKey struct {
 	dev  string
 	port uint8
+}
+
+// migrationTook is how long a layer 1 migration of a QP of dev off port
+// from, seen at at, took from that port's error: its last PORT_ERR seen
+// before at, within a minute (0 when none: a migration the device made
+// on its own after retries, a fail back off a healthy port).
+func (r *Runtime) migrationTook(dev string, from uint8, at time.Time) time.Duration {
+	r.mu.Lock()
+	errAt, ok := r.portErr[portKey{dev, from}]
+	r.mu.Unlock()
+	if !ok || errAt.After(at) || at.Sub(errAt) > time.Minute {
+		return 0
+	}
+	return at.Sub(errAt)
 }
 
 // Ports returns the port states seen so far.

@@ -23,4 +23,8 @@ type Event struct {
 	From   string `json:"from,omitempty"`
 	To     string `json:"to,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Took is how long the recovery took, when the reporter knows:
+	// PathMigrated from the port's error to the move, Failover from the
+	// fault to the traffic on the backup (the daemon's histograms).
+	Took time.Duration `json:"took_ns,omitempty"`
 }
