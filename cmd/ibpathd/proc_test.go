@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 
 // daemonProc is one ibpathd process.
 type daemonProc struct {
-	t      *testing.T
+	t      testing.TB
 	name   string
 	args   []string
 	socket string
@@ -43,7 +43,7 @@ type daemonProc struct {
 
 // start runs ibpathd with args plus a socket and state directory of its
 // own, and waits until its API answers.
-func startDaemon(t *testing.T, name, stateDir string, args ...string) *daemonProc {
+func startDaemon(t testing.TB, name, stateDir string, args ...string) *daemonProc {
 	t.Helper()
 	p := &daemonProc{t: t, name: name, state: stateDir, socket: filepath.Join(stateDir, "ibpathd.sock")}
 	p.args = append([]string{"--node", name, "--socket", p.socket, "--state-dir", stateDir, "--dbus", "off", "--config", filepath.Join(stateDir, "none.conf")}, args...)
