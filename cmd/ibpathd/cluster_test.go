@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,4 +174,49 @@ func TestClusterConvergesSurvivesKillAndRefusesStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustContain(t, "node0's metrics", m, `ibpath_peers{state="alive"} 2`, "ibpath_peers_refused_total ")
+}
+
+// TestDamagedStoreRelearnedFromPeers: node1's store file is damaged
+// while it is down (a page of garbage where its entries were). It starts
+// anyway, with the file moved aside and an empty store, and anti-entropy
+// brings back the entry node0 had published for node1.
+func TestDamagedStoreRelearnedFromPeers(t *testing.T) {
+	dirs := []string{t.TempDir(), t.TempDir()}
+	key := keyFile(t, dirs[0], testKey)
+	n0 := clusterNode(t, 0, dirs[0], key, "")
+	n1 := clusterNode(t, 1, dirs[1], key, n0.status().Repl.Addr)
+	for _, p := range []*daemonProc{n0, n1} {
+		eventually(t, 15*time.Second, p.name+" sees its peer", func() bool { return alivePeers(p.status()) == 1 })
+	}
+	lid0, lid1 := n0.status().HCAs[0].Ports[0].LID, n1.status().HCAs[0].Ports[0].LID
+	s := attach(t, n0)
+	if err := s.ReportQP(status.QP{Device: n0.status().HCAs[0].Name, QPN: 0x1300, Port: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PublishQP(context.Background(), ownerproto.PublishQP{Key: store.QPKey{LID: lid0, QPN: 0x1300},
+		Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: lid0 + 4, QPN: 0x1301}, Remote: ownerproto.Route{LID: lid1}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the entry on node1", func() bool { return hasQP(t, n1, 0x1300) })
+	n1.pinGossip()
+	n1.stop()
+	path := filepath.Join(dirs[1], "store.db")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 2 * 4096; i < min(len(b), 4*4096); i++ { // the pages after the meta pages
+		b[i] = 0xa5
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n1.run()
+	if note := n1.status().Store.Note; !strings.Contains(note, "damaged at start") {
+		t.Fatalf("node1's store note %q", note)
+	}
+	if aside, _ := filepath.Glob(path + ".damaged-*"); len(aside) != 1 {
+		t.Fatalf("files moved aside: %v", aside)
+	}
+	eventually(t, 20*time.Second, "the entry back on node1 from node0", func() bool { return hasQP(t, n1, 0x1300) })
 }
