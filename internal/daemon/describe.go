@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/pathsel"
@@ -58,8 +59,15 @@ func (d *Daemon) describeLocal(r ownerproto.Route) (pathsel.HCA, error) {
 }
 
 // inventoryHolds reports whether a port of inv is the destination of r.
-func inventoryHolds(inv []pathsel.HCAInfo, r ownerproto.Route) bool {
+func inventoryHolds(inv []pathsel.HCAInfo, r ownerproto.Route) bool { return devicesHold(inv, nil, r) }
+
+// devicesHold reports whether a port of one of devs in inv (of any
+// device when devs is nil) is the destination of r.
+func devicesHold(inv []pathsel.HCAInfo, devs []string, r ownerproto.Route) bool {
 	for _, h := range inv {
+		if devs != nil && !slices.Contains(devs, h.Name) {
+			continue
+		}
 		for _, p := range h.Ports {
 			if holds(p, r) {
 				return true

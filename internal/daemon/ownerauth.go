@@ -3,12 +3,10 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
-	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/store"
 )
 
@@ -100,21 +98,8 @@ func (d *Daemon) mayPublish(o *owner, m ownerproto.Msg) error {
 // every fullReadInterval, and a process publishes its QPs as soon as they
 // are connected.
 func (d *Daemon) portsHold(devs []string, r ownerproto.Route) bool {
-	in := func(inv []pathsel.HCAInfo) bool {
-		for _, h := range inv {
-			if devs != nil && !slices.Contains(devs, h.Name) {
-				continue
-			}
-			for _, p := range h.Ports {
-				if holds(p, r) {
-					return true
-				}
-			}
-		}
-		return false
-	}
 	d.invMu.Lock()
-	ok := in(d.inv)
+	ok := devicesHold(d.inv, devs, r)
 	d.invMu.Unlock()
 	if ok {
 		return true
@@ -123,7 +108,7 @@ func (d *Daemon) portsHold(devs []string, r ownerproto.Route) bool {
 		return false
 	}
 	inv, err := d.discover()
-	return err == nil && in(inv)
+	return err == nil && devicesHold(inv, devs, r)
 }
 
 func (d *Daemon) mayPublishQP(o *owner, k store.QPKey) error {
