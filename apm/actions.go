@@ -29,7 +29,7 @@ func (m *Manager) step(e *entry, ev fsm.APMEvent) {
 		case fsm.ActHandOver:
 			m.stats.Handovers++
 			if m.next != nil {
-				m.next.HandOver(e.qp, a.Reason)
+				m.next.HandOver(e.qp, drainedReason(e.dev, e, a.Reason))
 			}
 		}
 		if out != nil {

@@ -36,7 +36,7 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 			m.step(e, fsm.APMEvent{Kind: fsm.EvPortDown, Port: ev.Port})
 		}
 	case verbs.EventPortActive:
-		d.refresh()
+		d.refresh() // a drained port stays DOWN in desc: no path is chosen on it
 		m.each(d, fsm.APMEvent{Kind: fsm.EvPortUp, Port: ev.Port})
 	case verbs.EventLIDChange, verbs.EventSMChange, verbs.EventGIDChange, verbs.EventClientReregister:
 		d.refresh()

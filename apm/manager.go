@@ -23,6 +23,9 @@ type Manager struct {
 	devs  []*device
 	byQP  map[verbs.QP]*entry
 	stats Stats
+	// drained lists, by device name, the ports an operator drained
+	// (drain.go).
+	drained map[string][]uint8
 }
 
 // device is an open adapter with the QPs registered on it.
@@ -31,6 +34,7 @@ type device struct {
 	desc    pathsel.HCA
 	descErr error
 	entries []*entry
+	drained []uint8 // ports drained by an operator, shown DOWN in desc
 }
 
 // entry is one protected QP.
@@ -90,13 +94,16 @@ func (m *Manager) device(ctx verbs.Context) *device {
 			return d
 		}
 	}
-	d := &device{ctx: ctx}
+	d := &device{ctx: ctx, drained: m.drained[ctx.Device().Name]}
 	d.refresh()
 	m.devs = append(m.devs, d)
 	return d
 }
 
-func (d *device) refresh() { d.desc, d.descErr = pathsel.Describe(d.ctx) }
+func (d *device) refresh() {
+	d.desc, d.descErr = pathsel.Describe(d.ctx)
+	d.markDrained()
+}
 
 func ref(attr verbs.QPAttr) fsm.PathRef {
 	return fsm.PathRef{Port: attr.PortNum, Bits: attr.AHAttr.SrcPathBits}
@@ -126,6 +133,9 @@ func (m *Manager) Register(ctx verbs.Context, qp verbs.QP) error {
 	// be judged by ports seen down before it.
 	e.dev.refresh()
 	m.start(e, attr.PortNum)
+	if attr.QPState != verbs.QPSRTR {
+		m.drainNewEntry(e) // an RTR QP's at RTS (ModifyQP), once it can arm
+	}
 	return nil
 }
 
@@ -186,7 +196,11 @@ func (m *Manager) ModifyQP(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr, m
 		return m.modifyToRTR(ctx, qp, attr, mask)
 	case cur == verbs.QPSRTR && attr.QPState == verbs.QPSRTS && mask&verbs.QPAttrPathMigState == 0:
 		if e, ok := m.byQP[qp]; ok && e.m.State == fsm.APMUnprotected {
-			return m.modifyToRTS(e, attr, mask)
+			if err := m.modifyToRTS(e, attr, mask); err != nil {
+				return err
+			}
+			m.drainNewEntry(e)
+			return nil
 		}
 	}
 	return qp.Modify(attr, mask)

@@ -24,6 +24,20 @@ type world struct {
 	nodes []*node
 	step  time.Duration
 	maxWR int // queue depth of new QPs (default 512)
+	// view, when set, changes the peer descriptions the managers get, as
+	// a peer's ibpathd shows its drained ports DOWN.
+	view func(pathsel.HCA) pathsel.HCA
+}
+
+// viewed is the managers' peer resolver: the catalog, through w.view.
+type viewed struct{ w *world }
+
+func (v viewed) Peer(ah verbs.AHAttr) (pathsel.HCA, error) {
+	h, err := v.w.cat.Peer(ah)
+	if err == nil && v.w.view != nil {
+		h = v.w.view(h)
+	}
+	return h, err
 }
 
 type node struct {
@@ -91,7 +105,7 @@ func newWorld(t testing.TB, spec sim.RailSpec, cfg apm.Config) *world {
 			})
 		}
 		n := &node{host: h, ho: &handovers{}, byDev: map[string]verbs.Context{}}
-		n.mgr, err = apm.New(f, cfg, w.cat, n.ho)
+		n.mgr, err = apm.New(f, cfg, viewed{w}, n.ho)
 		must(t, err)
 		w.nodes = append(w.nodes, n)
 	}

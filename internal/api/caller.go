@@ -28,6 +28,9 @@ type Backend interface {
 	// Arm and Migrate act on the request's target for caller.
 	Arm(ctx context.Context, caller Caller, req ActionRequest) (ActionResult, error)
 	Migrate(ctx context.Context, caller Caller, req ActionRequest) (ActionResult, error)
+	// Drain and Undrain take a port out of service, or put it back.
+	Drain(ctx context.Context, caller Caller, req PortRequest) (DrainResult, error)
+	Undrain(ctx context.Context, caller Caller, req PortRequest) (DrainResult, error)
 	// Subscribe returns a channel of status events and a function that
 	// cancels the subscription and closes the channel. A subscriber that
 	// does not keep up loses events (the channel never blocks the daemon);

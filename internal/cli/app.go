@@ -48,6 +48,8 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			statusCommand(),
 			armCommand(),
 			migrateCommand(),
+			drainCommand(),
+			undrainCommand(),
 			peersCommand(),
 			storeCommand(),
 			metricsCommand(),

@@ -16,7 +16,7 @@ const (
 	ExitUsage      = 2 // bad command line: unknown command or flag, missing or malformed argument
 	ExitDaemonDown = 3 // ibpathd is not running (nothing listens on the socket)
 	ExitDenied     = 4 // ibpathd, or the socket's permissions, refused the request
-	ExitPartial    = 5 // an action (arm, migrate) failed on some of its QPs
+	ExitPartial    = 5 // an action (arm, migrate, drain) failed on some of its QPs or processes
 )
 
 // usageError is a mistake on the command line.
@@ -36,10 +36,19 @@ type partialError struct {
 	action string
 	failed int
 	total  int
+	unit   string // "QPs" when empty
+	msg    string // the whole message, when set
 }
 
 func (e *partialError) Error() string {
-	return fmt.Sprintf("%s failed on %d of %d QPs", e.action, e.failed, e.total)
+	if e.msg != "" {
+		return e.msg
+	}
+	unit := e.unit
+	if unit == "" {
+		unit = "QPs"
+	}
+	return fmt.Sprintf("%s failed on %d of %d %s", e.action, e.failed, e.total, unit)
 }
 
 // socketDeniedError: the socket exists but its permissions keep this user

@@ -100,6 +100,16 @@ func (f *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if r.URL.Path == api.PathDrain || r.URL.Path == api.PathUndrain {
+		want = http.MethodPost
+		var req api.PortRequest
+		dec := json.NewDecoder(bytes.NewReader(body.Bytes()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.Validate() != nil {
+			writeError(w, http.StatusBadRequest, api.Error{Code: api.CodeBadRequest, Message: "bad port request"})
+			return
+		}
+	}
 	if r.Method != want {
 		writeError(w, http.StatusMethodNotAllowed, api.Error{Code: api.CodeBadRequest, Message: "method not allowed"})
 		return

@@ -124,6 +124,10 @@ func renderStatus(w io.Writer, n status.Node) error {
 			len(n.QPs), n.QPsTotal, n.Layers[status.LayerAPM], n.Layers[status.LayerCrossNIC], n.Layers[status.LayerNone])
 	}
 
+	if err := renderDrains(w, n.Drains); err != nil {
+		return err
+	}
+
 	fmt.Fprintf(w, "\nowners:\n")
 	if len(n.Owners) == 0 {
 		fmt.Fprintln(w, "  none")

@@ -141,6 +141,7 @@ type Daemon struct {
 	describeReads atomic.Uint64
 
 	owners owners
+	drains *drainSet // the drained ports (drain.go)
 	repl   replicator
 	events broadcaster
 
@@ -198,6 +199,10 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := keepPrivate(cfg.StateDir, 0o700, log); err != nil {
 		d.closeFabric()
 		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if err := d.openDrains(); err != nil {
+		d.closeFabric()
+		return nil, err
 	}
 	if err := keepPrivate(filepath.Join(cfg.StateDir, "store.db"), 0o600, log); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		d.closeFabric()

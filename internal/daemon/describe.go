@@ -48,7 +48,7 @@ func (d *Daemon) describeLocal(r ownerproto.Route) (pathsel.HCA, error) {
 	for _, h := range inv {
 		for _, p := range h.Ports {
 			if holds(p, r) {
-				return h.HCA(), nil
+				return d.drainView(h.HCA()), nil
 			}
 		}
 	}

@@ -26,6 +26,8 @@ func (d *Daemon) handler() http.Handler {
 	mux.HandleFunc("GET "+api.PathPeers, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, d.Status().Peers) })
 	mux.HandleFunc("POST "+api.PathArm, d.action(d.Arm))
 	mux.HandleFunc("POST "+api.PathMigrate, d.action(d.Migrate))
+	mux.HandleFunc("POST "+api.PathDrain, d.portAction(d.Drain))
+	mux.HandleFunc("POST "+api.PathUndrain, d.portAction(d.Undrain))
 	mux.HandleFunc("GET "+api.PathStoreQPs, d.storeQPs)
 	mux.HandleFunc("GET "+api.PathStoreMRs, d.storeMRs)
 	mux.HandleFunc("GET "+api.PathMetrics, d.serveMetrics)
@@ -44,7 +46,7 @@ func (d *Daemon) handler() http.Handler {
 
 // knownPaths maps each path to its method, for 405 answers.
 var knownPaths = map[string]string{
-	api.PathStatus: "GET", api.PathPeers: "GET", api.PathArm: "POST", api.PathMigrate: "POST",
+	api.PathStatus: "GET", api.PathPeers: "GET", api.PathArm: "POST", api.PathMigrate: "POST", api.PathDrain: "POST", api.PathUndrain: "POST",
 	api.PathStoreQPs: "GET", api.PathStoreMRs: "GET", api.PathMetrics: "GET", api.PathOwner: "GET",
 }
 
@@ -256,4 +258,31 @@ func (d *Daemon) status(w http.ResponseWriter, r *http.Request) {
 		rows = n
 	}
 	writeJSON(w, http.StatusOK, d.StatusOf(rows))
+}
+
+type portFunc func(ctx context.Context, c api.Caller, req api.PortRequest) (api.DrainResult, error)
+
+// portAction serves /v1/drain and /v1/undrain: 200 when every process
+// answered, 207 when some did not (see Owners).
+func (d *Daemon) portAction(fn portFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, _ := callerOf(r.Context())
+		var req api.PortRequest
+		if err := decodeRequest(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		res, err := fn(r.Context(), c, req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		code := http.StatusOK
+		for _, o := range res.Owners {
+			if !o.OK {
+				code = http.StatusMultiStatus
+			}
+		}
+		writeJSON(w, code, res)
+	}
 }

@@ -38,6 +38,7 @@ var (
 	descReplaysRef  = prometheus.NewDesc("ibpath_replays_refused_total", "Peer messages refused as replays: sent to another node, outside the replay window, or seen before.", nil, nil)
 	descOwnerRef    = prometheus.NewDesc("ibpath_owner_refusals_total", "QP reports, publications and events of local processes refused.", nil, nil)
 	descConnsRef    = prometheus.NewDesc("ibpath_connections_refused_total", "Socket connections closed at once: their user held the most allowed.", nil, nil)
+	descDrainLeft   = prometheus.NewDesc("ibpath_drained_port_qps", "QPs whose traffic still uses a port an operator drained (one series per drained port; 0: the drain is complete).", []string{"device", "port"}, nil)
 	descSimulated   = prometheus.NewDesc("ibpath_fabric_simulated", "1 when ibpathd runs on the embedded simulated fabric.", nil, nil)
 )
 
@@ -49,7 +50,7 @@ type statusCollector struct{ status func() status.Node }
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMigrations, descFailovers, descSwitchbacks, descArmed, descQPs, descPortUp,
 		descOwners, descPeers, descEntries, descLag, descPeersRef, descRecordsRef, descReplaysRef, descOwnerRef, descConnsRef,
-		descSimulated} {
+		descSimulated, descDrainLeft} {
 		ch <- d
 	}
 }
@@ -81,6 +82,9 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descPortUp, up, strings.ToValidUTF8(h.Name, "\uFFFD"), fmt.Sprint(p.Num))
 		}
+	}
+	for _, x := range n.Drains {
+		gauge(descDrainLeft, float64(x.QPsLeft), strings.ToValidUTF8(x.Device, "\uFFFD"), fmt.Sprint(x.Port))
 	}
 	gauge(descOwners, float64(len(n.Owners)))
 	peers := map[string]int{status.PeerAlive: 0, status.PeerSuspect: 0, status.PeerDead: 0, status.PeerLeft: 0}

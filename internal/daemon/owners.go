@@ -143,8 +143,8 @@ func (d *Daemon) serveOwner(c *ownerproto.Conn, caller api.Caller) {
 		return
 	}
 	h := *m.Hello
-	if h.Proto != ownerproto.Proto {
-		refuse("protocol %d not supported (this ibpathd speaks %d)", h.Proto, ownerproto.Proto)
+	if h.Proto < ownerproto.ProtoMin || h.Proto > ownerproto.Proto {
+		refuse("protocol %d not supported (this ibpathd speaks %d to %d)", h.Proto, ownerproto.ProtoMin, ownerproto.Proto)
 		return
 	}
 	if h.PID != caller.PID {
@@ -167,7 +167,8 @@ func (d *Daemon) serveOwner(c *ownerproto.Conn, caller api.Caller) {
 	if err := c.Send(ownerproto.Msg{Type: ownerproto.TypeWelcome, Welcome: &ownerproto.Welcome{Proto: ownerproto.Proto, Node: d.cfg.Node}}); err != nil {
 		log.Warn("owner session: welcome", "err", err)
 	}
-	log.Info("owner attached", "incarnation", h.Incarnation, "comm", h.Comm)
+	log.Info("owner attached", "incarnation", h.Incarnation, "comm", h.Comm, "proto", h.Proto)
+	go d.drainNewOwner(o)
 	err = d.ownerLoop(o, log)
 	d.detach(o, err, log)
 }

@@ -42,6 +42,7 @@ type simNode struct {
 
 	mu          sync.Mutex
 	lastPrimary map[verbs.QP]string // for the "from" of PathMigrated
+	drained     map[string][]uint8  // this host's drained ports, by device (drain.go)
 }
 
 type simQP struct {
@@ -68,7 +69,7 @@ func startSimNode(cfg SimConfig, log *slog.Logger, forward func(asyncev.Event)) 
 	if err != nil {
 		return nil, fmt.Errorf("sim: build fabric: %w", err)
 	}
-	n := &simNode{f: f, stop: make(chan struct{}), lastPrimary: map[verbs.QP]string{}}
+	n := &simNode{f: f, stop: make(chan struct{}), lastPrimary: map[verbs.QP]string{}, drained: map[string][]uint8{}}
 	n.host = f.Host(fmt.Sprintf("node%d", cfg.Index))
 	peerHost := f.Host(fmt.Sprintf("node%d", (cfg.Index+1)%cfg.Hosts))
 	if n.host == nil || peerHost == nil {
@@ -82,7 +83,11 @@ func startSimNode(cfg SimConfig, log *slog.Logger, forward func(asyncev.Event)) 
 			if err != nil {
 				return nil, fmt.Errorf("sim: ibv_open_device %s/%s: %w", h.Name(), a.Name(), err)
 			}
-			cat.Add(func() (pathsel.HCA, error) { return pathsel.Describe(c) })
+			if h == n.host {
+				cat.Add(n.viewOf(c)) // the peer host sees this host's drained ports DOWN
+			} else {
+				cat.Add(func() (pathsel.HCA, error) { return pathsel.Describe(c) })
+			}
 			if h == n.host {
 				n.ctxs = append(n.ctxs, c)
 				n.names = append(n.names, a.Name())

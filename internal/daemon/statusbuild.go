@@ -49,8 +49,10 @@ func (d *Daemon) StatusOf(rows int) status.Node {
 		n.HCAs = append(n.HCAs, hcaStatus(h))
 	}
 	d.invMu.Unlock()
+	ds := d.newDrainStatus()
 	for _, q := range d.simQPs() {
 		count(q)
+		ds.see(q, nil)
 		if room() > 0 {
 			n.QPs = append(n.QPs, q)
 		}
@@ -61,6 +63,7 @@ func (d *Daemon) StatusOf(rows int) status.Node {
 		want := room() > 0
 		for _, q := range o.qps {
 			count(q)
+			ds.see(q, o)
 			if want {
 				qs = append(qs, q)
 			}
@@ -75,8 +78,9 @@ func (d *Daemon) StatusOf(rows int) status.Node {
 		})
 		n.QPs = append(n.QPs, qs[:min(len(qs), room())]...)
 		n.Owners = append(n.Owners, status.Owner{PID: o.hello.PID, UID: o.caller.UID, Comm: o.hello.Comm,
-			Incarnation: o.hello.Incarnation, Attached: o.attached, QPs: held})
+			Incarnation: o.hello.Incarnation, Attached: o.attached, QPs: held, Proto: o.hello.Proto})
 	}
+	n.Drains = ds.list
 	if n.HCAs == nil {
 		n.HCAs = []status.HCA{}
 	}

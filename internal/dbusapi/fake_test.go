@@ -2,6 +2,7 @@ package dbusapi
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/ibpath/ibpath/internal/api"
@@ -60,6 +61,15 @@ func (f *fakeBackend) Arm(ctx context.Context, c api.Caller, req api.ActionReque
 
 func (f *fakeBackend) Migrate(ctx context.Context, c api.Caller, req api.ActionRequest) (api.ActionResult, error) {
 	return f.act("migrate", c, req)
+}
+
+// Drain and Undrain are not served over D-Bus.
+func (f *fakeBackend) Drain(context.Context, api.Caller, api.PortRequest) (api.DrainResult, error) {
+	return api.DrainResult{}, errors.New("drain is not served over D-Bus")
+}
+
+func (f *fakeBackend) Undrain(context.Context, api.Caller, api.PortRequest) (api.DrainResult, error) {
+	return api.DrainResult{}, errors.New("undrain is not served over D-Bus")
 }
 
 func (f *fakeBackend) act(action string, c api.Caller, req api.ActionRequest) (api.ActionResult, error) {

@@ -12,10 +12,13 @@ import (
 )
 
 // Proto is the protocol version of this package; Upgrade is the token of
-// the HTTP upgrade.
+// the HTTP upgrade. ProtoMin is the oldest protocol ibpathd still serves:
+// a process that loaded an older libibpath before an upgrade keeps its
+// session (protocol 1 has no drain command, so ibpathd sends it none).
 const (
-	Proto   = 1
-	Upgrade = "ibpath-owner/1"
+	Proto    = 2
+	ProtoMin = 1
+	Upgrade  = "ibpath-owner/1"
 	// MaxLine bounds one message, newline included.
 	MaxLine = 64 << 10
 )
@@ -123,13 +126,21 @@ type Found struct {
 const (
 	OpArm     = "arm"
 	OpMigrate = "migrate"
+	// OpDrain and OpUndrain take Port of Device out of service, or put it
+	// back, for every QP of the owner, present and future (QPN 0). From
+	// protocol 2 on.
+	OpDrain   = "drain"
+	OpUndrain = "undrain"
+	// OpDrainProto is the first protocol with OpDrain and OpUndrain.
+	OpDrainProto = 2
 )
 
-// Command asks the owner to act on one of its QPs.
+// Command asks the owner to act on one of its QPs, or on a port.
 type Command struct {
 	Op     string `json:"op"`
 	Device string `json:"device"`
-	QPN    uint32 `json:"qpn"`
+	QPN    uint32 `json:"qpn,omitempty"`
+	Port   uint8  `json:"port,omitempty"`
 	DryRun bool   `json:"dry_run,omitempty"`
 }
 

@@ -85,11 +85,10 @@ func (m Msg) Validate() error {
 		}
 	case TypeCommand:
 		ok = m.Command != nil
-		if ok && m.Command.Op != OpArm && m.Command.Op != OpMigrate {
-			return bad("unknown op %q", m.Command.Op)
-		}
-		if ok && (m.Command.Device == "" || m.Command.QPN == 0) {
-			return bad("a device and a QPN are required")
+		if ok {
+			if err := m.Command.validate(); err != nil {
+				return bad("%v", err)
+			}
 		}
 	case TypeResult:
 		ok = m.Result != nil
@@ -107,6 +106,22 @@ func (m Msg) Validate() error {
 		m.Type == TypeCommand || m.Type == TypeResult
 	if needID && m.ID == 0 {
 		return bad("an id is required")
+	}
+	return nil
+}
+
+func (c *Command) validate() error {
+	switch c.Op {
+	case OpArm, OpMigrate:
+		if c.Device == "" || c.QPN == 0 || c.Port != 0 {
+			return fmt.Errorf("%s: a device and a QPN are required, and no port", c.Op)
+		}
+	case OpDrain, OpUndrain:
+		if c.Device == "" || c.Port == 0 || c.QPN != 0 || c.DryRun {
+			return fmt.Errorf("%s: a device and a port are required, and no QPN or dry run", c.Op)
+		}
+	default:
+		return fmt.Errorf("unknown op %q", c.Op)
 	}
 	return nil
 }

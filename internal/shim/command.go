@@ -6,9 +6,13 @@ import (
 	"github.com/ibpath/ibpath/internal/ownerproto"
 )
 
-// Command carries out an arm or migrate relayed by ibpathd. Layer 1 acts
+// Command carries out an arm, migrate, drain or undrain relayed by
+// ibpathd. Layer 1 acts
 // only on QPs it armed; for any other QP the answer says why not.
 func (r *Runtime) Command(c ownerproto.Command) ownerproto.Result {
+	if c.Op == ownerproto.OpDrain || c.Op == ownerproto.OpUndrain {
+		return r.Drain(c)
+	}
 	if r.l1 != nil {
 		if res, ok := r.l1.Command(c); ok {
 			return res

@@ -187,6 +187,9 @@ func (r *Runtime) armConnected() {
 		})
 		r.log.Debug("libibpath: layer 2 armed", "qpn", q.key.qpn, "device", q.set.dev, "backup", q.set.backup)
 	}
+	if len(ready) > 0 {
+		r.leaveDrainedLocked() // a QP connected on a drained port leaves it at once
+	}
 }
 
 // divert takes q from the hot path and builds its Conn from the rings.

@@ -100,6 +100,7 @@ type Runtime struct {
 	watchers map[string]*watcher
 	ports    map[portKey]PortState
 	portErr  map[portKey]time.Time // when each port's last PORT_ERR was seen (migrationTook)
+	drained  map[portKey]bool      // ports an operator drained (drain.go)
 	closed   bool
 	stop     chan struct{}
 

@@ -89,10 +89,14 @@ func (r *Runtime) tickLater() {
 }
 
 // portUp reports whether a port of the application's device is up, as
-// the last port event on the shim's own context said (up when none came).
+// the last port event on the shim's own context said (up when none came),
+// and not drained.
 func (r *Runtime) portUp(dev string, port uint8) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.drained[portKey{dev, port}] {
+		return false
+	}
 	p, ok := r.ports[portKey{dev, port}]
 	return !ok || p.Up
 }

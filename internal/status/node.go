@@ -29,10 +29,13 @@ type Node struct {
 	QPsTotal int            `json:"qps_total"`
 	Layers   map[string]int `json:"layers"`
 	Owners   []Owner        `json:"owners"` // processes attached over the owner protocol
-	Peers    []Peer         `json:"peers"`
-	Repl     Repl           `json:"replication"`
-	Store    Store          `json:"store"`
-	Totals   Totals         `json:"totals"`
+	// Drains are the ports an operator drained (`ibpath drain`), with
+	// the QPs still on each.
+	Drains []Drain `json:"drains"`
+	Peers  []Peer  `json:"peers"`
+	Repl   Repl    `json:"replication"`
+	Store  Store   `json:"store"`
+	Totals Totals  `json:"totals"`
 }
 
 // Fabric says which devices ibpathd runs on, and why.
@@ -113,6 +116,26 @@ type QP struct {
 	KeptEvents string `json:"kept_events,omitempty"`
 }
 
+// Drain is a port taken out of service by an operator.
+type Drain struct {
+	Device string    `json:"device"`
+	Port   uint8     `json:"port"`
+	Since  time.Time `json:"since"`
+	ByUID  uint32    `json:"by_uid"`
+	// QPsLeft counts the QPs whose traffic still uses the port; QPs lists
+	// the first 100, with why. The drain is complete when none is left.
+	QPsLeft int       `json:"qps_left"`
+	QPs     []DrainQP `json:"qps"`
+}
+
+// DrainQP is a QP whose traffic has not left a drained port.
+type DrainQP struct {
+	OwnerPID int    `json:"owner_pid"`
+	QPN      uint32 `json:"qpn"`
+	Layer    string `json:"layer"`
+	Why      string `json:"why"`
+}
+
 // Owner is a process attached to ibpathd over the owner protocol.
 type Owner struct {
 	PID         int       `json:"pid"`
@@ -121,6 +144,8 @@ type Owner struct {
 	Incarnation uint64    `json:"incarnation"`
 	Attached    time.Time `json:"attached"`
 	QPs         int       `json:"qps"`
+	// Proto is the owner protocol its libibpath speaks (1 has no drain).
+	Proto int `json:"proto"`
 }
 
 // Peer states.

@@ -1,0 +1,107 @@
+package shim
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/ownerproto"
+)
+
+// TestDrainHoldsUntilUndrain: an operator drains A's port under traffic
+// (its link stays up). A's QP fails over to the backup device, and the
+// traffic stays there through many probe intervals (no switch back onto
+// the drained port); the undrain brings both QPs home. Every message
+// arrives once, in order, and every signaled WR completes once.
+func TestDrainHoldsUntilUndrain(t *testing.T) {
+	f := railFabric(t, 91)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total, qb.total = 200, 200
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 && len(qb.sendDone) >= 10 })
+
+	drain := ownerproto.Command{Op: ownerproto.OpDrain, Device: "mlx5_0", Port: 1}
+	if r := a.rt.Command(drain); !r.OK {
+		t.Fatalf("drain: %+v", r)
+	}
+	if got := a.rt.Drained(); !slices.Equal(got, []string{"mlx5_0:1"}) {
+		t.Fatalf("drained %v", got)
+	}
+	waitFor(t, "A diverted by the drain", qa.diverted)
+	failedOverBoth(t, f, hosts, qa, qb, 1)
+	// 40 probe intervals with the switch back ticking: still away.
+	end := f.Now() + 40*switchTick
+	for f.Now() < end {
+		for _, q := range []*appQP{qa, qb} {
+			q.total = max(q.total, q.sent+l2Window)
+		}
+		postStep(t, hosts)
+		for _, x := range hosts {
+			x.rt.switchTickOnce()
+		}
+		f.RunFor(50 * time.Microsecond)
+		for _, x := range hosts {
+			x.poll(t)
+		}
+		if !qa.diverted() {
+			t.Fatalf("A came back onto its drained port at %v:\n%s", f.Now(), a.log)
+		}
+	}
+	if s := qa.status(); s.CrossNIC != "fallback" || s.Failovers != 1 || s.Switchbacks != 0 {
+		t.Fatalf("A while drained: %+v", s)
+	}
+	if r := a.rt.Command(ownerproto.Command{Op: ownerproto.OpUndrain, Device: "mlx5_0", Port: 1}); !r.OK {
+		t.Fatalf("undrain: %+v", r)
+	}
+	if got := a.rt.Drained(); len(got) != 0 {
+		t.Fatalf("drained after the undrain: %v", got)
+	}
+	homeAgain(t, f, hosts, qa, qb)
+	sendMoreClean(t, f, hosts, qa, qb, 50)
+}
+
+// TestDrainNewQPLeaves: a QP connected on a drained port fails over as
+// soon as layer 2 arms it.
+func TestDrainNewQPLeaves(t *testing.T) {
+	f := railFabric(t, 92)
+	c := newCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
+	if r := a.rt.Command(ownerproto.Command{Op: ownerproto.OpDrain, Device: "mlx5_0", Port: 1}); !r.OK {
+		t.Fatalf("drain: %+v", r)
+	}
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	hosts := []*l2host{a, b}
+	qa.total, qb.total = 100, 100
+	waitFor(t, "A diverted once armed", qa.diverted)
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+	settled(t, f, hosts...)
+	for _, q := range []*appQP{qa, qb} {
+		if len(q.errs) != 0 {
+			t.Fatalf("%s: errors %+v", q.x.name, q.errs)
+		}
+		eachSignaledOnce(t, q)
+	}
+	if s := qa.status(); s.Failovers != 1 {
+		t.Fatalf("A: %+v", s)
+	}
+}
+
+// TestDrainCommandRefusesBadInput: the protocol refuses a drain without a
+// port, or naming a QP.
+func TestDrainCommandRefusesBadInput(t *testing.T) {
+	for _, c := range []ownerproto.Command{
+		{Op: ownerproto.OpDrain, Device: "mlx5_0"},
+		{Op: ownerproto.OpDrain, Device: "mlx5_0", Port: 1, QPN: 5},
+		{Op: ownerproto.OpUndrain, Port: 1},
+		{Op: ownerproto.OpArm, Device: "mlx5_0", QPN: 5, Port: 1},
+	} {
+		if _, err := ownerproto.Encode(ownerproto.Msg{Type: ownerproto.TypeCommand, ID: 1, Command: &c}); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
