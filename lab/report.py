@@ -319,6 +319,36 @@ def pingpong_check(out):
     return mm.group(0) if mm else ""
 
 
+def drain_verdict(m, r):
+    """A drain row (cut drain-GUEST: "ibpath drain --wait", then "ibpath
+    undrain", the link up throughout) is correct only when both commands
+    succeeded, a QP failed over (the drain moved its traffic), and, with
+    the shim switching back, QPs came home after the undrain. Returns the
+    reason it is not, or "".
+
+    >>> ok = {"cut": "drain-g1", "shim": "sb", "drain_rc": "0", "undrain_rc": "0"}
+    >>> drain_verdict(ok, {"backup_qps": 1, "home_qps": 2})
+    ''
+    >>> drain_verdict(dict(ok, drain_rc="5"), {"backup_qps": 1, "home_qps": 2})
+    'ibpath drain --wait exited 5 (traffic left on the port, or a process did not drain)'
+    >>> drain_verdict(ok, {"backup_qps": 0, "home_qps": 0})
+    'no QP failed over: the drain moved nothing'
+    >>> drain_verdict(ok, {"backup_qps": 1, "home_qps": 0})
+    'no QP came home after the undrain'
+    >>> drain_verdict(dict(ok, shim="on"), {"backup_qps": 1, "home_qps": 0})
+    ''
+    """
+    if m.get("drain_rc") != "0":
+        return "ibpath drain --wait exited %s (traffic left on the port, or a process did not drain)" % (m.get("drain_rc") or "?")
+    if m.get("undrain_rc") != "0":
+        return "ibpath undrain exited %s" % (m.get("undrain_rc") or "?")
+    if not r.get("backup_qps"):
+        return "no QP failed over: the drain moved nothing"
+    if m["shim"] == "sb" and not r.get("home_qps"):
+        return "no QP came home after the undrain"
+    return ""
+
+
 def parse(m, client, server):
     r = {"finished": False, "correct": "no", "tput_MBps": None, "lat_us": None, "lat_avg_us": None,
          "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
@@ -414,6 +444,10 @@ def parse(m, client, server):
     if m["cut"] != "none" and m["shim"] in SHIMMED:
         r.update(failover(m, client, server))
         r.update(switchback(m, client, server))
+        if m["cut"].startswith("drain-"):
+            why = drain_verdict(m, r)
+            if why and r["correct"] == "yes":
+                r["correct"], r["detail"] = "no", why
         if r.get("backup_qps", 0) > 1 and not r["detail"]:
             r["detail"] = "%d QPs on the backup, the last %.0f ms after the first" % (r["backup_qps"], r["backup_spread_ms"])
     shimlines = len([l for l in (client + server).splitlines() if "ibpath" in l.lower()])

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/verbs"
 )
 
 // A drained port is one an operator took out of service while its link is
@@ -15,7 +16,8 @@ import (
 //     alternate off it, no path is chosen on it, none fails back to it,
 //     and what layer 1 cannot move it hands to layer 2;
 //   - layer 2 fails over, to the backup device, the QPs on it that layer
-//     1 does not protect (RoCE, no APM), also those connected later;
+//     1 does not protect (RoCE, no APM), also those connected later once
+//     the application took them to RTS;
 //   - no switch back returns to it (portUp says down).
 //
 // Undrain lifts all three: layer 1 fails back by its policy, layer 2
@@ -61,6 +63,13 @@ func (r *Runtime) Drained() []string {
 	return out
 }
 
+// anyDrained reports whether some port is drained.
+func (r *Runtime) anyDrained() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.drained) > 0
+}
+
 // isDrained reports whether port of dev is drained. Any lock but r.mu may
 // be held.
 func (r *Runtime) isDrained(dev string, port uint8) bool {
@@ -85,6 +94,11 @@ func (r *Runtime) leaveDrainedLocked() int {
 	n := 0
 	for _, q := range r.fo.qps {
 		if !q.armed || q.diverted || q.intercepted || q.gone || q.destroying || !r.isDrained(q.set.dev, q.port) {
+			continue
+		}
+		if q.qp.State() != verbs.QPSRTS {
+			// Layer 2 arms a QP at RTR: moving it to ERR now would fail
+			// the application's own RTR->RTS. Modified calls again then.
 			continue
 		}
 		if r.l1Protects(q.set.dev, q.key.qpn) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/verbs"
 )
 
 // TestDrainHoldsUntilUndrain: an operator drains A's port under traffic
@@ -64,8 +65,11 @@ func TestDrainHoldsUntilUndrain(t *testing.T) {
 	sendMoreClean(t, f, hosts, qa, qb, 50)
 }
 
-// TestDrainNewQPLeaves: a QP connected on a drained port fails over as
-// soon as layer 2 arms it.
+// TestDrainNewQPLeaves: a QP connected on a drained port fails over once
+// the application took it to RTS, not before: layer 2 arms it at RTR
+// (the shim reports the connect then), and moving it to ERR there failed
+// the application's RTR->RTS (the lab's pingpong: "Failed to modify QP to
+// RTS").
 func TestDrainNewQPLeaves(t *testing.T) {
 	f := railFabric(t, 92)
 	c := newCluster()
@@ -74,7 +78,35 @@ func TestDrainNewQPLeaves(t *testing.T) {
 		t.Fatalf("drain: %+v", r)
 	}
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
-	connectPair(t, qa, qb)
+	qa.peer, qb.peer = qb, qa
+	steps := map[*appQP][]connectStep{}
+	for _, x := range []*appQP{qa, qb} {
+		pa, err := x.peer.x.ctx.QueryPort(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps[x] = rcSteps(pa.LID, x.peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
+	}
+	modify := func(x *appQP, s connectStep) {
+		if err := x.qp.Modify(&s.a, s.mask); err != nil {
+			t.Fatalf("%s: the application's modify to %v: %v", x.x.name, s.a.QPState, err)
+		}
+		x.x.rt.Modified(x.x.id, Modify{QPN: x.qp.QPN(), Mask: s.mask, State: s.a.QPState, Port: s.a.PortNum,
+			DLID: s.a.AHAttr.DLID, DestQPN: s.a.DestQPN, Attr: s.a})
+	}
+	for _, x := range []*appQP{qa, qb} { // INIT, RTR, and the connect reported, as the C side does
+		for _, s := range steps[x][:len(steps[x])-1] {
+			modify(x, s)
+		}
+		x.x.rt.Connected(x.x.id, x.qp.QPN())
+	}
+	waitFor(t, "both QPs armed at RTR", func() bool { return qa.armed() && qb.armed() })
+	if qa.diverted() {
+		t.Fatal("A failed over before the application took it to RTS")
+	}
+	for _, x := range []*appQP{qa, qb} {
+		modify(x, steps[x][len(steps[x])-1])
+	}
 	hosts := []*l2host{a, b}
 	qa.total, qb.total = 100, 100
 	waitFor(t, "A diverted once armed", qa.diverted)

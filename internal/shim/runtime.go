@@ -290,6 +290,9 @@ func (r *Runtime) Modified(ctx uintptr, m Modify) {
 	if m.Mask&verbs.QPAttrState != 0 && (m.State == verbs.QPSErr || m.State == verbs.QPSReset) {
 		r.appClosed(ctx, m.QPN, m.State)
 	}
+	if m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTS && r.anyDrained() {
+		r.leaveDrained() // a QP connected on a drained port leaves it now (drain.go)
+	}
 }
 
 func remote(m Modify) string {

@@ -18,6 +18,11 @@
 # then the link is restored):
 #   setlink-g1 / setlink-g2   QEMU monitor "set_link n0 off" on that guest's end
 #   ipdown-g1 / ipdown-g2     "ip link set eth0 down" inside that guest
+#   drain-g1                  no cut: an operator's "ibpath drain --port rxe0:1
+#                             --wait" in g1 (the link stays up), then
+#                             "ibpath undrain" (shim rows only; the report
+#                             requires both to succeed, a failover, and with
+#                             sb the QPs home again)
 #
 # Shim rows run with an ibpathd in each guest (lab/guest/daemon.sh): the
 # shim attaches to it, its backup QPs on rxe1 get connected through it,
@@ -93,6 +98,7 @@ srq_pingpong setlink-g1
 srq_pingpong ipdown-g2
 ucx_put_bw ipdown-g1
 mpi-ucx ipdown-g2
+pingpong-ev drain-g1
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
@@ -120,7 +126,13 @@ prog_cmds() {
 		[ "$1" = pingpong-ev ] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_PP_ITERS * 2)) -p $p -e"
 		# -wr: posting through the ibv_wr_* API (-N)
 		[ "$1" = pingpong-wr ] && common="$common -N"
-		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60 ;;
+		# a drain waits for the traffic to leave, then the undrain for it
+		# to come home: three times the cut rows' iterations, and the
+		# program sleeping (-ev) leaves the guests' vCPU to the ibpath
+		# commands (a busy pingpong held them up for tens of seconds)
+		[[ "$3" == drain-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 6)) -p $p -e"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60
+		[[ "$3" == drain-* ]] && LIMIT=150 CUT_CAP=150 ;;
 	write_bw | send_bw | read_bw)
 		common="ib_$1 -d rxe0 -x 1 -F --use_old_post_send -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
@@ -237,6 +249,18 @@ cut_apply() {
 	case $1 in
 	setlink-*) monitor "$g" "set_link n0 $state" ;;
 	ipdown-*) gexec "$g" 10 "echo CUT_NS \$(date +%s%N); ip link set eth0 $([ "$state" = off ] && echo down || echo up)" ;;
+	drain-*)
+		# the guest's ibpathd (lab/guest/daemon.sh) on its default socket
+		local out
+		if [ "$state" = off ]; then
+			out=$(gexec "$g" 70 "\$LAB_BUILD/ibpath --timeout 30s drain --port rxe0:1 --wait 40s; echo DRAIN_RC \$?")
+			meta drain_rc "$(awk '/^DRAIN_RC/ {print $2}' <<<"$out")"
+		else
+			out=$(gexec "$g" 40 "\$LAB_BUILD/ibpath --timeout 30s undrain --port rxe0:1; echo UNDRAIN_RC \$?")
+			meta undrain_rc "$(awk '/^UNDRAIN_RC/ {print $2}' <<<"$out")"
+		fi
+		echo "$out"
+		;;
 	esac
 }
 
@@ -589,7 +613,7 @@ rows_plan() {
 	if [ -n "${LAB_ROW_NAMES:-}" ]; then
 		for n in $LAB_ROW_NAMES; do
 			line=$(awk -v n="$n" '$1 "." $2 "." $3 == n' <<<"$all")
-			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]]; then
+			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]] || [[ "$n" == *.off.drain-* ]]; then
 				log "LAB_ROW_NAMES: no row named '$n' (names are program.off|on|sb.cut, e.g. pingpong.on.setlink-g1; the programs and cuts are LAB_ROW_LIST's in lab/lib/rows.sh)"
 				return 2
 			fi
@@ -599,11 +623,14 @@ rows_plan() {
 	fi
 	while read -r prog shim cut port; do
 		[ -n "$prog" ] || continue
-		# sb (the shim switching back) runs only when LAB_ROWS names it
-		[ "$shim" = sb ] && { [ -n "${LAB_ROWS:-}" ] && [ "$cut" != none ] || continue; }
+		# sb (the shim switching back) runs only when LAB_ROWS names it,
+		# but for a drain, whose undrain is what brings the QPs home
+		[ "$shim" = sb ] && { { [ -n "${LAB_ROWS:-}" ] || [[ "$cut" == drain-* ]]; } && [ "$cut" != none ] || continue; }
 		[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
 		# the daemon row runs its pingpong under the shim itself
 		[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
+		# a drain acts only through the shim
+		[[ "$cut" == drain-* ]] && [ "$shim" = off ] && continue
 		echo "$prog $shim $cut $port"
 	done <<<"$all"
 }

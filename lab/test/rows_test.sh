@@ -32,7 +32,11 @@ check "an unknown row name is a usage error (2)" same "$?" 2
 check "  and the log names it" grep -q "no row named 'pingpong.maybe.none'" "$tmp/log"
 LAB_ROW_NAMES='ibpathd.off.none' rows_plan >/dev/null
 check "the ibpathd row has no arm without the shim" same "$?" 2
-check "LAB_ROWS: sb only when it is set" same "$(rows_plan | awk '$2 == "sb"' | wc -l)" 0
+check "LAB_ROWS: sb only when it is set (but for a drain)" same "$(rows_plan | awk '$2 == "sb" {print $1 "." $2 "." $3}' | tr '\n' ' ')" "pingpong-ev.sb.drain-g1 "
+check "a drain runs only with the shim" same "$(rows_plan | awk '$3 ~ /^drain-/ {print $1 "." $2 "." $3}' | tr '\n' ' ')" \
+	"pingpong-ev.on.drain-g1 pingpong-ev.sb.drain-g1 "
+LAB_ROW_NAMES='pingpong-ev.off.drain-g1' rows_plan >/dev/null
+check "LAB_ROW_NAMES: a drain without the shim is refused" same $? 2
 check "LAB_ROWS: sb rows when it names them" same "$(LAB_ROWS='\.sb\.' rows_plan | awk '$2 == "sb"' | wc -l)" \
 	"$(grep -c -- '-g[12]$' <<<"$LAB_ROW_LIST")"
 check "every row of the full plan has a port of its own" \
