@@ -366,10 +366,10 @@ $CLIENT")
 		meta restore_ns_g2 "$(gexec g2 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
 		log "row $name: link A restored after $(echo "$trest - $tcut" | bc) s"
 		job_wait "$jw" 5 || job_kill "$jw"
-		meta cut_seen_$cg "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
-		meta cut_seen_ns_$cg "$(awk '/^CUT_SEEN/ {print $3}' "$jw.out" 2>/dev/null)"
+		meta "cut_seen_$cg" "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
+		meta "cut_seen_ns_$cg" "$(awk '/^CUT_SEEN/ {print $3}' "$jw.out" 2>/dev/null)"
 		# ip-down cuts: the guest's wall clock just before the command
-		meta cut_ns_$cg "$(awk '/^CUT_NS/ {print $2; exit}' "$ROW_DIR/cut.log" 2>/dev/null)"
+		meta "cut_ns_$cg" "$(awk '/^CUT_NS/ {print $2; exit}' "$ROW_DIR/cut.log" 2>/dev/null)"
 	fi
 	job_wait "$jc" $((LIMIT + 10)) || rc_c=$?
 	meta client_rc "$rc_c"
@@ -600,7 +600,9 @@ rows_plan() {
 	while read -r prog shim cut port; do
 		[ -n "$prog" ] || continue
 		# sb (the shim switching back) runs only when LAB_ROWS names it
-		[ "$shim" = sb ] && { [ -n "${LAB_ROWS:-}" ] && [ "$cut" != none ] || continue; }
+		if [ "$shim" = sb ] && { [ -z "${LAB_ROWS:-}" ] || [ "$cut" = none ]; }; then
+			continue
+		fi
 		[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
 		# the daemon row runs its pingpong under the shim itself
 		[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
