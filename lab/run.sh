@@ -36,7 +36,10 @@ cmd_setup() {
 }
 
 cmd_probe() {
-	[ -s "$LAB_BUILD/vmlinux" ] && [ -s "$LAB_BUILD/initramfs.gz" ] || { log "probe: not set up"; return 3; }
+	if ! [ -s "$LAB_BUILD/vmlinux" ] || ! [ -s "$LAB_BUILD/initramfs.gz" ]; then
+		log "probe: not set up"
+		return 3
+	fi
 	mkdir -p "$LAB_RUN"
 	local was_up=0
 	vm_ready g1 && was_up=1

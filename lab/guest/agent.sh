@@ -14,7 +14,7 @@
 set -uo pipefail
 Q=$LAB_RUN/q/$LAB_ID
 mkdir -p "$Q"
-echo "$(cut -d' ' -f1 /proc/uptime)" >"$LAB_RUN/$LAB_ID.ready.tmp"
+cut -d' ' -f1 /proc/uptime >"$LAB_RUN/$LAB_ID.ready.tmp"
 mv "$LAB_RUN/$LAB_ID.ready.tmp" "$LAB_RUN/$LAB_ID.ready"
 echo "[$LAB_ID] AGENT_READY"
 
@@ -22,6 +22,7 @@ run_job() {
 	local j=$1 t=60 rc
 	read -r first <"$j.run" || true
 	case $first in "#timeout="*) t=${first#\#timeout=} ;; esac
+	# shellcheck disable=SC2016 # the job's bash expands these, not this one
 	timeout -k 3 "$t" bash -c 'source "$LAB_REPO/lab/guest/lib.sh"; source "$1"' job "$j.run" >"$j.out" 2>&1 </dev/null &
 	echo $! >"$j.pid"
 	wait $!

@@ -41,9 +41,10 @@ start)
 	chmod 600 "$W/key"
 	n=${LAB_ID#g}
 	other=$((3 - n))
+	read -ra extra <<<"${LAB_DAEMON_ARGS:-}" # its flags, split on blanks
 	setsid "$LAB_BUILD/ibpathd" --fabric hardware --node "$LAB_ID" --state-dir "$W/state" \
 		--gossip-bind "10.77.1.$n:7950" --join "10.77.1.$other:7950" --cluster-key-file "$W/key" --dbus off \
-		--port-poll 1s --anti-entropy 10s --config /dev/null ${LAB_DAEMON_ARGS:-} </dev/null >>"$log" 2>&1 &
+		--port-poll 1s --anti-entropy 10s --config /dev/null "${extra[@]}" </dev/null >>"$log" 2>&1 &
 	echo $! >"$pidf"
 	# by the clock: under a slow TCG host one `ibpath status` takes a
 	# second, and ibpathd 20 s to join its peer and serve

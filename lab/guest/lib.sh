@@ -52,7 +52,7 @@ stuck_dump() {
 		[ "$p" = "$$" ] && continue
 		stuck=1
 		echo "STUCK pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
-		for t in /proc/$p/task/*; do
+		for t in "/proc/$p/task/"*; do
 			echo "  task ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(awk '{print $3}' "$t/stat" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
 			sed 's/^/    /' "$t/stack" 2>/dev/null | head -12
 		done
@@ -163,7 +163,7 @@ rxe_recreate() {
 	fi
 	h=$(rxe_holders "$d")
 	if [ -n "$h" ]; then
-		echo "rxe_recreate: $d is held by pid $(echo $h) ($(for p in $h; do tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-40; done)); not deleted"
+		echo "rxe_recreate: $d is held by pid ${h//$'\n'/ } ($(for p in $h; do tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-40; done)); not deleted"
 		return 1
 	fi
 	rdma link delete "$d" || { echo "rxe_recreate: rdma link delete $d failed"; return 1; }

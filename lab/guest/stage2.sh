@@ -7,7 +7,8 @@
 #   (N = 1 for g1, 2 for g2)
 set -uo pipefail # PID 1 must not exit on a failed command: it would panic the guest
 export PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb LANG=C
-for a in $(cat /proc/cmdline); do
+read -ra cmdline </proc/cmdline
+for a in "${cmdline[@]}"; do
 	case $a in
 	ibpath.id=*) export LAB_ID=${a#ibpath.id=} ;;
 	ibpath.work=*) export LAB_WORK=${a#ibpath.work=} ;;
@@ -35,7 +36,7 @@ for i in 0 1; do
 	# boot); the rows name the IPv4 GID as index 1 (-g 1, -x 1).
 	[ -e /proc/sys/net/ipv6/conf/eth$i/disable_ipv6 ] && echo 1 >/proc/sys/net/ipv6/conf/eth$i/disable_ipv6
 	ip link set eth$i up || halt "no eth$i"
-	ip addr add 10.77.$i.$N/24 dev eth$i
+	ip addr add "10.77.$i.$N/24" dev "eth$i"
 	rdma link add rxe$i type rxe netdev eth$i || halt "rdma link add rxe$i failed"
 done
 for i in 0 1; do

@@ -390,10 +390,10 @@ $CLIENT")
 		meta restore_ns_g2 "$(gexec g2 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
 		log "row $name: link A restored after $(echo "$trest - $tcut" | bc) s"
 		job_wait "$jw" 5 || job_kill "$jw"
-		meta cut_seen_$cg "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
-		meta cut_seen_ns_$cg "$(awk '/^CUT_SEEN/ {print $3}' "$jw.out" 2>/dev/null)"
+		meta "cut_seen_$cg" "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
+		meta "cut_seen_ns_$cg" "$(awk '/^CUT_SEEN/ {print $3}' "$jw.out" 2>/dev/null)"
 		# ip-down cuts: the guest's wall clock just before the command
-		meta cut_ns_$cg "$(awk '/^CUT_NS/ {print $2; exit}' "$ROW_DIR/cut.log" 2>/dev/null)"
+		meta "cut_ns_$cg" "$(awk '/^CUT_NS/ {print $2; exit}' "$ROW_DIR/cut.log" 2>/dev/null)"
 	fi
 	job_wait "$jc" $((LIMIT + 10)) || rc_c=$?
 	meta client_rc "$rc_c"
@@ -625,12 +625,14 @@ rows_plan() {
 		[ -n "$prog" ] || continue
 		# sb (the shim switching back) runs only when LAB_ROWS names it,
 		# but for a drain, whose undrain is what brings the QPs home
-		[ "$shim" = sb ] && { { [ -n "${LAB_ROWS:-}" ] || [[ "$cut" == drain-* ]]; } && [ "$cut" != none ] || continue; }
+		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* ]]; }; }; then
+			continue
+		fi
 		[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
 		# the daemon row runs its pingpong under the shim itself
 		[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
 		# a drain acts only through the shim
-		[[ "$cut" == drain-* ]] && [ "$shim" = off ] && continue
+		if [[ "$cut" == drain-* ]] && [ "$shim" = off ]; then continue; fi
 		echo "$prog $shim $cut $port"
 	done <<<"$all"
 }

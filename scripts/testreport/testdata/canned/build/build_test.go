@@ -1,0 +1,5 @@
+package build
+
+import "testing"
+
+func TestX(t *testing.T) { var x int = "no" }

@@ -1,0 +1,3 @@
+module example.com/canned
+
+go 1.26
