@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 const script = "../../scripts/version"
@@ -115,6 +116,21 @@ func TestScriptFromTags(t *testing.T) {
 	if !ok || got != want {
 		t.Errorf("--ldflags: %q (ok %t), want %q", got, ok, want)
 	}
+	// a tracked file touched is not modified; one changed is
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(r.dir, "file"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.run(nil, "--ldflags"); !strings.HasSuffix(got, ".modified=false") {
+		t.Errorf("--ldflags after a touch: %q, want modified=false", got)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "file"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.run(nil, "--ldflags"); !strings.HasSuffix(got, ".modified=true") {
+		t.Errorf("--ldflags after a change: %q, want modified=true", got)
+	}
+	r.git("checkout", "-q", "--", "file")
 
 	// the version set from outside wins, and must be one
 	if got, ok := r.run([]string{"IBPATH_VERSION=1.2.3-rc.2+build.7"}); !ok || got != "1.2.3-rc.2+build.7" {
