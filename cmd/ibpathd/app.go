@@ -16,10 +16,8 @@ import (
 	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/daemon"
 	"github.com/ibpath/ibpath/internal/dbusapi"
+	"github.com/ibpath/ibpath/internal/version"
 )
-
-// version is set at link time (-ldflags "-X main.version=...").
-var version = "dev"
 
 const defaultConfig = "/etc/ibpath/ibpathd.conf"
 
@@ -59,7 +57,7 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:    "ibpathd",
 		Usage:   "the ibpath daemon: keeps RDMA traffic alive through InfiniBand faults",
-		Version: version,
+		Version: version.Get().String(),
 		Flags:   flags(),
 		Action:  run,
 	}
@@ -116,7 +114,7 @@ func logger(c *cli.Context) (*slog.Logger, error) {
 
 func config(c *cli.Context) daemon.Config {
 	return daemon.Config{
-		Node: c.String("node"), Version: version, Socket: c.String("socket"), StateDir: c.String("state-dir"),
+		Node: c.String("node"), Build: version.Get(), Socket: c.String("socket"), StateDir: c.String("state-dir"),
 		Fabric: c.String("fabric"), Sysfs: c.String("sysfs"),
 		Sim:       daemon.SimConfig{Seed: c.Uint64("sim-seed"), Hosts: c.Int("sim-hosts"), Index: c.Int("sim-index"), QPs: c.Int("sim-qps")},
 		Operators: c.StringSlice("operator"), CommandTimeout: c.Duration("command-timeout"), PortPoll: c.Duration("port-poll"),

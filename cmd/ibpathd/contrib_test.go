@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ibpath/ibpath/internal/daemon"
+	"github.com/ibpath/ibpath/internal/status"
 )
 
 // TestContribConfigIsValid checks that every key of the example
@@ -43,7 +46,8 @@ func TestContribConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Type=notify", "ExecStart=/usr/sbin/ibpathd --config /etc/ibpath/ibpathd.conf", "RuntimeDirectory=ibpath", "StateDirectory=ibpath"} {
+	for _, want := range []string{"Type=notify", "ExecStart=/usr/sbin/ibpathd --config /etc/ibpath/ibpathd.conf", "RuntimeDirectory=ibpath", "StateDirectory=ibpath",
+		"Documentation=man:ibpathd(8) file:///usr/share/doc/ibpath/DAEMON.md"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("the unit lacks %q", want)
 		}
@@ -75,4 +79,55 @@ func TestUnitSecurityExposure(t *testing.T) {
 		t.Fatalf("the unit's exposure is %s %s, want 4.0 or less:\n%s", m[1], m[2], out)
 	}
 	t.Logf("exposure %s %s", m[1], m[2])
+}
+
+// operatorGroup is the group the packages create for operators
+// (packaging/scripts/postinstall.sh), which the shipped configuration and
+// the D-Bus policy name.
+const operatorGroup = "ibpath"
+
+// TestContribConfigStarts: ibpathd starts with the shipped configuration
+// as the packages install it, standalone, and the operators' group it
+// names is the one the packages create and the D-Bus policy grants. The
+// group is the only thing the package adds: here the test puts the group
+// of gid 0 in its place, which every machine has.
+func TestContribConfigStarts(t *testing.T) {
+	read := func(path ...string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(append([]string{"..", ".."}, path...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	conf := read("contrib", "ibpathd.conf")
+	line := "\noperator = @" + operatorGroup + "\n"
+	if !strings.Contains(conf, line) {
+		t.Fatalf("contrib/ibpathd.conf lacks %q", strings.TrimSpace(line))
+	}
+	if post := read("packaging", "scripts", "postinstall.sh"); !strings.Contains(post, "groupadd --system "+operatorGroup+"\n") {
+		t.Errorf("packaging/scripts/postinstall.sh does not create the group %s", operatorGroup)
+	}
+	if policy := read("contrib", "dbus", "org.ibpath.Daemon1.conf"); !strings.Contains(policy, `<policy group="`+operatorGroup+`">`) {
+		t.Errorf("the D-Bus policy does not name the group %s", operatorGroup)
+	}
+	root, err := user.LookupGroupId("0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ibpathd.conf")
+	if err := os.WriteFile(path, []byte(strings.Replace(conf, line, "\noperator = @"+root.Name+"\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// the later --config wins over startDaemon's empty one; the fabric
+	// is the simulated one on a machine with HCAs too
+	p := startDaemon(t, "node0", dir, "--config", path, "--fabric", "sim")
+	n, err := p.client.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Repl.Mode != status.ReplOff {
+		t.Errorf("replication %+v, want off (standalone) as shipped", n.Repl)
+	}
 }

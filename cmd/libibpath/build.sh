@@ -5,10 +5,12 @@
 # `go build -buildmode=c-shared ./cmd/libibpath` also works: glibc binds an
 # application's versioned references to the shim's unversioned
 # definitions, but then libibpath.so does not say which version it
-# stands in for.
+# stands in for. The build's version and revision (scripts/version) are
+# linked in, for the shim's banner.
 # usage: cmd/libibpath/build.sh [output]   (default ./libibpath.so)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-libibpath.so}
+stamp=$("$here/../../scripts/version" --ldflags)
 CGO_ENABLED=1 go build -buildmode=c-shared \
-	-ldflags="-extldflags=-Wl,--version-script=$here/libibpath.map" -o "$out" "$here"
+	-ldflags="$stamp -extldflags=-Wl,--version-script=$here/libibpath.map" -o "$out" "$here"

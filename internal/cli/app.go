@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/version"
 )
 
 // Run runs ibpath with args (args[0] is the program name), printing to
@@ -34,7 +35,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			"Exit codes: 0 ok; 1 other error; 2 usage error; 3 ibpathd is not running; " +
 			"4 permission denied; 5 the action failed on some QPs.",
 		UsageText:            "ibpath [--socket PATH] [--json] [--timeout DURATION] COMMAND [COMMAND FLAGS] [ARGUMENTS...]",
-		HideVersion:          true,
+		Version:              version.Get().String(),
 		EnableBashCompletion: true,
 		Writer:               stdout,
 		ErrWriter:            stderr,

@@ -20,14 +20,17 @@ import (
 	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/ratelimit"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/internal/version"
 	"github.com/ibpath/ibpath/pathsel"
 )
 
 // Config configures a daemon. Zero fields take the defaults of
 // DefaultConfig (see Config.withDefaults).
 type Config struct {
-	Node     string // node name; default: the host name
-	Version  string
+	Node string // node name; default: the host name
+	// Build is the daemon's build (internal/version): its version goes
+	// to the status, all of it to the ibpath_build_info metric.
+	Build    version.Info
 	Socket   string // local API socket
 	StateDir string // holds store.db
 	// Fabric: "auto" (real HCAs when sysfs has any, else sim), "hardware"

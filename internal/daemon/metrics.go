@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/internal/version"
 )
 
 // The metrics go through the Prometheus client library: the status as
@@ -147,10 +148,21 @@ func (t timings) observe(e status.Event) {
 	}
 }
 
-// registry is the daemon's: the status metrics and the timings.
+// buildInfo is ibpath_build_info: always 1, the build in its labels.
+func buildInfo(b version.Info) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ibpath_build_info",
+		Help:        "1, labelled with the version, VCS revision and Go version ibpathd was built with.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}})
+	g.Set(1)
+	return g
+}
+
+// registry is the daemon's: the build, the status metrics and the
+// timings.
 func (d *Daemon) registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(statusCollector{status: func() status.Node { return d.StatusOf(0) }}, d.timings.migration, d.timings.failover)
+	reg.MustRegister(buildInfo(d.cfg.Build), statusCollector{status: func() status.Node { return d.StatusOf(0) }},
+		d.timings.migration, d.timings.failover)
 	return reg
 }
 

@@ -21,7 +21,7 @@ func (d *Daemon) Status() status.Node { return d.StatusOf(-1) }
 // is: a node with 100,000 QPs answers a summary without copying and
 // sorting them all (docs/PERFORMANCE.md, "ibpathd under load").
 func (d *Daemon) StatusOf(rows int) status.Node {
-	n := status.Node{Schema: status.SchemaVersion, Node: d.cfg.Node, Version: d.cfg.Version, Started: d.started, Fabric: d.fabric,
+	n := status.Node{Schema: status.SchemaVersion, Node: d.cfg.Node, Version: d.cfg.Build.Version, Started: d.started, Fabric: d.fabric,
 		Layers: map[string]int{status.LayerAPM: 0, status.LayerCrossNIC: 0, status.LayerNone: 0, status.LayerOther: 0}}
 	armed := fsm.APMArmed.String()
 	count := func(q status.QP) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/version"
 )
 
 // Config is the shim's configuration, from the environment.
@@ -262,20 +263,22 @@ func (c Config) handshake() time.Duration {
 // maxCQHeadroom bounds IBPATH_CQ_HEADROOM.
 const maxCQHeadroom = 1 << 16
 
-// Banner is the line the shim logs when it loads: what is active.
+// Banner is the line the shim logs when it loads: its version and what
+// is active.
 func (c Config) Banner(pid int) string {
+	build := version.Get().String()
 	if c.Disabled {
-		return fmt.Sprintf("libibpath: loaded in pid %d, disabled by %s: every verb passes straight through", pid, EnvDisable)
+		return fmt.Sprintf("libibpath: loaded in pid %d, version %s, disabled by %s: every verb passes straight through", pid, build, EnvDisable)
 	}
 	onoff := map[bool]string{true: "on", false: "off"}
 	daemon := c.Socket
 	if daemon == "off" {
 		daemon = "not used"
 	}
-	return fmt.Sprintf("libibpath: loaded in pid %d: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none)%s; "+
+	return fmt.Sprintf("libibpath: loaded in pid %d, version %s: layer 1 (APM) %s for InfiniBand RC QPs (RoCE has none)%s; "+
 		"shadow rings %s%s; layer 2 (cross-NIC) failover %s (switch back %s, express lane %s, completion channels %s%s); backup device %s; ibpathd %s; "+
 		"libibverbs opened by the program with dlopen: %s",
-		pid, onoff[c.APM], c.nudgeWords(), onoff[c.Record], c.singleWords(), onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record],
+		pid, build, onoff[c.APM], c.nudgeWords(), onoff[c.Record], c.singleWords(), onoff[c.Record], c.switchBackWord(), onoff[c.Express && c.Record], onoff[c.Channels && c.Record],
 		c.handshakeWords(), c.Backup, daemon, map[bool]string{true: "the shim's verbs", false: "passed through (" + EnvDlopen + "=off)"}[c.Dlopen])
 }
 

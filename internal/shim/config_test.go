@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ibpath/ibpath/internal/version"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -196,5 +198,16 @@ func TestFromEnvDlopen(t *testing.T) {
 	}
 	if _, err := FromEnv(env(map[string]string{EnvDlopen: "maybe"})); err == nil || !strings.Contains(err.Error(), EnvDlopen) {
 		t.Errorf("%s=maybe: %v, want an error naming it", EnvDlopen, err)
+	}
+}
+
+// TestBannerVersion: both banners, the shim's on and disabled, name the
+// build (internal/version).
+func TestBannerVersion(t *testing.T) {
+	want := ", version " + version.Get().String()
+	for _, c := range []Config{{Disabled: true}, {APM: true, Record: true, Socket: "off", Backup: "auto"}} {
+		if b := c.Banner(7); !strings.HasPrefix(b, "libibpath: loaded in pid 7"+want+":") && !strings.HasPrefix(b, "libibpath: loaded in pid 7"+want+", disabled") {
+			t.Errorf("%+v: banner %q lacks %q after the pid", c, b, want)
+		}
 	}
 }

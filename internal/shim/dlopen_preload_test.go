@@ -115,9 +115,19 @@ func TestPreloadDlopen(t *testing.T) {
 		}
 	}
 	// the shim says at its first verb that the program got its handle
-	if _, errs := b.run(t, []string{"IBPATH_LOG=info"}, "verbs"); !strings.Contains(errs, "it got the shim's handle") ||
+	_, errs := b.run(t, []string{"IBPATH_LOG=info"}, "verbs")
+	if !strings.Contains(errs, "it got the shim's handle") ||
 		!strings.Contains(errs, "libibverbs opened by the program with dlopen: the shim's verbs") {
 		t.Errorf("IBPATH_LOG=info: no word of the dlopen:\n%s", errs)
+	}
+	// its banner names the version build.sh linked in (scripts/version)
+	ver, err := exec.Command(filepath.Join("..", "..", "scripts", "version")).Output()
+	if err != nil {
+		t.Fatalf("scripts/version: %v", err)
+	}
+	if want := "libibpath: loaded in pid "; !strings.Contains(errs, want) ||
+		!strings.Contains(errs, ", version "+strings.TrimSpace(string(ver))+" (") {
+		t.Errorf("the banner does not name version %s:\n%s", strings.TrimSpace(string(ver)), errs)
 	}
 	// Every other dlopen is the real one as the program called it: a
 	// library found only through the calling program's DT_RUNPATH loads
