@@ -214,9 +214,9 @@ func ReadClusterKey(path string) ([]byte, error) {
 // startRepl opens the store (openStore: note says what was found) and
 // starts replication as configured.
 func startRepl(path string, cfg Config, routes []ownerproto.Route, describe replica.Describer, log *slog.Logger) (replicator, string, error) {
-	st, note, err := openStore(path, log)
+	st, note, err := openStore(path, storeLockWait, log)
 	if err != nil {
-		return nil, "", fmt.Errorf("store: %w", err)
+		return nil, "", err // it names the store
 	}
 	r, err := startReplOn(st, path, cfg, routes, describe, log)
 	return r, note, err
