@@ -175,7 +175,7 @@ func (p replicated) Peers() []status.Peer {
 
 func (p replicated) Totals(t *status.Totals) {
 	s := p.r.Stats()
-	t.ReplicationLagP50, t.ReplicationLagP99 = s.LagP50.Seconds(), s.LagP99.Seconds()
+	t.ReplicationLagP50Seconds, t.ReplicationLagP99Seconds = s.LagP50.Seconds(), s.LagP99.Seconds()
 	t.PeersRefused = s.PeersRefused
 	t.RecordsRefused = s.RecordsRefused
 	t.MessagesRefused = s.MessagesRefused

@@ -11,10 +11,11 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 )
 
-// Proto is the protocol version of this package; Upgrade is the token of
-// the HTTP upgrade.
+// Proto is the protocol version of this package (2: QP paths, backup and
+// remote end, and command results' states are objects); Upgrade is the
+// token of the HTTP upgrade.
 const (
-	Proto   = 1
+	Proto   = 2
 	Upgrade = "ibpath-owner/1"
 	// MaxLine bounds one message, newline included.
 	MaxLine = 64 << 10
@@ -134,12 +135,13 @@ type Command struct {
 }
 
 // Result replies to a command. Before and After are the QP's layer-1 state
-// and primary path ("armed port 1").
+// and primary path before and after it; After of a dry run is the path
+// the QP would move to.
 type Result struct {
-	OK     bool   `json:"ok"`
-	Before string `json:"before,omitempty"`
-	After  string `json:"after,omitempty"`
-	Error  string `json:"error,omitempty"`
+	OK     bool           `json:"ok"`
+	Before status.QPState `json:"before,omitzero"`
+	After  status.QPState `json:"after,omitzero"`
+	Error  string         `json:"error,omitempty"`
 }
 
 // Msg is one line of the protocol. Type says which one payload field is

@@ -18,7 +18,7 @@ key=$W/cluster.key
 printf '%s\n' 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff >"$key"
 chmod 600 "$key"
 done_flag=$LAB_RUN/ibpathd-row.$port.done
-shim="LD_PRELOAD=$LAB_BUILD/libibpath.so IBPATH_SOCKET=$sock IBPATH_LOG=debug"
+shim=("LD_PRELOAD=$LAB_BUILD/libibpath.so" "IBPATH_SOCKET=$sock" IBPATH_LOG=debug)
 
 start_daemon() { # name addr [join]
 	NODE=$1
@@ -44,7 +44,7 @@ stop_daemon() {
 
 if [ "$role" = server ]; then
 	start_daemon g2 10.77.1.2 || exit 1
-	env $shim ibv_rc_pingpong -d rxe0 -g 1 -c -n 6000 -p "$port"
+	env "${shim[@]}" ibv_rc_pingpong -d rxe0 -g 1 -c -n 6000 -p "$port"
 	echo "pingpong server rc=$?"
 	"$LAB_BUILD/ibpath" --socket "$sock" store qps
 	# keep serving (the peer checks replication and port events) until the client is done
@@ -77,13 +77,13 @@ check "rxe0 port 1 is ACTIVE, Ethernet, without APM" \
 check "the peer g2 is alive (replication keyed over link B)" \
 	eventually 15 q 'n["replication"]["mode"]=="keyed" and any(p["name"]=="g2" and p["state"]=="alive" for p in n["peers"])'
 sleep 1
-env $shim ibv_rc_pingpong -d rxe0 -g 1 -c -n 6000 -p "$port" 10.77.1.2 >"$W/pp.out" 2>&1 &
+env "${shim[@]}" ibv_rc_pingpong -d rxe0 -g 1 -c -n 6000 -p "$port" 10.77.1.2 >"$W/pp.out" 2>&1 &
 PP=$!
 check "the pingpong's QP is listed with its owner pid, RoCE as the reason layer 1 cannot protect it" \
 	eventually 20 q "any(x['owner_pid']==$PP and x['device']=='rxe0' and x['apm']=='unsupported' and 'RoCE' in x['reason'] for x in n['qps'])"
 "$LAB_BUILD/ibpath" --socket "$sock" store qps
 check "layer 2 mirrored the QP on rxe1 and connected its backup to the peer's" \
-	eventually 20 q "any(x['owner_pid']==$PP and x.get('backup','').startswith('rxe1 qpn') and 'connecting' not in x.get('backup','') for x in n['qps'])"
+	eventually 20 q "any(x['owner_pid']==$PP and x.get('backup',{}).get('device')=='rxe1' and x['backup'].get('connected') for x in n['qps'])"
 "$LAB_BUILD/ibpath" --socket "$sock" status | sed -n '/^QPs:/,/^$/p'
 check "the store holds this node's backup QP entry and the peer's, pushed by g2's ibpathd" \
 	eventually 10 bash -c "'$LAB_BUILD/ibpath' --socket '$sock' --json store qps | python3 -c \"import json,sys; e=json.load(sys.stdin); o=set(x['owner'].split('/')[0] for x in e if x['backup_device']=='rxe1'); sys.exit(0 if {'g1','g2'} <= o else 1)\""
