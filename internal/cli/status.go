@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/status"
 )
 
@@ -58,7 +59,7 @@ func printStatusJSON(c *cli.Context) error {
 	}
 	var n status.Node
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return fmt.Errorf("status: the daemon's answer is not a status document: %w", err)
+		return fmt.Errorf("status: socket %s: %w (its answer is not a status document): %w", c.String("socket"), api.ErrNotIbpathd, err)
 	}
 	var b bytes.Buffer
 	if err := json.Indent(&b, bytes.TrimSpace(raw), "", "  "); err != nil {
