@@ -38,6 +38,13 @@ func TestParsePhysState(t *testing.T) {
 			t.Errorf("parsePhysState(%q) error %v, want ErrMalformed", s, err)
 		}
 	}
+	// sysfs's names are read, the rdma tool's are shown
+	for s, want := range map[string]string{"5: LinkUp": "LINK_UP", "3: Disabled": "DISABLED", "2: Polling": "POLLING",
+		"4: PortConfigurationTraining": "ARMED", "6: LinkErrorRecovery": "LINK_ERROR_RECOVER"} {
+		if got, err := parsePhysState(s); err != nil || got.String() != want {
+			t.Errorf("parsePhysState(%q) shows as %q (%v), want %q", s, got, err, want)
+		}
+	}
 }
 
 func TestParseNumbers(t *testing.T) {

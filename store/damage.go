@@ -103,7 +103,7 @@ func keep(f **os.File) func(string, int, os.FileMode) (*os.File, error) {
 func openError(err error, ro bool) error {
 	switch {
 	case errors.Is(err, bolt.ErrTimeout):
-		return err
+		return fmt.Errorf("%w: %w", ErrLocked, err)
 	case errors.Is(err, bolt.ErrInvalid):
 		return fmt.Errorf("%w: no valid meta page, not a bbolt file: %w", ErrDamaged, err)
 	case errors.Is(err, bolt.ErrChecksum):

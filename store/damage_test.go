@@ -471,14 +471,14 @@ func TestEmptyFileOpensEmpty(t *testing.T) {
 }
 
 // TestLockTimeoutIsNotDamage: a file locked by another open store is not
-// damaged; Open reports bbolt's timeout.
+// damaged; Open reports it locked (bbolt's timeout).
 func TestLockTimeoutIsNotDamage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	s := open(t, path)
 	defer s.Close()
 	_, err := Open(path, Options{NoSync: true, Timeout: 50 * time.Millisecond})
-	if !errors.Is(err, bolt.ErrTimeout) || errors.Is(err, ErrDamaged) {
-		t.Fatalf("locked file: %v, want a timeout that is not ErrDamaged", err)
+	if !errors.Is(err, ErrLocked) || !errors.Is(err, bolt.ErrTimeout) || errors.Is(err, ErrDamaged) {
+		t.Fatalf("locked file: %v, want ErrLocked, a timeout that is not ErrDamaged", err)
 	}
 }
 

@@ -59,8 +59,8 @@ type Store struct {
 // panics or faults reading it, or tx.Check finds it inconsistent), a
 // bucket is missing, or a key or value does not decode or fails its
 // checksum (see damage.go). A lock
-// held by another process past Options.Timeout is bbolt's ErrTimeout, not
-// damage. A 0-byte file opens as an empty store.
+// held by another process past Options.Timeout is ErrLocked (wrapping
+// bbolt's ErrTimeout), not damage. A 0-byte file opens as an empty store.
 func Open(path string, opts Options) (s *Store, err error) {
 	// A fault reading bbolt's memory map (a page past the end of the file,
 	// a wild offset in a page) becomes a panic, recovered below.

@@ -75,4 +75,8 @@ var (
 	// (ibpathd moves it aside). A write that reads a stored value failing
 	// its checksum after Open reports it too.
 	ErrDamaged = errors.New("store: damaged file")
+	// ErrLocked: another open store (another process, or another Open of
+	// this one) held the file's lock past Options.Timeout. The error
+	// wraps bbolt's ErrTimeout as well.
+	ErrLocked = errors.New("store: the file is locked by another open store")
 )

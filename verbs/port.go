@@ -19,6 +19,9 @@ const (
 	PortActiveDefer PortState = 5 // IBV_PORT_ACTIVE_DEFER
 )
 
+// String is the state as the rdma tool names it (`rdma link`: "state
+// ACTIVE"), which is also the name after the number in sysfs
+// (ports/N/state: "4: ACTIVE").
 func (s PortState) String() string {
 	names := [...]string{"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"}
 	if int(s) < len(names) {
@@ -42,10 +45,15 @@ const (
 	PhysPhyTest           PhysState = 7
 )
 
+// String is the physical state as the rdma tool names it (`rdma link`:
+// "physical_state LINK_UP"; iproute2 rdma/link.c), the one vocabulary
+// ibpath shows port states in. sysfs names them otherwise ("5: LinkUp");
+// ibstat too. The rdma tool calls state 4 (PortConfigurationTraining in
+// the IB spec) ARMED.
 func (s PhysState) String() string {
-	names := [...]string{"", "Sleep", "Polling", "Disabled", "PortConfigurationTraining",
-		"LinkUp", "LinkErrorRecovery", "Phy Test"}
-	if int(s) < len(names) && s != 0 {
+	names := [...]string{"NOP", "SLEEP", "POLLING", "DISABLED", "ARMED", "LINK_UP", "LINK_ERROR_RECOVER", "PHY_TEST",
+		"", "OPA_OFFLINE", "", "OPA_TEST"}
+	if int(s) < len(names) && names[s] != "" {
 		return names[s]
 	}
 	return fmt.Sprintf("PhysState(%d)", uint8(s))

@@ -387,3 +387,22 @@ func TestConstantsMatchLibibverbs(t *testing.T) {
 		}
 	}
 }
+
+// TestPortStateNames: port states read as the rdma tool prints them
+// (`rdma link`: "state ACTIVE physical_state LINK_UP"), the one vocabulary
+// of ibpath's status.
+func TestPortStateNames(t *testing.T) {
+	for s, want := range map[PortState]string{PortDown: "DOWN", PortInit: "INIT", PortArmed: "ARMED", PortActive: "ACTIVE",
+		PortActiveDefer: "ACTIVE_DEFER", 9: "PortState(9)"} {
+		if got := s.String(); got != want {
+			t.Errorf("PortState(%d) = %q, want %q", uint8(s), got, want)
+		}
+	}
+	for s, want := range map[PhysState]string{PhysSleep: "SLEEP", PhysPolling: "POLLING", PhysDisabled: "DISABLED",
+		PhysConfigTraining: "ARMED", PhysLinkUp: "LINK_UP", PhysLinkErrorRecovery: "LINK_ERROR_RECOVER", PhysPhyTest: "PHY_TEST",
+		9: "OPA_OFFLINE", 8: "PhysState(8)", 12: "PhysState(12)"} {
+		if got := s.String(); got != want {
+			t.Errorf("PhysState(%d) = %q, want %q", uint8(s), got, want)
+		}
+	}
+}

@@ -7,14 +7,29 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 )
 
 // ErrDaemonDown: nothing listens on the socket (ibpathd is not running, or
 // the path is wrong).
 var ErrDaemonDown = errors.New("ibpathd is not running")
+
+// ErrNotSocket: the socket's path names something that is not a socket
+// (a directory, a regular file).
+var ErrNotSocket = errors.New("not a socket")
+
+// ErrNotIbpathd: something answered on the socket, but not as ibpathd
+// does (not HTTP, or not the JSON of this API).
+var ErrNotIbpathd = errors.New("the socket answered, but not as ibpathd does")
+
+// ErrTimeout: ibpathd did not answer within the client's timeout.
+var ErrTimeout = errors.New("ibpathd did not answer in time")
 
 // ErrDenied: the daemon refused the request (HTTP 403).
 var ErrDenied = errors.New("permission denied")
@@ -25,7 +40,8 @@ type Client struct {
 	http   *http.Client
 }
 
-// NewClient returns a client of the daemon listening on socket.
+// NewClient returns a client of the daemon listening on socket. Every
+// call gives up after timeout (none when 0).
 func NewClient(socket string, timeout time.Duration) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -34,6 +50,49 @@ func NewClient(socket string, timeout time.Duration) *Client {
 		},
 	}
 	return &Client{Socket: socket, http: &http.Client{Transport: tr, Timeout: timeout}}
+}
+
+// callError says why a request got no answer: the daemon did not answer
+// in time (ErrTimeout), nothing listens on the socket (ErrDaemonDown),
+// its path is no socket (ErrNotSocket), or what answered does not speak
+// HTTP (ErrNotIbpathd).
+func (c *Client) callError(ctx context.Context, method, path string, err error) error {
+	var ue *url.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ue) && ue.Timeout()) {
+		within := "within the caller's deadline"
+		if c.http.Timeout > 0 && ctx.Err() == nil {
+			within = "within " + c.http.Timeout.String()
+		}
+		return fmt.Errorf("%w: no answer %s (%s %s, socket %s)", ErrTimeout, within, method, path, c.Socket)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		if fi, serr := os.Stat(c.Socket); serr == nil && fi.Mode().Type() != fs.ModeSocket {
+			return fmt.Errorf("socket %s: it is %s, %w", c.Socket, fileKind(fi.Mode()), ErrNotSocket)
+		}
+		return fmt.Errorf("%w (socket %s): %w", ErrDaemonDown, c.Socket, op.Err)
+	}
+	if strings.Contains(err.Error(), "malformed HTTP") {
+		return fmt.Errorf("socket %s: %w (%s %s: the answer is not HTTP): %w", c.Socket, ErrNotIbpathd, method, path, err)
+	}
+	return fmt.Errorf("%s %s: %w", method, path, err)
+}
+
+// fileKind names what a path that is no socket is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m.IsRegular():
+		return "a regular file"
+	case m.Type()&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.Type()&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m.Type()&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "of mode " + m.Type().String()
 }
 
 // do sends a request and decodes a JSON response into out (when not nil).
@@ -56,15 +115,14 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return 0, fmt.Errorf("%w (socket %s): %w", ErrDaemonDown, c.Socket, op.Err)
-		}
-		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, c.callError(ctx, method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
+		if cerr := c.callError(ctx, method, path, err); errors.Is(cerr, ErrTimeout) {
+			return resp.StatusCode, cerr
+		}
 		return resp.StatusCode, fmt.Errorf("%s %s: read response: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
@@ -85,7 +143,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		return resp.StatusCode, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return resp.StatusCode, fmt.Errorf("%s %s: decode response: %w", method, path, err)
+		return resp.StatusCode, fmt.Errorf("socket %s: %w (%s %s: the answer is not this API's JSON): %w", c.Socket, ErrNotIbpathd, method, path, err)
 	}
 	return resp.StatusCode, nil
 }

@@ -180,3 +180,83 @@ func TestTargetValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestClientNotASocket: a socket path naming a directory or a regular
+// file says so, rather than that ibpathd is not running.
+func TestClientNotASocket(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, kind := range map[string]string{dir: "a directory", file: "a regular file"} {
+		_, err := api.NewClient(path, time.Second).Status(context.Background())
+		if !errors.Is(err, api.ErrNotSocket) || errors.Is(err, api.ErrDaemonDown) {
+			t.Fatalf("%s: err %v, want ErrNotSocket", path, err)
+		}
+		if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), kind) {
+			t.Errorf("err %q does not say that %s is %s", err, path, kind)
+		}
+	}
+}
+
+// TestClientNotIbpathd: a socket that answers, but not with HTTP or not
+// with this API's JSON, is not taken for ibpathd.
+func TestClientNotIbpathd(t *testing.T) {
+	c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }))
+	if _, err := c.Peers(context.Background()); !errors.Is(err, api.ErrNotIbpathd) || !strings.Contains(err.Error(), c.Socket) {
+		t.Errorf("a plain text answer: err %v, want ErrNotIbpathd naming the socket", err)
+	}
+
+	dir, err := os.MkdirTemp("", "ibpapi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "ssh.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
+			conn.Close()
+		}
+	}()
+	_, err = api.NewClient(socket, 5*time.Second).Status(context.Background())
+	if !errors.Is(err, api.ErrNotIbpathd) || errors.Is(err, api.ErrDaemonDown) {
+		t.Errorf("a server that is not HTTP: err %v, want ErrNotIbpathd", err)
+	}
+}
+
+// TestClientTimeout: a daemon that does not answer in time is a timeout
+// that says how long the client waited.
+func TestClientTimeout(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	slow := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	c := api.NewClient(slow.Socket, 50*time.Millisecond)
+	_, err := c.Status(context.Background())
+	if !errors.Is(err, api.ErrTimeout) || !strings.Contains(err.Error(), "within 50ms") {
+		t.Fatalf("err %v, want ErrTimeout saying within 50ms", err)
+	}
+	if strings.Contains(err.Error(), "Client.Timeout") || strings.Contains(err.Error(), "context deadline") {
+		t.Errorf("err %q shows Go's own words", err)
+	}
+	// 1ns: whether the dial or the request gives up first, it is a timeout
+	_, err = api.NewClient(slow.Socket, time.Nanosecond).Status(context.Background())
+	if !errors.Is(err, api.ErrTimeout) || errors.Is(err, api.ErrDaemonDown) {
+		t.Fatalf("1ns: err %v, want ErrTimeout", err)
+	}
+}

@@ -1,6 +1,10 @@
 package api
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ibpath/ibpath/internal/status"
+)
 
 // Version is the path prefix of this API.
 const Version = "v1"
@@ -74,11 +78,11 @@ type QPResult struct {
 	OwnerPID int    `json:"owner_pid"`
 	OK       bool   `json:"ok"`
 	// Before and After are the layer-1 state and primary path before and
-	// after the action ("armed port 1" -> "rearm port 2"); After is the
-	// expected state on a dry run.
-	Before string `json:"before"`
-	After  string `json:"after,omitempty"`
-	Error  string `json:"error,omitempty"`
+	// after the action; After of a dry run is the path the QP would move
+	// to (its state is not known in advance).
+	Before status.QPState `json:"before,omitzero"`
+	After  status.QPState `json:"after,omitzero"`
+	Error  string         `json:"error,omitempty"`
 }
 
 // ActionResult is the response of an action. The HTTP status is 200 when
@@ -123,7 +127,7 @@ type StoreMR struct {
 	RKey   uint32 `json:"rkey"`
 	BRKey  uint32 `json:"backup_rkey"`
 	Addr   uint64 `json:"addr,omitempty"`
-	Length uint64 `json:"length,omitempty"`
+	Length uint64 `json:"length_bytes,omitempty"` // the region's length in bytes
 	Owner  string `json:"owner"`
 	// Version orders writes of one key (a hybrid logical clock).
 	Version uint64 `json:"version"`

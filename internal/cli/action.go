@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ibpath/ibpath/internal/api"
+	"github.com/ibpath/ibpath/internal/status"
 )
 
 // maxQPN: QPNs are 24 bits.
@@ -180,9 +181,9 @@ func renderResult(w io.Writer, r api.ActionResult) error {
 	fmt.Fprintf(w, "%s: %s, %d %s, %d failed\n", head, plural(len(r.Results), "QP", "QPs"), ok, verb, r.Failed())
 	t := newTable(w, "DEVICE", "QPN", "OWNER", "OK", "BEFORE -> AFTER", "ERROR")
 	for _, q := range r.Results {
-		change := q.Before
-		if q.After != "" {
-			change = orDash(q.Before) + " -> " + q.After
+		change := q.Before.String()
+		if q.After != (status.QPState{}) {
+			change += " -> " + q.After.String()
 		}
 		t.row(q.Device, hex(q.QPN), owner(q.OwnerPID), yesNo(q.OK), change, q.Error)
 	}

@@ -18,7 +18,7 @@ import (
 // constants).
 func Run(args []string, stdout, stderr io.Writer) int {
 	err := NewApp(stdout, stderr).Run(args)
-	return report(stderr, err)
+	return report(stderr, err, len(args) > 1 && jsonRequested(args[1:]))
 }
 
 // NewApp builds the ibpath application. Its commands print to stdout;
@@ -32,8 +32,9 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			"another HCA, layer 3 surfaces the error. Commands other than sim, man and completion talk to ibpathd " +
 			"over its UNIX socket: --socket, else $IBPATH_SOCKET, else " + api.DefaultSocket + ". " +
 			"Flags go before the arguments of a command. " +
-			"Exit codes: 0 ok; 1 other error; 2 usage error; 3 ibpathd is not running; " +
-			"4 permission denied; 5 the action failed on some QPs.",
+			"Exit codes: 0 ok; 1 other error; 2 usage error; 3 no ibpathd on the socket (not running, " +
+			"the path is no socket, or what answers is not ibpathd); 4 permission denied; 5 the action failed on some QPs. " +
+			"With --json an error is one JSON object on stderr: {\"error\": {\"code\", \"message\", \"hint\"}}.",
 		UsageText:            "ibpath [--socket PATH] [--json] [--timeout DURATION] COMMAND [COMMAND FLAGS] [ARGUMENTS...]",
 		Version:              version.Get().String(),
 		EnableBashCompletion: true,

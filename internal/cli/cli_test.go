@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -79,6 +80,9 @@ type goldenCase struct {
 	// down: no daemon (the socket does not exist); none: the command
 	// must not reach the daemon.
 	down, none bool
+	// socket: the --socket given instead of a daemon's (a path that is
+	// no socket).
+	socket string
 }
 
 func str(s string) *string { return &s }
@@ -133,11 +137,19 @@ func goldenCases() []goldenCase {
 			replies: map[string]reply{api.PathMigrate: {http.StatusOK, "migrate-none.json"}}},
 
 		{name: "daemon-down", args: []string{"status"}, down: true, code: ExitDaemonDown},
+		{name: "daemon-down-json", args: []string{"--json", "status"}, down: true, code: ExitDaemonDown},
+		{name: "socket-directory", args: []string{"status"}, socket: "/", code: ExitDaemonDown},
+		{name: "socket-file", args: []string{"peers", "--json"}, socket: "testdata/peers.json", code: ExitDaemonDown},
 		{name: "daemon-down-arm", args: []string{"arm", "--all"}, down: true, code: ExitDaemonDown},
 		{name: "denied", args: []string{"arm", "mlx5_0", "0x1c3"}, code: ExitDenied,
 			sent:    &api.ActionRequest{Target: migQP.Target},
 			replies: map[string]reply{api.PathArm: {http.StatusForbidden, "forbidden.json"}}},
+		{name: "denied-json", args: []string{"arm", "--json", "mlx5_0", "0x1c3"}, code: ExitDenied,
+			sent:    &api.ActionRequest{Target: migQP.Target},
+			replies: map[string]reply{api.PathArm: {http.StatusForbidden, "forbidden.json"}}},
 		{name: "daemon-error", args: []string{"migrate", "mlx5_0", "0x1c3"}, code: ExitError, sent: migQP,
+			replies: map[string]reply{api.PathMigrate: {http.StatusConflict, "internal.json"}}},
+		{name: "daemon-error-json", args: []string{"--json", "migrate", "mlx5_0", "0x1c3"}, code: ExitError, sent: migQP,
 			replies: map[string]reply{api.PathMigrate: {http.StatusConflict, "internal.json"}}},
 
 		{name: "usage-bad-qpn", args: []string{"arm", "mlx5_0", "0xzz"}, code: ExitUsage, none: true},
@@ -162,6 +174,8 @@ func goldenCases() []goldenCase {
 		{name: "usage-completion-shell", args: []string{"completion", "tcsh"}, code: ExitUsage, none: true},
 		{name: "usage-completion-missing", args: []string{"completion"}, code: ExitUsage, none: true},
 		{name: "usage-help-topic", args: []string{"help", "stauts"}, code: ExitUsage, none: true},
+		{name: "usage-json", args: []string{"--json", "stauts"}, code: ExitUsage, none: true},
+		{name: "usage-json-after-args", args: []string{"migrate", "mlx5_0", "0x1c3", "--json"}, code: ExitUsage, none: true},
 	}
 }
 
@@ -173,7 +187,10 @@ func TestGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			socket := downSocket
 			var f *fakeDaemon
-			if !tc.down {
+			switch {
+			case tc.socket != "":
+				socket = tc.socket
+			case !tc.down:
 				f = startFake(t, tc.replies)
 				socket = f.socket
 			}
@@ -185,7 +202,11 @@ func TestGolden(t *testing.T) {
 			if (code == ExitOK) != (stderr == "") {
 				t.Errorf("exit %d with error output %q", code, stderr)
 			}
-			if code != ExitOK && !strings.HasPrefix(stderr, "ibpath: ") {
+			switch {
+			case code == ExitOK:
+			case jsonRequested(tc.args):
+				checkJSONError(t, stderr, code)
+			case !strings.HasPrefix(stderr, "ibpath: "):
 				t.Errorf("error output %q not prefixed \"ibpath: \"", stderr)
 			}
 			if f == nil {
@@ -279,7 +300,8 @@ func TestStatusJSONKeepsNewerFields(t *testing.T) {
 		t.Fatalf("exit %d, output lacks the newer field:\n%s", code, out)
 	}
 	g := startFake(t, map[string]reply{api.PathStatus: {http.StatusOK, "metrics.txt"}})
-	if _, errOut, code := run("--socket", g.socket, "--json", "status"); code != ExitError || !strings.Contains(errOut, "not a status document") {
+	if _, errOut, code := run("--socket", g.socket, "--json", "status"); code != ExitDaemonDown || !strings.Contains(errOut, "not a status document") ||
+		!strings.Contains(errOut, `"code":"not-ibpathd"`) {
 		t.Fatalf("a non-JSON answer: exit %d, stderr %q", code, errOut)
 	}
 }
@@ -330,6 +352,9 @@ func TestExitCodes(t *testing.T) {
 		{fmt.Errorf("%w: %w", api.ErrDenied, &api.Error{Code: api.CodeForbidden, Message: "no"}), ExitDenied},
 		{&partialError{action: "arm", failed: 1, total: 2}, ExitPartial},
 		{&api.Error{Code: api.CodeInternal, Message: "boom"}, ExitError},
+		{fmt.Errorf("socket /x: it is a directory, %w", api.ErrNotSocket), ExitDaemonDown},
+		{fmt.Errorf("socket /x: %w: %w", api.ErrNotIbpathd, errors.New("bad JSON")), ExitDaemonDown},
+		{fmt.Errorf("%w: no answer within 1ns", api.ErrTimeout), ExitError},
 	} {
 		if got := exitCode(tc.err); got != tc.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)

@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 
 	"github.com/ibpath/ibpath/internal/api"
@@ -14,7 +13,7 @@ const (
 	ExitOK         = 0 // success
 	ExitError      = 1 // any other error
 	ExitUsage      = 2 // bad command line: unknown command or flag, missing or malformed argument
-	ExitDaemonDown = 3 // ibpathd is not running (nothing listens on the socket)
+	ExitDaemonDown = 3 // no ibpathd on the socket: nothing listens there, the path is no socket, or what answers is not ibpathd
 	ExitDenied     = 4 // ibpathd, or the socket's permissions, refused the request
 	ExitPartial    = 5 // an action (arm, migrate, drain) failed on some of its QPs or processes
 )
@@ -86,7 +85,7 @@ func exitCode(err error) int {
 		return ExitDenied
 	case errors.As(err, new(*socketDeniedError)):
 		return ExitDenied
-	case errors.Is(err, api.ErrDaemonDown):
+	case errors.Is(err, api.ErrDaemonDown), errors.Is(err, api.ErrNotSocket), errors.Is(err, api.ErrNotIbpathd):
 		return ExitDaemonDown
 	case errors.As(err, &pe):
 		return ExitPartial
@@ -94,25 +93,4 @@ func exitCode(err error) int {
 		return ExitUsage
 	}
 	return ExitError
-}
-
-// report prints err to w, prefixed "ibpath: ", with a hint where one
-// helps, and returns the exit code.
-func report(w io.Writer, err error) int {
-	code := exitCode(err)
-	if code == ExitOK {
-		return code
-	}
-	fmt.Fprintf(w, "ibpath: %v\n", err)
-	switch code {
-	case ExitUsage:
-		fmt.Fprintln(w, "ibpath: run 'ibpath help' or 'ibpath COMMAND --help' for usage")
-	case ExitDaemonDown:
-		fmt.Fprintln(w, "ibpath: start it with: ibpathd (or give its socket with --socket or IBPATH_SOCKET)")
-	case ExitDenied:
-		if errors.As(err, new(*socketDeniedError)) {
-			fmt.Fprintln(w, "ibpath: run as root or as a member of the socket's group")
-		}
-	}
-	return code
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/status"
 )
 
@@ -58,7 +59,7 @@ func printStatusJSON(c *cli.Context) error {
 	}
 	var n status.Node
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return fmt.Errorf("status: the daemon's answer is not a status document: %w", err)
+		return fmt.Errorf("status: socket %s: %w (its answer is not a status document): %w", c.String("socket"), api.ErrNotIbpathd, err)
 	}
 	var b bytes.Buffer
 	if err := json.Indent(&b, bytes.TrimSpace(raw), "", "  "); err != nil {
@@ -75,11 +76,7 @@ func printStatusJSON(c *cli.Context) error {
 // order.
 func renderStatus(w io.Writer, n status.Node) error {
 	fmt.Fprintf(w, "node: %s (ibpathd %s, schema %d, started %s)\n", n.Node, orDash(n.Version), n.Schema, when(n.Started))
-	fabric := n.Fabric.Kind
-	if n.Fabric.Reason != "" {
-		fabric += " (" + n.Fabric.Reason + ")"
-	}
-	fmt.Fprintf(w, "fabric: %s\n", fabric)
+	fmt.Fprintf(w, "fabric: %s\n", fabricSummary(n.Fabric))
 	if n.Fabric.Error != "" {
 		fmt.Fprintf(w, "fabric error: %s\n", n.Fabric.Error)
 	}
@@ -112,8 +109,8 @@ func renderStatus(w io.Writer, n status.Node) error {
 			return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.QPN, b.QPN))
 		})
 		for _, q := range qps {
-			t.row(q.Device, hex(q.QPN), owner(q.OwnerPID), q.Layer, q.APM, q.Primary, q.Alternate, num(q.Migrations),
-				q.CrossNIC, num(q.Failovers), q.Backup, qpReason(q))
+			t.row(q.Device, hex(q.QPN), owner(q.OwnerPID), q.Layer, q.APM, q.Primary.String(), q.Alternate.String(), num(q.Migrations),
+				q.CrossNIC, num(q.Failovers), q.Backup.String(), qpReason(q))
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -154,8 +151,22 @@ func renderStatus(w io.Writer, n status.Node) error {
 	tot := n.Totals
 	fmt.Fprintf(w, "totals: %s armed; %d migrations, %d failovers, %d switchbacks; replication lag p50 %s p99 %s; %d peers refused, %d records refused; %d owner messages refused\n",
 		plural(tot.ArmedQPs, "QP", "QPs"), tot.Migrations, tot.Failovers, tot.Switchbacks,
-		seconds(tot.ReplicationLagP50), seconds(tot.ReplicationLagP99), tot.PeersRefused, tot.RecordsRefused, tot.OwnerRefusals)
+		seconds(tot.ReplicationLagP50Seconds), seconds(tot.ReplicationLagP99Seconds), tot.PeersRefused, tot.RecordsRefused, tot.OwnerRefusals)
 	return nil
+}
+
+// fabricSummary says what ibpathd runs on and why: "hardware (2 RDMA
+// devices under /sys/class/infiniband)", "sim, seed 1, host node0 of 2
+// (no RDMA device under /sys/class/infiniband)".
+func fabricSummary(f status.Fabric) string {
+	out := orDash(f.Kind)
+	if f.Sim != (status.SimFabric{}) {
+		out += fmt.Sprintf(", seed %d, host %s of %d", f.Sim.Seed, f.Sim.Host, f.Sim.Hosts)
+	}
+	if f.Reason != "" {
+		out += " (" + f.Reason + ")"
+	}
+	return out
 }
 
 // replSummary says how the node replicates: "keyed, gossip on 10.0.0.1:7946".

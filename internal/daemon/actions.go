@@ -123,6 +123,11 @@ func (d *Daemon) act(ctx context.Context, c api.Caller, op string, req api.Actio
 		return api.ActionResult{}, err
 	}
 	res := api.ActionResult{Action: op, Target: req.Target, DryRun: req.DryRun, Results: d.actAll(ctx, op, req.DryRun, ts)}
+	ports := d.pathPorts()
+	for i := range res.Results {
+		fillPath(ports, &res.Results[i].Before.Primary)
+		fillPath(ports, &res.Results[i].After.Primary)
+	}
 	d.log.Info("action", "op", op, "target", req.Target.String(), "dry_run", req.DryRun, "qps", len(res.Results),
 		"failed", res.Failed(), "uid", c.UID, "pid", c.PID)
 	return res, nil
@@ -193,7 +198,7 @@ func (d *Daemon) actOne(ctx context.Context, op string, dryRun bool, x target) (
 			return r, errors.As(err, &ae) && (ae.Code == api.CodeOwnerTimeout || ae.Code == api.CodeOwnerGone)
 		}
 		r.OK, r.Error = out.OK, out.Error
-		if out.Before != "" {
+		if out.Before != (status.QPState{}) {
 			r.Before = out.Before
 		}
 		r.After = out.After
@@ -236,7 +241,7 @@ func (d *Daemon) simAct(op string, dryRun bool, q status.QP, r api.QPResult) api
 	r.OK = true
 	r.After = describe(qpStatus(after, q.OwnerUID))
 	if dryRun {
-		r.After = "would move to " + after.Primary.String()
+		r.After = status.QPState{Primary: r.After.Primary}
 	}
 	return r
 }

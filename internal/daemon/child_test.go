@@ -123,7 +123,7 @@ func userClient(socket string, out io.Writer) int {
 		return 1
 	}
 	s, err := ownerproto.Dial(ctx, socket, ownerproto.Hello{PID: os.Getpid(), Incarnation: inc}, func(ownerproto.Command) ownerproto.Result {
-		return ownerproto.Result{OK: true, After: "rearming port 2"}
+		return ownerproto.Result{OK: true, After: status.QPState{APM: "rearming", Primary: status.Path{Device: "mlx5_1", Port: 2}}}
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

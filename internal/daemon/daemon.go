@@ -197,11 +197,11 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		d.closeFabric()
-		return nil, fmt.Errorf("state directory: %w", err)
+		return nil, permissionHint(fmt.Errorf("state directory: %w", err), pathStateDir)
 	}
 	if err := keepPrivate(cfg.StateDir, 0o700, log); err != nil {
 		d.closeFabric()
-		return nil, fmt.Errorf("state directory: %w", err)
+		return nil, permissionHint(fmt.Errorf("state directory: %w", err), pathStateDir)
 	}
 	if err := d.openDrains(); err != nil {
 		d.closeFabric()
@@ -209,13 +209,13 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	if err := keepPrivate(filepath.Join(cfg.StateDir, "store.db"), 0o600, log); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		d.closeFabric()
-		return nil, fmt.Errorf("store: %w", err)
+		return nil, permissionHint(fmt.Errorf("store: %w", err), pathStateDir)
 	}
 	d.refreshPorts()
 	d.repl, d.storeNote, err = startRepl(filepath.Join(cfg.StateDir, "store.db"), cfg, d.localRoutes(), d.describeForPeer, log.With("part", "replication"))
 	if err != nil {
 		d.closeFabric()
-		return nil, err
+		return nil, permissionHint(err, pathStateDir)
 	}
 	return d, nil
 }
@@ -230,7 +230,7 @@ func (d *Daemon) Fabric() status.Fabric { return d.fabric }
 func (d *Daemon) Serve(ctx context.Context, ready func() error) error {
 	ln, err := listenUnix(d.cfg.Socket)
 	if err != nil {
-		return err
+		return permissionHint(err, pathSocket)
 	}
 	d.ln = ln
 	d.reapAtStart()

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -95,18 +96,29 @@ func TestStatusOnSimFabric(t *testing.T) {
 	if n.Schema != status.SchemaVersion || n.Node != "node0" {
 		t.Fatalf("schema %d node %q", n.Schema, n.Node)
 	}
-	if n.Fabric.Kind != status.FabricSim || !strings.Contains(n.Fabric.Reason, "--fabric sim") {
-		t.Fatalf("fabric %+v: want sim, saying why", n.Fabric)
+	// the reason says why once; the fabric's shape is its own field
+	if n.Fabric.Kind != status.FabricSim || n.Fabric.Reason != "--fabric sim" || n.Fabric.Sim != (status.SimFabric{Seed: 1, Host: "node0", Hosts: 2}) {
+		t.Fatalf("fabric %+v: want sim, saying why, and its shape", n.Fabric)
 	}
-	if len(n.HCAs) != 2 || len(n.HCAs[0].Ports) != 2 || n.HCAs[0].Ports[0].State != "ACTIVE" || n.HCAs[0].Ports[0].LID == 0 {
-		t.Fatalf("HCAs %+v", n.HCAs)
+	if len(n.HCAs) != 2 || len(n.HCAs[0].Ports) != 2 || n.HCAs[0].Ports[0].State != "ACTIVE" || n.HCAs[0].Ports[0].PhysState != "LINK_UP" ||
+		n.HCAs[0].Ports[0].LID == 0 {
+		t.Fatalf("HCAs %+v: want ports ACTIVE, LINK_UP (the rdma tool's names) with a LID", n.HCAs)
 	}
 	if len(n.QPs) != 2 {
 		t.Fatalf("QPs %+v", n.QPs)
 	}
+	lid := map[string]uint16{}
+	for _, h := range n.HCAs {
+		for _, p := range h.Ports {
+			lid[fmt.Sprintf("%s:%d", h.Name, p.Num)] = p.LID
+		}
+	}
 	for _, q := range n.QPs {
-		if q.Layer != status.LayerAPM || q.APM != "armed" || q.Primary != "port 1" || q.Alternate != "port 2" {
-			t.Fatalf("QP %+v: want armed on port 1 with port 2 as alternate", q)
+		want := func(port uint8) status.Path {
+			return status.Path{Device: q.Device, Port: port, LID: lid[fmt.Sprintf("%s:%d", q.Device, port)], PortState: "ACTIVE"}
+		}
+		if q.Layer != status.LayerAPM || q.APM != "armed" || q.Primary != want(1) || q.Alternate != want(2) || q.Home != want(1) {
+			t.Fatalf("QP %+v: want armed on port 1 with port 2 as alternate, with their LIDs", q)
 		}
 	}
 }
@@ -118,7 +130,7 @@ func TestAutoFallsBackToSimWithoutHCAs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Fabric.Kind != status.FabricSim || !strings.Contains(n.Fabric.Reason, "no RDMA device under "+filepath.Join(empty, "class", "infiniband")) {
+	if n.Fabric.Kind != status.FabricSim || n.Fabric.Reason != "no RDMA device under "+filepath.Join(empty, "class", "infiniband") {
 		t.Fatalf("fabric %+v", n.Fabric)
 	}
 	if d.Fabric() != n.Fabric {
@@ -148,7 +160,7 @@ func TestMigratePortAndPathMigratedEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dry.Results) != 1 || !dry.Results[0].OK || dry.Results[0].After != "would move to port 2" {
+	if len(dry.Results) != 1 || !dry.Results[0].OK || dry.Results[0].After.String() != "port 2" {
 		t.Fatalf("dry run %+v", dry)
 	}
 	if n, _ := c.Status(ctx); n.Totals.Migrations != 0 {
@@ -158,7 +170,7 @@ func TestMigratePortAndPathMigratedEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Results) != 1 || !res.Results[0].OK || res.Results[0].Before != "armed port 1" || !strings.HasSuffix(res.Results[0].After, "port 2") {
+	if len(res.Results) != 1 || !res.Results[0].OK || res.Results[0].Before.String() != "armed port 1" || !strings.HasSuffix(res.Results[0].After.String(), "port 2") {
 		t.Fatalf("migrate %+v", res)
 	}
 	select {

@@ -111,7 +111,7 @@ func (d *Daemon) tellOwners(ctx context.Context, os []*owner, cmds []ownerproto.
 					out[i] = api.OwnerAnswer{PID: o.hello.PID, Error: err.Error()}
 					return
 				}
-				out[i] = api.OwnerAnswer{PID: o.hello.PID, OK: r.OK, After: r.After, Error: r.Error}
+				out[i] = api.OwnerAnswer{PID: o.hello.PID, OK: r.OK, After: r.Note, Error: r.Error}
 				if !r.OK {
 					return
 				}

@@ -145,7 +145,7 @@ func TestDrainTellsOwners(t *testing.T) {
 		mu.Lock()
 		got = append(got, cmd)
 		mu.Unlock()
-		return ownerproto.Result{OK: true, After: "drained; QPs moving off: 0"}
+		return ownerproto.Result{OK: true, Note: "drained; QPs moving off: 0"}
 	}
 	s, err := ownerproto.Dial(ctx, d.cfg.Socket, selfHello(t), h)
 	if err != nil {

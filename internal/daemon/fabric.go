@@ -27,9 +27,9 @@ func (d *Daemon) pickFabric() error {
 	case d.cfg.Fabric == "hardware" && len(found) == 0:
 		return fmt.Errorf("fabric hardware: no RDMA device under %s", cls)
 	case derr != nil && len(found) == 0:
-		d.fabric = status.Fabric{Kind: status.FabricSim, Reason: fmt.Sprintf("discovery failed (%v): running on the simulated fabric", derr)}
+		d.fabric = status.Fabric{Kind: status.FabricSim, Reason: fmt.Sprintf("discovery failed: %v", derr)}
 	case len(found) == 0:
-		d.fabric = status.Fabric{Kind: status.FabricSim, Reason: fmt.Sprintf("no RDMA device under %s: running on the simulated fabric", cls)}
+		d.fabric = status.Fabric{Kind: status.FabricSim, Reason: fmt.Sprintf("no RDMA device under %s", cls)}
 	default:
 		d.fabric = status.Fabric{Kind: status.FabricHardware, Reason: fmt.Sprintf("%d RDMA device(s) under %s", len(found), cls), Sysfs: d.cfg.Sysfs}
 		if derr != nil {
@@ -46,7 +46,7 @@ func (d *Daemon) pickFabric() error {
 		return fmt.Errorf("fabric sim: %w", err)
 	}
 	d.sim = n
-	d.fabric.Reason += fmt.Sprintf(" (seed %d, host node%d of %d)", d.cfg.Sim.Seed, d.cfg.Sim.Index, d.cfg.Sim.Hosts)
+	d.fabric.Sim = status.SimFabric{Seed: d.cfg.Sim.Seed, Host: fmt.Sprintf("node%d", d.cfg.Sim.Index), Hosts: d.cfg.Sim.Hosts}
 	return nil
 }
 

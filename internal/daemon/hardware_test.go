@@ -52,8 +52,8 @@ func TestHardwareFixtureStatusAndPortEvents(t *testing.T) {
 			down = p
 		}
 	}
-	if up == nil || down == nil || up.LID == 0 || up.Rate == "" {
-		t.Fatalf("ports %+v: want one ACTIVE with a LID and rate, one not", n.HCAs[0].Ports)
+	if up == nil || down == nil || up.LID == 0 || up.Rate == "" || up.PhysState != "LINK_UP" {
+		t.Fatalf("ports %+v: want one ACTIVE (LINK_UP, sysfs's \"5: LinkUp\") with a LID and rate, one not", n.HCAs[0].Ports)
 	}
 	events, cancel := d.Subscribe(8)
 	defer cancel()
@@ -85,7 +85,7 @@ func TestHardwareFixtureStatusAndPortEvents(t *testing.T) {
 	}
 	n, _ = c.Status(ctx)
 	for _, p := range n.HCAs[0].Ports {
-		if p.Num == up.Num && (p.State != "DOWN" || p.PhysState != "Disabled") {
+		if p.Num == up.Num && (p.State != "DOWN" || p.PhysState != "DISABLED") {
 			t.Fatalf("status not updated: %+v", p)
 		}
 	}

@@ -34,7 +34,7 @@ func loadOwners(tb testing.TB, d *Daemon, n, per int) {
 		d.owners.mu.Unlock()
 		for k := range per {
 			q := status.QP{Device: "mlx5_1", QPN: uint32(0x10000 + i*per + k), Port: 1, Layer: status.LayerAPM, APM: "armed",
-				Primary: "port 1", Alternate: "port 2", Home: "port 1"}
+				Primary: status.Path{Device: "mlx5_1", Port: 1}, Alternate: status.Path{Device: "mlx5_1", Port: 2}, Home: status.Path{Device: "mlx5_1", Port: 1}}
 			if err := d.claimQP(o, q); err != nil {
 				tb.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func loadOwners(tb testing.TB, d *Daemon, n, per int) {
 					return
 				}
 				if m.Type == ownerproto.TypeCommand {
-					c.Send(ownerproto.Msg{Type: ownerproto.TypeResult, ID: m.ID, Result: &ownerproto.Result{OK: true, Before: "armed port 1", After: "armed port 1"}})
+					c.Send(ownerproto.Msg{Type: ownerproto.TypeResult, ID: m.ID, Result: &ownerproto.Result{OK: true}})
 				}
 			}
 		}()

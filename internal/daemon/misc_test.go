@@ -22,7 +22,7 @@ func TestWriteMetrics(t *testing.T) {
 		Layers: map[string]int{status.LayerAPM: 2, status.LayerCrossNIC: 1},
 		Peers:  []status.Peer{{State: status.PeerAlive}, {State: status.PeerSuspect}},
 		Store:  status.Store{QPs: 5, MRs: 7, Tombstones: 1},
-		Totals: status.Totals{Migrations: 3, Failovers: 2, Switchbacks: 1, ArmedQPs: 2, ReplicationLagP50: 0.002, ReplicationLagP99: 0.015, PeersRefused: 4}}
+		Totals: status.Totals{Migrations: 3, Failovers: 2, Switchbacks: 1, ArmedQPs: 2, ReplicationLagP50Seconds: 0.002, ReplicationLagP99Seconds: 0.015, PeersRefused: 4}}
 	var b strings.Builder
 	if err := WriteMetrics(&b, n); err != nil {
 		t.Fatal(err)

@@ -38,9 +38,10 @@ func (f *fakeShim) handle(c ownerproto.Command) ownerproto.Result {
 	f.mu.Unlock()
 	time.Sleep(delay)
 	if c.QPN == 0x77 {
-		return ownerproto.Result{Error: "ibv_modify_qp: Invalid argument", Before: "unprotected port 1"}
+		return ownerproto.Result{Error: "ibv_modify_qp: Invalid argument", Before: status.QPState{APM: "unprotected", Primary: status.Path{Device: c.Device, Port: 1}}}
 	}
-	return ownerproto.Result{OK: true, Before: "armed port 1", After: "rearming port 2"}
+	return ownerproto.Result{OK: true, Before: status.QPState{APM: "armed", Primary: status.Path{Device: c.Device, Port: 1}},
+		After: status.QPState{APM: "rearming", Primary: status.Path{Device: c.Device, Port: 2}}}
 }
 
 func TestOwnerSessionRelayAndPublish(t *testing.T) {
@@ -56,7 +57,7 @@ func TestOwnerSessionRelayAndPublish(t *testing.T) {
 		t.Fatalf("welcome node %q", s.Node())
 	}
 	for _, qpn := range []uint32{0x1c3, 0x77} {
-		if err := s.ReportQP(status.QP{Device: "mlx5_1", QPN: qpn, Port: 1, Layer: status.LayerAPM, APM: "armed", Primary: "port 1", Alternate: "port 2"}); err != nil {
+		if err := s.ReportQP(status.QP{Device: "mlx5_1", QPN: qpn, Port: 1, Layer: status.LayerAPM, APM: "armed", Primary: status.Path{Device: "mlx5_1", Port: 1, LID: 999, PortState: "DOWN"}, Alternate: status.Path{Device: "mlx5_1", Port: 2}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,11 +69,29 @@ func TestOwnerSessionRelayAndPublish(t *testing.T) {
 	if len(n.Owners) != 1 || n.Owners[0].PID != os.Getpid() || n.Owners[0].QPs != 2 || n.Owners[0].Comm != "daemon.test" {
 		t.Fatalf("owners %+v", n.Owners)
 	}
+	// The paths show this node's view of their ports, not the owner's.
+	lids := map[uint8]uint16{}
+	for _, h := range n.HCAs {
+		for _, p := range h.Ports {
+			if h.Name == "mlx5_1" {
+				lids[p.Num] = p.LID
+			}
+		}
+	}
+	for _, q := range n.QPs {
+		if q.OwnerPID != os.Getpid() {
+			continue
+		}
+		if q.Primary.LID != lids[1] || q.Primary.PortState != "ACTIVE" || q.Alternate.LID != lids[2] || q.Alternate.PortState != "ACTIVE" ||
+			lids[1] == 0 || q.Primary.GID != "" {
+			t.Fatalf("owner's QP %#x: primary %+v, alternate %+v; want the LIDs %v of this node's ports, ACTIVE", q.QPN, q.Primary, q.Alternate, lids)
+		}
+	}
 	res, err := c.Migrate(ctx, api.Target{Device: "mlx5_1", QPN: 0x1c3}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Results) != 1 || !res.Results[0].OK || res.Results[0].OwnerPID != os.Getpid() || res.Results[0].After != "rearming port 2" {
+	if len(res.Results) != 1 || !res.Results[0].OK || res.Results[0].OwnerPID != os.Getpid() || res.Results[0].After.String() != "rearming port 2" {
 		t.Fatalf("relayed migrate %+v", res)
 	}
 	shim.mu.Lock()

@@ -175,7 +175,7 @@ func (p replicated) Peers() []status.Peer {
 
 func (p replicated) Totals(t *status.Totals) {
 	s := p.r.Stats()
-	t.ReplicationLagP50, t.ReplicationLagP99 = s.LagP50.Seconds(), s.LagP99.Seconds()
+	t.ReplicationLagP50Seconds, t.ReplicationLagP99Seconds = s.LagP50.Seconds(), s.LagP99.Seconds()
 	t.PeersRefused = s.PeersRefused
 	t.RecordsRefused = s.RecordsRefused
 	t.MessagesRefused = s.MessagesRefused
@@ -214,9 +214,9 @@ func ReadClusterKey(path string) ([]byte, error) {
 // startRepl opens the store (openStore: note says what was found) and
 // starts replication as configured.
 func startRepl(path string, cfg Config, routes []ownerproto.Route, describe replica.Describer, log *slog.Logger) (replicator, string, error) {
-	st, note, err := openStore(path, log)
+	st, note, err := openStore(path, storeLockWait, log)
 	if err != nil {
-		return nil, "", fmt.Errorf("store: %w", err)
+		return nil, "", err // it names the store
 	}
 	r, err := startReplOn(st, path, cfg, routes, describe, log)
 	return r, note, err

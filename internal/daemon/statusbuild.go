@@ -48,12 +48,14 @@ func (d *Daemon) StatusOf(rows int) status.Node {
 	for _, h := range d.inv {
 		n.HCAs = append(n.HCAs, hcaStatus(h))
 	}
+	ports := pathPorts(d.inv)
 	d.invMu.Unlock()
 	ds := d.newDrainStatus()
 	for _, q := range d.simQPs() {
 		count(q)
 		ds.see(q, nil)
 		if room() > 0 {
+			fillPaths(ports, &q)
 			n.QPs = append(n.QPs, q)
 		}
 	}
@@ -76,7 +78,11 @@ func (d *Daemon) StatusOf(rows int) status.Node {
 			}
 			return qs[i].QPN < qs[j].QPN
 		})
-		n.QPs = append(n.QPs, qs[:min(len(qs), room())]...)
+		qs = qs[:min(len(qs), room())]
+		for i := range qs {
+			fillPaths(ports, &qs[i])
+		}
+		n.QPs = append(n.QPs, qs...)
 		n.Owners = append(n.Owners, status.Owner{PID: o.hello.PID, UID: o.caller.UID, Comm: o.hello.Comm,
 			Incarnation: o.hello.Incarnation, Attached: o.attached, QPs: held, Proto: o.hello.Proto})
 	}
@@ -141,9 +147,9 @@ func (d *Daemon) simQPs() []status.QP {
 // qpStatus renders layer 1's view of a QP.
 func qpStatus(s apm.QPStatus, uid uint32) status.QP {
 	q := status.QP{Device: s.Device, QPN: s.QPN, Port: s.Primary.Port, OwnerUID: uid, APM: s.State.String(),
-		Primary: s.Primary.String(), Alternate: "-", Home: s.Home.String(), Migrations: s.Migrations, Reason: s.Reason}
+		Primary: l1Path(s.Device, s.Primary), Home: l1Path(s.Device, s.Home), Migrations: s.Migrations, Reason: s.Reason}
 	if s.HasAlt {
-		q.Alternate = s.Alternate.String()
+		q.Alternate = l1Path(s.Device, s.Alternate)
 	}
 	switch s.State {
 	case fsm.APMUnprotected, fsm.APMUnsupported, fsm.APMHandedOver:
@@ -154,5 +160,13 @@ func qpStatus(s apm.QPStatus, uid uint32) status.QP {
 	return q
 }
 
+// l1Path is a path of layer 1 on device dev; zero for none.
+func l1Path(dev string, p fsm.PathRef) status.Path {
+	if p.Port == 0 {
+		return status.Path{}
+	}
+	return status.Path{Device: dev, Port: p.Port, PathBits: p.Bits}
+}
+
 // describe is a QP's state and primary path, as action results show it.
-func describe(q status.QP) string { return q.APM + " " + q.Primary }
+func describe(q status.QP) status.QPState { return status.QPState{APM: q.APM, Primary: q.Primary} }

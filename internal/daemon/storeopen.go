@@ -6,10 +6,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/ibpath/ibpath/store"
 )
+
+// storeLockWait is how long ibpathd waits for the store's lock at start.
+const storeLockWait = 5 * time.Second
 
 // openStore opens the store at path without letting a damaged file stop
 // the node or be served. A file store.Open finds damaged (store.ErrDamaged:
@@ -21,13 +25,21 @@ import (
 // node's entries). A 0-byte file (bbolt makes it an empty store) is said,
 // not reset silently. note says what happened, for the status; "" when
 // the file opened as it was.
-func openStore(path string, log *slog.Logger) (st *store.Store, note string, err error) {
-	opts := store.Options{Timeout: 5 * time.Second}
+//
+// A file another process holds (another ibpathd on the same state
+// directory) is an error that names that process when /proc/locks does,
+// once lockWait has passed without the lock (an ibpathd restarting waits
+// for the last one's exit).
+func openStore(path string, lockWait time.Duration, log *slog.Logger) (st *store.Store, note string, err error) {
+	opts := store.Options{Timeout: lockWait}
 	if fi, serr := os.Stat(path); serr == nil && fi.Size() == 0 {
 		note = fmt.Sprintf("%s was empty (0 bytes) at start: the store started empty", path)
 		log.Warn("store file empty (0 bytes): starting with an empty store; the attached processes and the peers fill it again", "path", path)
 	}
 	st, err = store.Open(path, opts)
+	if errors.Is(err, store.ErrLocked) {
+		return nil, "", lockedStoreError(path, filepath.Dir(path), findLockHolder(path), err)
+	}
 	if err == nil || !errors.Is(err, store.ErrDamaged) {
 		return st, note, err
 	}

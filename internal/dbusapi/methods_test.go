@@ -33,7 +33,8 @@ func TestArmAndMigrateReachTheBackendWithTheCaller(t *testing.T) {
 	addr := startBus(t, "bus.conf")
 	f := newFake()
 	f.setResult(api.ActionResult{Results: []api.QPResult{
-		{Device: "mlx5_0", QPN: 0x11, OwnerPID: 42, OK: true, Before: "armed port 1", After: "rearm port 2"},
+		{Device: "mlx5_0", QPN: 0x11, OwnerPID: 42, OK: true, Before: status.QPState{APM: "armed", Primary: status.Path{Device: "mlx5_0", Port: 1}},
+			After: status.QPState{APM: "rearm", Primary: status.Path{Device: "mlx5_0", Port: 2}}},
 	}}, nil)
 	serve(t, addr, f, Options{})
 	obj := dial(t, addr).Object(BusName, Path)
@@ -46,7 +47,7 @@ func TestArmAndMigrateReachTheBackendWithTheCaller(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &r); err != nil {
 		t.Fatalf("Arm returned no ActionResult: %v\n%s", err, js)
 	}
-	if r.Action != "arm" || len(r.Results) != 1 || r.Results[0].After != "rearm port 2" {
+	if r.Action != "arm" || len(r.Results) != 1 || r.Results[0].After != (status.QPState{APM: "rearm", Primary: status.Path{Device: "mlx5_0", Port: 2}}) {
 		t.Errorf("Arm result = %+v", r)
 	}
 	if err := obj.Call(Interface+".Migrate", 0, "mlx5_0", uint32(0), uint8(2), false, true).Store(&js); err != nil {

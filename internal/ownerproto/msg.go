@@ -11,10 +11,13 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 )
 
-// Proto is the protocol version of this package; Upgrade is the token of
-// the HTTP upgrade. ProtoMin is the oldest protocol ibpathd still serves:
-// a process that loaded an older libibpath before an upgrade keeps its
-// session (protocol 1 has no drain command, so ibpathd sends it none).
+// Proto is the protocol version of this package (2: QP paths, backup and
+// remote end, and command results' states are objects; the drain and
+// undrain commands); Upgrade is the token of the HTTP upgrade. ProtoMin is
+// the oldest protocol ibpathd still serves: a process that loaded an
+// older libibpath before an upgrade keeps its session (its protocol 1
+// messages decode: status.Path and its kin read the strings protocol 1
+// wrote, compat.go; it is sent no drain command, which it does not know).
 const (
 	Proto    = 2
 	ProtoMin = 1
@@ -145,12 +148,16 @@ type Command struct {
 }
 
 // Result replies to a command. Before and After are the QP's layer-1 state
-// and primary path ("armed port 1").
+// and primary path before and after it; After of a dry run is the path
+// the QP would move to.
 type Result struct {
-	OK     bool   `json:"ok"`
-	Before string `json:"before,omitempty"`
-	After  string `json:"after,omitempty"`
-	Error  string `json:"error,omitempty"`
+	OK     bool           `json:"ok"`
+	Before status.QPState `json:"before,omitzero"`
+	After  status.QPState `json:"after,omitzero"`
+	Error  string         `json:"error,omitempty"`
+	// Note says what a drain or undrain did ("drained; QPs moving off:
+	// 2"); Before and After are for a QP's commands.
+	Note string `json:"note,omitempty"`
 }
 
 // Msg is one line of the protocol. Type says which one payload field is

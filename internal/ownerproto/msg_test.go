@@ -17,7 +17,9 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{Type: TypeHello, Hello: &Hello{Proto: 1, PID: 42, Incarnation: 7, Comm: "osu_bw"}},
 		{Type: TypeWelcome, Welcome: &Welcome{Proto: 1, Node: "node0"}},
 		{Type: TypeError, Error: "pid mismatch"},
-		{Type: TypeQP, QP: &status.QP{Device: "mlx5_0", QPN: 0x1c3, Layer: status.LayerAPM, APM: "armed"}},
+		{Type: TypeQP, QP: &status.QP{Device: "mlx5_0", QPN: 0x1c3, Layer: status.LayerAPM, APM: "armed",
+			Primary: status.Path{Device: "mlx5_0", Port: 1, PathBits: 1}, Backup: status.Backup{Device: "mlx5_1", QPN: 0x1d0},
+			Remote: status.Remote{LID: 9, QPN: 0x2a}}},
 		{Type: TypeQPGone, QPGone: &QPRef{Device: "mlx5_0", QPN: 0x1c3}},
 		{Type: TypeEvent, Event: &status.Event{Kind: status.EvPathMigrated, Device: "mlx5_0", QPN: 0x1c3, From: "port 1", To: "port 2"}},
 		{Type: TypePublishQP, ID: 3, PublishQP: &PublishQP{Key: store.QPKey{LID: 5, QPN: 9}, Backup: store.QPBackup{Device: "mlx5_1", Port: 1, LID: 7, QPN: 11}, Remote: Route{LID: 8}}},
@@ -32,7 +34,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			{Num: 1, State: verbs.PortActive, LinkLayer: verbs.LinkLayerInfiniBand, LID: 12, LMC: 1, GIDs: []verbs.GID{{0xfe, 0x80, 15: 1}}},
 			{Num: 2, State: verbs.PortDown, LinkLayer: verbs.LinkLayerInfiniBand}}}}},
 		{Type: TypeCommand, ID: 5, Command: &Command{Op: OpMigrate, Device: "mlx5_0", QPN: 0x1c3, DryRun: true}},
-		{Type: TypeResult, ID: 5, Result: &Result{OK: true, Before: "armed port 1", After: "rearm port 2"}},
+		{Type: TypeResult, ID: 5, Result: &Result{OK: true, Before: status.QPState{APM: "armed", Primary: status.Path{Device: "mlx5_0", Port: 1}},
+			After: status.QPState{APM: "rearm", Primary: status.Path{Device: "mlx5_0", Port: 2}}}},
 	}
 	for _, m := range msgs {
 		b, err := Encode(m)

@@ -25,7 +25,7 @@ func (r *Runtime) CMUnreachable(ctx uintptr, qpn uint32, st int) bool {
 	var dev, layer, home string
 	var up bool
 	if q != nil {
-		dev, layer, home, up = q.dev.name, q.status.Layer, q.status.Home, q.cmUp
+		dev, layer, home, up = q.dev.name, q.status.Layer, q.status.Home.String(), q.cmUp
 	}
 	r.mu.Unlock()
 	pass := func(why string) bool {

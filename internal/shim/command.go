@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/status"
 )
 
 // Command carries out an arm, migrate, drain or undrain relayed by
@@ -24,7 +25,7 @@ func (r *Runtime) Command(c ownerproto.Command) ownerproto.Result {
 		if q.dev.name != c.Device || k.qpn != c.QPN {
 			continue
 		}
-		before := q.status.APM + " " + q.status.Primary
+		before := status.QPState{APM: q.status.APM, Primary: q.status.Primary}
 		why := q.status.Reason
 		if why == "" {
 			why = "the QP is not connected yet"

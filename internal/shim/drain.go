@@ -44,11 +44,11 @@ func (r *Runtime) Drain(c ownerproto.Command) ownerproto.Result {
 	}
 	if !on {
 		r.log.Info(fmt.Sprintf("libibpath: %s port %d undrained", c.Device, c.Port), "was_drained", was)
-		return ownerproto.Result{OK: true, After: "undrained"}
+		return ownerproto.Result{OK: true, Note: "undrained"}
 	}
 	moved += r.leaveDrained()
 	r.log.Info(fmt.Sprintf("libibpath: %s port %d drained", c.Device, c.Port), "moving", moved)
-	return ownerproto.Result{OK: true, After: fmt.Sprintf("drained; QPs moving off: %d", moved)}
+	return ownerproto.Result{OK: true, Note: fmt.Sprintf("drained; QPs moving off: %d", moved)}
 }
 
 // Drained lists the drained ports ("mlx5_0:1"), sorted.

@@ -149,7 +149,7 @@ func (r *Runtime) tryExpress(rt *cqRoute) {
 		r.l2mu.Lock()
 		q.set.express[q.key.qpn] = true
 		r.l2mu.Unlock()
-		r.setStatus(q, func(s *status.QP) { s.Home = q.set.backup + " (backup, express lane)" })
+		r.setStatus(q, func(s *status.QP) { s.ExpressLane = true })
 		r.log.Info("libibpath: layer 2 express lane", "qpn", q.key.qpn, "backup", q.set.backup)
 	}
 }

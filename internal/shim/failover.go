@@ -266,7 +266,7 @@ func (r *Runtime) adopted(q *l2qp, conn *crossnic.Conn, rings Rings) {
 	q.conn, q.lastSQ = conn, fsm.SQDefault
 	r.enableRecovery(q)
 	r.setStatus(q, func(s *status.QP) {
-		s.Layer, s.CrossNIC, s.Home = status.LayerCrossNIC, fsm.SQDefault.String(), q.set.backup+" (backup)"
+		s.Layer, s.CrossNIC = status.LayerCrossNIC, fsm.SQDefault.String()
 	})
 	r.log.Debug("libibpath: layer 2 diverted a QP", "qpn", q.key.qpn, "reason", q.reason,
 		"sends", len(rings.Sends), "recvs", len(rings.Recvs), "notifs_done", rings.NotifsDone, "recvs_done", rings.RecvsDone)

@@ -6,6 +6,7 @@ import (
 	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/status"
 )
 
 // Command carries out a relayed arm or migrate (dry run included) on a
@@ -42,7 +43,7 @@ func (l *Layer1) Command(c ownerproto.Command) (res ownerproto.Result, ok bool) 
 	case err != nil:
 		res.Error = fmt.Sprintf("%s QP %#x: %v", c.Device, c.QPN, err)
 	case c.DryRun:
-		res.OK, res.After = true, "would move to "+before.Alternate.String()
+		res.OK, res.After = true, status.QPState{Primary: l1Path(before.Device, before.Alternate)}
 	default:
 		res.OK, res.After = true, describeL1(after)
 	}
@@ -66,9 +67,10 @@ func (l *Layer1) commandOrUnknown(c ownerproto.Command) ownerproto.Result {
 	return ownerproto.Result{Error: fmt.Sprintf("%s QP %#x: layer 1 does not protect it", c.Device, c.QPN)}
 }
 
-// describeL1 is a QP's state and primary path, as results show it
-// ("armed port 1").
-func describeL1(s apm.QPStatus) string { return s.State.String() + " " + s.Primary.String() }
+// describeL1 is a QP's state and primary path, as results show it.
+func describeL1(s apm.QPStatus) status.QPState {
+	return status.QPState{APM: s.State.String(), Primary: l1Path(s.Device, s.Primary)}
+}
 
 func whyNot(s apm.QPStatus) string {
 	switch {

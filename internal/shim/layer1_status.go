@@ -13,26 +13,34 @@ type Layer1Status struct {
 	// unsupported, handed over: layer 2 may protect it; the runtime
 	// says so).
 	Layer      string
-	APM        string // fsm.APMState's name: armed, rearming, unprotected, ...
-	Port       uint8  // the primary path's port
-	Primary    string // "port 1", "port 1+1"
-	Alternate  string // "-" when none is loaded
-	Home       string
+	APM        string      // fsm.APMState's name: armed, rearming, unprotected, ...
+	Port       uint8       // the primary path's port
+	Primary    status.Path // on the QP's device
+	Alternate  status.Path // zero when none is loaded
+	Home       status.Path
 	Migrations int
 	Reason     string // why unprotected, handed over or unsupported
 }
 
 func layer1Status(s apm.QPStatus) Layer1Status {
-	out := Layer1Status{Layer: status.LayerAPM, APM: s.State.String(), Port: s.Primary.Port, Primary: s.Primary.String(),
-		Alternate: "-", Home: s.Home.String(), Migrations: s.Migrations, Reason: s.Reason}
+	out := Layer1Status{Layer: status.LayerAPM, APM: s.State.String(), Port: s.Primary.Port, Primary: l1Path(s.Device, s.Primary),
+		Home: l1Path(s.Device, s.Home), Migrations: s.Migrations, Reason: s.Reason}
 	if s.HasAlt {
-		out.Alternate = s.Alternate.String()
+		out.Alternate = l1Path(s.Device, s.Alternate)
 	}
 	switch s.State {
 	case fsm.APMUnprotected, fsm.APMUnsupported, fsm.APMHandedOver:
 		out.Layer = status.LayerNone
 	}
 	return out
+}
+
+// l1Path is a path of layer 1 on device dev; zero for none.
+func l1Path(dev string, p fsm.PathRef) status.Path {
+	if p.Port == 0 {
+		return status.Path{}
+	}
+	return status.Path{Device: dev, Port: p.Port, PathBits: p.Bits}
 }
 
 // Apply writes s into q's layer-1 fields (Layer, APM, Port, Primary,

@@ -46,7 +46,7 @@ func TestLayer1CableCutAndFailback(t *testing.T) {
 			t.Fatalf("%s stats %+v: arming must ride on the application's modifies", p.name, st)
 		}
 	}
-	if s, _ := a.status(); s.Layer != status.LayerAPM || s.Alternate != "port 2" || s.Home != "port 1" {
+	if s, _ := a.status(); s.Layer != status.LayerAPM || s.Alternate.String() != "port 2" || s.Home.String() != "port 1" {
 		t.Fatalf("armed: %+v", s)
 	}
 
@@ -54,7 +54,7 @@ func TestLayer1CableCutAndFailback(t *testing.T) {
 	l1Must(t, w.f.SetLink(port1, false))
 	okAtCut := tr.ok
 	tr.run("every QP re-armed on port 2", all("armed", "port 2"))
-	if s, _ := a.status(); s.Alternate != "port 2+1" {
+	if s, _ := a.status(); s.Alternate.String() != "port 2+1" {
 		t.Fatalf("node0's port 1 is down: %+v, want the LMC path of port 2 as the alternate", s)
 	}
 	tr.run("traffic after the cut", func() bool { return tr.ok > okAtCut+200 })
@@ -174,7 +174,7 @@ func TestLayer1WithoutSession(t *testing.T) {
 		t.Fatalf("%+v, %v: want unprotected because no session describes the peer", s, ok)
 	}
 	r := a.p.l1.Migrate(l1Dev, a.qp.QPN(), false)
-	if r.OK || !strings.Contains(r.Error, "not armed") || !strings.Contains(r.Error, "no ibpathd session") || r.Before != "unprotected port 1" {
+	if r.OK || !strings.Contains(r.Error, "not armed") || !strings.Contains(r.Error, "no ibpathd session") || r.Before.String() != "unprotected port 1" {
 		t.Fatalf("migrate without a session: %+v", r)
 	}
 	// A session that comes later is used by the next probe.
@@ -194,12 +194,12 @@ func TestLayer1RelayedCommands(t *testing.T) {
 	tr.run("armed", func() bool { return a.is("armed", "port 1") && b.is("armed", "port 1") })
 	l1 := a.p.l1
 	cmd := ownerproto.Command{Op: ownerproto.OpMigrate, Device: l1Dev, QPN: a.qp.QPN(), DryRun: true}
-	if r, ok := l1.Command(cmd); !ok || !r.OK || r.After != "would move to port 2" || !a.is("armed", "port 1") {
+	if r, ok := l1.Command(cmd); !ok || !r.OK || r.After.String() != "port 2" || !a.is("armed", "port 1") {
 		t.Fatalf("dry run: %+v %v; %s", r, ok, a)
 	}
 	cmd.DryRun = false
 	r, ok := l1.Command(cmd)
-	if !ok || !r.OK || r.Before != "armed port 1" || r.After != "awaiting-peer port 2" {
+	if !ok || !r.OK || r.Before.String() != "armed port 1" || r.After.String() != "awaiting-peer port 2" {
 		t.Fatalf("migrate an armed QP: %+v %v", r, ok)
 	}
 	// Not armed again yet: refused, with the reason.
@@ -207,7 +207,7 @@ func TestLayer1RelayedCommands(t *testing.T) {
 		t.Fatalf("migrate a QP that is not armed: %+v", r)
 	}
 	tr.run("re-armed on port 2", func() bool { return a.is("armed", "port 2") })
-	if r := l1.Arm(l1Dev, a.qp.QPN()); !r.OK || r.Before != "armed port 2" {
+	if r := l1.Arm(l1Dev, a.qp.QPN()); !r.OK || r.Before.String() != "armed port 2" {
 		t.Fatalf("arm an armed QP: %+v", r)
 	}
 	if _, ok := l1.Command(ownerproto.Command{Op: ownerproto.OpArm, Device: l1Dev, QPN: 0x999}); ok {

@@ -275,7 +275,7 @@ func (e *l1End) String() string {
 // ("" for any).
 func (e *l1End) is(apm, prim string) bool {
 	s, ok := e.status()
-	return ok && s.APM == apm && (prim == "" || s.Primary == prim)
+	return ok && s.APM == apm && (prim == "" || s.Primary.String() == prim)
 }
 
 func (p *l1Proc) migrations() []string {

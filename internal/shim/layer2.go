@@ -363,17 +363,16 @@ func (r *Runtime) scanLoop() {
 // changed ones.
 func (r *Runtime) refreshBackups() {
 	type upd struct {
-		ctx     uintptr
-		qpn     uint32
-		backup  string
-		connect bool
+		ctx    uintptr
+		qpn    uint32
+		backup status.Backup
 	}
 	var us []upd
 	r.l2mu.Lock()
 	for ctx, s := range r.shadows {
 		for qpn, qp := range s.qps {
 			if b, c, ok := s.sh.BackupOf(qp); ok {
-				us = append(us, upd{ctx, qpn, fmt.Sprintf("%s qpn %#x", b.Device, b.QPN), c})
+				us = append(us, upd{ctx, qpn, status.Backup{Device: b.Device, QPN: b.QPN, Connected: c}})
 			}
 		}
 	}
@@ -385,12 +384,8 @@ func (r *Runtime) refreshBackups() {
 		if q == nil {
 			continue
 		}
-		b := u.backup
-		if !u.connect {
-			b += " (connecting)"
-		}
-		if q.status.Backup != b {
-			q.status.Backup = b
+		if q.status.Backup != u.backup {
+			q.status.Backup = u.backup
 			changed = append(changed, qpKey{u.ctx, u.qpn})
 		}
 	}

@@ -151,7 +151,10 @@ func (x *host) connect(t *testing.T, peer *host) {
 func (x *host) backup() string {
 	for _, q := range x.rt.QPs() {
 		if q.QPN == x.qp.QPN() {
-			return q.Backup
+			if q.Backup.Device == "" {
+				return ""
+			}
+			return q.Backup.String()
 		}
 	}
 	return ""
@@ -172,11 +175,11 @@ func TestLayer2ShadowThroughTheDaemon(t *testing.T) {
 		t.Fatalf("published MRs %v, want one per host", c.mrs)
 	}
 	a.connect(t, b)
-	if got := a.backup(); !strings.HasPrefix(got, "mlx5_1 qpn ") || !strings.HasSuffix(got, "(connecting)") {
+	if got := a.backup(); !strings.HasPrefix(got, "mlx5_1 0x") || !strings.HasSuffix(got, "(connecting)") {
 		t.Fatalf("a's backup before b published: %q", got)
 	}
 	b.connect(t, a)
-	if got := b.backup(); !strings.HasPrefix(got, "mlx5_1 qpn ") || strings.Contains(got, "connecting") {
+	if got := b.backup(); !strings.HasPrefix(got, "mlx5_1 0x") || strings.Contains(got, "connecting") {
 		t.Fatalf("b's backup once a's was published: %q", got)
 	}
 	deadline := time.Now().Add(5 * time.Second)

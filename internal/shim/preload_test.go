@@ -254,7 +254,7 @@ func TestPreloadReportsToIbpathd(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if q.Device != "fake0" || q.QPN != 0x100 || q.OwnerPID != p.Process.Pid || q.APM != "unsupported" ||
-		!strings.Contains(q.Reason, "RoCE") || q.Remote != "10.0.0.2 qpn 0x4242" || q.Primary != "port 1" {
+		!strings.Contains(q.Reason, "RoCE") || q.Remote.String() != "10.0.0.2 qpn 0x4242" || q.Primary.String() != "port 1" {
 		t.Fatalf("the QP as ibpathd shows it: %+v", q)
 	}
 	res, err := c.Migrate(context.Background(), api.Target{Device: "fake0", QPN: 0x100}, false)

@@ -235,7 +235,7 @@ func (r *Runtime) Created(ctx uintptr, info QPInfo) bool {
 		return false
 	}
 	q := &qp{dev: d, info: info}
-	q.status = status.QP{Device: d.name, QPN: info.QPN, Layer: status.LayerNone, APM: "-", Primary: "-", Alternate: "-", Home: "-"}
+	q.status = status.QP{Device: d.name, QPN: info.QPN, Layer: status.LayerNone, APM: "-"}
 	protect := r.cfg.Record && info.Type == verbs.QPTRC && (!info.SRQ || info.SRQFollowed) && !info.WRAPI
 	switch {
 	case info.Type == verbs.QPTXRCSend || info.Type == verbs.QPTXRCRecv:
@@ -266,7 +266,14 @@ func (r *Runtime) Modified(ctx uintptr, m Modify) {
 	s := &q.status
 	if m.Mask&verbs.QPAttrPort != 0 {
 		s.Port = m.Port
-		s.Primary = fmt.Sprintf("port %d", m.Port)
+		s.Primary = status.Path{Device: q.dev.name, Port: m.Port, PathBits: s.Primary.PathBits, GIDIndex: s.Primary.GIDIndex}
+		s.Home = s.Primary
+	}
+	if m.Mask&verbs.QPAttrAV != 0 && s.Primary.Port != 0 {
+		s.Primary.PathBits, s.Primary.GIDIndex = m.Attr.AHAttr.SrcPathBits, 0
+		if m.Global {
+			s.Primary.GIDIndex = m.Attr.AHAttr.GRH.SGIDIndex
+		}
 		s.Home = s.Primary
 	}
 	if m.Mask&verbs.QPAttrAV != 0 || m.Mask&verbs.QPAttrDestQPN != 0 {
@@ -295,11 +302,11 @@ func (r *Runtime) Modified(ctx uintptr, m Modify) {
 	}
 }
 
-func remote(m Modify) string {
+func remote(m Modify) status.Remote {
 	if m.Global {
-		return fmt.Sprintf("%v qpn %#x", m.DGID, m.DestQPN)
+		return status.Remote{GID: m.DGID.String(), QPN: m.DestQPN}
 	}
-	return fmt.Sprintf("lid %d qpn %#x", m.DLID, m.DestQPN)
+	return status.Remote{LID: m.DLID, QPN: m.DestQPN}
 }
 
 // decideLayer1 says what layer 1 does for an RC QP reaching RTR. Called

@@ -85,7 +85,7 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 				got = q
 			}
 		}
-		if got.APM != c.apm || !strings.Contains(got.Reason, c.why) || got.Remote != "lid 9 qpn 0x99" || got.Primary != "port 1" {
+		if got.APM != c.apm || !strings.Contains(got.Reason, c.why) || got.Remote.String() != "lid 9 qpn 0x99" || got.Primary.String() != "port 1" {
 			t.Errorf("QP %#x: %+v", c.qpn, got)
 		}
 	}
@@ -119,5 +119,52 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 	r2.Modified(ib, Modify{QPN: 1, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSRTR, Port: 1})
 	if q := r2.QPs()[0]; q.APM != "off" || !strings.Contains(q.Reason, EnvAPM) {
 		t.Fatalf("APM off: %+v", q)
+	}
+}
+
+// TestRuntimeReportsPathObjects: the application's modifies make the
+// status's paths and remote end: the device and port of INIT, the path
+// bits and (on a global route) the GID index of RTR's address vector,
+// the remote LID, or GID, and QPN.
+func TestRuntimeReportsPathObjects(t *testing.T) {
+	cfg, _ := FromEnv(env(nil))
+	r := NewRuntime(cfg, nil)
+	const ib, roce = uintptr(1), uintptr(2)
+	r.Opened(ib, "mlx5_0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerInfiniBand, LID: 4}, {Num: 2, LinkLayer: verbs.LinkLayerInfiniBand, LID: 8}}, nil)
+	r.Opened(roce, "rxe0", []Port{{Num: 1, LinkLayer: verbs.LinkLayerEthernet}}, nil)
+	r.Created(ib, QPInfo{QPN: 0x10, Type: verbs.QPTRC})
+	r.Created(roce, QPInfo{QPN: 0x20, Type: verbs.QPTRC})
+	qp := func(qpn uint32) status.QP {
+		for _, q := range r.QPs() {
+			if q.QPN == qpn {
+				return q
+			}
+		}
+		t.Fatalf("no QP %#x", qpn)
+		return status.QP{}
+	}
+	if q := qp(0x10); q.Primary != (status.Path{}) || q.Remote != (status.Remote{}) || q.Home != (status.Path{}) {
+		t.Fatalf("a QP not connected has paths: %+v", q)
+	}
+	r.Modified(ib, Modify{QPN: 0x10, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSInit, Port: 2})
+	r.Modified(ib, Modify{QPN: 0x10, Mask: verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrDestQPN, State: verbs.QPSRTR,
+		DLID: 9, DestQPN: 0x99, Attr: verbs.QPAttr{AHAttr: verbs.AHAttr{DLID: 9, SrcPathBits: 1}}})
+	q := qp(0x10)
+	want := status.Path{Device: "mlx5_0", Port: 2, PathBits: 1}
+	if q.Primary != want || q.Home != want || q.Port != 2 || q.Remote != (status.Remote{LID: 9, QPN: 0x99}) || q.Primary.String() != "port 2+1" {
+		t.Fatalf("IB QP: primary %+v home %+v remote %+v; want %+v and lid 9 qpn 0x99", q.Primary, q.Home, q.Remote, want)
+	}
+	var dgid verbs.GID
+	dgid[0], dgid[1], dgid[15] = 0xfe, 0x80, 2
+	r.Modified(roce, Modify{QPN: 0x20, Mask: verbs.QPAttrState | verbs.QPAttrPort, State: verbs.QPSInit, Port: 1})
+	r.Modified(roce, Modify{QPN: 0x20, Mask: verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrDestQPN, State: verbs.QPSRTR,
+		DGID: dgid, Global: true, DestQPN: 0x42, Attr: verbs.QPAttr{AHAttr: verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: dgid, SGIDIndex: 3}}}})
+	q = qp(0x20)
+	if q.Primary != (status.Path{Device: "rxe0", Port: 1, GIDIndex: 3}) || q.Remote != (status.Remote{GID: "fe80::2", QPN: 0x42}) {
+		t.Fatalf("RoCE QP: primary %+v remote %+v; want rxe0 port 1, GID index 3, remote fe80::2 qpn 0x42", q.Primary, q.Remote)
+	}
+	// RoCE has no APM: no alternate, and its state says so
+	if q.Alternate != (status.Path{}) || q.APM != "unsupported" {
+		t.Fatalf("RoCE QP: alternate %+v, apm %q", q.Alternate, q.APM)
 	}
 }

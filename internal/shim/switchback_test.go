@@ -124,7 +124,7 @@ func TestSwitchBackAfterRepair(t *testing.T) {
 		homeAgain(t, f, hosts, qa, qb)
 		for _, q := range []*appQP{qa, qb} {
 			s := q.status()
-			if s.Switchbacks != round || s.Home != "port 1" || s.CrossNIC != "default" || s.Layer != status.LayerCrossNIC || s.Reason != "" {
+			if s.Switchbacks != round || s.Home.String() != "port 1" || s.CrossNIC != "default" || s.Layer != status.LayerCrossNIC || s.Reason != "" {
 				t.Fatalf("round %d, %s: status %+v\nlog:\n%s", round, q.x.name, s, q.x.log)
 			}
 			if q.x.logLine("layer 2 switched back", qpnAttr(q), "hot_path=true") == "" {
@@ -211,7 +211,7 @@ func TestSwitchBackHotPathRefuses(t *testing.T) {
 		return qa.status().Switchbacks == 1 && !qb.diverted()
 	})
 	s := qa.status()
-	if !qa.diverted() || s.Home != "port 1" || !strings.Contains(s.Reason, "hot path cannot take it back") {
+	if !qa.diverted() || s.Home.String() != "port 1" || !strings.Contains(s.Reason, "hot path cannot take it back") {
 		t.Fatalf("A: diverted %v, status %+v", qa.diverted(), s)
 	}
 	// the status changes before the lines are logged
@@ -249,7 +249,7 @@ func TestSwitchBackStaleBackupEvent(t *testing.T) {
 		t.Fatalf("a fresh backup event with nothing on the backup: diverted %v, given back %d times, log:\n%s", qb.diverted(), again, qb.x.log)
 	}
 	sendMoreClean(t, f, hosts, qa, qb, 50)
-	if s := qb.status(); s.Failovers != 1 || s.Switchbacks != 1 || s.Home != "port 1" {
+	if s := qb.status(); s.Failovers != 1 || s.Switchbacks != 1 || s.Home.String() != "port 1" {
 		t.Fatalf("B: status %+v", s)
 	}
 }
@@ -292,7 +292,7 @@ func TestSwitchBackOff(t *testing.T) {
 				t.Fatalf("%s: recovery %v, diverted %v", q.x.name, l.recovery, l.diverted)
 			}
 		})
-		if s := q.status(); s.Switchbacks != 0 || !strings.Contains(s.Home, "backup") {
+		if s := q.status(); s.Switchbacks != 0 || s.CrossNIC != "fallback" || s.Home.Device != "mlx5_0" {
 			t.Fatalf("%s: status %+v", q.x.name, s)
 		}
 	}

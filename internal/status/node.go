@@ -5,7 +5,11 @@ import "time"
 // SchemaVersion is the version of the JSON document Node marshals to. It
 // changes only when a field is removed or changes meaning; new fields may
 // appear at any time, so readers must ignore fields they do not know.
-const SchemaVersion = 1
+// Version 2: paths, the backup and the remote end of a QP are objects
+// (Path, Backup, Remote), the replication lag says its unit, port states
+// use the rdma tool's names, the simulated fabric's shape is in
+// Fabric.Sim.
+const SchemaVersion = 2
 
 // Fabric kinds.
 const (
@@ -41,11 +45,20 @@ type Node struct {
 // Fabric says which devices ibpathd runs on, and why.
 type Fabric struct {
 	Kind   string `json:"kind"`   // FabricHardware or FabricSim
-	Reason string `json:"reason"` // e.g. "no RDMA device under /sys/class/infiniband"
+	Reason string `json:"reason"` // why this kind: "no RDMA device under /sys/class/infiniband", "--fabric sim"
 	Sysfs  string `json:"sysfs,omitempty"`
+	// Sim is the simulated fabric's shape (FabricSim only).
+	Sim SimFabric `json:"sim,omitzero"`
 	// Error is why the last read of the devices failed, if it did (the
 	// status then shows what was read before).
 	Error string `json:"error,omitempty"`
+}
+
+// SimFabric is the shape of the embedded simulated fabric.
+type SimFabric struct {
+	Seed  uint64 `json:"seed"`
+	Host  string `json:"host"`  // this node's host on it: node<index>
+	Hosts int    `json:"hosts"` // hosts of the fabric
 }
 
 // HCA is one RDMA device.
@@ -59,11 +72,14 @@ type HCA struct {
 	Ports    []Port `json:"ports"`
 }
 
-// Port is one port of an HCA.
+// Port is one port of an HCA. State and PhysState use the names the
+// rdma tool prints (`rdma link`: "state ACTIVE physical_state LINK_UP"),
+// whatever the source (sysfs, libibverbs, the simulated fabric):
+// verbs.PortState and verbs.PhysState render them.
 type Port struct {
 	Num       uint8    `json:"num"`
 	State     string   `json:"state"`      // DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER
-	PhysState string   `json:"phys_state"` // LinkUp, Disabled, Polling, ...
+	PhysState string   `json:"phys_state"` // LINK_UP, DISABLED, POLLING, SLEEP, ...
 	LinkLayer string   `json:"link_layer"` // InfiniBand or Ethernet
 	LID       uint16   `json:"lid"`
 	LMC       uint8    `json:"lmc"`
@@ -88,7 +104,9 @@ const (
 type QP struct {
 	Device string `json:"device"`
 	QPN    uint32 `json:"qpn"`
-	Port   uint8  `json:"port"`
+	// Port is the primary path's port (Primary.Port; 0 before the QP has
+	// one), the port `--port DEVICE:PORT` targets select by.
+	Port uint8 `json:"port"`
 	// OwnerPID is the process that owns the QP; 0 for the QPs of the
 	// embedded simulated fabric's workload, which ibpathd owns itself.
 	OwnerPID int    `json:"owner_pid"`
@@ -97,18 +115,25 @@ type QP struct {
 	Layer string `json:"layer"`
 	// APM is the layer-1 state (fsm.APMState's name: armed, rearm,
 	// migrated, awaiting-peer, unprotected, handed-over, unsupported, ...).
-	APM        string `json:"apm"`
-	Primary    string `json:"primary"`   // "port 1", "port 1+2"
-	Alternate  string `json:"alternate"` // "-" when none
-	Home       string `json:"home"`
-	Migrations int    `json:"migrations"`
+	APM string `json:"apm"`
+	// Primary is the path the QP's traffic takes, Alternate the armed or
+	// loaded alternate path, Home the path the QP returns to (layer 1's
+	// failback, layer 2's switch back); each is absent when there is none
+	// (Primary and Home until the QP is connected).
+	Primary    Path `json:"primary,omitzero"`
+	Alternate  Path `json:"alternate,omitzero"`
+	Home       Path `json:"home,omitzero"`
+	Migrations int  `json:"migrations"`
 	// CrossNIC is the layer-2 send-queue state (default, fallback,
 	// wait-signaled, wait-drained) or "" when layer 2 does not protect it.
-	CrossNIC    string `json:"crossnic,omitempty"`
-	Backup      string `json:"backup,omitempty"` // backup device and QPN, "mlx5_1 0x1c3"
+	CrossNIC string `json:"crossnic,omitempty"`
+	Backup   Backup `json:"backup,omitzero"` // layer 2's backup QP
+	// ExpressLane: the failed-over QP's traffic runs on the shim's
+	// express lane (docs/SHIM.md).
+	ExpressLane bool   `json:"express_lane,omitempty"`
 	Failovers   int    `json:"failovers"`
 	Switchbacks int    `json:"switchbacks"`
-	Remote      string `json:"remote,omitempty"` // the peer's LID or GID and QPN
+	Remote      Remote `json:"remote,omitzero"` // the other end, once connected
 	Reason      string `json:"reason,omitempty"`
 	// KeptEvents names the async events of the QP (or of its device) the
 	// shim kept from the application because layer 2 carried the QP on
@@ -201,9 +226,9 @@ type Totals struct {
 	ArmedQPs    int    `json:"armed_qps"`
 	// Replication lag of the pushes this node received, in seconds
 	// (0 when none was received yet).
-	ReplicationLagP50 float64 `json:"replication_lag_p50"`
-	ReplicationLagP99 float64 `json:"replication_lag_p99"`
-	PeersRefused      uint64  `json:"peers_refused"`
+	ReplicationLagP50Seconds float64 `json:"replication_lag_p50_seconds"`
+	ReplicationLagP99Seconds float64 `json:"replication_lag_p99_seconds"`
+	PeersRefused             uint64  `json:"peers_refused"`
 	// RecordsRefused counts replicated records refused for naming a
 	// route their owner's node does not hold, or for coming from another
 	// node than their owner's (replica.Stats).

@@ -18,7 +18,7 @@ key=$W/cluster.key
 printf '%s\n' 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff >"$key"
 chmod 600 "$key"
 done_flag=$LAB_RUN/ibpathd-row.$port.done
-shim=(LD_PRELOAD="$LAB_BUILD/libibpath.so" IBPATH_SOCKET="$sock" IBPATH_LOG=debug)
+shim=("LD_PRELOAD=$LAB_BUILD/libibpath.so" "IBPATH_SOCKET=$sock" IBPATH_LOG=debug)
 
 start_daemon() { # name addr [join]
 	NODE=$1
@@ -83,7 +83,7 @@ check "the pingpong's QP is listed with its owner pid, RoCE as the reason layer 
 	eventually 20 q "any(x['owner_pid']==$PP and x['device']=='rxe0' and x['apm']=='unsupported' and 'RoCE' in x['reason'] for x in n['qps'])"
 "$LAB_BUILD/ibpath" --socket "$sock" store qps
 check "layer 2 mirrored the QP on rxe1 and connected its backup to the peer's" \
-	eventually 20 q "any(x['owner_pid']==$PP and x.get('backup','').startswith('rxe1 qpn') and 'connecting' not in x.get('backup','') for x in n['qps'])"
+	eventually 20 q "any(x['owner_pid']==$PP and x.get('backup',{}).get('device')=='rxe1' and x['backup'].get('connected') for x in n['qps'])"
 "$LAB_BUILD/ibpath" --socket "$sock" status | sed -n '/^QPs:/,/^$/p'
 check "the store holds this node's backup QP entry and the peer's, pushed by g2's ibpathd" \
 	eventually 10 bash -c "'$LAB_BUILD/ibpath' --socket '$sock' --json store qps | python3 -c \"import json,sys; e=json.load(sys.stdin); o=set(x['owner'].split('/')[0] for x in e if x['backup_device']=='rxe1'); sys.exit(0 if {'g1','g2'} <= o else 1)\""
