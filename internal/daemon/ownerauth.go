@@ -41,6 +41,11 @@ func (d *Daemon) claimQP(o *owner, q status.QP) error {
 		}
 	}
 	q.OwnerPID, q.OwnerUID = o.hello.PID, o.caller.UID
+	for _, p := range []*status.Path{&q.Primary, &q.Alternate, &q.Home} {
+		if p.Port != 0 && p.Device == "" {
+			p.Device = q.Device // protocol 1 named no device in its paths: the QP's own
+		}
+	}
 	d.owners.mu.Lock()
 	defer d.owners.mu.Unlock()
 	if h := d.owners.byQP[ref]; h != nil && h != o {
