@@ -185,6 +185,20 @@ func TestMetricsHostileLabels(t *testing.T) {
 	if want := `ibpath_port_up{device="mlx5_\"0\"\n` + "\x01" + `",port="1"} 1`; !strings.Contains(b.String(), want) {
 		t.Errorf("missing %q in:\n%s", want, b.String())
 	}
+	// a device name that is not UTF-8 (sysfs names are bytes) and a
+	// drained port's: written with U+FFFD, not refused
+	b.Reset()
+	bad := "mlx5_\xff"
+	if err := WriteMetrics(&b, status.Node{HCAs: []status.HCA{{Name: bad, Ports: []status.Port{{Num: 1, State: "ACTIVE"}}}},
+		Drains: []status.Drain{{Device: bad, Port: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	valid(b.String())
+	for _, want := range []string{"ibpath_port_up{device=\"mlx5_\uFFFD\",port=\"1\"} 1", "ibpath_drained_port_qps{device=\"mlx5_\uFFFD\",port=\"1\"} 0"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, b.String())
+		}
+	}
 	d, c := testDaemon(t, nil)
 	ctx, s := dialOwner(t, d)
 	for i, l := range []string{"\x01evil", "evil2", status.LayerAPM} {
