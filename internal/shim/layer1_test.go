@@ -348,7 +348,7 @@ func TestLayer1Lifecycle(t *testing.T) {
 // probe.
 func TestLayer1PeerCache(t *testing.T) {
 	d := &shimtest.Adapters{}
-	p := newL1Peers(time.Hour, time.Second)
+	p := newL1Peers(time.Hour, time.Second, time.Now, nil)
 	if _, err := p.Peer(verbs.AHAttr{DLID: 5}); !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "LID 5") {
 		t.Fatalf("no session: %v", err)
 	}

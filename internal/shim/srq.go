@@ -113,7 +113,7 @@ func (r *Runtime) divertSRQ(t *l2qp) bool {
 	for i, m := range g.qps {
 		var ok bool
 		if m != t {
-			m.startFault(fmt.Sprintf("QP %#x on the same SRQ failed over", t.key.qpn))
+			m.startFault(fmt.Sprintf("QP %#x on the same SRQ failed over", t.key.qpn), r.now())
 		}
 		if rings[i], ok = r.takeQP(m); !ok {
 			return r.srqStuck(g, t, fmt.Sprintf("QP %#x could not be diverted", m.key.qpn))
