@@ -17,6 +17,7 @@ const (
 	ExitDaemonDown = 3 // ibpathd is not running (nothing listens on the socket)
 	ExitDenied     = 4 // ibpathd, or the socket's permissions, refused the request
 	ExitPartial    = 5 // an action (arm, migrate) failed on some of its QPs
+	ExitViolation  = 6 // ibpath sim: the run's verdict is FAIL (something ibpath guarantees did not hold)
 )
 
 // usageError is a mistake on the command line.
@@ -81,6 +82,8 @@ func exitCode(err error) int {
 		return ExitDaemonDown
 	case errors.As(err, &pe):
 		return ExitPartial
+	case isViolation(err):
+		return ExitViolation
 	case isHelpExit(err):
 		return ExitUsage
 	}
