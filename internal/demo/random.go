@@ -26,9 +26,9 @@ import (
 //
 // Each fault starts 150-350 ms after the previous one healed, when the
 // layers have brought the traffic home again: two faults never overlap.
-// On RoCE a flapping cable may hit layer 2 while it switches back, which
-// may surface the error (docs/SHIM.md, "Known limits"): the QPs of that
-// NIC are allowed to.
+// A flapping cable may hit layer 2 while it switches back (on RoCE, or
+// once layer 1 let the QP go), which may surface the error (docs/SHIM.md,
+// "Known limits"): the QPs of that HCA are allowed to.
 
 // faultKinds are the kinds of a random scenario's healing faults.
 var faultKinds = []string{"pull", "flap", "hca", "leaf", "loss", "delay"}
@@ -61,10 +61,7 @@ func random(o Options) scenario {
 				step{at: end, text: fmt.Sprintf("cable of %s/%s port %d plugged back in", h, dev, port), do: cables(h, dev, true, port)})
 		case "flap":
 			count := 2 + rng.IntN(3)
-			var allow map[string]string
-			if o.roce() {
-				allow = map[string]string{simrun.Conns[hca]: "a cable flapping while layer 2 switches back (docs/SHIM.md, Known limits)"}
-			}
+			allow := map[string]string{simrun.Conns[hca]: "a link flapping again while layer 2 switches back (docs/SHIM.md, Known limits)"}
 			end = t
 			for i := range count {
 				down := ms(1, 30)
