@@ -16,6 +16,7 @@ const (
 	ExitDaemonDown = 3 // no ibpathd on the socket: nothing listens there, the path is no socket, or what answers is not ibpathd
 	ExitDenied     = 4 // ibpathd, or the socket's permissions, refused the request
 	ExitPartial    = 5 // an action (arm, migrate, drain) failed on some of its QPs or processes
+	ExitViolation  = 6 // ibpath sim: the run's verdict is FAIL (something ibpath guarantees did not hold)
 )
 
 // usageError is a mistake on the command line.
@@ -89,6 +90,8 @@ func exitCode(err error) int {
 		return ExitDaemonDown
 	case errors.As(err, &pe):
 		return ExitPartial
+	case isViolation(err):
+		return ExitViolation
 	case isHelpExit(err):
 		return ExitUsage
 	}

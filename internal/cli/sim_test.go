@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ibpath/ibpath/internal/demo"
+	"github.com/ibpath/ibpath/internal/simrun"
+	"github.com/ibpath/ibpath/verbs"
 )
 
 // runApp runs the CLI with args and returns its output, and its error
@@ -19,39 +23,95 @@ func runApp(t *testing.T, args ...string) (string, error) {
 }
 
 func TestSimCommand(t *testing.T) {
-	for _, args := range [][]string{{"sim", "--seed", "3"}, {"demo", "-v=false"}} {
-		out, err := runApp(t, args...)
-		if err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
+	out, err := runApp(t, "demo", "--seed", "3", "-v=false")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"ibpath simulator demo (seed 3)", "under the shim's runtime", "layer 1: armed, primary port 1, alternate port 2",
+		"FAULT: cable of node0/mlx5_0 port 1 pulled", "node0 A layer 1: migrated port 1 -> port 2: proactive",
+		"FAULT: both cables of node0/mlx5_1 pulled", "node0 B layer 1: handed to layer 2 (cross-NIC): primary port down and no alternate",
+		"node0 B layer 2: failover onto the backup mlx5_0", "node0 B layer 2: back home on mlx5_1", "node0 B layer 1: protects the QP again",
+		"FAULT: HCA node0/mlx5_1 dies", "node0 B layer 1: handed to layer 2 (cross-NIC): DEVICE_FATAL",
+		"QP B: completing again on both sides", "verdict: PASS — 2 QPs (4 sides)", "QP A home, QP B on the backup (mlx5_0)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
-		for _, want := range []string{"PATH_MIG", "layer 1: armed", "handed to layer 2 (cross-NIC): DEVICE_FATAL",
-			"QP B layer 2: fault (layer 1 handed over: DEVICE_FATAL)", "completing again on both sides, through node0/mlx5_0 <-> node1/mlx5_0",
-			"both cables of node0/mlx5_1 pulled", "QP B layer 1: handed to layer 2 (cross-NIC): primary port down and no alternate",
-			"QP B: back home on both sides, completing through node0/mlx5_1 <-> node1/mlx5_1", "QP B layer 1: registered again",
-			"layer 2: switching back enabled"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("%v: output lacks %q:\n%s", args, want, out)
-			}
-		}
-		if strings.Contains(out, " completed with ") {
-			t.Errorf("%v: an error completion reached the application:\n%s", args, out)
-		}
+	}
+	if strings.Contains(out, "error reaches the application") || strings.Contains(out, "VIOLATION") {
+		t.Errorf("an error or a violation in the scripted run:\n%s", out)
+	}
+	if !strings.HasSuffix(strings.TrimRight(out, "\n"), "on the backup (mlx5_0)") {
+		t.Errorf("the verdict is not the last line:\n%s", out)
 	}
 }
 
-// TestLinkLayerIBIsTheDefault: --link-layer ib is today's scenario, byte
-// for byte.
-func TestLinkLayerIBIsTheDefault(t *testing.T) {
-	def, err := runApp(t, "sim", "--seed", "3")
+// TestSimRandom: --random draws the faults from --seed: the same seed
+// replays, another seed plays another schedule.
+func TestSimRandom(t *testing.T) {
+	a, err := runApp(t, "sim", "--random", "--seed", "2")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, a)
 	}
-	ib, err := runApp(t, "sim", "--seed", "3", "--link-layer", "ib")
+	b, err := runApp(t, "sim", "--random", "--seed=4")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, b)
 	}
-	if ib != def {
-		t.Fatalf("--link-layer ib differs from the default:\n%s\n---\n%s", ib, def)
+	if a == b || !strings.Contains(a, "schedule drawn from seed 2:") || !strings.Contains(b, "schedule drawn from seed 4:") {
+		t.Errorf("seeds 2 and 4: the same run, or no schedule said:\n%s\n---\n%s", a, b)
+	}
+	again, err := runApp(t, "sim", "--seed=2", "--random")
+	if err != nil || again != a {
+		t.Errorf("--random --seed 2 twice differs (err %v):\n%s\n---\n%s", err, a, again)
+	}
+}
+
+// TestSimViolationExit: a run whose verdict is FAIL exits 6 and says so
+// on stderr; the timeline names the violation.
+func TestSimViolationExit(t *testing.T) {
+	simHook = func(o *demo.Options) {
+		dropped := false
+		o.Tamper = func(q *simrun.QP, wcs []verbs.WC) []verbs.WC {
+			if !dropped && q.Name() == "node0 A" && len(wcs) > 0 && q.Recvd > 100 {
+				dropped = true
+				return wcs[1:] // the application never gets a completion
+			}
+			return wcs
+		}
+	}
+	defer func() { simHook = nil }()
+	var out, errOut bytes.Buffer
+	code := Run([]string{"ibpath", "sim"}, &out, &errOut)
+	if code != ExitViolation || !strings.HasPrefix(errOut.String(), "ibpath: sim: verdict FAIL: ") {
+		t.Fatalf("exit %d, stderr %q; want %d and the verdict", code, errOut.String(), ExitViolation)
+	}
+	if !strings.Contains(out.String(), "verdict: FAIL — ") || !strings.Contains(out.String(), "violation: node0 A QP ") {
+		t.Errorf("the output does not name the violation:\n%s", out.String())
+	}
+}
+
+func TestSimVerbose(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		level int
+	}{{nil, 0}, {[]string{"-v"}, 1}, {[]string{"--verbose"}, 1}, {[]string{"--verbose=2"}, 2}, {[]string{"-v=0"}, 0}, {[]string{"--verbose=false"}, 0}} {
+		var got int
+		simHook = func(o *demo.Options) {
+			got = o.Verbose
+			o.LinkLayer = 9 // refused by demo.Run: nothing is played
+		}
+		var out, errOut bytes.Buffer
+		code := Run(append([]string{"ibpath", "sim"}, c.args...), &out, &errOut)
+		simHook = nil
+		if got != c.level || code != ExitError {
+			t.Errorf("%v: level %d (exit %d: %s), want %d", c.args, got, code, errOut.String(), c.level)
+		}
+	}
+	for _, v := range []string{"3", "-1", "x", "1.5"} {
+		var out, errOut bytes.Buffer
+		code := Run([]string{"ibpath", "sim", "--verbose=" + v}, &out, &errOut)
+		if code != ExitUsage || !strings.Contains(errOut.String(), "verbose level") || out.Len() != 0 {
+			t.Errorf("--verbose=%s: exit %d, stderr %q, %d bytes out; want a usage error", v, code, errOut.String(), out.Len())
+		}
 	}
 }
 
@@ -60,25 +120,16 @@ func TestLinkLayerRoCE(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"(seed 9, RoCE)", "node0/rxe0 + node1/rxe0 QP A layer 1: unsupported: ",
-		"is Ethernet; alternate paths exist only on InfiniBand", "async event PORT_ERR",
-		"layer 2 does not protect QP A in this script: plain verbs from here", "async event DEVICE_FATAL",
-		"node0/rxe1 QP B layer 2: fault (DEVICE_FATAL) -> await-ack", "node1/rxe1 QP B layer 2: node0's notification on node1/rxe0",
-		"completing again on both sides, through node0/rxe0 <-> node1/rxe0", "node0/rxe1 QP B layer 2: fault (PORT_ERR) -> await-ack",
-		"QP B: back home on both sides, completing through node0/rxe1 <-> node1/rxe1", "layer 2: switching back enabled"} {
+	for _, want := range []string{"(seed 9, RoCE)", "layer 1: unsupported: RoCE has no automatic path migration",
+		"node0 A: async event PORT_ERR on rxe0 port 1", "node0 A layer 2: failover onto the backup rxe1", "node0 A layer 2: back home on rxe0",
+		"FAULT: the cable of node0/rxe1 pulled", "FAULT: NIC node0/rxe1 dies", "node0 B: async event DEVICE_FATAL on rxe1: kept from the application",
+		"verdict: PASS", "QP B on the backup (rxe0)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 	if strings.Contains(out, "mlx5") || strings.Contains(out, "PATH_MIG") {
 		t.Errorf("RoCE output names an IB device or a migration:\n%s", out)
-	}
-	if strings.Contains(out, " completed with ") {
-		t.Errorf("an error completion reached the application:\n%s", out)
-	}
-	again, err := runApp(t, "sim", "--link-layer=roce", "--seed=9")
-	if err != nil || again != out {
-		t.Errorf("same seed, different output (err %v):\n%s\n---\n%s", err, out, again)
 	}
 }
 
@@ -100,7 +151,8 @@ func TestLinkLayerBogus(t *testing.T) {
 }
 
 func TestSimUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"sim", "--bogus"}, {"sim", "--link-layer", "bogus"}, {"sim", "extra"}, {"sim", "--seed", "x"}} {
+	for _, args := range [][]string{{"sim", "--bogus"}, {"sim", "--link-layer", "bogus"}, {"sim", "extra"}, {"sim", "--seed", "x"},
+		{"sim", "--verbose=9"}, {"sim", "-v", "2"}} {
 		var out, errOut bytes.Buffer
 		if code := Run(append([]string{"ibpath"}, args...), &out, &errOut); code != ExitUsage {
 			t.Errorf("%v: exit %d, want %d (usage)\n%s%s", args, code, ExitUsage, out.String(), errOut.String())

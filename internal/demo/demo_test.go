@@ -3,298 +3,513 @@ package demo
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/simrun"
+	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 )
 
-func runDemo(t *testing.T, seed uint64) (Result, string) {
+func play(t *testing.T, o Options) (Report, string) {
 	t.Helper()
 	var buf bytes.Buffer
-	res, err := run(&buf, Options{Seed: seed})
+	rep, err := Run(&buf, o)
 	if err != nil {
-		t.Fatalf("run: %v\n%s", err, buf.String())
+		t.Fatalf("Run(%+v): %v\n%s", o, err, buf.String())
 	}
-	return res, buf.String()
+	return rep, buf.String()
 }
 
-func mustEndpoint(t *testing.T, r Result, qp, host string) EndpointResult {
+// played is play's result for options without a hook, run once per test
+// binary: a run depends on its options alone (TestDeterministic), and
+// the race detector makes each a few seconds.
+func played(t *testing.T, o Options) (Report, string) {
 	t.Helper()
-	e, ok := r.Endpoint(qp, host)
-	if !ok {
-		t.Fatalf("no result for QP %s on %s", qp, host)
+	if o.Tamper != nil {
+		t.Fatal("played: a run with a hook is not shared")
 	}
-	return e
+	runsMu.Lock()
+	defer runsMu.Unlock()
+	k := runKey{o.Seed, o.Random, o.Verbose, o.LinkLayer}
+	if r, ok := runs[k]; ok {
+		return r.rep, r.out
+	}
+	rep, out := play(t, o)
+	runs[k] = playedRun{rep, out}
+	return rep, out
 }
 
-func TestScenario(t *testing.T) {
-	res, out := runDemo(t, 7)
-	to := verbs.TimeoutDuration(rcTimeout)
-
-	// Setup: every QP armed by the managers, through the application's
-	// own modifies, on the other port. QP B is registered a second time
-	// after layer 2 switched it back (see below).
-	for _, h := range []string{"node0", "node1"} {
-		st := res.Managers[h]
-		if st.Registered != 3 || st.ModifyFallbacks != 0 {
-			t.Errorf("%s manager stats %+v: want 2 QPs armed through ModifyQP, and QP B registered again", h, st)
-		}
-		for _, qp := range []string{"A", "B"} {
-			cs := res.Layer1Of(qp, h)
-			if len(cs) < 2 || !cs[0].New || cs[0].Cause != "connect" || cs[1].After.State != fsm.APMArmed ||
-				cs[1].After.Alternate != (fsm.PathRef{Port: 2}) || cs[1].At > pullAt {
-				t.Errorf("QP %s on %s: want registered at connect, then armed on port 2:\n%s", qp, h, formatL1(cs))
-			}
-		}
-	}
-
-	// QP A, cable pull: node0 migrates at PORT_ERR (proactive), node1
-	// follows with PATH_MIG, both re-arm on the LMC path of port 2.
-	if !res.HasEvent("node0", verbs.EventPortErr, "") || !res.HasEvent("node0", verbs.EventPortActive, "") {
-		t.Errorf("node0: want PORT_ERR and PORT_ACTIVE; events: %v", res.Events["node0"])
-	}
-	a0, a1 := res.Layer1Of("A", "node0"), res.Layer1Of("A", "node1")
-	mig0 := firstMigration(a0, pullAt)
-	if mig0 == nil || mig0.Cause != "PORT_ERR" || mig0.At-pullAt > step || mig0.After.Primary.Port != 2 {
-		t.Errorf("node0 QP A: want a proactive migration to port 2 at PORT_ERR (within %v of %v):\n%s", step, pullAt, formatL1(a0))
-	}
-	mig1 := firstMigration(a1, pullAt)
-	if mig1 == nil || mig1.Cause != "PATH_MIG" || mig1.After.Primary.Port != 2 || mig1.At > pullAt+time.Millisecond {
-		t.Errorf("node1 QP A: want it to follow with PATH_MIG to port 2 at once:\n%s", formatL1(a1))
-	}
-	lmc := fsm.PathRef{Port: 2, Bits: 1}
-	for h, cs := range map[string][]Layer1Change{"node0": a0, "node1": a1} {
-		if !hasL1(cs, pullAt, plugAt, func(st QPStatus) bool {
-			return st.State == fsm.APMArmed && st.Primary == fsm.PathRef{Port: 2} && st.Alternate == lmc
-		}) {
-			t.Errorf("QP A on %s: not re-armed on the LMC path of port 2 after the pull:\n%s", h, formatL1(cs))
-		}
-	}
-	// Traffic went on at once: the next WRs on the new path made the peer
-	// follow and the responder's sequence NAKs resent what the cable took;
-	// no RC timeout was needed, let alone the hardware's (1+retry_cnt).
-	if res.PullRecovery <= 0 || res.PullRecovery > to || !strings.Contains(out, "HCA alone would wait") {
-		t.Errorf("QP A recovered after %v across the pull, want at most one local ACK timeout (%v)", res.PullRecovery, to)
-	}
-	for _, p := range res.PausesOf("A", 0, plugAt) {
-		t.Errorf("QP A paused %v..%v on %s before the plug", p.From, p.To, p.Host)
-	}
-
-	// Plug: the home path comes back as the alternate on both sides, and
-	// node0 fails back after the hold-down.
-	home := fsm.PathRef{Port: 1}
-	for h, cs := range map[string][]Layer1Change{"node0": a0, "node1": a1} {
-		if !hasL1(cs, plugAt, plugAt+l1Config.FailbackHold, func(st QPStatus) bool {
-			return st.State == fsm.APMArmed && st.Primary.Port == 2 && st.Alternate == home
-		}) {
-			t.Errorf("QP A on %s: home path not armed as the alternate after the plug:\n%s", h, formatL1(cs))
-		}
-	}
-	// On a device that takes no new alternate while ARMED (the default,
-	// strict profile) the QP first hops to its armed LMC alternate, so
-	// that home can be loaded with REARM; the failback is the migration
-	// that lands home.
-	var fb *Layer1Change
-	for from := plugAt; fb == nil; {
-		m := firstMigration(a0, from)
-		if m == nil {
-			break
-		}
-		if m.After.Primary == home {
-			fb = m
-		}
-		from = m.At + 1
-	}
-	if fb == nil || fb.Cause != "tick" || fb.At < plugAt+l1Config.FailbackHold {
-		t.Errorf("node0 QP A: want a failback to port 1 after the hold-down:\n%s", formatL1(a0))
-	}
-	if res.Managers["node0"].Failbacks < 1 {
-		t.Errorf("node0 manager %+v: no failback", res.Managers["node0"])
-	}
-
-	// QP A never saw an error, nor bad data, and both sides end armed.
-	for _, host := range []string{"node0", "node1"} {
-		if res.HasEvent(host, verbs.EventPathMigErr, "A") {
-			t.Errorf("%s: unexpected PATH_MIG_ERR on QP A", host)
-		}
-		a := mustEndpoint(t, res, "A", host)
-		if a.SendErr != 0 || a.RecvErr != 0 || len(a.Errors) != 0 {
-			t.Errorf("QP A on %s: error completions %d send / %d recv (%v), want none", host, a.SendErr, a.RecvErr, a.Errors)
-		}
-		if a.DataErrors != 0 || a.Verified == 0 || a.Verified != a.RecvOK {
-			t.Errorf("QP A on %s: %d data errors, %d of %d notifications verified", host, a.DataErrors, a.Verified, a.RecvOK)
-		}
-		if a.State != verbs.QPSRTS || !a.L1Known || a.L1.State != fsm.APMArmed {
-			t.Errorf("QP A on %s ended %v, layer 1 %+v; want RTS and armed", host, a.State, a.L1)
-		}
-	}
-
-	// QP B, both cables of its default HCA pulled: layer 1 migrates at the
-	// first PORT_ERR, then has no path left at the second and hands the
-	// QP over; layer 2 acts on that hand-over, never on PORT_ERR itself
-	// (docs/CROSSNIC.md, "With layer 1").
-	b0, b1 := mustEndpoint(t, res, "B", "node0"), mustEndpoint(t, res, "B", "node1")
-	ho := handover(res, "node0", "B", cutAt)
-	if ho == nil || !strings.Contains(ho.Reason, "primary port down and no alternate") {
-		t.Errorf("QP B on node0: handover %+v; want one at %v, primary port down and no alternate (handovers %+v)\n%s",
-			ho, cutAt, res.Handovers, formatL1(res.Layer1Of("B", "node0")))
-	}
-	for _, c := range res.Layer2 {
-		if c.Cause == verbs.EventPortErr.String() {
-			t.Errorf("%s QP %s: layer 2 acted on PORT_ERR at %v although layer 1 protects the QP", c.Host, c.QP, c.At)
-		}
-	}
-	// After the switch back layer 2 has reset the QP on both sides (the
-	// alternate path is gone): layer 1 protects it anew, armed on port 2
-	// before the HCA death.
-	for _, host := range []string{"node0", "node1"} {
-		b := mustEndpoint(t, res, "B", host)
-		cs := res.Layer1Of("B", host)
-		var re *Layer1Change
-		for i, c := range cs {
-			if c.Cause == "re-register" {
-				re = &cs[i]
-			}
-		}
-		if re == nil || re.At != b.HomeAt || re.After.State != fsm.APMRearming {
-			t.Errorf("QP B on %s: want layer 1 to register it again when layer 2 came home (%v), rearming:\n%s",
-				host, b.HomeAt, formatL1(cs))
-			continue
-		}
-		if !hasL1(cs, re.At, killAt, func(st QPStatus) bool {
-			return st.State == fsm.APMArmed && st.Primary == fsm.PathRef{Port: 1} && st.Alternate == fsm.PathRef{Port: 2}
-		}) {
-			t.Errorf("QP B on %s: not armed again (port 1, alternate port 2) after the switch back:\n%s", host, formatL1(cs))
-		}
-	}
-
-	// QP B, HCA death: node0 hands it over to layer 2 at DEVICE_FATAL,
-	// which moves it to the backup QPs on mlx5_0 with node1 once more; the
-	// application sees nothing of it.
-	if !res.HasEvent("node0", verbs.EventDeviceFatal, "") || res.HasEvent("node1", verbs.EventDeviceFatal, "") {
-		t.Errorf("want DEVICE_FATAL on node0 only; events: %v / %v", res.Events["node0"], res.Events["node1"])
-	}
-	ho0 := handover(res, "node0", "B", killAt)
-	if ho0 == nil || !strings.Contains(ho0.Reason, "DEVICE_FATAL") ||
-		b0.L1.State != fsm.APMHandedOver || !strings.Contains(b0.L1.Reason, "DEVICE_FATAL") {
-		t.Errorf("QP B on node0: handover %+v, layer 1 %+v; want handed over at %v for DEVICE_FATAL", ho0, b0.L1, killAt)
-	}
-	if len(res.Handovers) != 2 {
-		t.Errorf("handovers %+v, want QP B on node0 twice (node1's side falls back on node0's notification)", res.Handovers)
-	}
-	// node1's side never reaches the HCA's retries: no PATH_MIG, no
-	// PATH_MIG_ERR, no event at all on its QP B.
-	for _, ev := range res.Events["node1"] {
-		if ev.QP == "B" {
-			t.Errorf("node1: unexpected %v on QP B at %v", ev.Type, ev.At)
-		}
-	}
-	// node0's default QP died with its HCA; node1's was reset by layer 2,
-	// which probes it (in vain: its peer is dead).
-	if b0.State != verbs.QPSErr || !b0.DeviceDead || b1.State != verbs.QPSRTS || b1.L2Stats.Probes < 2 {
-		t.Errorf("QP B default QPs ended %v (device dead %v) / %v after %d probes; want ERR (dead), and RTS reset and probed by layer 2",
-			b0.State, b0.DeviceDead, b1.State, b1.L2Stats.Probes)
-	}
-	checkLayer2(t, res, out, "mlx5_0", "layer 1 handed over: primary port down and no alternate", "layer 1 handed over: DEVICE_FATAL")
-
-	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "PATH_MIG", "DEVICE_FATAL", "layer 1: armed", "proactive",
-		"failback", "handed to layer 2 (cross-NIC)", "QP B layer 1: registered again"} {
-		if !strings.Contains(out, s) {
-			t.Errorf("output does not mention %s", s)
-		}
-	}
-	if n := strings.Count(out, "\n"); n > maxLines {
-		t.Errorf("timeline has %d lines, want it short:\n%s", n, out)
-	}
+// runKey is what a run depends on: its options but the hook.
+type runKey struct {
+	seed    uint64
+	random  bool
+	verbose int
+	ll      verbs.LinkLayer
 }
 
-// TestFailbackBringsABackHome: after the failback QP A runs on port 1 on
-// both sides again, armed, and its traffic drains.
-func TestFailbackBringsABackHome(t *testing.T) {
-	res, _ := runDemo(t, 7)
-	for _, b := range res.Bounced {
-		if b.QP == "A" {
-			// Layer 1 must wait for the peer to follow its own migration
-			// before re-arming; re-arming at once made the sides swap
-			// paths forever.
-			t.Fatalf("QP A bounces between ports since %v on %s; layer 1: %d changes not printed",
-				b.At, b.Host, res.Muted["A"])
-		}
-	}
-	for _, host := range []string{"node0", "node1"} {
-		a := mustEndpoint(t, res, "A", host)
-		if a.Port != 1 || a.L1.Primary != a.L1.Home || a.L1.State != fsm.APMArmed {
-			t.Errorf("QP A on %s ended on port %d, layer 1 %+v; want home (port 1) and armed", host, a.Port, a.L1)
-		}
-		if a.Posted != a.SendOK {
-			t.Errorf("QP A on %s: %d posted, %d completed", host, a.Posted, a.SendOK)
-		}
-	}
-	for _, p := range res.PausesOf("A", plugAt, endAt) {
-		t.Errorf("QP A paused %v..%v on %s after the plug", p.From, p.To, p.Host)
-	}
+type playedRun struct {
+	rep Report
+	out string
 }
 
-// QPStatus is the layer-1 status type, for predicates.
-type QPStatus = apm.QPStatus
+var (
+	runsMu sync.Mutex
+	runs   = map[runKey]playedRun{}
+)
 
-// firstMigration returns the first change at or after from that counts a
-// migration.
-func firstMigration(cs []Layer1Change, from time.Duration) *Layer1Change {
-	for i, c := range cs {
-		if c.At >= from && !c.New && c.After.Migrations > c.Before.Migrations {
-			return &cs[i]
+// of returns the records of one kind made in the process named name
+// ("node0 A"), in [from, to).
+func of(rep Report, name string, kind simrun.Kind, from, to time.Duration) []simrun.Record {
+	var out []simrun.Record
+	for _, r := range rep.Records {
+		if r.Kind == kind && r.Proc != nil && r.Proc.Name == name && r.At >= from && r.At < to {
+			out = append(out, r)
 		}
 	}
-	return nil
+	return out
 }
 
-// hasL1 reports whether a change in [from, to) left a status matching ok.
-func hasL1(cs []Layer1Change, from, to time.Duration, ok func(QPStatus) bool) bool {
-	for _, c := range cs {
-		if c.At >= from && c.At < to && ok(c.After) {
+// eventsOf returns the events of kind one process sent ibpathd in
+// [from, to).
+func eventsOf(rep Report, name, kind string, from, to time.Duration) []status.Event {
+	var out []status.Event
+	for _, r := range of(rep, name, simrun.KindEvent, from, to) {
+		if r.Ev.Kind == kind {
+			out = append(out, r.Ev)
+		}
+	}
+	return out
+}
+
+// statusAt is the last status a process reported before at.
+func statusAt(rep Report, name string, at time.Duration) status.QP {
+	var s status.QP
+	for _, r := range of(rep, name, simrun.KindStatus, 0, at) {
+		s = r.Status
+	}
+	return s
+}
+
+// hadStatus reports whether a process reported a status matching ok in
+// [from, to).
+func hadStatus(rep Report, name string, from, to time.Duration, ok func(status.QP) bool) bool {
+	for _, r := range of(rep, name, simrun.KindStatus, from, to) {
+		if ok(r.Status) {
 			return true
 		}
 	}
 	return false
 }
 
-// handover returns the hand-over of qp on host at instant at, if any.
-func handover(r Result, host, qp string, at time.Duration) *HandoverRecord {
-	for i, h := range r.Handovers {
-		if h.Host == host && h.QP == qp && h.At == at {
-			return &r.Handovers[i]
+// logged returns the first log line of a process in [from, to) that
+// holds every part.
+func logged(rep Report, name string, from, to time.Duration, parts ...string) (simrun.Record, bool) {
+	for _, r := range of(rep, name, simrun.KindLog, from, to) {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(r.Text, p)
+		}
+		if ok {
+			return r, true
 		}
 	}
-	return nil
+	return simrun.Record{}, false
 }
 
-// maxLines bounds the length of the whole output.
-const maxLines = 95
+// outcome is a QP side's end in the verdict.
+func outcome(t *testing.T, rep Report, name string) simrun.Outcome {
+	t.Helper()
+	for _, o := range rep.Verdict.QPs {
+		if o.QP.Name() == name {
+			return o
+		}
+	}
+	t.Fatalf("no QP side %q in the verdict", name)
+	return simrun.Outcome{}
+}
 
+// armed: layer 1 armed on its home path (port 1) with port 2 as the
+// alternate.
+func armedHome(s status.QP) bool {
+	return s.APM == fsm.APMArmed.String() && s.Primary.String() == "port 1" && s.Alternate.String() == "port 2"
+}
+
+// TestScripted: the default scenario, played on the shim's runtime, does
+// what ibpath promises, on both hosts.
+func TestScripted(t *testing.T) {
+	rep, out := played(t, Options{Seed: 7})
+	step := simrun.DefaultStep
+	sides := []string{"node0 A", "node1 A", "node0 B", "node1 B"}
+
+	// Setup: both layers protect every QP before the first fault: layer
+	// 1 armed in the application's own modifies on port 2, layer 2's
+	// backup connected on the host's other HCA.
+	for _, n := range sides {
+		if s := statusAt(rep, n, pullAt); !armedHome(s) || s.CrossNIC != fsm.SQDefault.String() || !strings.HasPrefix(s.Backup.Device, "mlx5_") {
+			t.Errorf("%s before the first fault: %+v; want layer 1 armed on port 1 with port 2, layer 2 armed with a backup", n, s)
+		}
+	}
+
+	// QP A, cable pull: node0's layer 1 migrates proactively at the
+	// PORT_ERR (within the applications' step), node1's HCA follows
+	// (PATH_MIG) at once, both re-arm on port 2's LMC path; the traffic
+	// never pauses for a millisecond.
+	m0 := eventsOf(rep, "node0 A", status.EvPathMigrated, pullAt, plugAt)
+	m1 := eventsOf(rep, "node1 A", status.EvPathMigrated, pullAt, plugAt)
+	if len(m0) != 1 || m0[0].From != "port 1" || m0[0].To != "port 2" || m0[0].At.Sub(simrun.Epoch) > pullAt+step {
+		t.Errorf("node0 A after the pull: migrations %+v; want one from port 1 to port 2 within %v", m0, step)
+	}
+	if _, ok := logged(rep, "node0 A", pullAt, pullAt+step+1, "PORT_ERR port 1"); !ok {
+		t.Error("node0 A's runtime logged no PORT_ERR of port 1 at the migration")
+	}
+	if len(m1) != 1 || m1[0].To != "port 2" || m1[0].At.Sub(simrun.Epoch) > pullAt+time.Millisecond {
+		t.Errorf("node1 A after the pull: migrations %+v; want it to follow to port 2 within 1 ms", m1)
+	}
+	if _, ok := logged(rep, "node1 A", pullAt, pullAt+time.Millisecond, "event=PATH_MIG"); !ok {
+		t.Error("node1 A's runtime did not see the PATH_MIG of its QP")
+	}
+	for _, n := range sides[:2] {
+		if !hadStatus(rep, n, pullAt, plugAt, func(s status.QP) bool {
+			return s.APM == fsm.APMArmed.String() && s.Primary.String() == "port 2" && s.Alternate.String() == "port 2+1"
+		}) {
+			t.Errorf("%s: not re-armed on the LMC path of port 2 after the pull", n)
+		}
+	}
+	// Plug: the home path is armed as the alternate on both sides, then
+	// node0 fails back after the hold-down, and node1 with it.
+	for _, n := range sides[:2] {
+		if !hadStatus(rep, n, plugAt, plugAt+l1.FailbackHold, func(s status.QP) bool {
+			return s.APM == fsm.APMArmed.String() && s.Alternate.String() == "port 1"
+		}) {
+			t.Errorf("%s: home not armed as the alternate after the plug", n)
+		}
+		fb := eventsOf(rep, n, status.EvPathMigrated, plugAt+l1.FailbackHold, cutAt+10*time.Millisecond)
+		if len(fb) == 0 || fb[len(fb)-1].To != "port 1" {
+			t.Errorf("%s: migrations %+v after the hold-down; want the last one home to port 1", n, fb)
+		}
+	}
+
+	// QP B, both cables of its HCA pulled: node0's layer 1 has no path
+	// left and hands the QP over; layer 2 fails over on both sides (node1
+	// on node0's notification), never on a PORT_ERR of its own, and the
+	// traffic pauses under a millisecond.
+	if r, ok := logged(rep, "node0 B", cutAt, cutAt+step+1, "layer 1 hands the QP over"); !ok ||
+		!strings.Contains(r.Attrs["reason"], "primary port down and no alternate") {
+		t.Errorf("node0 B: hand-over %+v; want one at the cut, primary port down and no alternate", r)
+	}
+	for n, why := range map[string]string{"node0 B": "layer 1 handed over: primary port down and no alternate",
+		"node1 B": "the peer's fallback notification on the backup QP"} {
+		fo := eventsOf(rep, n, status.EvFailover, cutAt, recableAt)
+		if len(fo) != 1 || !strings.HasPrefix(fo[0].Reason, why) || !strings.HasPrefix(fo[0].To, "mlx5_0 qpn ") {
+			t.Errorf("%s: failovers %+v after the cut; want one onto mlx5_0, for %q", n, fo, why)
+		}
+	}
+	for _, r := range rep.Records {
+		if r.Kind == simrun.KindEvent && r.Ev.Kind == status.EvFailover && strings.Contains(r.Ev.Reason, "PORT_ERR") {
+			t.Errorf("%s: layer 2 failed over on a PORT_ERR although layer 1 protects the QP: %+v", r.Proc.Name, r.Ev)
+		}
+	}
+	// Cables back: layer 2 switches back on both sides, and layer 1
+	// protects the QP anew (armed, port 1 with port 2) before the death.
+	for _, n := range sides[2:] {
+		sb := eventsOf(rep, n, status.EvSwitchback, recableAt, killAt)
+		if len(sb) != 1 || !strings.HasPrefix(sb[0].To, "mlx5_1 qpn ") {
+			t.Errorf("%s: switch backs %+v; want one home to mlx5_1 between the plug and the death", n, sb)
+		}
+		if _, ok := logged(rep, n, recableAt, killAt, "layer 1 protects the QP again after layer 2's switch back"); !ok {
+			t.Errorf("%s: layer 1 did not take the QP back after the switch back", n)
+		}
+		if s := statusAt(rep, n, killAt); !armedHome(s) || s.Layer != status.LayerAPM || s.CrossNIC != fsm.SQDefault.String() {
+			t.Errorf("%s before the death: %+v; want layer 1 armed at home, layer 2 armed", n, s)
+		}
+	}
+
+	// HCA death: node0 keeps DEVICE_FATAL from the application (layer 2
+	// carries its QP), layer 1 hands the QP over for it, both sides fail
+	// over once more, node1's application sees no event of QP B at all.
+	kept := false
+	for _, r := range of(rep, "node0 B", simrun.KindAppEvent, killAt, stopAt) {
+		kept = kept || r.Event.Type == verbs.EventDeviceFatal && r.Kept
+	}
+	if !kept {
+		t.Error("node0 B: DEVICE_FATAL was not kept from the application")
+	}
+	if r, ok := logged(rep, "node0 B", killAt, killAt+step+1, "layer 1 hands the QP over"); !ok || r.Attrs["reason"] != "DEVICE_FATAL" {
+		t.Errorf("node0 B: hand-over %+v at the death; want one for DEVICE_FATAL", r)
+	}
+	for _, n := range sides[2:] {
+		if fo := eventsOf(rep, n, status.EvFailover, killAt, stopAt); len(fo) != 1 {
+			t.Errorf("%s: failovers %+v after the death; want one", n, fo)
+		}
+	}
+	if evs := of(rep, "node1 B", simrun.KindAppEvent, 0, stopAt); len(evs) != 0 {
+		t.Errorf("node1 B's application read %d async events, want none: %+v", len(evs), evs[0].Event)
+	}
+
+	// The end: QP A home and armed, QP B on its backup, carried by layer
+	// 2; no error, every WR and message checked; no pause of a
+	// millisecond, faults included.
+	for _, n := range sides {
+		o := outcome(t, rep, n)
+		if o.Surfaced != "" || o.QP.Errors != 0 || o.QP.MaxPause >= time.Millisecond {
+			t.Errorf("%s: error %q (%d), longest pause %v; want none, and no pause of 1 ms", n, o.Surfaced, o.QP.Errors, o.QP.MaxPause)
+		}
+		if o.QP.Sent < int(stopAt/step)-2 || o.QP.Recvd != o.QP.Peer.Sent || o.QP.SendDone != o.QP.Sent {
+			t.Errorf("%s: %d sent, %d of them completed, %d of the peer's %d received; want a message every step, all done",
+				n, o.QP.Sent, o.QP.SendDone, o.QP.Recvd, o.QP.Peer.Sent)
+		}
+	}
+	for _, n := range sides[:2] {
+		if s := outcome(t, rep, n).Status; !armedHome(s) || s.Layer != status.LayerAPM {
+			t.Errorf("%s at the end: %+v; want home, layer 1 armed", n, s)
+		}
+	}
+	for _, n := range sides[2:] {
+		if s := outcome(t, rep, n).Status; s.Layer != status.LayerCrossNIC || s.CrossNIC != fsm.SQFallback.String() ||
+			s.Failovers != 2 || s.Switchbacks != 1 || !strings.HasPrefix(s.Backup.Device, "mlx5_0") {
+			t.Errorf("%s at the end: %+v; want on the backup mlx5_0 after 2 failovers and 1 switch back", n, s)
+		}
+	}
+	if !rep.OK() || rep.Faults != 3 || rep.Verdict.WRs == 0 || rep.Verdict.Messages != rep.Verdict.WRs {
+		t.Errorf("verdict %+v, %d faults; want PASS, 3 faults, every WR and message checked", rep.Verdict.Violations, rep.Faults)
+	}
+
+	for _, s := range []string{"FAULT: cable of node0/mlx5_0 port 1 pulled", "node0 A layer 1: migrated port 1 -> port 2: proactive",
+		"node1 A layer 1: migrated port 1 -> port 2: the HCA followed the peer (PATH_MIG)", "failback",
+		"node0 B layer 1: handed to layer 2 (cross-NIC): primary port down and no alternate",
+		"node0 B layer 2: failover onto the backup mlx5_0", "node0 B layer 1: protects the QP again: armed",
+		"node0 B layer 2: back home on mlx5_1", "async event DEVICE_FATAL on mlx5_1: kept from the application",
+		"QP B: completing again on both sides", "verdict: PASS — 2 QPs (4 sides)", "QP A home, QP B on the backup (mlx5_0)"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the timeline does not say %q:\n%s", s, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n > maxLines {
+		t.Errorf("the timeline has %d lines, want at most %d:\n%s", n, maxLines, out)
+	}
+}
+
+// maxLines bounds the default timeline of the scripted scenario.
+const maxLines = 90
+
+// TestRoCE: on RoCE layer 1 has nothing to offer (every QP unsupported,
+// with the reason, no migration); layer 2 hides every fault of the
+// script, QP A's pulled cable included.
+func TestRoCE(t *testing.T) {
+	rep, out := played(t, Options{Seed: 7, LinkLayer: verbs.LinkLayerEthernet})
+	for _, o := range rep.Verdict.QPs {
+		s := o.Status
+		if s.APM != fsm.APMUnsupported.String() || s.Reason != "" && !strings.Contains(s.Reason, "RoCE") || o.Surfaced != "" {
+			t.Errorf("%s: %+v, error %q; want layer 1 unsupported, no error", o.QP.Name(), s, o.Surfaced)
+		}
+	}
+	for _, r := range rep.Records {
+		if r.Kind == simrun.KindEvent && r.Ev.Kind == status.EvPathMigrated {
+			t.Errorf("%s: a path migration on RoCE: %+v", r.Proc.Name, r.Ev)
+		}
+	}
+	for _, c := range []struct {
+		name               string
+		fault, repair, end time.Duration
+		fault0             string
+	}{{"A", pullAt, plugAt, cutAt, "PORT_ERR on rxe0 port 1"}, {"B", cutAt, recableAt, killAt, "PORT_ERR on rxe1 port 1"}} {
+		if fo := eventsOf(rep, "node0 "+c.name, status.EvFailover, c.fault, c.repair); len(fo) != 1 || fo[0].Reason != c.fault0 {
+			t.Errorf("node0 %s: failovers %+v; want one for %s", c.name, fo, c.fault0)
+		}
+		for _, h := range []string{"node0 ", "node1 "} {
+			if sb := eventsOf(rep, h+c.name, status.EvSwitchback, c.repair, c.end); len(sb) != 1 {
+				t.Errorf("%s%s: switch backs %+v after the repair; want one", h, c.name, sb)
+			}
+		}
+	}
+	if !rep.OK() {
+		t.Errorf("verdict: %v", rep.Verdict.Violations)
+	}
+	for _, s := range []string{"(seed 7, RoCE)", "layer 1: unsupported: RoCE has no automatic path migration",
+		"node0 A layer 2: failover onto the backup rxe1", "node0 B layer 2: back home on rxe1", "FAULT: NIC node0/rxe1 dies", "verdict: PASS"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the RoCE timeline does not say %q:\n%s", s, out)
+		}
+	}
+	for _, s := range []string{"mlx5", "PATH_MIG", "layer 1: armed"} {
+		if strings.Contains(out, s) {
+			t.Errorf("the RoCE timeline says %q:\n%s", s, out)
+		}
+	}
+}
+
+// TestDeterministic: the same options give the same output, byte for
+// byte, at every level, scripted or random.
 func TestDeterministic(t *testing.T) {
-	_, a := runDemo(t, 42)
-	_, b := runDemo(t, 42)
-	if a != b {
-		t.Fatalf("same seed, different output:\n%s\n---\n%s", a, b)
+	cases := []Options{{Seed: 7}, {Seed: 1, Random: true}}
+	if !testing.Short() {
+		cases = append(cases, Options{Seed: 42, Random: true, Verbose: VerboseTrace}, Options{Seed: 5, LinkLayer: verbs.LinkLayerEthernet, Verbose: VerboseDecisions})
+	}
+	for _, o := range cases {
+		_, a := played(t, o)
+		_, b := play(t, o)
+		if a != b {
+			t.Errorf("%+v: two runs differ:\n%s\n---\n%s", o, a, b)
+		}
 	}
 }
 
-func TestVerboseTraces(t *testing.T) {
-	var quiet, loud bytes.Buffer
-	if err := Run(&quiet, Options{Seed: 1}); err != nil {
-		t.Fatal(err)
+// TestRandomSeedsDiffer: --random draws its faults from the seed: two
+// seeds, two schedules and two timelines; the scripted scenario is the
+// same whatever the seed.
+func TestRandomSeedsDiffer(t *testing.T) {
+	_, a := played(t, Options{Seed: 1, Random: true})
+	_, b := played(t, Options{Seed: 2, Random: true})
+	if a == b {
+		t.Fatal("seeds 1 and 2 gave the same random run")
 	}
-	if err := Run(&loud, Options{Seed: 1, Verbose: true}); err != nil {
-		t.Fatal(err)
+	if headerOf(a) == headerOf(b) {
+		t.Errorf("seeds 1 and 2 drew the same schedule:\n%s", headerOf(a))
 	}
-	if !strings.Contains(loud.String(), " trace ") || strings.Contains(quiet.String(), " trace ") {
-		t.Errorf("trace records: verbose %v, quiet %v", strings.Contains(loud.String(), " trace "), strings.Contains(quiet.String(), " trace "))
+	if !strings.Contains(a, "schedule drawn from seed 1: ") || !strings.Contains(b, "schedule drawn from seed 2: ") {
+		t.Errorf("a random run does not say its schedule:\n%s", a)
+	}
+	if s1, s2 := scripted(Options{Seed: 1}), scripted(Options{Seed: 2}); len(s1.steps) != len(s2.steps) || s1.header[0] != s2.header[0] {
+		t.Error("the script depends on the seed")
+	}
+}
+
+// headerOf is a run's text before its timeline.
+func headerOf(out string) string {
+	i := strings.Index(out, " ms  ")
+	for i > 0 && out[i-1] != '\n' {
+		i--
+	}
+	return out[:i]
+}
+
+// TestRandomKinds: over a few seeds the random scenarios draw every kind
+// of fault, and each is a real one: it does something to the fabric that
+// the run sees (a port event, a loss, a delay).
+func TestRandomKinds(t *testing.T) {
+	seen := map[string]bool{}
+	for seed := uint64(1); seed <= 40; seed++ {
+		for _, st := range random(Options{Seed: seed, Random: true}).steps {
+			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs"} {
+				if st.fault && strings.Contains(st.text, k) {
+					seen[k] = true
+				}
+			}
+		}
+	}
+	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs"} {
+		if !seen[k] {
+			t.Errorf("no random scenario of 40 seeds has a fault %q", k)
+		}
+	}
+	// Faults never overlap: each starts after the previous repair.
+	for seed := uint64(1); seed <= 40; seed++ {
+		sc := random(Options{Seed: seed, Random: true})
+		var last time.Duration
+		for _, st := range sc.steps {
+			if st.at < last {
+				t.Fatalf("seed %d: a step at %v before the previous one at %v", seed, st.at, last)
+			}
+			last = st.at
+		}
+		if sc.stopAt <= last {
+			t.Errorf("seed %d: the applications stop at %v, before the last step at %v", seed, sc.stopAt, last)
+		}
+	}
+}
+
+// TestRandomHostLost: a random scenario that ends with a host losing
+// both its HCAs lets the errors of every QP reach the applications
+// (layer 3: nothing healthy is left), and the verdict holds with them.
+func TestRandomHostLost(t *testing.T) {
+	seed := uint64(0)
+	for s := uint64(1); s <= 40 && seed == 0; s++ {
+		sc := random(Options{Seed: s, Random: true})
+		if last := sc.steps[len(sc.steps)-1]; last.fault && len(last.allow) == len(simrun.Conns) {
+			seed = s
+		}
+	}
+	if seed == 0 {
+		t.Fatal("no random scenario of 40 seeds ends with a host dying")
+	}
+	rep, out := play(t, Options{Seed: seed, Random: true})
+	surfaced := 0
+	for _, o := range rep.Verdict.QPs {
+		if o.Surfaced != "" {
+			surfaced++
+			if o.QP.MaySurface() == "" {
+				t.Errorf("%s surfaced (%s) without leave", o.QP.Name(), o.Surfaced)
+			}
+		}
+	}
+	if surfaced == 0 || !rep.OK() || !strings.Contains(out, "surfaced its error (layer 3: both HCAs of node") {
+		t.Errorf("seed %d: %d QP sides surfaced, verdict %v; want the errors at the applications, PASS:\n%s", seed, surfaced, rep.Verdict.Violations, out)
+	}
+}
+
+// TestViolationFails: a completion handed to the application twice (a
+// hook in the world duplicates one) is a violation: the timeline says
+// so when it happens, the verdict is FAIL and names it.
+func TestViolationFails(t *testing.T) {
+	polls := 0
+	dup := func(q *simrun.QP, wcs []verbs.WC) []verbs.WC {
+		if q.Name() != "node1 B" || len(wcs) == 0 {
+			return wcs
+		}
+		if polls++; polls == 500 {
+			return append(wcs, wcs[0])
+		}
+		return wcs
+	}
+	rep, out := play(t, Options{Seed: 7, Tamper: dup})
+	if rep.OK() || len(rep.Verdict.Violations) == 0 || !strings.Contains(rep.Verdict.Violations[0], "node1 B QP ") {
+		t.Fatalf("verdict %v; want a violation of node1 B", rep.Verdict.Violations)
+	}
+	for _, s := range []string{"node1 B: VIOLATION: ", "once, in", "violation: node1 B QP ", "verdict: FAIL — 1 violations"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the timeline does not say %q:\n%s", s, out)
+		}
+	}
+	// Without the hook the same run passes: the violation is the hook's.
+	if rep, _ := played(t, Options{Seed: 7}); !rep.OK() {
+		t.Errorf("the same run without the hook: %v", rep.Verdict.Violations)
+	}
+}
+
+// TestVerboseLevels: each level adds its lines to the last, and the
+// fabric's trace stays bounded.
+func TestVerboseLevels(t *testing.T) {
+	var outs [3]string
+	for l := range outs {
+		_, outs[l] = played(t, Options{Seed: 7, Verbose: l})
+	}
+	lines := func(s string) int { return strings.Count(s, "\n") }
+	if !(lines(outs[0]) < lines(outs[1]) && lines(outs[1]) < lines(outs[2])) {
+		t.Errorf("lines per level %d, %d, %d; want each level longer", lines(outs[0]), lines(outs[1]), lines(outs[2]))
+	}
+	for l, out := range outs {
+		if got := strings.Contains(out, " shim: path migrated"); got != (l >= VerboseDecisions) {
+			t.Errorf("level %d: the runtimes' log shown %v", l, got)
+		}
+		if got := strings.Contains(out, " status: layer 1 awaiting-peer"); got != (l >= VerboseDecisions) {
+			t.Errorf("level %d: status changes shown %v", l, got)
+		}
+		if got := strings.Contains(out, "  fabric node0/mlx5_0 fault cable of node0/mlx5_0:1 pulled"); got != (l >= VerboseTrace) {
+			t.Errorf("level %d: the fabric's trace shown %v", l, got)
+		}
+		if !strings.Contains(out, "verdict: PASS") {
+			t.Errorf("level %d: no verdict", l)
+		}
+	}
+	if n := lines(outs[2]); n > 1000 {
+		t.Errorf("level 2 printed %d lines, want the trace bounded", n)
+	}
+	if strings.Contains(outs[2], " tx ") || strings.Contains(outs[2], " wc ") {
+		t.Error("level 2 prints the trace of every packet or completion")
 	}
 }
 
@@ -303,165 +518,17 @@ type failWriter struct{}
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestWriteErrorReturned(t *testing.T) {
-	if err := Run(failWriter{}, Options{Seed: 1}); err == nil || !strings.Contains(err.Error(), "disk full") {
+	if _, err := Run(failWriter{}, Options{Seed: 1}); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("Run to a failing writer: %v", err)
-	}
-}
-
-func runRoCE(t *testing.T, seed uint64) (Result, string) {
-	t.Helper()
-	var buf bytes.Buffer
-	res, err := run(&buf, Options{Seed: seed, LinkLayer: verbs.LinkLayerEthernet})
-	if err != nil {
-		t.Fatalf("run (RoCE): %v\n%s", err, buf.String())
-	}
-	return res, buf.String()
-}
-
-// TestRoCE: on RoCE layer 1 can do nothing. Every QP is unsupported, with
-// the reason; the application's modifies went through as written; the
-// cable pull reaches the application of QP A (which layer 2 does not
-// protect) as plain verbs report it; layer 2 hides the NIC death from
-// QP B's.
-func TestRoCE(t *testing.T) {
-	res, out := runRoCE(t, 7)
-	to := verbs.TimeoutDuration(rcTimeout)
-
-	for _, r := range res.Endpoints {
-		if !strings.HasPrefix(r.Device, "rxe") {
-			t.Errorf("QP %s on %s/%s: want a RoCE device rxe*", r.QP, r.Host, r.Device)
-		}
-		if !r.L1Known || r.L1.State != fsm.APMUnsupported || !strings.Contains(r.L1.Reason, "Ethernet") ||
-			!strings.Contains(r.L1.Reason, "InfiniBand") {
-			t.Errorf("QP %s on %s: layer 1 %+v (known %v), want unsupported because Ethernet is not InfiniBand",
-				r.QP, r.Host, r.L1, r.L1Known)
-		}
-		// ModifyQP added neither an alternate path nor REARM: the QP is as
-		// a fresh one after the application's own three modifies.
-		if r.ConnectMig != verbs.MigMigrated || r.ConnectAltPort != 0 {
-			t.Errorf("QP %s on %s after connect: path_mig_state %v, alternate port %d; want MIGRATED and none",
-				r.QP, r.Host, r.ConnectMig, r.ConnectAltPort)
-		}
-		if r.DataErrors != 0 || r.Verified != r.RecvOK {
-			t.Errorf("QP %s on %s: %d data errors, %d of %d notifications verified", r.QP, r.Host, r.DataErrors, r.Verified, r.RecvOK)
-		}
-		if r.Posted != r.SendOK+r.SendErr {
-			t.Errorf("QP %s on %s: %d posted, %d ok + %d err", r.QP, r.Host, r.Posted, r.SendOK, r.SendErr)
-		}
-	}
-	for _, h := range []string{"node0", "node1"} {
-		st := res.Managers[h]
-		if st.Registered != 2 || st.Loads != 0 || st.ModifyFallbacks != 0 || st.Armed != 0 || st.Migrations != 0 ||
-			st.HWMigrations != 0 || st.Handovers != 0 {
-			t.Errorf("%s manager stats %+v: want 2 QPs registered and nothing done", h, st)
-		}
-		for _, qp := range []string{"A", "B"} {
-			for _, c := range res.Layer1Of(qp, h) {
-				if c.After.State != fsm.APMUnsupported {
-					t.Errorf("QP %s on %s: layer-1 change to %v at %v; want unsupported throughout", qp, h, c.After.State, c.At)
-				}
-			}
-		}
-		for _, ev := range []verbs.EventType{verbs.EventPathMig, verbs.EventPathMigErr} {
-			if res.HasEvent(h, ev, "") {
-				t.Errorf("%s: unexpected %v on RoCE; events %v", h, ev, res.Events[h])
-			}
-		}
-	}
-	if len(res.Handovers) != 0 || res.Stats.Migrations != 0 {
-		t.Errorf("handovers %+v, %d path migrations; want none on RoCE", res.Handovers, res.Stats.Migrations)
-	}
-	// Printed once per QP, both sides on one line.
-	for _, qp := range []string{"A", "B"} {
-		if n := strings.Count(out, " QP "+qp+" layer 1: unsupported: "); n != 1 {
-			t.Errorf("QP %s: %d unsupported lines, want 1:\n%s", qp, n, out)
-		}
-	}
-	if n := strings.Count(out, "layer 2 does not protect QP A in this script: plain verbs from here"); n != 1 {
-		t.Errorf("%d lines say QP A is left to plain verbs, want 1:\n%s", n, out)
-	}
-
-	// The pull: PORT_ERR on node0 and nothing layer 1 can do. Both sides of
-	// QP A stall and retry on the local ACK timer (SIMULATOR.md: traffic on
-	// a down port is lost; the requester resends everything unacknowledged
-	// up to retry_cnt times). The cable is ACTIVE again at plugAt + 2 ms,
-	// before the last retry at pullAt + ~(1+retry_cnt-1) timeouts, so that
-	// retry gets through: a long stall, but no error completion, and the
-	// same QP carries on. Had the cable stayed out, RETRY_EXC_ERR would come
-	// after (1+retry_cnt) timeouts, as the timeline says.
-	if !res.HasEvent("node0", verbs.EventPortErr, "") || !res.HasEvent("node0", verbs.EventPortActive, "") {
-		t.Errorf("node0: want PORT_ERR and PORT_ACTIVE; events %v", res.Events["node0"])
-	}
-	lastRetry := pullAt + rcRetryCnt*to
-	if plugAt+2*time.Millisecond > lastRetry {
-		t.Fatalf("script: the plug (%v) comes after the last retry (%v); update this test", plugAt, lastRetry)
-	}
-	if res.PullRecovery < lastRetry-pullAt || res.PullRecovery > lastRetry-pullAt+2*time.Millisecond {
-		t.Errorf("QP A stalled %v across the pull, want about %v (until its last retry)", res.PullRecovery, lastRetry-pullAt)
-	}
-	for _, host := range []string{"node0", "node1"} {
-		a := mustEndpoint(t, res, "A", host)
-		if a.SendErr != 0 || a.RecvErr != 0 || len(a.Errors) != 0 || a.State != verbs.QPSRTS || a.Posted != a.SendOK {
-			t.Errorf("QP A on %s: %d/%d error completions %v, state %v, %d posted, %d ok; want no error, RTS, all done",
-				host, a.SendErr, a.RecvErr, a.Errors, a.State, a.Posted, a.SendOK)
-		}
-	}
-	if ps := res.PausesOf("A", pullAt-time.Millisecond, plugAt); len(ps) != 2 {
-		t.Errorf("QP A: pauses %+v after the pull, want one per side", ps)
-	}
-	for i := 1; i <= rcRetryCnt; i++ {
-		if n := strings.Count(out, fmt.Sprintf("/rxe0 (sim retry) qp 0x100 local ACK timeout, retry %d/%d", i, rcRetryCnt)); n != 2 {
-			t.Errorf("QP A: retry %d/%d printed %d times, want once per side", i, rcRetryCnt, n)
-		}
-	}
-
-	// The NIC death: DEVICE_FATAL on node0, nothing layer 1 can do; layer
-	// 2, QP B's only protection, moves it to the backup QPs on rxe0 and
-	// the application sees nothing of it.
-	b0, b1 := mustEndpoint(t, res, "B", "node0"), mustEndpoint(t, res, "B", "node1")
-	if !res.HasEvent("node0", verbs.EventDeviceFatal, "") {
-		t.Errorf("node0: no DEVICE_FATAL; events %v", res.Events["node0"])
-	}
-	if !b0.DeviceDead || b0.State != verbs.QPSErr || b1.State != verbs.QPSRTS || b1.L2Stats.Probes < 2 {
-		t.Errorf("QP B default QPs: dead %v, states %v / %v after %d probes; want a dead device and ERR, and RTS reset and probed by layer 2",
-			b0.DeviceDead, b0.State, b1.State, b1.L2Stats.Probes)
-	}
-	// The cable of QP B's default NIC: layer 1 is unsupported, so PORT_ERR
-	// goes straight to layer 2.
-	checkLayer2(t, res, out, "rxe0", "PORT_ERR", "DEVICE_FATAL")
-
-	for _, s := range []string{"PORT_ERR", "PORT_ACTIVE", "DEVICE_FATAL", "unsupported"} {
-		if !strings.Contains(out, s) {
-			t.Errorf("output does not mention %s", s)
-		}
-	}
-	for _, s := range []string{"mlx5", "PATH_MIG", "armed", "port 2", "handed to layer 2"} {
-		if strings.Contains(out, s) {
-			t.Errorf("RoCE output mentions %q:\n%s", s, out)
-		}
-	}
-	if n := strings.Count(out, "\n"); n > maxLines {
-		t.Errorf("timeline has %d lines, want it short:\n%s", n, out)
-	}
-}
-
-func TestRoCEDeterministic(t *testing.T) {
-	_, a := runRoCE(t, 42)
-	_, b := runRoCE(t, 42)
-	if a != b {
-		t.Fatalf("same seed, different output:\n%s\n---\n%s", a, b)
 	}
 }
 
 // TestInfiniBandIsTheDefault: asking for InfiniBand changes nothing.
 func TestInfiniBandIsTheDefault(t *testing.T) {
-	_, def := runDemo(t, 5)
-	var ib bytes.Buffer
-	if err := Run(&ib, Options{Seed: 5, LinkLayer: verbs.LinkLayerInfiniBand}); err != nil {
-		t.Fatal(err)
-	}
-	if ib.String() != def {
-		t.Fatalf("LinkLayerInfiniBand and the default differ:\n%s\n---\n%s", ib.String(), def)
+	_, def := played(t, Options{Seed: 7})
+	_, ib := play(t, Options{Seed: 7, LinkLayer: verbs.LinkLayerInfiniBand})
+	if ib != def {
+		t.Fatalf("LinkLayerInfiniBand and the default differ:\n%s\n---\n%s", ib, def)
 	}
 }
 
@@ -477,179 +544,13 @@ func TestParseLinkLayer(t *testing.T) {
 			t.Errorf("ParseLinkLayer(%q): %v; want an error naming ib and roce", name, err)
 		}
 	}
-	if err := Run(&bytes.Buffer{}, Options{Seed: 1, LinkLayer: 9}); err == nil {
-		t.Error("Run accepted link layer 9")
-	}
 }
 
-// checkLayer2 asserts what layer 2 must do with QP B across the script,
-// on both hosts. The cables of its default HCA (NIC) on node0 are pulled
-// at cutAt: node0 detects it (why: cutCause), both sides fall back after
-// one handshake. They are plugged back at recableAt: each side's probe is
-// answered, it fences, switches its sends back, moves its receives home
-// on the peer's switch-back notification and purges its backup; traffic
-// then runs on the default HCAs again until the HCA death at killAt,
-// which node0 detects (why: killCause) and both sides fall back again.
-// Throughout, the application on both sides sees no error, no bad data,
-// every WR completed exactly once in order, every notification verified,
-// and no pause over a millisecond.
-func checkLayer2(t *testing.T, res Result, out, bak, cutCause, killCause string) {
-	t.Helper()
-	rounds := int(quiesceAt/step) - 1 // one round per step while posting
-	for _, host := range []string{"node0", "node1"} {
-		b, peer := mustEndpoint(t, res, "B", host), mustEndpoint(t, res, "B", map[string]string{"node0": "node1", "node1": "node0"}[host])
-		if !b.Protected || b.Backup != bak {
-			t.Fatalf("QP B on %s: protected %v, backup %q; want protected with a backup on %s", host, b.Protected, b.Backup, bak)
-		}
-		if b.SendErr != 0 || b.RecvErr != 0 || len(b.Errors) != 0 {
-			t.Fatalf("QP B on %s: an error reached the application: %d send / %d recv error completions %v", host, b.SendErr, b.RecvErr, b.Errors)
-		}
-		if b.DataErrors != 0 {
-			t.Fatalf("QP B on %s: %d data errors", host, b.DataErrors)
-		}
-		if b.WrongQPN != 0 {
-			t.Fatalf("QP B on %s: %d completions named another QP than %#x", host, b.WrongQPN, b.QPN)
-		}
-		if b.SendOrderErrors != 0 || b.Posted != b.SendOK {
-			t.Fatalf("QP B on %s: %d posted, %d completed, %d out of turn; want every WR completed exactly once, in order",
-				host, b.Posted, b.SendOK, b.SendOrderErrors)
-		}
-		if b.Posted != 2*rounds {
-			t.Errorf("QP B on %s: %d WRs posted, want %d (a round every step: the application never waited)", host, b.Posted, 2*rounds)
-		}
-		if b.Verified != peer.Posted/2 || b.RecvOK != b.Verified {
-			t.Fatalf("QP B on %s: %d notifications verified, %d received, %d rounds posted by %s",
-				host, b.Verified, b.RecvOK, peer.Posted/2, peer.Host)
-		}
-		if b.L2SQ != fsm.SQFallback || b.L2RQ != fsm.RQFallback || b.L2Reason != "" {
-			t.Errorf("QP B on %s: layer 2 ended %v/%v (%q), want fallback/fallback", host, b.L2SQ, b.L2RQ, b.L2Reason)
-		}
-		if st := b.L2Stats; st.RecvsMoved == 0 || st.HiddenFlushes == 0 || b.Replayed == 0 {
-			t.Errorf("QP B on %s: layer-2 stats %+v, replayed %d; want receives moved, flushes hidden, WRs replayed", host, st, b.Replayed)
-		}
-		// Every completion the application got came from one leg's CQ, or
-		// was synthesized for a WR the peer's counter proved delivered.
-		if b.DefaultWCs+b.BackupWCs+b.L2Stats.Synthesized != b.SendOK+b.RecvOK {
-			t.Errorf("QP B on %s: %d completions through the default leg, %d through the backup, %d synthesized; the application got %d",
-				host, b.DefaultWCs, b.BackupWCs, b.L2Stats.Synthesized, b.SendOK+b.RecvOK)
-		}
-		// Switched back once, after the cables came back, and purged the
-		// backup so that the second failover's handshake finds it clean.
-		if st := b.L2Stats; st.Probes < 1 || st.SwitchBacks != 1 || st.BackupResets != 1 || st.SwitchPause <= 0 ||
-			st.SwitchPause >= time.Millisecond {
-			t.Errorf("QP B on %s: layer-2 stats %+v; want a probe, one switch back holding WRs under 1 ms, one backup purge", host, st)
-		}
-		// Between the switch back and the HCA death the traffic ran on the
-		// default HCA, none through the backup.
-		if b.HomeAt <= recableAt || b.HomeAt >= killAt || b.HomeDefaultWCs < 1000 || b.HomeBackupWCs != 0 {
-			t.Errorf("QP B on %s: home at %v, then %d completions through the default leg and %d through the backup before the death; "+
-				"want home in (%v, %v), traffic on the default leg only", host, b.HomeAt, b.HomeDefaultWCs, b.HomeBackupWCs, recableAt, killAt)
-		}
-		if len(b.Failovers) != 2 || b.Failovers[0].Fault != cutAt || b.Failovers[1].Fault != killAt {
-			t.Fatalf("QP B on %s: failovers %+v, want one at %v and one at %v", host, b.Failovers, cutAt, killAt)
-		}
-		for _, f := range b.Failovers {
-			t.Logf("QP B on %s: pause %v after the fault at %v (first good completion through %s at %v), %d replayed",
-				host, f.Resumed-f.Fault, f.Fault, bak, f.Resumed, f.Replayed)
-			if f.Resumed <= f.Fault || f.Resumed-f.Fault >= time.Millisecond || f.Replayed == 0 {
-				t.Errorf("QP B on %s: resumed at %v after the fault at %v, %d replayed; want under 1 ms, WRs replayed", host, f.Resumed, f.Fault, f.Replayed)
-			}
-		}
-		if b.Resumed != b.Failovers[1].Resumed || b.Pause != b.Resumed-killAt {
-			t.Errorf("QP B on %s: resumed %v, pause %v; want the HCA death's", host, b.Resumed, b.Pause)
+func TestOptionsRefused(t *testing.T) {
+	for _, o := range []Options{{Seed: 1, LinkLayer: 9}, {Seed: 1, Verbose: 3}, {Seed: 1, Verbose: -1}} {
+		var buf bytes.Buffer
+		if _, err := Run(&buf, o); err == nil || buf.Len() != 0 {
+			t.Errorf("Run(%+v): %v, %d bytes printed; want an error and nothing played", o, err, buf.Len())
 		}
 	}
-	if ps := res.PausesOf("B", 0, endAt); len(ps) != 0 {
-		t.Errorf("QP B: pauses %+v, want none", ps)
-	}
-	c0, c1 := res.Layer2Of("B", "node0"), res.Layer2Of("B", "node1")
-	for _, c := range append(append([]Layer2Change(nil), c0...), c1...) {
-		if c.SQ == fsm.SQSurfaced {
-			t.Fatalf("%s QP B layer 2 surfaced at %v:\n%s", c.Host, c.At, formatL2([]Layer2Change{c}))
-		}
-	}
-
-	// Each fault: node0 faults (Default -> AwaitAck), then gets node1's
-	// ack; node1 gets node0's notification and falls back at once. One
-	// control message each way, no more.
-	for _, f := range []struct {
-		at    time.Duration
-		cause string
-	}{{cutAt, cutCause}, {killAt, killCause}} {
-		f0, f1 := changesFrom(c0, f.at), changesFrom(c1, f.at)
-		if len(f0) < 2 || f0[0].At != f.at || f0[0].SQBefore != fsm.SQDefault || f0[0].SQ != fsm.SQAwaitAck ||
-			f0[0].RQ != fsm.RQFallback || !strings.HasPrefix(f0[0].Cause, f.cause) || len(f0[0].Msgs) != 0 ||
-			f0[0].After.Faults != f0[0].Before.Faults+1 ||
-			f0[1].SQBefore != fsm.SQAwaitAck || f0[1].SQ != fsm.SQFallback || len(f0[1].Msgs) != 1 || !f0[1].Msgs[0].Ack {
-			t.Fatalf("node0 QP B layer 2: want a fault for %q at %v, then an ack and fallback:\n%s", f.cause, f.at, formatL2(c0))
-		}
-		if len(f1) < 1 || f1[0].SQBefore != fsm.SQDefault || f1[0].SQ != fsm.SQFallback || f1[0].RQ != fsm.RQFallback ||
-			len(f1[0].Msgs) != 1 || f1[0].Msgs[0].Ack || f1[0].Msgs[0].Switch || f1[0].After.Faults != 0 {
-			t.Fatalf("node1 QP B layer 2: want a fallback on node0's notification after %v:\n%s", f.at, formatL2(c1))
-		}
-		if f1[0].At < f.at || f1[0].At-f.at > 2*step || f0[1].At < f1[0].At || f0[1].At-f1[0].At > 2*step {
-			t.Errorf("handshake after %v: notification handled at %v, ack at %v; want each within two steps", f.at, f1[0].At, f0[1].At)
-		}
-		// The receive counters: each side had received every notification
-		// the other posted before the fault, at most.
-		for _, c := range []Layer2Change{f0[1], f1[0]} {
-			if m := c.Msgs[0]; m.Counter == 0 || m.Counter > uint64(f.at/step) {
-				t.Errorf("%s: %s with receive counter %d, want 1..%d", c.Host, m.kind(), m.Counter, f.at/step)
-			}
-		}
-	}
-	// The switch back, on each side: the probe answered (fallback to a
-	// switch-back step: wait-signaled, or further within one poll when
-	// nothing is outstanding on the backup, as for the follower, which
-	// switches when the leader's notification arrives), then home with the
-	// peer's switch-back notification on the default QP, all between the
-	// plug and the HCA death.
-	for _, cs := range [][]Layer2Change{c0, c1} {
-		probe, home, notified := false, false, false
-		for _, c := range changesFrom(cs, recableAt) {
-			if c.At >= killAt {
-				break
-			}
-			probe = probe || c.SQBefore == fsm.SQFallback && (c.SQ == fsm.SQWaitSignaled || c.SQ == fsm.SQWaitDrained ||
-				c.SQ == fsm.SQWaitNotify || c.SQ == fsm.SQDefault)
-			home = home || c.SQ == fsm.SQDefault && c.RQ == fsm.RQDefault
-			for _, m := range c.Msgs {
-				notified = notified || m.Switch
-			}
-		}
-		if !probe || !home || !notified {
-			t.Errorf("QP B layer 2: probe ok %v, home %v, peer's switch-back notification %v; want all between %v and %v:\n%s",
-				probe, home, notified, recableAt, killAt, formatL2(cs))
-		}
-	}
-	for _, s := range []string{"layer 2: fault (" + cutCause, "layer 2: fault (" + killCause, "'s notification on", "'s ack (its receive counter",
-		"completing again on both sides, through", "probe 1 (posted at", "fence: next signaled WR to", "receives moved home",
-		"backup QP purged -> default/default", "QP B: back home on both sides", "layer 2: switching back enabled"} {
-		if !strings.Contains(out, s) {
-			t.Errorf("output does not mention %q:\n%s", s, out)
-		}
-	}
-	if strings.Contains(out, " completed with ") || strings.Contains(out, "WR_FLUSH_ERR") {
-		t.Errorf("an error completion is in the timeline:\n%s", out)
-	}
-}
-
-// changesFrom returns the changes at or after at.
-func changesFrom(cs []Layer2Change, at time.Duration) []Layer2Change {
-	for i, c := range cs {
-		if c.At >= at {
-			return cs[i:]
-		}
-	}
-	return nil
-}
-
-// formatL2 renders layer-2 changes for error messages.
-func formatL2(cs []Layer2Change) string {
-	var b strings.Builder
-	for _, c := range cs {
-		fmt.Fprintf(&b, "%s %s/%s QP %s [%s]: %v/%v -> %v/%v, %+v -> %+v, messages %+v\n", ms(c.At), c.Host, c.Device, c.QP,
-			c.Cause, c.SQBefore, c.RQBefore, c.SQ, c.RQ, c.Before, c.After, c.Msgs)
-	}
-	return b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 )
 
@@ -22,7 +23,7 @@ const etimedout = -110 // the status of the kernel's UNREACHABLE
 // for one the shim does not know, it does again.
 func TestCMUnreachableWhileProtected(t *testing.T) {
 	f := railFabric(t, 61)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 	unreachable := func(q *appQP) bool { return q.x.rt.CMUnreachable(q.x.id, q.qp.QPN(), etimedout) }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 )
@@ -29,7 +30,7 @@ func TestFailoverDestroyRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := railFabric(t, 47)
-			c := newCluster()
+			c := shimtest.NewCluster()
 			a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
 			qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 			connectPair(t, qa, qb)

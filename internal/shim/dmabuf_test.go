@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -13,7 +14,7 @@ import (
 // it unmirrored, said at warn.
 func TestDmabufMR(t *testing.T) {
 	f := railFabric(t, 51)
-	x := newL2Host(t, f, "node0", 0, newCluster(), l2opts{})
+	x := newL2Host(t, f, "node0", 0, shimtest.NewCluster(), l2opts{})
 	gpu := make([]byte, 1<<16)
 	fd := f.Host("node0").ExportDmabuf(gpu)
 	mr, err := x.pd.RegMR(gpu[4096:], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
@@ -42,7 +43,7 @@ func TestDmabufMR(t *testing.T) {
 // releases it, said at warn.
 func TestReregMR(t *testing.T) {
 	f := railFabric(t, 52)
-	x := newL2Host(t, f, "node0", 0, newCluster(), l2opts{})
+	x := newL2Host(t, f, "node0", 0, shimtest.NewCluster(), l2opts{})
 	sh := x.rt.shadows[x.id].sh
 	reg := func(n int, a verbs.AccessFlags) (verbs.MR, []byte) {
 		b := make([]byte, n)

@@ -105,7 +105,7 @@ func (r *Runtime) leaveDrainedLocked() int {
 			continue // layer 1 moves it, and hands over what it cannot
 		}
 		why := fmt.Sprintf("port %s:%d is drained", q.set.dev, q.port)
-		q.startFault(why)
+		q.startFault(why, r.now())
 		if !r.divert(q) {
 			continue
 		}

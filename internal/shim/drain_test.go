@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -16,7 +17,7 @@ import (
 // arrives once, in order, and every signaled WR completes once.
 func TestDrainHoldsUntilUndrain(t *testing.T) {
 	f := railFabric(t, 91)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 	connectPair(t, qa, qb)
@@ -72,27 +73,28 @@ func TestDrainHoldsUntilUndrain(t *testing.T) {
 // RTS").
 func TestDrainNewQPLeaves(t *testing.T) {
 	f := railFabric(t, 92)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
 	if r := a.rt.Command(ownerproto.Command{Op: ownerproto.OpDrain, Device: "mlx5_0", Port: 1}); !r.OK {
 		t.Fatalf("drain: %+v", r)
 	}
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 	qa.peer, qb.peer = qb, qa
-	steps := map[*appQP][]connectStep{}
+	steps := map[*appQP][]shimtest.ConnectStep{}
 	for _, x := range []*appQP{qa, qb} {
 		pa, err := x.peer.x.ctx.QueryPort(1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps[x] = rcSteps(pa.LID, x.peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
+		steps[x] = shimtest.ConnectSteps(verbs.AHAttr{DLID: pa.LID, PortNum: 1}, x.peer.qp.QPN(),
+			verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic, shimtest.Timeout)
 	}
-	modify := func(x *appQP, s connectStep) {
-		if err := x.qp.Modify(&s.a, s.mask); err != nil {
-			t.Fatalf("%s: the application's modify to %v: %v", x.x.name, s.a.QPState, err)
+	modify := func(x *appQP, s shimtest.ConnectStep) {
+		if err := x.qp.Modify(&s.Attr, s.Mask); err != nil {
+			t.Fatalf("%s: the application's modify to %v: %v", x.x.name, s.Attr.QPState, err)
 		}
-		x.x.rt.Modified(x.x.id, Modify{QPN: x.qp.QPN(), Mask: s.mask, State: s.a.QPState, Port: s.a.PortNum,
-			DLID: s.a.AHAttr.DLID, DestQPN: s.a.DestQPN, Attr: s.a})
+		x.x.rt.Modified(x.x.id, Modify{QPN: x.qp.QPN(), Mask: s.Mask, State: s.Attr.QPState, Port: s.Attr.PortNum,
+			DLID: s.Attr.AHAttr.DLID, DestQPN: s.Attr.DestQPN, Attr: s.Attr})
 	}
 	for _, x := range []*appQP{qa, qb} { // INIT, RTR, and the connect reported, as the C side does
 		for _, s := range steps[x][:len(steps[x])-1] {

@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/ibpath/ibpath/fsm"
@@ -19,18 +18,6 @@ import (
 // and nothing may wait for the application in the runtime's queues.
 // QPs made later on a lane CQ are not armed (their failover would need
 // the Go data path on that CQ again).
-
-// ErrExpress is the answer of PostSend, PostRecv and PollCQ for a QP or
-// CQ on the express lane: the hot path dispatches the call again, to the
-// lane. A post gets it after the runtime added the keys the lane missed,
-// or surfaced the QP.
-var ErrExpress = errors.New("shim: on the express lane: dispatch again")
-
-// ErrHome is the answer of PostSend and PostRecv for a QP layer 2 gave
-// back to the hot path (Undiverter.Undivert) while the post was on its
-// way: nothing of it was posted, and the hot path dispatches it again,
-// recorded in the QP's rings.
-var ErrHome = errors.New("shim: switched back to the hot path: dispatch again")
 
 // maxLaneQPs is how many QPs one CQ on the lane may serve (LIP_XCQ_QPS).
 const maxLaneQPs = 16

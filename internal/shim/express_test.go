@@ -11,6 +11,7 @@ import (
 
 	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
@@ -23,7 +24,7 @@ import (
 func expressWorld(t *testing.T, seed uint64, o l2opts) (*sim.Fabric, []*l2host, *appQP, *appQP) {
 	t.Helper()
 	f := railFabric(t, seed)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
 	// A QP of B's own first, so that the two QPs' numbers differ.
 	cq, err := b.ctx.CreateCQ(4, nil, 0)
@@ -51,12 +52,9 @@ func expressWorld(t *testing.T, seed uint64, o l2opts) (*sim.Fabric, []*l2host, 
 	return f, hosts, qa, qb
 }
 
-// onLane reports whether q and its CQs are on the fake hot path's lane.
+// onLane reports whether q and its CQs are on the Go hot path's lane.
 func (q *appQP) onLane() bool {
-	h := q.x.hp
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.laneOf(q.qp.QPN()) != nil && len(h.x.cqs[q.scq]) > 0 && len(h.x.cqs[q.rcq]) > 0
+	return q.x.hp.OnLane(q.qp.QPN(), q.scq, q.rcq)
 }
 
 // bothOnLane drives the traffic until qa and qb are on the lane.
@@ -110,9 +108,9 @@ func TestExpressLaneAfterFailover(t *testing.T) {
 	f, hosts, qa, qb := expressWorld(t, 51, l2opts{express: true})
 	bothOnLane(t, f, hosts, qa, qb)
 	for _, q := range []*appQP{qa, qb} {
-		x := q.x.hp.expressCounts()
-		if len(x.ons) != 1 || x.onQPs[0] != q.qp.QPN() {
-			t.Fatalf("%s: ExpressOn for QPs %v, want once for %#x", q.x.name, x.onQPs, q.qp.QPN())
+		x := q.x.hp.ExpressCounts()
+		if len(x.Ons) != 1 || x.OnQPs[0] != q.qp.QPN() {
+			t.Fatalf("%s: ExpressOn for QPs %v, want once for %#x", q.x.name, x.OnQPs, q.qp.QPN())
 		}
 		var want crossnic.Lane
 		q.l2(func(l *l2qp) {
@@ -125,7 +123,7 @@ func TestExpressLaneAfterFailover(t *testing.T) {
 		bk, _, _ := q.x.rt.shadows[q.x.id].sh.BackupOf(q.qp)
 		bakLKey, _ := q.x.rt.shadows[q.x.id].sh.BackupLKey(q.x.mr.LKey())
 		q.x.rt.l2mu.Unlock()
-		got := x.ons[0]
+		got := x.Ons[0]
 		if got.BackupQP != want.Backup.QP || got.BackupQP.QPN() != bk.QPN || got.BackupCQ != want.Backup.CQ ||
 			got.BackupRecvCQ != want.Backup.RecvCQ || (got.BackupRecvCQ != nil) != (q.scq != q.rcq) {
 			t.Fatalf("%s: lane %+v, backup %+v", q.x.name, got, want.Backup)
@@ -135,8 +133,8 @@ func TestExpressLaneAfterFailover(t *testing.T) {
 		}
 		ncq := map[bool]int{false: 1, true: 2}[q.scq != q.rcq]
 		for _, cq := range []verbs.CQ{q.scq, q.rcq} {
-			if qs, _ := q.x.hp.laneCQ(cq); !slices.Equal(qs, []uint32{q.qp.QPN()}) || x.cqSets != ncq {
-				t.Fatalf("%s: ExpressCQ %d times, a CQ's lane QPs %v", q.x.name, x.cqSets, qs)
+			if qs, _ := q.x.hp.LaneCQ(cq); !slices.Equal(qs, []uint32{q.qp.QPN()}) || x.CQSets != ncq {
+				t.Fatalf("%s: ExpressCQ %d times, a CQ's lane QPs %v", q.x.name, x.CQSets, qs)
 			}
 		}
 		if s := q.status(); !s.ExpressLane || q.x.logLine("layer 2 express lane", qpnAttr(q)) == "" {
@@ -151,19 +149,19 @@ func TestExpressLaneAfterFailover(t *testing.T) {
 	if n, err := a.rt.PostRecv(a.id, qa.qp.QPN(), nil); n != 0 || !errors.Is(err, ErrExpress) {
 		t.Fatalf("PostRecv to a QP on the lane: %d %v, want ErrExpress", n, err)
 	}
-	goA, _, _ := a.hp.counts()
-	goB, _, _ := b.hp.counts()
+	goA, _, _ := a.hp.Counts()
+	goB, _, _ := b.hp.Counts()
 	sentA, sentB := qa.sent, qb.sent
 	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
 	settled(t, f, a, b)
-	if g, _, _ := a.hp.counts(); g != goA {
+	if g, _, _ := a.hp.Counts(); g != goA {
 		t.Fatalf("A's runtime polled %d times after the lane took over", g-goA)
 	}
-	if g, _, _ := b.hp.counts(); g != goB {
+	if g, _, _ := b.hp.Counts(); g != goB {
 		t.Fatalf("B's runtime polled %d times after the lane took over", g-goB)
 	}
 	for _, q := range []*appQP{qa, qb} {
-		st := q.x.hp.laneStats(q.qp.QPN())
+		st := q.x.hp.LaneStats(q.qp.QPN())
 		if len(q.errs) != 0 || st.Surfaced || st.Sends < uint64(q.total-max(sentA, sentB)) || st.Recvs == 0 || st.Completions == 0 {
 			t.Fatalf("%s: errors %v, lane stats %+v", q.x.name, q.errs, st)
 		}
@@ -176,10 +174,10 @@ func TestExpressLaneAfterFailover(t *testing.T) {
 	}
 	// The peer's rkey missed once, and the runtime gave the lane its backup.
 	want, ok := qa.backupKey(true, b.mr.RKey())
-	if got, ok2 := a.hp.laneKey(qa.qp.QPN(), true, b.mr.RKey()); !ok || !ok2 || got != want {
+	if got, ok2 := a.hp.LaneKey(qa.qp.QPN(), true, b.mr.RKey()); !ok || !ok2 || got != want {
 		t.Fatalf("A's lane translates the peer's rkey to %#x (%v), want %#x (%v)", got, ok2, want, ok)
 	}
-	if x := a.hp.expressCounts(); x.keys == 0 || x.surfaces != 0 || x.reps != 0 || x.offs != 0 {
+	if x := a.hp.ExpressCounts(); x.Keys == 0 || x.Surfaces != 0 || x.Reps != 0 || x.Offs != 0 {
 		t.Fatalf("A's lane: %+v", x)
 	}
 }
@@ -201,13 +199,11 @@ func TestExpressNotTaken(t *testing.T) {
 			a := hosts[0]
 			if c.refuse {
 				for _, x := range hosts {
-					x.hp.mu.Lock()
-					x.hp.x.onErr = errors.New("injected: no lane")
-					x.hp.mu.Unlock()
+					x.hp.FailExpressOn(errors.New("injected: no lane"))
 				}
 			}
 			drive(t, f, hosts, 5*time.Microsecond, func() bool { return qa.sent-len(qa.sendDone) <= 2 && qa.connState() == fsm.SQFallback })
-			goA, _, _ := a.hp.counts()
+			goA, _, _ := a.hp.Counts()
 			drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
 			settled(t, f, hosts...)
 			checkFailedOver(t, qa, `reason="PORT_ERR on mlx5_0 port 1"`)
@@ -215,11 +211,11 @@ func TestExpressNotTaken(t *testing.T) {
 			eachSignaledOnce(t, qa)
 			for _, x := range hosts {
 				// refused once, never asked again
-				if n := x.hp.expressCounts(); len(n.ons) != 0 || n.cqSets != 0 || n.tries != map[bool]int{false: 0, true: 1}[c.refuse] {
+				if n := x.hp.ExpressCounts(); len(n.Ons) != 0 || n.CQSets != 0 || n.Tries != map[bool]int{false: 0, true: 1}[c.refuse] {
 					t.Fatalf("%s: the lane was used: %+v", x.name, n)
 				}
 			}
-			if g, _, _ := a.hp.counts(); g <= goA {
+			if g, _, _ := a.hp.Counts(); g <= goA {
 				t.Fatal("A's runtime was not polled after the failover")
 			}
 			qa.l2(func(l *l2qp) {
@@ -239,7 +235,7 @@ func TestExpressNotTaken(t *testing.T) {
 // to B's second, and all four are armed. qs: A's two, then B's.
 func sharedCQWorld(t *testing.T, f *sim.Fabric, o l2opts) ([]*l2host, verbs.CQ, []*appQP) {
 	t.Helper()
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
 	shared := a.createCQ(t, 256)
 	qs := []*appQP{a.addQP(t, qpOpts{cq: shared}), a.addQP(t, qpOpts{cq: shared}), b.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})}
@@ -272,7 +268,7 @@ func TestExpressSharedCQWithArmedQP(t *testing.T) {
 			t.Fatalf("first good %v, settled %v, express %v", l.firstGood, l.conn.Settled(), l.express)
 		}
 	})
-	if x := a.hp.expressCounts(); len(x.ons) != 0 || x.cqSets != 0 {
+	if x := a.hp.ExpressCounts(); len(x.Ons) != 0 || x.CQSets != 0 {
 		t.Fatalf("A's shared CQ went on the lane: %+v", x)
 	}
 	// The scan that finds the shared CQ cannot go on the lane runs at most
@@ -280,13 +276,11 @@ func TestExpressSharedCQWithArmedQP(t *testing.T) {
 	a.rt.fo.mu.Lock()
 	scans := a.rt.fo.laneScans
 	a.rt.fo.mu.Unlock()
-	a.hp.mu.Lock()
-	polls := a.hp.goPolls
-	a.hp.mu.Unlock()
+	polls, _, _ := a.hp.Counts()
 	if scans < 1 || scans > polls/64+1 {
 		t.Fatalf("%d scans of every QP in %d polls of A's shared CQ, want 1 to %d", scans, polls, polls/64+1)
 	}
-	if x := b.hp.expressCounts(); len(x.ons) != 1 || x.onQPs[0] != qb1.qp.QPN() {
+	if x := b.hp.ExpressCounts(); len(x.Ons) != 1 || x.OnQPs[0] != qb1.qp.QPN() {
 		t.Fatalf("B's lane: %+v", x)
 	}
 }
@@ -303,22 +297,22 @@ func TestExpressKeys(t *testing.T) {
 	has := func(remote bool, key uint32) {
 		t.Helper()
 		want, ok := qa.backupKey(remote, key)
-		if got, ok2 := a.hp.laneKey(qpn, remote, key); !ok || !ok2 || got != want {
+		if got, ok2 := a.hp.LaneKey(qpn, remote, key); !ok || !ok2 || got != want {
 			t.Fatalf("the lane translates key %#x (remote %v) to %#x (%v), want %#x (%v)", key, remote, got, ok2, want, ok)
 		}
 	}
-	a.hp.dropLaneKey(qpn, true, b.mr.RKey())
-	a.hp.dropLaneKey(qpn, false, a.mr.LKey())
-	keys := a.hp.expressCounts().keys
+	a.hp.DropLaneKey(qpn, true, b.mr.RKey())
+	a.hp.DropLaneKey(qpn, false, a.mr.LKey())
+	keys := a.hp.ExpressCounts().Keys
 	if n, err := a.rt.PostSend(a.id, qpn, qa.round(qa.sent)); n != 0 || !errors.Is(err, ErrExpress) {
 		t.Fatalf("post missing keys: %d %v, want 0 and ErrExpress", n, err)
 	}
 	has(true, b.mr.RKey())
 	has(false, a.mr.LKey())
-	if k := a.hp.expressCounts().keys; k < keys+2 {
+	if k := a.hp.ExpressCounts().Keys; k < keys+2 {
 		t.Fatalf("%d ExpressKey calls for two missing keys", k-keys)
 	}
-	a.hp.dropLaneKey(qpn, false, a.mr.LKey())
+	a.hp.DropLaneKey(qpn, false, a.mr.LKey())
 	addr, _ := qa.slot(1, 0)
 	if n, err := a.rt.PostRecv(a.id, qpn, []verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{{Addr: addr, Length: 8, LKey: a.mr.LKey()}}}}); n != 0 || !errors.Is(err, ErrExpress) {
 		t.Fatalf("receive missing its lkey: %d %v", n, err)
@@ -326,11 +320,11 @@ func TestExpressKeys(t *testing.T) {
 	has(false, a.mr.LKey())
 
 	// Through the hot path: the miss costs one trip to the runtime.
-	a.hp.dropLaneKey(qpn, true, b.mr.RKey())
-	misses := a.hp.laneStats(qpn).Misses
+	a.hp.DropLaneKey(qpn, true, b.mr.RKey())
+	misses := a.hp.LaneStats(qpn).Misses
 	qa.total, qb.total = qa.sent+4, qb.sent
 	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
-	if m := a.hp.laneStats(qpn).Misses; m != misses+1 || len(qa.errs) != 0 {
+	if m := a.hp.LaneStats(qpn).Misses; m != misses+1 || len(qa.errs) != 0 {
 		t.Fatalf("%d misses for one missing rkey; errors %v", m-misses, qa.errs)
 	}
 
@@ -370,7 +364,7 @@ func TestExpressKeys(t *testing.T) {
 	if qa.connState() != fsm.SQSurfaced || s.Layer != status.LayerNone || !strings.Contains(s.Reason, "no backup for the peer's rkey") {
 		t.Fatalf("Conn %v, status %+v", qa.connState(), s)
 	}
-	if x, st := a.hp.expressCounts(), a.hp.laneStats(qpn); x.surfaces != 1 || !st.Surfaced || x.reps != 0 {
+	if x, st := a.hp.ExpressCounts(), a.hp.LaneStats(qpn); x.Surfaces != 1 || !st.Surfaced || x.Reps != 0 {
 		t.Fatalf("lane %+v, stats %+v", x, st)
 	}
 	if a.logCount("layer 2 failover failed", qpnAttr(qa)) != 1 {
@@ -396,7 +390,7 @@ func TestExpressSurfaced(t *testing.T) {
 		t.Fatalf("first error %+v, want the retry error with the QP's number", e)
 	}
 	eachSignaledOnce(t, qa)
-	if x := a.hp.expressCounts(); x.reps != 1 || x.surfaces != 0 {
+	if x := a.hp.ExpressCounts(); x.Reps != 1 || x.Surfaces != 0 {
 		t.Fatalf("lane %+v: want one report and no ExpressSurface", x)
 	}
 	check := func() {
@@ -427,13 +421,13 @@ func TestExpressDestroy(t *testing.T) {
 	bothOnLane(t, f, hosts, qa, qb)
 	qpn, cq := qa.qp.QPN(), qa.scq
 	qa.destroy(t)
-	if x := a.hp.expressCounts(); x.offs != 1 {
-		t.Fatalf("ExpressOff %d times", x.offs)
+	if x := a.hp.ExpressCounts(); x.Offs != 1 {
+		t.Fatalf("ExpressOff %d times", x.Offs)
 	}
-	if qs, ok := a.hp.laneCQ(cq); !ok || len(qs) != 0 {
+	if qs, ok := a.hp.LaneCQ(cq); !ok || len(qs) != 0 {
 		t.Fatalf("the CQ's lane QPs %v (%v), want none", qs, ok)
 	}
-	if _, _, rel := a.hp.counts(); !slices.Equal(rel, []verbs.CQ{cq}) {
+	if _, _, rel := a.hp.Counts(); !slices.Equal(rel, []verbs.CQ{cq}) {
 		t.Fatalf("released %v, want the QP's CQ", rel)
 	}
 	a.rt.l2mu.Lock()
@@ -443,11 +437,11 @@ func TestExpressDestroy(t *testing.T) {
 	if kept || onLane != 0 {
 		t.Fatalf("backup kept %v, %d QPs on the lane", kept, onLane)
 	}
-	goPolls, _, _ := a.hp.counts()
-	if n, err := a.hp.pollCQ(cq, make([]verbs.WC, 4)); err != nil || n != 0 {
+	goPolls, _, _ := a.hp.Counts()
+	if n, err := a.hp.PollCQ(cq, make([]verbs.WC, 4)); err != nil || n != 0 {
 		t.Fatalf("poll of the given-back CQ: %d %v", n, err)
 	}
-	if g, _, _ := a.hp.counts(); g != goPolls {
+	if g, _, _ := a.hp.Counts(); g != goPolls {
 		t.Fatal("the given-back CQ was polled by the runtime")
 	}
 	if _, err := a.rt.PostSend(a.id, qpn, qa.round(0)); !errors.Is(err, verbs.EINVAL) {
@@ -473,15 +467,15 @@ func TestExpressLaneCQNotArmed(t *testing.T) {
 	if qa2.armed() || a.logLine("does not arm a QP whose CQ is on the express lane", qpnAttr(qa2)) == "" {
 		t.Fatalf("armed %v; log:\n%s", qa2.armed(), a.log)
 	}
-	goPolls, _, _ := a.hp.counts()
+	goPolls, _, _ := a.hp.Counts()
 	qa.total, qb.total = qa.sent, qb.sent
 	qa2.total, qb2.total = 30, 30
 	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb, qa2, qb2))
 	settled(t, f, a, b)
-	if g, _, _ := a.hp.counts(); g != goPolls || len(qa2.errs) != 0 {
+	if g, _, _ := a.hp.Counts(); g != goPolls || len(qa2.errs) != 0 {
 		t.Fatalf("%d polls by the runtime; errors %v", g-goPolls, qa2.errs)
 	}
-	if _, _, sends, _ := a.hp.state(qa2.fq); sends != 0 {
+	if _, _, sends, _ := a.hp.State(qa2.fq); sends != 0 {
 		t.Fatalf("%d of the new QP's sends never retired in the hot path's rings", sends)
 	}
 }
@@ -518,10 +512,8 @@ func TestExpressLateBackupEvent(t *testing.T) {
 func TestExpressUnreplayableSurfaces(t *testing.T) {
 	f, hosts, qa, qb := expressWorld(t, 53, l2opts{express: true})
 	bothOnLane(t, f, hosts, qa, qb)
-	qa.x.hp.mu.Lock()
-	sends := qa.x.hp.x.lanes[qa.qp.QPN()].st.Sends
-	qa.x.hp.mu.Unlock()
-	_, _ = qa.x.hp.postSend(qa.fq, []verbs.SendWR{{WRID: 99, Opcode: verbs.WRLocalInv, SendFlags: verbs.SendSignaled}})
+	sends := qa.x.hp.LaneStats(qa.qp.QPN()).Sends
+	_, _ = qa.x.hp.PostSend(qa.fq, []verbs.SendWR{{WRID: 99, Opcode: verbs.WRLocalInv, SendFlags: verbs.SendSignaled}})
 	if sq := qa.connState(); sq != fsm.SQSurfaced {
 		t.Fatalf("A's Conn is %v after a LOCAL_INV on the lane, want surfaced", sq)
 	}
@@ -530,9 +522,7 @@ func TestExpressUnreplayableSurfaces(t *testing.T) {
 	if !strings.Contains(reason, "WR 99 is a LOCAL_INV") {
 		t.Fatalf("reason %q", reason)
 	}
-	qa.x.hp.mu.Lock()
-	after := qa.x.hp.x.lanes[qa.qp.QPN()].st.Sends
-	qa.x.hp.mu.Unlock()
+	after := qa.x.hp.LaneStats(qa.qp.QPN()).Sends
 	if after != sends {
 		t.Fatalf("the lane posted %d WRs on the backup, want none (the LOCAL_INV)", after-sends)
 	}

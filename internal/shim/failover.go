@@ -260,6 +260,9 @@ func (r *Runtime) takeQP(q *l2qp) (Rings, bool) {
 // held.
 func (r *Runtime) adopted(q *l2qp, conn *crossnic.Conn, rings Rings) {
 	conn.SetMemReader(r.fo.read)
+	if r.st != nil && r.st.psn != nil {
+		conn.SetPSNSource(r.st.psn)
+	}
 	if err := conn.BoundHandshake(r.fo.clock, r.cfg.handshake()); err != nil {
 		r.log.Warn("libibpath: layer 2 cannot bound the fallback handshake; a peer that never answers leaves the QP waiting", "qpn", q.key.qpn, "err", err)
 	}
@@ -304,8 +307,8 @@ func (q *l2qp) cqs() []verbs.CQ {
 }
 
 // startFault notes what started a failover of q.
-func (q *l2qp) startFault(reason string) {
-	q.reason, q.faultAt = reason, time.Now()
+func (q *l2qp) startFault(reason string, at time.Time) {
+	q.reason, q.faultAt = reason, at
 }
 
 // Intercept takes an error completion of an armed, undiverted QP that the
@@ -327,7 +330,7 @@ func (r *Runtime) Intercept(ctx uintptr, cq verbs.CQ, wcs []verbs.WC) {
 		return
 	}
 	if !q.diverted {
-		q.startFault(fmt.Sprintf("completion error %v on the default QP", wcs[0].Status))
+		q.startFault(fmt.Sprintf("completion error %v on the default QP", wcs[0].Status), r.now())
 		if !r.divert(q) {
 			return
 		}
@@ -362,7 +365,7 @@ func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
 		if fatal {
 			reason = "DEVICE_FATAL on " + dev
 		}
-		q.startFault(reason)
+		q.startFault(reason, r.now())
 		q.fatal = fatal
 		if !r.divert(q) {
 			continue
@@ -435,12 +438,13 @@ func (r *Runtime) observe(q *l2qp) {
 		if b, _, ok := q.set.sh.BackupOf(q.qp); ok {
 			to = fmt.Sprintf("%s qpn %#x", b.Device, b.QPN)
 		}
+		now := r.now()
 		r.log.Info("libibpath: layer 2 failover", "qpn", q.key.qpn, "device", q.set.dev, "backup", to, "reason", q.reason,
 			"replayed", st.Replayed, "delivered", st.Delivered, "synthesized", st.Synthesized, "recvs_moved", st.RecvsMoved,
-			"since_fault", time.Since(q.faultAt))
+			"since_fault", now.Sub(q.faultAt))
 		r.setStatus(q, func(s *status.QP) { s.Failovers++ })
-		r.fo.events = append(r.fo.events, status.Event{Kind: status.EvFailover, At: time.Now(), Device: q.set.dev,
-			Port: q.port, QPN: q.key.qpn, From: from, To: to, Reason: q.reason, Took: time.Since(q.faultAt)})
+		r.fo.events = append(r.fo.events, status.Event{Kind: status.EvFailover, At: now, Device: q.set.dev,
+			Port: q.port, QPN: q.key.qpn, From: from, To: to, Reason: q.reason, Took: now.Sub(q.faultAt)})
 	}
 	if sq == fsm.SQSurfaced && !q.surfaced {
 		q.surfaced = true
@@ -451,7 +455,7 @@ func (r *Runtime) observe(q *l2qp) {
 	}
 	if !q.firstGood && st.BackupCompletions > 0 {
 		q.firstGood = true
-		now := time.Now()
+		now := r.now()
 		r.log.Info("libibpath: first good completion on the backup", "qpn", q.key.qpn, "since_fault", now.Sub(q.faultAt),
 			"at_unix_ns", now.UnixNano(), "reason", q.reason)
 	}

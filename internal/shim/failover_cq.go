@@ -66,7 +66,7 @@ func (r *Runtime) routeWC(rt *cqRoute, wc verbs.WC) {
 		q.leg.push(wc, rt.cq == q.app.RecvCQ)
 	case q != nil && q.armed && wc.Status != verbs.WCSuccess && r.fo.hp != nil:
 		q.intercepted = true
-		q.startFault("completion error " + wc.Status.String() + " on the default QP")
+		q.startFault("completion error "+wc.Status.String()+" on the default QP", r.now())
 		q.leg.push(wc, rt.cq == q.app.RecvCQ)
 		r.fo.todo = append(r.fo.todo, q)
 	default:

@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -10,26 +9,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/internal/syncbuf"
-	"github.com/ibpath/ibpath/store"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
 
 // The failover harness: applications on two simulated hosts, each under
-// its own Runtime with the Go stand-in of the C hot path (fakeHotpath),
-// exchanging messages (an unsignaled WRITE of a slot, then a signaled
-// SEND_WITH_IMM of the same bytes) and checking what they see: every
-// signaled WR completes exactly once, in order, on the CQ it belongs to;
-// every message arrives once, in order, with its data.
+// its own Runtime with the Go stand-in of the C hot path
+// (shimtest.Hotpath), exchanging shimtest's checked messages (an
+// unsignaled WRITE of a slot, then a signaled SEND_WITH_IMM of the same
+// bytes) and checking what they see: every signaled WR completes exactly
+// once, in order, on the CQ it belongs to; every message arrives once, in
+// order, with its data.
 
 const (
-	l2Slot   = 64 // bytes per message
-	l2Slots  = 32 // slots per region
-	l2Window = 8  // messages in flight per sender
-	l2Recvs  = 16 // receives kept posted
-	l2QPs    = 4  // QPs per host at most
+	l2Slot   = shimtest.MsgSize // bytes per message
+	l2Slots  = shimtest.Slots   // slots per region
+	l2Window = 8                // messages in flight per sender
+	l2Recvs  = 16               // receives kept posted
+	l2QPs    = 4                // QPs per host at most
 )
 
 // refusingProvider opens every device but one: the runtime gets no
@@ -50,7 +50,7 @@ type l2opts struct {
 	noWatch   bool              // no port event of the default device reaches the runtime
 	noPublish bool              // no ibpathd session: backups never connect
 	noHotpath bool              // layer 2 failover off (plain verbs)
-	express   bool              // the hot path has the express lane (withExpress)
+	express   bool              // the hot path has the express lane (Hotpath.WithExpress)
 	env       map[string]string // the shim's environment (IBPATH_*), read by FromEnv
 	// wrapProv, when set, wraps the provider the runtime opens its own
 	// contexts with (the default device's watch, the backup device)
@@ -61,7 +61,7 @@ type l2host struct {
 	name string
 	side int
 	rt   *Runtime
-	hp   *fakeHotpath
+	hp   *shimtest.Hotpath
 	log  *syncbuf.Buffer
 	ctx  verbs.Context
 	pd   verbs.PD
@@ -73,7 +73,7 @@ type l2host struct {
 	// the application's SRQ (withSRQ), its receives posted (by wr_id)
 	// and the pool buffers free for new ones
 	srq       verbs.SRQ
-	fsrq      *fakeSRQ
+	fsrq      *shimtest.HotSRQ
 	srqPosted map[uint64]bool
 	srqFree   []int
 }
@@ -92,7 +92,7 @@ type appQP struct {
 	idx      int
 	srq      bool // receives through its host's SRQ
 	qp       verbs.QP
-	fq       *fakeQP
+	fq       *shimtest.HotQP
 	scq, rcq verbs.CQ
 	peer     *appQP
 	inline   bool // every third SEND is inline
@@ -105,10 +105,6 @@ type appQP struct {
 	all      []verbs.WC // every completion, in the order the application saw them
 }
 
-func newCluster() *cluster {
-	return &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
-}
-
 func railFabric(t *testing.T, seed uint64) *sim.Fabric {
 	t.Helper()
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
@@ -118,7 +114,7 @@ func railFabric(t *testing.T, seed uint64) *sim.Fabric {
 	return f
 }
 
-func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o l2opts) *l2host {
+func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *shimtest.Cluster, o l2opts) *l2host {
 	t.Helper()
 	if !o.express && o.env[EnvSwitch] == "" {
 		// The Go data path's tests switch back (the lane carries the QPs
@@ -147,15 +143,15 @@ func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *cluster, o
 	}
 	rt.SetProvider(prov)
 	if !o.noPublish {
-		rt.SetReporter(&node{c: c})
+		rt.SetReporter(shimtest.NewNode(c))
 	}
 	x := &l2host{name: name, side: side, rt: rt, log: lb, id: 1, buf: make([]byte, srqPoolOff+l2SRQBufs*l2Slot+8),
 		port: h.HCA("mlx5_0").Port(1)}
-	x.hp = newFakeHotpath(rt, x.id, x.read)
+	x.hp = shimtest.NewHotpath(rt, x.id, x.read)
 	switch {
 	case o.noHotpath:
 	case o.express:
-		rt.SetHotpath(withExpress(x.hp))
+		rt.SetHotpath(x.hp.WithExpress())
 	default:
 		rt.SetHotpath(x.hp)
 	}
@@ -227,9 +223,9 @@ func (x *l2host) addQP(t *testing.T, o qpOpts) *appQP {
 		t.Fatal("an RC QP is not protected")
 	}
 	q := &appQP{x: x, idx: len(x.qps), qp: qp, scq: scq, rcq: rcq, srq: o.srq}
-	q.fq = x.hp.add(qp, scq, rcq, false)
+	q.fq = x.hp.Add(qp, scq, rcq, false)
 	if o.srq {
-		q.fq.srq = x.fsrq
+		x.hp.UseSRQ(q.fq, x.fsrq)
 	}
 	if !o.noShadow {
 		x.rt.ShadowQP(x.id, x.pd, qp, scq, rcq, init)
@@ -249,13 +245,13 @@ func connectPair(t *testing.T, a, b *appQP) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps := rcSteps(pa.LID, peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
+		steps := shimtest.ConnectSteps(verbs.AHAttr{DLID: pa.LID, PortNum: 1}, peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic, shimtest.Timeout)
 		for _, s := range steps {
-			if err := x.qp.Modify(&s.a, s.mask); err != nil {
+			if err := x.qp.Modify(&s.Attr, s.Mask); err != nil {
 				t.Fatal(err)
 			}
-			x.x.rt.Modified(x.x.id, Modify{QPN: x.qp.QPN(), Mask: s.mask, State: s.a.QPState, Port: s.a.PortNum,
-				DLID: s.a.AHAttr.DLID, DestQPN: s.a.DestQPN, Attr: s.a})
+			x.x.rt.Modified(x.x.id, Modify{QPN: x.qp.QPN(), Mask: s.Mask, State: s.Attr.QPState, Port: s.Attr.PortNum,
+				DLID: s.Attr.AHAttr.DLID, DestQPN: s.Attr.DestQPN, Attr: s.Attr})
 		}
 		x.x.rt.Connected(x.x.id, x.qp.QPN())
 	}
@@ -273,28 +269,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func (q *appQP) armed() bool {
-	a, _, _, _ := q.x.hp.state(q.fq)
+	a, _, _, _ := q.x.hp.State(q.fq)
 	return a
 }
 
 func (q *appQP) diverted() bool {
-	_, d, _, _ := q.x.hp.state(q.fq)
+	_, d, _, _ := q.x.hp.State(q.fq)
 	return d
 }
 
-// slot is message k's place in region r of this QP (0: what it sends,
-// 1: where the peer's SENDs land, 2: where the peer's WRITEs land).
+// slot is message k's place in region r of this QP
+// (shimtest.RegionOut, RegionRecv, RegionWrite).
 func (q *appQP) slot(r, k int) (uint64, []byte) {
-	o := ((q.idx*3+r)*l2Slots + k%l2Slots) * l2Slot
+	o := shimtest.SlotOffset(q.idx, r, k)
 	return q.x.mr.Addr() + uint64(o), q.x.buf[o : o+l2Slot]
-}
-
-func msgPattern(side, idx, k int) []byte {
-	b := make([]byte, l2Slot)
-	for i := range b {
-		b[i] = byte(side*101 + idx*53 + k*31 + i)
-	}
-	return b
 }
 
 // fillRecvs keeps l2Recvs receives posted.
@@ -306,28 +294,21 @@ func (q *appQP) fillRecvs(t *testing.T) {
 	}
 	for len(q.errs) == 0 && q.posted-len(q.recvd) < l2Recvs {
 		k := q.posted
-		addr, _ := q.slot(1, k)
-		if _, err := q.x.hp.postRecv(q.fq, []verbs.RecvWR{{WRID: uint64(1000 + k),
-			SGList: []verbs.SGE{{Addr: addr, Length: l2Slot, LKey: q.x.mr.LKey()}}}}); err != nil {
+		addr, _ := q.slot(shimtest.RegionRecv, k)
+		if _, err := q.x.hp.PostRecv(q.fq, []verbs.RecvWR{shimtest.RecvWR(k, addr, q.x.mr.LKey())}); err != nil {
 			t.Fatalf("%s QP %d: post receive %d: %v", q.x.name, q.idx, k, err)
 		}
 		q.posted++
 	}
 }
 
-// round is message k's WRs: a WRITE of the slot to the peer's WRITE
-// region, then the SEND_WITH_IMM of the same bytes.
+// round is message k's WRs (shimtest.Round): a WRITE of the slot to the
+// peer's WRITE region, then the SEND_WITH_IMM of the same bytes.
 func (q *appQP) round(k int) []verbs.SendWR {
-	addr, b := q.slot(0, k)
-	copy(b, msgPattern(q.x.side, q.idx, k))
-	paddr, _ := q.peer.slot(2, k)
-	send := verbs.SendWR{WRID: uint64(2*k + 1), Opcode: verbs.WRSendWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(k),
-		SGList: []verbs.SGE{{Addr: addr, Length: l2Slot, LKey: q.x.mr.LKey()}}}
-	if q.inline && k%3 == 1 {
-		send.SendFlags |= verbs.SendInline
-	}
-	return []verbs.SendWR{{WRID: uint64(2 * k), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: addr, Length: l2Slot, LKey: q.x.mr.LKey()}},
-		RemoteAddr: paddr, RKey: q.peer.x.mr.RKey()}, send}
+	addr, b := q.slot(shimtest.RegionOut, k)
+	copy(b, shimtest.Pattern(q.x.side, q.idx, k))
+	paddr, _ := q.peer.slot(shimtest.RegionWrite, k)
+	return shimtest.Round(k, addr, q.x.mr.LKey(), paddr, q.peer.x.mr.RKey(), q.inline && k%3 == 1)
 }
 
 // failNext posts q's next message and makes its QP fail on it with the
@@ -347,7 +328,7 @@ func (q *appQP) failNext(t *testing.T, f *sim.Fabric) {
 
 func (q *appQP) sendNext(t *testing.T) {
 	t.Helper()
-	if _, err := q.x.hp.postSend(q.fq, q.round(q.sent)); err != nil {
+	if _, err := q.x.hp.PostSend(q.fq, q.round(q.sent)); err != nil {
 		t.Fatalf("%s QP %d: post message %d: %v", q.x.name, q.idx, q.sent, err)
 	}
 	q.sent++
@@ -376,7 +357,7 @@ func (x *l2host) drain(t *testing.T, cq verbs.CQ) {
 	t.Helper()
 	wc := make([]verbs.WC, 8)
 	for {
-		n, err := x.hp.pollCQ(cq, wc)
+		n, err := x.hp.PollCQ(cq, wc)
 		if err != nil {
 			t.Fatalf("%s: poll: %v", x.name, err)
 		}
@@ -410,8 +391,8 @@ func (x *l2host) onWC(t *testing.T, cq verbs.CQ, wc verbs.WC) {
 		t.Fatalf("%s QP %d: %+v on the wrong CQ", x.name, q.idx, wc)
 	}
 	if !recv {
-		if k := len(q.sendDone); wc.WRID != uint64(2*k+1) {
-			t.Fatalf("%s QP %d: send completion %+v, want wr_id %d (each signaled WR once, in order)", x.name, q.idx, wc, 2*k+1)
+		if err := shimtest.CheckSend(len(q.sendDone), wc); err != nil {
+			t.Fatalf("%s QP %d: %v: %+v", x.name, q.idx, err, wc)
 		}
 		q.sendDone = append(q.sendDone, wc.WRID)
 		return
@@ -421,14 +402,10 @@ func (x *l2host) onWC(t *testing.T, cq verbs.CQ, wc verbs.WC) {
 		x.onSRQRecv(t, q, wc)
 		return
 	}
-	if wc.WRID != uint64(1000+k) || wc.ImmData != uint32(k) || wc.ByteLen != l2Slot {
-		t.Fatalf("%s QP %d: receive %d is %+v (each message once, in order)", x.name, q.idx, k, wc)
-	}
-	want := msgPattern(q.peer.x.side, q.peer.idx, k)
-	_, got := q.slot(1, k)
-	_, wrote := q.slot(2, k)
-	if !bytes.Equal(got, want) || !bytes.Equal(wrote, want) {
-		t.Fatalf("%s QP %d: message %d arrived without its data", x.name, q.idx, k)
+	_, got := q.slot(shimtest.RegionRecv, k)
+	_, wrote := q.slot(shimtest.RegionWrite, k)
+	if err := shimtest.CheckRecv(k, wc, got, wrote, shimtest.Pattern(q.peer.x.side, q.peer.idx, k)); err != nil {
+		t.Fatalf("%s QP %d: receive %d: %v: %+v", x.name, q.idx, k, err, wc)
 	}
 	q.recvd = append(q.recvd, wc.ImmData)
 }
@@ -512,7 +489,7 @@ func (q *appQP) status() status.QP {
 func (q *appQP) destroy(t *testing.T) {
 	t.Helper()
 	q.x.rt.Destroying(q.x.id, q.qp.QPN())
-	q.x.hp.remove(q.fq)
+	q.x.hp.Remove(q.fq)
 	if err := q.qp.Destroy(); err != nil {
 		t.Fatal(err)
 	}
@@ -531,11 +508,11 @@ func (q *appQP) destroy(t *testing.T) {
 // during runs in between.
 func (q *appQP) refuseDestroy(during func()) {
 	q.x.rt.Destroying(q.x.id, q.qp.QPN())
-	q.x.hp.remove(q.fq)
+	q.x.hp.Remove(q.fq)
 	if during != nil {
 		during()
 	}
-	q.x.hp.restore(q.fq)
+	q.x.hp.Restore(q.fq)
 	q.x.rt.DestroyFailed(q.x.id, q.qp.QPN(), syscall.EBUSY, true)
 }
 
@@ -590,7 +567,7 @@ func (x *l2host) logLine(parts ...string) string {
 func exchangeWorld(t *testing.T, seed uint64, o l2opts, cut bool) (*sim.Fabric, []*l2host, *appQP, *appQP, [2]int) {
 	t.Helper()
 	f := railFabric(t, seed)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{split: true})
 	connectPair(t, qa, qb)

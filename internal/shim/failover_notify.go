@@ -39,7 +39,9 @@ func (r *Runtime) startNotify(s *shadowSet) {
 			s.wait = w
 		}
 	}
-	go r.notifyLoop(s)
+	if r.st == nil {
+		go r.notifyLoop(s) // stepped: Step reads it (stepped.go)
+	}
 }
 
 // notifyLoop reads s's completion channel until the runtime closes.
@@ -175,7 +177,7 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 			r.log.Debug("libibpath: layer 2 ignores a backup event older than the switch back", "qpn", q.key.qpn)
 			return
 		}
-		q.startFault("the peer's fallback notification on the backup QP")
+		q.startFault("the peer's fallback notification on the backup QP", r.now())
 		if !r.divert(q) {
 			return
 		}

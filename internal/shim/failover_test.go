@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 )
@@ -40,7 +41,7 @@ func checkFailedOver(t *testing.T, q *appQP, reason string) {
 // completing once, in order, on its own CQ, every message intact.
 func TestFailoverOnPortErr(t *testing.T) {
 	f := railFabric(t, 31)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
 	qa, qb := a.addQP(t, qpOpts{split: true}), b.addQP(t, qpOpts{})
 	qa.inline = true
@@ -64,12 +65,10 @@ func TestFailoverOnPortErr(t *testing.T) {
 	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
 	checkFailedOver(t, qa, `reason="PORT_ERR on mlx5_0 port 1"`)
 	checkFailedOver(t, qb, `reason="the peer's fallback notification on the backup QP"`)
-	if _, n, _ := a.hp.counts(); n != 0 {
+	if _, n, _ := a.hp.Counts(); n != 0 {
 		t.Fatalf("A intercepted %d error completions; PORT_ERR came first", n)
 	}
-	c.mu.Lock()
-	events := append([]status.Event(nil), c.events...)
-	c.mu.Unlock()
+	events := c.State().Events
 	kinds, tooks := map[uint32]string{}, map[uint32]time.Duration{}
 	for _, e := range events {
 		kinds[e.QPN] = e.Kind + " " + e.From + " -> " + e.To
@@ -92,7 +91,7 @@ func TestFailoverOnPortErr(t *testing.T) {
 // message arrives once, in order.
 func TestFailoverOnErrorCompletion(t *testing.T) {
 	f := railFabric(t, 32)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 	connectPair(t, qa, qb)
@@ -106,7 +105,7 @@ func TestFailoverOnErrorCompletion(t *testing.T) {
 	drive(t, f, hosts, 10*time.Microsecond, finished(qa))
 	checkFailedOver(t, qa, `reason="completion error`)
 	checkFailedOver(t, qb, `reason="the peer's fallback notification on the backup QP"`)
-	if _, n, _ := a.hp.counts(); n == 0 {
+	if _, n, _ := a.hp.Counts(); n == 0 {
 		t.Fatal("A's hot path intercepted nothing")
 	}
 	if ps := a.rt.Ports(); len(ps) != 0 {
@@ -118,7 +117,7 @@ func TestFailoverOnErrorCompletion(t *testing.T) {
 // messages; it returns what A's application saw after the cut.
 func atomicRun(t *testing.T, hotpath bool) ([]verbs.WC, *appQP, *appQP) {
 	f := railFabric(t, 33)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	o := l2opts{noWatch: true, noHotpath: !hotpath}
 	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
@@ -150,7 +149,7 @@ func sendAtomicBetween(t *testing.T, q *appQP) {
 	q.sendNext(t)
 	laddr, _ := q.x.counter()
 	raddr, _ := q.peer.x.counter()
-	if _, err := q.x.hp.postSend(q.fq, []verbs.SendWR{{WRID: 7777, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled,
+	if _, err := q.x.hp.PostSend(q.fq, []verbs.SendWR{{WRID: 7777, Opcode: verbs.WRAtomicFetchAdd, SendFlags: verbs.SendSignaled,
 		CompareAdd: 1, SGList: []verbs.SGE{{Addr: laddr, Length: 8, LKey: q.x.mr.LKey()}}, RemoteAddr: raddr, RKey: q.peer.x.mr.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +194,7 @@ func TestFailoverAtomicSurfaces(t *testing.T) {
 // diverted QP is destroyed, the CQ goes back to the hot path.
 func TestFailoverSharedCQ(t *testing.T) {
 	f := railFabric(t, 34)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
 	shared := a.createCQ(t, 256)
 	qa1, qa2 := a.addQP(t, qpOpts{cq: shared}), a.addQP(t, qpOpts{cq: shared, noShadow: true})
@@ -220,24 +219,24 @@ func TestFailoverSharedCQ(t *testing.T) {
 	if qa2.diverted() || len(qa2.errs) != 0 {
 		t.Fatalf("the undiverted QP: diverted %v, errors %v", qa2.diverted(), qa2.errs)
 	}
-	goPolls, _, _ := a.hp.counts()
-	if n := a.hp.retiredOf(qa2.qp.QPN()); goPolls == 0 || n == 0 {
+	goPolls, _, _ := a.hp.Counts()
+	if n := a.hp.RetiredOf(qa2.qp.QPN()); goPolls == 0 || n == 0 {
 		t.Fatalf("%d polls of the shared CQ by the runtime, %d completions of the undiverted QP retired through it", goPolls, n)
 	}
 	// The diverted QP is destroyed: the CQ goes back to the hot path.
 	qa1.destroy(t)
 	drive(t, f, hosts, 5*time.Microsecond, func() bool {
-		_, _, rel := a.hp.counts()
+		_, _, rel := a.hp.Counts()
 		return len(rel) == 1 && rel[0] == shared
 	})
-	before, _, _ := a.hp.counts()
+	before, _, _ := a.hp.Counts()
 	drive(t, f, hosts, 5*time.Microsecond, finished(qa2))
 	settled(t, f, a, b)
-	after, _, _ := a.hp.counts()
+	after, _, _ := a.hp.Counts()
 	if after != before {
 		t.Fatalf("the runtime still polled the shared CQ %d times after giving it back", after-before)
 	}
-	if _, _, sends, _ := a.hp.state(qa2.fq); sends != 0 {
+	if _, _, sends, _ := a.hp.State(qa2.fq); sends != 0 {
 		t.Fatalf("%d of the undiverted QP's sends never retired in the hot path's rings", sends)
 	}
 	if _, _, ok := a.rt.shadows[a.id].sh.BackupOf(qa1.qp); ok {
@@ -251,7 +250,7 @@ func TestFailoverSharedCQ(t *testing.T) {
 // through the hot path unchanged.
 func TestFailoverNotArmedWithoutPeerBackup(t *testing.T) {
 	f := railFabric(t, 35)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noPublish: true}), newL2Host(t, f, "node1", 1, c, l2opts{noPublish: true})
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 	connectPair(t, qa, qb)
@@ -268,7 +267,7 @@ func TestFailoverNotArmedWithoutPeerBackup(t *testing.T) {
 		t.Fatalf("first error %+v, want the retry error", qa.errs[0])
 	}
 	eachSignaledOnce(t, qa)
-	goPolls, intercepts, _ := a.hp.counts()
+	goPolls, intercepts, _ := a.hp.Counts()
 	if qa.armed() || qa.diverted() || goPolls != 0 || intercepts != 0 {
 		t.Fatalf("armed %v diverted %v, %d polls and %d intercepts by the runtime", qa.armed(), qa.diverted(), goPolls, intercepts)
 	}
@@ -282,7 +281,7 @@ func TestFailoverNotArmedWithoutPeerBackup(t *testing.T) {
 // path, the backup is released, and the runtime refuses posts to it.
 func TestFailoverDestroyReleasesCQs(t *testing.T) {
 	f := railFabric(t, 36)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
 	qa, qb := a.addQP(t, qpOpts{split: true}), b.addQP(t, qpOpts{})
 	connectPair(t, qa, qb)
@@ -297,7 +296,7 @@ func TestFailoverDestroyReleasesCQs(t *testing.T) {
 	checkFailedOver(t, qa, `reason="completion error`)
 	qpn := qa.qp.QPN()
 	qa.destroy(t)
-	_, _, rel := a.hp.counts()
+	_, _, rel := a.hp.Counts()
 	if len(rel) != 2 || !(rel[0] == qa.scq && rel[1] == qa.rcq || rel[0] == qa.rcq && rel[1] == qa.scq) {
 		t.Fatalf("released %v, want the QP's two CQs", rel)
 	}
@@ -321,9 +320,9 @@ func TestFailoverDestroyReleasesCQs(t *testing.T) {
 // waiting for an answer.
 func TestFailoverUnreplayableSurfaces(t *testing.T) {
 	f := railFabric(t, 37)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
-	qa, qb := a.addQP(t, qpOpts{sge: fakeMaxSGE + 1}), b.addQP(t, qpOpts{})
+	qa, qb := a.addQP(t, qpOpts{sge: shimtest.MaxSGE + 1}), b.addQP(t, qpOpts{})
 	connectPair(t, qa, qb)
 	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
 	hosts := []*l2host{a, b}
@@ -334,11 +333,11 @@ func TestFailoverUnreplayableSurfaces(t *testing.T) {
 	}
 	addr, _ := qa.slot(0, 0)
 	paddr, _ := qb.slot(2, 0)
-	sges := make([]verbs.SGE, fakeMaxSGE+1)
+	sges := make([]verbs.SGE, shimtest.MaxSGE+1)
 	for i := range sges {
 		sges[i] = verbs.SGE{Addr: addr + uint64(8*i), Length: 8, LKey: a.mr.LKey()}
 	}
-	if _, err := a.hp.postSend(qa.fq, []verbs.SendWR{{WRID: 5555, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
+	if _, err := a.hp.PostSend(qa.fq, []verbs.SendWR{{WRID: 5555, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled,
 		SGList: sges, RemoteAddr: paddr, RKey: b.mr.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +346,7 @@ func TestFailoverUnreplayableSurfaces(t *testing.T) {
 	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qa.errs) >= 3 && len(qb.errs) > 0 })
 	settled(t, f, a, b)
 	if e := qa.errs[0]; e.WRID != 5555 || e.Status != verbs.WCRetryExcErr {
-		t.Fatalf("first error %+v, want the retry error of the WR with %d SGEs", e, fakeMaxSGE+1)
+		t.Fatalf("first error %+v, want the retry error of the WR with %d SGEs", e, shimtest.MaxSGE+1)
 	}
 	if s := qa.status(); !qa.diverted() || s.Layer != status.LayerNone || !strings.Contains(s.Reason, "cannot be replayed") {
 		t.Fatalf("diverted %v, status %+v", qa.diverted(), s)
@@ -371,12 +370,12 @@ func TestFailoverDivertFailure(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			f := railFabric(t, 38)
-			c := newCluster()
+			c := shimtest.NewCluster()
 			a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: !watch}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: !watch})
 			qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 			connectPair(t, qa, qb)
 			waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
-			a.hp.failDivert(errors.New("injected: no room for the CQ"))
+			a.hp.FailDivert(errors.New("injected: no room for the CQ"))
 			hosts := []*l2host{a, b}
 			qa.total = 30
 			drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 })
@@ -392,7 +391,7 @@ func TestFailoverDivertFailure(t *testing.T) {
 				t.Fatalf("first error %+v, want the retry error", qa.errs[0])
 			}
 			eachSignaledOnce(t, qa)
-			_, intercepts, _ := a.hp.counts()
+			_, intercepts, _ := a.hp.Counts()
 			if qa.armed() || qa.diverted() || (intercepts == 0) != watch {
 				t.Fatalf("armed %v diverted %v after a failed divert; %d intercepts", qa.armed(), qa.diverted(), intercepts)
 			}
@@ -412,12 +411,12 @@ func TestFailoverDivertFailure(t *testing.T) {
 // reaches the application unchanged.
 func TestFailoverAdoptRefused(t *testing.T) {
 	f := railFabric(t, 39)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 	connectPair(t, qa, qb)
 	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
-	a.hp.corruptRings(func(r *Rings) {
+	a.hp.CorruptRings(func(r *Rings) {
 		r.Inline = make([][]byte, len(r.Sends))
 		r.Inline[0] = []byte("not inline")
 	})
@@ -444,7 +443,7 @@ func TestFailoverAdoptRefused(t *testing.T) {
 // backup.
 func TestFailoverOnDeviceFatal(t *testing.T) {
 	f := railFabric(t, 40)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
 	connectPair(t, qa, qb)

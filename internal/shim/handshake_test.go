@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -49,7 +50,7 @@ func TestFallbackHandshakeBounded(t *testing.T) {
 	} {
 		t.Run(tc.bound, func(t *testing.T) {
 			f := railFabric(t, 91)
-			c := newCluster()
+			c := shimtest.NewCluster()
 			env := map[string]string{EnvSwitch: "off", EnvHandshake: tc.bound}
 			a := newL2Host(t, f, "node0", 0, c, l2opts{env: env})
 			b := newL2Host(t, f, "node1", 1, c, l2opts{env: env,

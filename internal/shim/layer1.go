@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ibpath/ibpath/apm"
@@ -61,6 +62,8 @@ type Layer1 struct {
 	delivering bool
 	nudges     NudgeStats
 
+	kicked atomic.Bool // without a poller: Tick is due at once (Kicked)
+
 	once sync.Once
 }
 
@@ -103,6 +106,15 @@ type Layer1Options struct {
 	Nudge func(ctx verbs.Context, qp verbs.QP) error
 	// Log receives layer 1's logs; nil discards them.
 	Log *slog.Logger
+	// Now is the time of day of the migrations reported (Changed); nil:
+	// the wall clock.
+	Now func() time.Time
+	// Spawn, when set, runs layer 1's background work (a peer's
+	// description asked for again) instead of a goroutine, and layer 1
+	// starts no timer goroutine: its owner calls Tick when Tick asked
+	// (or at once when Kicked says so). The stepped runtime's
+	// (NewSteppedRuntime).
+	Spawn func(func())
 }
 
 // Layer1HandOver names a QP that layer 1 gave up, and why.
@@ -186,7 +198,10 @@ func NewLayer1(o Layer1Options) (*Layer1, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	l := &Layer1{log: o.Log, peers: newL1Peers(o.PeerTTL, o.LookupTimeout), hooks: o,
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	l := &Layer1{log: o.Log, peers: newL1Peers(o.PeerTTL, o.LookupTimeout, o.Now, o.Spawn), hooks: o,
 		qps: map[l1Key]*l1QP{}, letGo: map[l1Key]bool{}, await: map[l1Key]bool{}, ctxs: map[string][]verbs.Context{}}
 	if o.Nudge != nil {
 		o.APM.Nudge = l.queueNudge
@@ -198,9 +213,40 @@ func NewLayer1(o Layer1Options) (*Layer1, error) {
 	l.mgr = mgr
 	// The poller calls Tick at once, then when Tick asks (at least every
 	// 100 ms while any QP is protected), and at once after a Kick.
-	l.poller = asyncev.StartPoller(l.tick, asyncev.PollerOptions{MinInterval: 20 * time.Microsecond, MaxInterval: 100 * time.Millisecond})
+	if o.Spawn != nil {
+		l.kicked.Store(true)
+		return l, nil
+	}
+	l.poller = asyncev.StartPoller(l.tick, asyncev.PollerOptions{MinInterval: l1PollMin, MaxInterval: l1PollMax})
 	return l, nil
 }
+
+// The bounds of the pause between two ticks while Tick has work pending.
+const (
+	l1PollMin = 20 * time.Microsecond
+	l1PollMax = 100 * time.Millisecond
+)
+
+// kick asks for a tick soon: the poller's, or the owner's (Kicked).
+func (l *Layer1) kick() {
+	if l.poller == nil {
+		l.kicked.Store(true)
+		return
+	}
+	l.poller.Kick()
+}
+
+// Tick does layer 1's timed work (ARMED polls, probes, failback, the
+// migration poll, the peers' follow) for an owner that runs it
+// (Layer1Options.Spawn): it returns when to call again, if pending,
+// clamped as the poller clamps it.
+func (l *Layer1) Tick() (next time.Duration, pending bool) {
+	next, pending = l.tick()
+	return min(max(next, l1PollMin), l1PollMax), pending
+}
+
+// Kicked reports, once, that a Tick is due at once (something changed).
+func (l *Layer1) Kicked() bool { return l.kicked.Swap(false) }
 
 // SetSession attaches the ibpathd session peers' adapters are described
 // through, or detaches it (nil) when the session ends.
@@ -214,7 +260,9 @@ func (l *Layer1) Close() {
 		l.mu.Lock()
 		l.closed = true
 		l.mu.Unlock()
-		l.poller.Close()
+		if l.poller != nil {
+			l.poller.Close()
+		}
 		l.peers.close()
 	})
 }
@@ -260,7 +308,7 @@ func (l *Layer1) Modify(ctx verbs.Context, qp verbs.QP, attr *verbs.QPAttr, mask
 	l.collect()
 	l.mu.Unlock()
 	l.deliver()
-	l.poller.Kick()
+	l.kick()
 	return err
 }
 
@@ -310,7 +358,7 @@ func (l *Layer1) Readopt(ctx verbs.Context, qp verbs.QP) bool {
 	l.collect()
 	l.mu.Unlock()
 	l.deliver()
-	l.poller.Kick()
+	l.kick()
 	return ok
 }
 
@@ -466,7 +514,7 @@ func (l *Layer1) collect() {
 		c := &Layer1Change{Device: k.dev, QPN: k.qpn, Status: layer1Status(st)}
 		if st.Migrations != q.last.Migrations && st.Primary != q.last.Primary && q.last.Primary.Port != 0 {
 			c.Migrated = &Layer1Migration{From: q.last.Primary.String(), To: st.Primary.String(), Port: st.Primary.Port,
-				FromPort: q.last.Primary.Port, At: time.Now()}
+				FromPort: q.last.Primary.Port, At: l.hooks.Now()}
 			l.log.Info("libibpath: path migrated", "device", k.dev, "qpn", k.qpn, "from", c.Migrated.From, "to", c.Migrated.To)
 		}
 		q.last = st

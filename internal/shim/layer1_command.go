@@ -38,7 +38,7 @@ func (l *Layer1) Command(c ownerproto.Command) (res ownerproto.Result, ok bool) 
 	l.collect()
 	l.mu.Unlock()
 	l.deliver()
-	l.poller.Kick()
+	l.kick()
 	switch {
 	case err != nil:
 		res.Error = fmt.Sprintf("%s QP %#x: %v", c.Device, c.QPN, err)

@@ -25,7 +25,7 @@ func (l *Layer1) PortEvent(dev string, ev verbs.AsyncEvent) {
 	}
 	l.mu.Unlock()
 	l.deliver()
-	l.poller.Kick()
+	l.kick()
 }
 
 // QPEvent gives layer 1 a QP event the application read from its own
@@ -44,5 +44,5 @@ func (l *Layer1) QPEvent(dev string, qpn uint32, typ verbs.EventType) {
 	}
 	l.mu.Unlock()
 	l.deliver()
-	l.poller.Kick()
+	l.kick()
 }

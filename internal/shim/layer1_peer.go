@@ -37,6 +37,8 @@ const l1CacheMax = 1024
 // through the session and caches the answers briefly.
 type l1Peers struct {
 	ttl, timeout time.Duration
+	now          func() time.Time
+	spawn        func(func()) // runs a background refresh; nil: a goroutine
 
 	mu     sync.Mutex
 	sess   HCALookup
@@ -52,8 +54,8 @@ type l1Peer struct {
 	refreshing bool
 }
 
-func newL1Peers(ttl, timeout time.Duration) *l1Peers {
-	return &l1Peers{ttl: ttl, timeout: timeout, cache: map[ownerproto.Route]*l1Peer{}}
+func newL1Peers(ttl, timeout time.Duration, now func() time.Time, spawn func(func())) *l1Peers {
+	return &l1Peers{ttl: ttl, timeout: timeout, now: now, spawn: spawn, cache: map[ownerproto.Route]*l1Peer{}}
 }
 
 // routeOfAH is the route a path leads to: its DGID when global, else its
@@ -90,7 +92,7 @@ func (p *l1Peers) Peer(ah verbs.AHAttr) (pathsel.HCA, error) {
 	e, sess := p.cache[r], p.sess
 	var age time.Duration
 	if e != nil {
-		age = time.Since(e.at)
+		age = p.now().Sub(e.at)
 	}
 	switch {
 	case e != nil && age < p.ttl:
@@ -102,11 +104,16 @@ func (p *l1Peers) Peer(ah verbs.AHAttr) (pathsel.HCA, error) {
 	case e != nil && age < l1PeerStale:
 		if !e.refreshing && !p.closed {
 			e.refreshing = true
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.fetch(sess, r)
-			}()
+			refresh := func() { p.fetch(sess, r) }
+			if p.spawn != nil {
+				p.spawn(refresh)
+			} else {
+				p.wg.Add(1)
+				go func() {
+					defer p.wg.Done()
+					refresh()
+				}()
+			}
 		}
 		p.mu.Unlock()
 		return e.hca, e.err
@@ -120,7 +127,7 @@ func (p *l1Peers) Peer(ah verbs.AHAttr) (pathsel.HCA, error) {
 func (p *l1Peers) prefetch(r ownerproto.Route) {
 	p.mu.Lock()
 	e, sess := p.cache[r], p.sess
-	fresh := e != nil && time.Since(e.at) < p.ttl
+	fresh := e != nil && p.now().Sub(e.at) < p.ttl
 	p.mu.Unlock()
 	if !fresh && sess != nil {
 		p.fetch(sess, r)
@@ -136,7 +143,7 @@ func (p *l1Peers) fetch(sess HCALookup, r ownerproto.Route) (pathsel.HCA, error)
 	if err != nil {
 		err = fmt.Errorf("layer 1: describe the adapter holding %s through ibpathd: %w", r, err)
 	}
-	now := time.Now()
+	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.cache) >= l1CacheMax {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 )
@@ -346,8 +347,8 @@ func TestLayer1Lifecycle(t *testing.T) {
 // reported clearly, and a lookup that fails is not asked again at every
 // probe.
 func TestLayer1PeerCache(t *testing.T) {
-	d := &l1Dir{}
-	p := newL1Peers(time.Hour, time.Second)
+	d := &shimtest.Adapters{}
+	p := newL1Peers(time.Hour, time.Second, time.Now, nil)
 	if _, err := p.Peer(verbs.AHAttr{DLID: 5}); !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "LID 5") {
 		t.Fatalf("no session: %v", err)
 	}
@@ -357,14 +358,14 @@ func TestLayer1PeerCache(t *testing.T) {
 			t.Fatalf("unknown LID: %v", err)
 		}
 	}
-	if d.calls != 1 {
-		t.Fatalf("%d lookups for one route within the TTL", d.calls)
+	if d.Calls() != 1 {
+		t.Fatalf("%d lookups for one route within the TTL", d.Calls())
 	}
 	// A new session forgets failures.
 	p.setSession(d)
 	p.Peer(verbs.AHAttr{DLID: 5})
-	if d.calls != 2 {
-		t.Fatalf("%d lookups: a new session must be asked again", d.calls)
+	if d.Calls() != 2 {
+		t.Fatalf("%d lookups: a new session must be asked again", d.Calls())
 	}
 	// A typed nil session is no session.
 	p.setSession((*ownerproto.Session)(nil))

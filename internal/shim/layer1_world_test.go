@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/asyncev"
-	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
@@ -26,7 +25,7 @@ import (
 type l1World struct {
 	t     *testing.T
 	f     *sim.Fabric
-	dir   *l1Dir
+	dir   *shimtest.Adapters // ibpathd's lookup_hca
 	procs []*l1Proc
 	stop  chan struct{}
 	done  chan struct{}
@@ -75,29 +74,6 @@ type l1End struct {
 	posted, done atomic.Uint64
 }
 
-// l1Dir stands in for ibpathd's lookup_hca: it describes any adapter of
-// the fabric, with its ports' current states.
-type l1Dir struct {
-	cat   pathsel.Catalog
-	mu    sync.Mutex
-	calls int
-}
-
-func (d *l1Dir) LookupHCA(_ context.Context, r ownerproto.Route) (pathsel.HCA, error) {
-	d.mu.Lock()
-	d.calls++
-	d.mu.Unlock()
-	ah := verbs.AHAttr{DLID: r.LID}
-	if !r.GID.IsZero() {
-		ah = verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: r.GID}}
-	}
-	h, err := d.cat.Peer(ah)
-	if err != nil {
-		return pathsel.HCA{}, fmt.Errorf("%w: %v", ownerproto.ErrNotFound, err)
-	}
-	return h, nil
-}
-
 func l1Must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -109,11 +85,11 @@ func newL1World(t *testing.T, opts ...l1ProcOpts) *l1World {
 	t.Helper()
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 7}, Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 2, LMC: 1})
 	l1Must(t, err)
-	w := &l1World{t: t, f: f, dir: &l1Dir{}, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &l1World{t: t, f: f, dir: &shimtest.Adapters{}, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, h := range f.Hosts() {
 		obs, err := h.Open(l1Dev)
 		l1Must(t, err)
-		w.dir.cat.Add(func() (pathsel.HCA, error) { return pathsel.Describe(obs) })
+		w.dir.Add(func() (pathsel.HCA, error) { return pathsel.Describe(obs) })
 	}
 	go w.drive()
 	t.Cleanup(func() {

@@ -119,7 +119,11 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 	r.l2mu.Unlock()
 	r.log.Info("libibpath: layer 2 shadow resources", "device", dev, "backup", name)
 	if start {
-		go r.scanLoop()
+		if r.st != nil {
+			r.st.startScan()
+		} else {
+			go r.scanLoop()
+		}
 	}
 }
 
@@ -341,22 +345,27 @@ func (r *Runtime) scanLoop() {
 			wait = scanMin
 		case <-time.After(wait):
 		}
-		r.republishDue()
-		n := 0
-		r.l2mu.Lock()
-		for _, s := range r.shadows {
-			n += s.sh.Scan()
-		}
-		r.l2mu.Unlock()
-		if n > 0 {
-			r.log.Info("libibpath: backup QPs connected", "count", n)
-			r.refreshBackups()
-			r.armConnected()
-			wait = scanMin
-		} else if wait *= 2; wait > scanMax {
-			wait = scanMax
-		}
+		wait = r.scanOnce(wait)
 	}
+}
+
+// scanOnce is one scan of the scan loop, which waited wait before it: it
+// returns the wait before the next.
+func (r *Runtime) scanOnce(wait time.Duration) time.Duration {
+	r.republishDue()
+	n := 0
+	r.l2mu.Lock()
+	for _, s := range r.shadows {
+		n += s.sh.Scan()
+	}
+	r.l2mu.Unlock()
+	if n > 0 {
+		r.log.Info("libibpath: backup QPs connected", "count", n)
+		r.refreshBackups()
+		r.armConnected()
+		return scanMin
+	}
+	return min(2*wait, scanMax)
 }
 
 // refreshBackups copies each QP's backup into its status and reports the
@@ -568,14 +577,14 @@ func (r *Runtime) deliveryFailed(err error) {
 		return
 	}
 	r.log.Warn("libibpath: backup attributes did not reach ibpathd; trying again", "err", err, "in", republishRetry)
-	r.republishAt.CompareAndSwap(0, time.Now().Add(republishRetry).UnixNano())
+	r.republishAt.CompareAndSwap(0, r.now().Add(republishRetry).UnixNano())
 }
 
 // republishDue sends the publications again when the last republication
 // failed and its retry time has come.
 func (r *Runtime) republishDue() {
 	at := r.republishAt.Load()
-	if at == 0 || time.Now().UnixNano() < at {
+	if at == 0 || r.now().UnixNano() < at {
 		return
 	}
 	if p := r.publisher(); p != nil {

@@ -10,72 +10,11 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
-	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/syncbuf"
-	"github.com/ibpath/ibpath/store"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
-
-// cluster is what the ibpathd of two nodes do for layer 2, in memory:
-// every publication is readable by both (push and replication included).
-type cluster struct {
-	mu     sync.Mutex
-	qps    map[store.QPKey]store.QPBackup
-	mrs    map[store.MRKey]store.MRBackup
-	push   []ownerproto.Route                 // the push target of every QP publication
-	mrPush map[store.MRKey][]ownerproto.Route // the push targets of each MR's publications
-	events []status.Event                     // every event the processes sent
-}
-
-type node struct {
-	c   *cluster
-	rep fakeReporter
-}
-
-func (n *node) ReportQP(q status.QP) error        { return n.rep.ReportQP(q) }
-func (n *node) QPGone(d string, qpn uint32) error { return n.rep.QPGone(d, qpn) }
-func (n *node) Event(e status.Event) error {
-	n.c.mu.Lock()
-	defer n.c.mu.Unlock()
-	n.c.events = append(n.c.events, e)
-	return nil
-}
-func (n *node) PublishQP(_ context.Context, p ownerproto.PublishQP) error {
-	n.c.mu.Lock()
-	defer n.c.mu.Unlock()
-	n.c.qps[p.Key] = p.Backup
-	n.c.push = append(n.c.push, p.Remote)
-	return nil
-}
-func (n *node) PublishMR(_ context.Context, p ownerproto.PublishMR) error {
-	n.c.mu.Lock()
-	defer n.c.mu.Unlock()
-	n.c.mrs[p.Key] = p.Backup
-	if n.c.mrPush == nil {
-		n.c.mrPush = map[store.MRKey][]ownerproto.Route{}
-	}
-	n.c.mrPush[p.Key] = append(n.c.mrPush[p.Key], p.Remotes...)
-	return nil
-}
-func (n *node) LookupQP(_ context.Context, k store.QPKey) (store.QPBackup, error) {
-	n.c.mu.Lock()
-	defer n.c.mu.Unlock()
-	v, ok := n.c.qps[k]
-	if !ok {
-		return v, ownerproto.ErrNotFound
-	}
-	return v, nil
-}
-func (n *node) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, error) {
-	n.c.mu.Lock()
-	defer n.c.mu.Unlock()
-	v, ok := n.c.mrs[k]
-	if !ok {
-		return v, ownerproto.ErrNotFound
-	}
-	return v, nil
-}
 
 // host is one application on a simulated host, under the runtime, doing
 // what the interposed verbs report.
@@ -87,9 +26,9 @@ type host struct {
 	id  uintptr
 }
 
-func newHost(t *testing.T, h *sim.Host, c *cluster) *host {
+func newHost(t *testing.T, h *sim.Host, c *shimtest.Cluster) *host {
 	t.Helper()
-	return newHostWith(t, h, &node{c: c})
+	return newHostWith(t, h, shimtest.NewNode(c))
 }
 
 // newHostWith is newHost with the session rep (its ibpathd).
@@ -137,13 +76,13 @@ func (x *host) connect(t *testing.T, peer *host) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := rcSteps(pa.LID, peer.qp.QPN(), verbs.AccessRemoteWrite)
+	steps := shimtest.ConnectSteps(verbs.AHAttr{DLID: pa.LID, PortNum: 1}, peer.qp.QPN(), verbs.AccessRemoteWrite, shimtest.Timeout)
 	for _, s := range steps {
-		if err := x.qp.Modify(&s.a, s.mask); err != nil {
+		if err := x.qp.Modify(&s.Attr, s.Mask); err != nil {
 			t.Fatal(err)
 		}
-		x.rt.Modified(x.id, Modify{QPN: x.qp.QPN(), Mask: s.mask, State: s.a.QPState, Port: s.a.PortNum,
-			DLID: s.a.AHAttr.DLID, DestQPN: s.a.DestQPN})
+		x.rt.Modified(x.id, Modify{QPN: x.qp.QPN(), Mask: s.Mask, State: s.Attr.QPState, Port: s.Attr.PortNum,
+			DLID: s.Attr.AHAttr.DLID, DestQPN: s.Attr.DestQPN})
 	}
 	x.rt.Connected(x.id, x.qp.QPN())
 }
@@ -169,10 +108,10 @@ func TestLayer2ShadowThroughTheDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	c := shimtest.NewCluster()
 	a, b := newHost(t, f.Host("node0"), c), newHost(t, f.Host("node1"), c)
-	if len(c.mrs) != 2 {
-		t.Fatalf("published MRs %v, want one per host", c.mrs)
+	if mrs := c.State().MRs; len(mrs) != 2 {
+		t.Fatalf("published MRs %v, want one per host", mrs)
 	}
 	a.connect(t, b)
 	if got := a.backup(); !strings.HasPrefix(got, "mlx5_1 0x") || !strings.HasSuffix(got, "(connecting)") {
@@ -189,19 +128,18 @@ func TestLayer2ShadowThroughTheDaemon(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.qps) != 2 || len(c.push) != 2 {
-		t.Fatalf("published QPs %v, push targets %v", c.qps, c.push)
+	st := c.State()
+	if len(st.QPs) != 2 || len(st.Push) != 2 {
+		t.Fatalf("published QPs %v, push targets %v", st.QPs, st.Push)
 	}
 	pb, _ := b.ctx.QueryPort(1)
-	if c.push[0] != (ownerproto.Route{LID: pb.LID}) {
-		t.Fatalf("a's mapping was pushed towards %+v, want b's port (LID %d)", c.push[0], pb.LID)
+	if st.Push[0] != (ownerproto.Route{LID: pb.LID}) {
+		t.Fatalf("a's mapping was pushed towards %+v, want b's port (LID %d)", st.Push[0], pb.LID)
 	}
 	// The MRs were registered before any QP was connected (no peer known
 	// then); publishing a QP pushes them to its peer's node, once.
 	pa, _ := a.ctx.QueryPort(1)
-	for k, routes := range c.mrPush {
+	for k, routes := range st.MRPush {
 		want := ownerproto.Route{LID: pb.LID} // a's MR goes to b's node
 		if k.LID == pb.LID {
 			want = ownerproto.Route{LID: pa.LID}
@@ -210,8 +148,8 @@ func TestLayer2ShadowThroughTheDaemon(t *testing.T) {
 			t.Fatalf("MR %+v pushed to %v, want once to %+v", k, routes, want)
 		}
 	}
-	if len(c.mrPush) != 2 {
-		t.Fatalf("MR pushes %v, want both hosts' MRs", c.mrPush)
+	if len(st.MRPush) != 2 {
+		t.Fatalf("MR pushes %v, want both hosts' MRs", st.MRPush)
 	}
 }
 
@@ -222,10 +160,10 @@ func TestLayer2WithoutBackupDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	c := shimtest.NewCluster()
 	a := newHost(t, f.Host("node0"), c)
-	if a.backup() != "" || len(c.mrs) != 0 {
-		t.Fatalf("backup %q, MRs %v without a second HCA", a.backup(), c.mrs)
+	if mrs := c.State().MRs; a.backup() != "" || len(mrs) != 0 {
+		t.Fatalf("backup %q, MRs %v without a second HCA", a.backup(), mrs)
 	}
 }
 
@@ -237,20 +175,17 @@ func TestLayer2PublishesWhenTheSessionComesLate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	c := shimtest.NewCluster()
 	a, b := newHost(t, f.Host("node0"), c), newHost(t, f.Host("node1"), c)
 	a.rt.SetReporter(nil) // a's session is not up yet
 	b.rt.SetReporter(nil)
 	a.connect(t, b)
 	b.connect(t, a)
-	c.mu.Lock()
-	n := len(c.qps)
-	c.mu.Unlock()
-	if n != 0 {
+	if n := len(c.State().QPs); n != 0 {
 		t.Fatalf("%d QP mappings reached ibpathd without a session", n)
 	}
-	a.rt.SetReporter(&node{c: c})
-	b.rt.SetReporter(&node{c: c})
+	a.rt.SetReporter(shimtest.NewNode(c))
+	b.rt.SetReporter(shimtest.NewNode(c))
 	deadline := time.Now().Add(5 * time.Second)
 	for strings.Contains(a.backup(), "connecting") || strings.Contains(b.backup(), "connecting") {
 		if time.Now().After(deadline) {
@@ -258,10 +193,8 @@ func TestLayer2PublishesWhenTheSessionComesLate(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.qps) != 2 || len(c.mrs) != 2 {
-		t.Fatalf("after attach: QPs %v MRs %v", c.qps, c.mrs)
+	if st := c.State(); len(st.QPs) != 2 || len(st.MRs) != 2 {
+		t.Fatalf("after attach: QPs %v MRs %v", st.QPs, st.MRs)
 	}
 }
 
@@ -269,7 +202,7 @@ func TestLayer2PublishesWhenTheSessionComesLate(t *testing.T) {
 // failMRs MR publications time out (an ibpathd slow to answer, as under
 // TCG in the lab).
 type slowNode struct {
-	*node
+	*shimtest.Node
 	mu      sync.Mutex
 	failQPs int
 	failMRs int
@@ -279,7 +212,7 @@ func (n *slowNode) PublishMR(ctx context.Context, p ownerproto.PublishMR) error 
 	if err := n.late(&n.failMRs, "publish_mr"); err != nil {
 		return err
 	}
-	return n.node.PublishMR(ctx, p)
+	return n.Node.PublishMR(ctx, p)
 }
 
 // late counts one publication off *left and reports whether it times out.
@@ -297,7 +230,7 @@ func (n *slowNode) PublishQP(ctx context.Context, p ownerproto.PublishQP) error 
 	if err := n.late(&n.failQPs, "publish_qp"); err != nil {
 		return err
 	}
-	return n.node.PublishQP(ctx, p)
+	return n.Node.PublishQP(ctx, p)
 }
 
 // TestLayer2RepublishRetried: a's session comes after its QP connected,
@@ -310,27 +243,24 @@ func TestLayer2RepublishRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	c := shimtest.NewCluster()
 	a, b := newHost(t, f.Host("node0"), c), newHost(t, f.Host("node1"), c)
 	lb := &syncbuf.Buffer{}
 	a.rt.log = slog.New(slog.NewTextHandler(lb, nil))
 	a.rt.SetReporter(nil)
-	c.mu.Lock()
-	c.qps, c.mrs = map[store.QPKey]store.QPBackup{}, map[store.MRKey]store.MRBackup{}
-	c.mu.Unlock()
+	c.Forget()
 	a.connect(t, b)
 	b.connect(t, a)
-	a.rt.SetReporter(&slowNode{node: &node{c: c}, failQPs: 2})
+	a.rt.SetReporter(&slowNode{Node: shimtest.NewNode(c), failQPs: 2})
 	pb, _ := b.ctx.QueryPort(1)
-	c.mu.Lock()
+	st := c.State()
 	var pushed []ownerproto.Route
 	aMR := false
-	for k := range c.mrs {
+	for k := range st.MRs {
 		if k.LID != pb.LID {
-			aMR, pushed = true, c.mrPush[k]
+			aMR, pushed = true, st.MRPush[k]
 		}
 	}
-	c.mu.Unlock()
 	if !aMR || len(pushed) == 0 || pushed[len(pushed)-1] != (ownerproto.Route{LID: pb.LID}) {
 		t.Fatalf("after attach: a's MR mapping published %v, pushed to %v; want it pushed to b's node (LID %d)", aMR, pushed, pb.LID)
 	}
@@ -360,17 +290,15 @@ func TestLayer2PublicationRetriedInSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	c := shimtest.NewCluster()
 	lb := &syncbuf.Buffer{}
-	slow := &slowNode{node: &node{c: c}, failQPs: 1, failMRs: 2}
+	slow := &slowNode{Node: shimtest.NewNode(c), failQPs: 1, failMRs: 2}
 	a := newHostWith(t, f.Host("node0"), slow)
 	a.rt.log = slog.New(slog.NewTextHandler(lb, nil))
 	b := newHost(t, f.Host("node1"), c)
 	pa, _ := a.ctx.QueryPort(1)
 	aMR := func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for k := range c.mrs {
+		for k := range c.State().MRs {
 			if k.LID == pa.LID {
 				return true
 			}
@@ -402,7 +330,7 @@ func TestLayer2PublicationRetriedInSession(t *testing.T) {
 }
 
 // refusingNode is a node whose ibpathd refuses every MR publication.
-type refusingNode struct{ *node }
+type refusingNode struct{ *shimtest.Node }
 
 func (n *refusingNode) PublishMR(context.Context, ownerproto.PublishMR) error {
 	return fmt.Errorf("%w: publish_mr: not yours", ownerproto.ErrRefused)
@@ -415,46 +343,16 @@ func TestLayer2RefusalNotRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{}}
+	c := shimtest.NewCluster()
 	a := newHostWith(t, f.Host("node0"), nil)
 	lb := &syncbuf.Buffer{}
 	a.rt.log = slog.New(slog.NewTextHandler(lb, nil))
-	a.rt.SetReporter(&refusingNode{&node{c: c}}) // republishes the MR: refused
+	a.rt.SetReporter(&refusingNode{shimtest.NewNode(c)}) // republishes the MR: refused
 	if !strings.Contains(lb.String(), "ibpathd refused backup attributes") {
 		t.Fatalf("no line says the MR was refused:\n%s", lb)
 	}
 	if at := a.rt.republishAt.Load(); at != 0 {
 		t.Fatalf("a refused publication is retried at %d", at)
-	}
-}
-
-// connectStep is one modify of an application's RC connect.
-type connectStep struct {
-	a    verbs.QPAttr
-	mask verbs.QPAttrMask
-}
-
-// rcSteps are the INIT, RTR and RTS modifies of an RC connect to the QP
-// destQPN behind LID dlid, as the tests' applications make them.
-func rcSteps(dlid uint16, destQPN uint32, access verbs.AccessFlags) []connectStep {
-	return rcStepsTimeout(dlid, destQPN, access, rcTimeout)
-}
-
-// rcTimeout is the local ACK timeout of rcSteps (4.2 ms).
-const rcTimeout = 10
-
-// rcStepsTimeout is rcSteps with the local ACK timeout given.
-func rcStepsTimeout(dlid uint16, destQPN uint32, access verbs.AccessFlags, timeout uint8) []connectStep {
-	return []connectStep{
-		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: access},
-			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: dlid, PortNum: 1}, PathMTU: verbs.MTU1024,
-			DestQPN: destQPN, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: timeout, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
-				verbs.QPAttrMaxQPRdAtomic},
 	}
 }
 

@@ -21,6 +21,9 @@ func (r *Runtime) startLayer1() {
 		return
 	}
 	o := Layer1Options{HandOver: r.l1HandOver, Changed: r.l1Changed, Progress: r.progressL1, Log: r.log}
+	if s := r.st; s != nil {
+		o.APM, o.PeerTTL, o.Clock, o.Now, o.Spawn = s.apm, s.peerTTL, s.clock, r.now, s.spawn
+	}
 	if r.cfg.nudges() {
 		o.Nudge = r.nudgeL1
 	}
@@ -125,7 +128,7 @@ func (r *Runtime) l1HandOver(h Layer1HandOver) {
 		if !q.armed || q.diverted || q.intercepted || q.gone {
 			return
 		}
-		q.startFault("layer 1 handed over: " + h.Reason)
+		q.startFault("layer 1 handed over: "+h.Reason, r.now())
 		if !r.divert(q) {
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/ibpath/ibpath/asyncev"
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/internal/syncbuf"
 	"github.com/ibpath/ibpath/pathsel"
@@ -41,20 +42,20 @@ const lyDev = "mlx5_0"
 type lyWorld struct {
 	t   *testing.T
 	f   *sim.Fabric
-	dir *l1Dir
-	c   *cluster
+	dir *shimtest.Adapters
+	c   *shimtest.Cluster
 }
 
 func newLyWorld(t *testing.T) *lyWorld {
 	t.Helper()
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 41}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 2, LMC: 1})
 	l1Must(t, err)
-	w := &lyWorld{t: t, f: f, dir: &l1Dir{}, c: newCluster()}
+	w := &lyWorld{t: t, f: f, dir: &shimtest.Adapters{}, c: shimtest.NewCluster()}
 	for _, h := range f.Hosts() {
 		for _, a := range h.HCAs() {
 			obs, err := h.Open(a.Name())
 			l1Must(t, err)
-			w.dir.cat.Add(func() (pathsel.HCA, error) { return pathsel.Describe(obs) })
+			w.dir.Add(func() (pathsel.HCA, error) { return pathsel.Describe(obs) })
 		}
 	}
 	// The fabric's clock moves with real time (l1World's driver); it
@@ -72,8 +73,8 @@ func newLyWorld(t *testing.T) *lyWorld {
 // cluster's node, HCALookup answered from the fabric's adapters, and the
 // events this process sent.
 type lySession struct {
-	*node
-	dir *l1Dir
+	*shimtest.Node
+	dir *shimtest.Adapters
 
 	mu     sync.Mutex
 	events []status.Event
@@ -87,7 +88,7 @@ func (s *lySession) Event(e status.Event) error {
 	s.mu.Lock()
 	s.events = append(s.events, e)
 	s.mu.Unlock()
-	return s.node.Event(e)
+	return s.Node.Event(e)
 }
 
 // eventsOf returns the events of one QP, as "kind from -> to".
@@ -150,17 +151,17 @@ func (w *lyWorld) host(name string, side int, o lyOpts) *lyHost {
 	t.Cleanup(rt.Close)
 	h := w.f.Host(name)
 	rt.SetProvider(h)
-	x := &lyHost{w: w, hca: h.HCA(lyDev), sess: &lySession{node: &node{c: w.c}, dir: w.dir},
+	x := &lyHost{w: w, hca: h.HCA(lyDev), sess: &lySession{Node: shimtest.NewNode(w.c), dir: w.dir},
 		l2host: &l2host{name: name, side: side, rt: rt, log: lb, id: 1, buf: make([]byte, l2QPs*3*l2Slots*l2Slot+8),
 			port: h.HCA(lyDev).Port(1)}}
 	switch {
 	case o.noSession:
 	case o.noLookup:
-		rt.SetReporter(x.sess.node)
+		rt.SetReporter(x.sess.Node)
 	default:
 		rt.SetReporter(x.sess)
 	}
-	x.hp = newFakeHotpath(rt, x.id, x.read)
+	x.hp = shimtest.NewHotpath(rt, x.id, x.read)
 	rt.SetMemReader(x.read)
 	if !o.noHotpath {
 		rt.SetHotpath(x.hp)
@@ -242,7 +243,7 @@ func (x *l2host) modify(t *testing.T, qp verbs.QP, attr verbs.QPAttr, mask verbs
 // the three modifies layer 1 carried out.
 func lyConnect(t *testing.T, a, b *appQP) [2][3]bool {
 	t.Helper()
-	return lyConnectTimeout(t, a, b, rcTimeout)
+	return lyConnectTimeout(t, a, b, shimtest.Timeout)
 }
 
 // lyConnectTimeout is lyConnect with the QPs' local ACK timeout (the
@@ -255,8 +256,8 @@ func lyConnectTimeout(t *testing.T, a, b *appQP, timeout uint8) [2][3]bool {
 		x, peer := p[0], p[1]
 		pa, err := peer.x.ctx.QueryPort(1)
 		l1Must(t, err)
-		for j, s := range rcStepsTimeout(pa.LID, peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic, timeout) {
-			wanted[i][j] = x.x.modify(t, x.qp, s.a, s.mask)
+		for j, s := range shimtest.ConnectSteps(verbs.AHAttr{DLID: pa.LID, PortNum: 1}, peer.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic, timeout) {
+			wanted[i][j] = x.x.modify(t, x.qp, s.Attr, s.Mask)
 		}
 	}
 	return wanted
@@ -406,9 +407,9 @@ func TestLayersArmInApplicationModify(t *testing.T) {
 	if a.rt.Created(a.id, QPInfo{QPN: ud.QPN(), Type: verbs.QPTUD}) {
 		t.Fatal("a UD QP is protected")
 	}
-	for _, s := range rcSteps(b.hca.Port(1).LID(), qb.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) {
-		if a.modify(t, ud, s.a, s.mask) {
-			t.Fatalf("layer 1 carried out the UD QP's modify to %v", s.a.QPState)
+	for _, s := range shimtest.ConnectSteps(verbs.AHAttr{DLID: b.hca.Port(1).LID(), PortNum: 1}, qb.qp.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic, shimtest.Timeout) {
+		if a.modify(t, ud, s.Attr, s.Mask) {
+			t.Fatalf("layer 1 carried out the UD QP's modify to %v", s.Attr.QPState)
 		}
 	}
 	if a.rt.Layer1Wants(a.id, ud.QPN(), verbs.QPAttrState|verbs.QPAttrAV, verbs.QPSRTR) {
@@ -441,7 +442,7 @@ func TestLayersRoCE(t *testing.T) {
 	}
 	h0, h1 := f.Host("node0"), f.Host("node1")
 	rt.SetProvider(h0)
-	sess := &lySession{node: &node{c: newCluster()}, dir: &l1Dir{}}
+	sess := &lySession{Node: shimtest.NewNode(shimtest.NewCluster()), dir: &shimtest.Adapters{}}
 	rt.SetReporter(sess)
 	x := &l2host{name: "node0", rt: rt, id: 2}
 	x.ctx, err = h0.Open("rxe0")
@@ -470,11 +471,11 @@ func TestLayersRoCE(t *testing.T) {
 	peer := mk(peerCtx)
 	gid, err := peerCtx.QueryGID(1, 1)
 	l1Must(t, err)
-	steps := rcSteps(0, peer.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic)
-	steps[1].a.AHAttr = verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}, PortNum: 1}
+	steps := shimtest.ConnectSteps(verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: gid, SGIDIndex: 1, HopLimit: 64}, PortNum: 1},
+		peer.QPN(), verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic, shimtest.Timeout)
 	for _, s := range steps {
-		if x.modify(t, qp, s.a, s.mask) {
-			t.Fatalf("layer 1 carried out a RoCE QP's modify to %v", s.a.QPState)
+		if x.modify(t, qp, s.Attr, s.Mask) {
+			t.Fatalf("layer 1 carried out a RoCE QP's modify to %v", s.Attr.QPState)
 		}
 	}
 	if qp.State() != verbs.QPSRTS {
@@ -518,7 +519,7 @@ func TestLayersCableCutLayer1Migrates(t *testing.T) {
 			t.Fatalf("%s: diverted %v, armed %v: layer 2 must leave a QP layer 1 protects to it", q.x.name, q.diverted(), q.armed())
 		}
 	}
-	if _, n, _ := a.hp.counts(); n != 0 {
+	if _, n, _ := a.hp.Counts(); n != 0 {
 		t.Fatalf("node0's hot path intercepted %d error completions", n)
 	}
 	if l := a.logLine("layer 2 failover"); l != "" {
@@ -552,11 +553,9 @@ func TestLayersCableCutLayer1Migrates(t *testing.T) {
 	def := a.rt.shadows[a.id].def
 	a.rt.l2mu.Unlock()
 	posted, retired, ok := a.rt.progressL1(def, qa.qp)
-	a.hp.mu.Lock()
-	fq := a.hp.qps[qa.qp.QPN()]
-	want := [2]uint64{fq.posted, fq.retired}
-	a.hp.noProgress = true
-	a.hp.mu.Unlock()
+	p, r, _ := a.hp.Positions(qa.qp.QPN())
+	want := [2]uint64{p, r}
+	a.hp.SetNoProgress(true)
 	if !ok || posted != want[0] || retired != want[1] || retired != posted || posted < uint64(qa.sent) {
 		t.Fatalf("progress of node0's QP: %d posted, %d retired, %v; want the rings' %v, every one of the %d messages' WRs retired", posted, retired, ok, want, qa.sent)
 	}
@@ -774,7 +773,7 @@ func TestLayersWithoutSession(t *testing.T) {
 
 	// node0's session comes back without lookup_hca: the backups
 	// connect, layer 2 arms the QPs and protects them.
-	a.rt.SetReporter(a.sess.node)
+	a.rt.SetReporter(a.sess.Node)
 	lyRun(t, "layer 2 armed on both ends", hosts, func() bool { return qa.armed() && qb.armed() })
 	lyRun(t, "traffic", hosts, sentMore(50, qa, qb))
 	for _, q := range []*appQP{qa, qb} {
@@ -785,7 +784,7 @@ func TestLayersWithoutSession(t *testing.T) {
 	}
 	// An ibpathd that does not know node1's adapter: layer 1's reason
 	// changes, layer 2 still protects the QP.
-	a.rt.SetReporter(&lySession{node: a.sess.node, dir: &l1Dir{}})
+	a.rt.SetReporter(&lySession{Node: a.sess.Node, dir: &shimtest.Adapters{}})
 	lyRun(t, "node0's probe asks ibpathd", hosts, func() bool { return strings.Contains(qa.status().Reason, "through ibpathd") })
 	if s := qa.status(); s.Layer != status.LayerCrossNIC || s.APM != "unprotected" || !strings.Contains(s.Reason, "describe the adapter holding LID") {
 		t.Fatalf("node0: %+v; want layer 2 protecting the QP layer 1 cannot arm", s)
@@ -815,11 +814,10 @@ func statusOf(rt *Runtime, dev string, qpn uint32) status.QP {
 
 // lastReport is the last status of qpn reported to ibpathd.
 func lastReport(s *lySession, qpn uint32) status.QP {
-	s.rep.mu.Lock()
-	defer s.rep.mu.Unlock()
-	for i := len(s.rep.qps) - 1; i >= 0; i-- {
-		if s.rep.qps[i].QPN == qpn {
-			return s.rep.qps[i]
+	qps := s.Reported()
+	for i := len(qps) - 1; i >= 0; i-- {
+		if qps[i].QPN == qpn {
+			return qps[i]
 		}
 	}
 	return status.QP{}

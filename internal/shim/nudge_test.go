@@ -82,7 +82,7 @@ func TestLayersNudgeAfterCableCut(t *testing.T) {
 	if st := a.rt.l1.NudgeStats(); st.Posted != 1 || st.Failed != 0 {
 		t.Fatalf("nudges %+v: want the one after the migration", st)
 	}
-	if posted, _ := a.hp.nudgeCounts(); posted != 1 {
+	if posted, _ := a.hp.NudgeCounts(); posted != 1 {
 		t.Fatalf("the hot path posted %d nudges, want 1", posted)
 	}
 	if st := b.rt.l1.NudgeStats(); st != (NudgeStats{}) {
@@ -105,15 +105,15 @@ func TestLayersNudgeAfterCableCut(t *testing.T) {
 func TestNudgeFlushKeptFromApplication(t *testing.T) {
 	f, hosts, qa, qb, _ := exchangeWorld(t, 34, l2opts{}, false)
 	a, b := qa.x, qb.x
-	if err := a.hp.Nudge(qa.fq.app); !errors.Is(err, syscall.ENODATA) {
+	if err := a.hp.Nudge(qa.fq.App()); !errors.Is(err, syscall.ENODATA) {
 		t.Fatalf("nudge with nothing in flight: %v, want ENODATA", err)
 	}
 	before, k := len(qa.all), uint64(qa.sent)
 	sendAtomicBetween(t, qa)
-	if err := a.hp.Nudge(qa.fq.app); err != nil {
+	if err := a.hp.Nudge(qa.fq.App()); err != nil {
 		t.Fatalf("nudge with WRs in flight: %v", err)
 	}
-	if err := a.hp.Nudge(qa.fq.app); !errors.Is(err, syscall.EALREADY) {
+	if err := a.hp.Nudge(qa.fq.App()); !errors.Is(err, syscall.EALREADY) {
 		t.Fatalf("a second nudge while the first is out: %v, want EALREADY", err)
 	}
 	if err := f.SetLink(a.port, false); err != nil {

@@ -118,6 +118,13 @@ type Runtime struct {
 	evKept   atomic.Uint64 // async events kept from the application (asyncevent.go)
 
 	fo failover // layer 2's failover (its own lock, taken before l2mu and mu)
+
+	// st runs the runtime's background work on the caller's clock, in
+	// Step, instead of goroutines (stepped.go); nil: goroutines.
+	st *stepper
+	// now is the runtime's time of day: the wall clock, or the stepped
+	// clock's.
+	now func() time.Time
 }
 
 type qpKey struct {
@@ -128,13 +135,21 @@ type qpKey struct {
 // NewRuntime returns an empty runtime, with layer 1 running when
 // cfg.APM is on.
 func NewRuntime(cfg Config, log *slog.Logger) *Runtime {
+	return newRuntime(cfg, log, nil)
+}
+
+// newRuntime is NewRuntime, stepped when st is set.
+func newRuntime(cfg Config, log *slog.Logger, st *stepper) *Runtime {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cfg: cfg, log: log, devs: map[uintptr]*device{}, qps: map[qpKey]*qp{},
 		watchers: map[string]*watcher{}, ports: map[portKey]PortState{}, portErr: map[portKey]time.Time{}, stop: make(chan struct{}), shadows: map[uintptr]*shadowSet{},
-		rescan: make(chan struct{}, 1),
-		fo:     failover{qps: map[qpKey]*l2qp{}, srqs: map[verbs.SRQ]*l2srq{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64), clock: newWallClock()}}
+		rescan: make(chan struct{}, 1), st: st, now: time.Now,
+		fo: failover{qps: map[qpKey]*l2qp{}, srqs: map[verbs.SRQ]*l2srq{}, cqs: map[verbs.CQ]*cqRoute{}, cqCtx: map[verbs.CQ]uintptr{}, out: make([]verbs.WC, 64), clock: newWallClock()}}
+	if st != nil {
+		r.now, r.fo.clock = st.timeOfDay, st.clock
+	}
 	r.startLayer1()
 	return r
 }

@@ -2,35 +2,13 @@ package shim
 
 import (
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 )
-
-type fakeReporter struct {
-	mu   sync.Mutex
-	qps  []status.QP
-	gone []uint32
-}
-
-func (f *fakeReporter) ReportQP(q status.QP) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.qps = append(f.qps, q)
-	return nil
-}
-
-func (f *fakeReporter) QPGone(_ string, qpn uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.gone = append(f.gone, qpn)
-	return nil
-}
-
-func (f *fakeReporter) Event(status.Event) error { return nil }
 
 func TestRuntimeLayerDecisions(t *testing.T) {
 	cfg, _ := FromEnv(env(nil))
@@ -58,10 +36,10 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 		t.Fatal("a QP of an unknown context is protected")
 	}
 	r.Created(roce, QPInfo{QPN: 0x20, Type: verbs.QPTRC})
-	rep := &fakeReporter{}
+	rep := &shimtest.Reports{}
 	r.SetReporter(rep)
-	if len(rep.qps) != 7 {
-		t.Fatalf("attach reported %d QPs, want the 7 known", len(rep.qps))
+	if len(rep.Reported()) != 7 {
+		t.Fatalf("attach reported %d QPs, want the 7 known", len(rep.Reported()))
 	}
 	for _, c := range []struct {
 		ctx  uintptr
@@ -104,8 +82,8 @@ func TestRuntimeLayerDecisions(t *testing.T) {
 		t.Fatalf("arm of an unknown QP: %+v", res)
 	}
 	r.Destroyed(roce, 0x20)
-	if len(rep.gone) != 1 || rep.gone[0] != 0x20 {
-		t.Fatalf("gone %v", rep.gone)
+	if gone := rep.Gone(); len(gone) != 1 || gone[0] != 0x20 {
+		t.Fatalf("gone %v", gone)
 	}
 	r.Closed(ib)
 	r.Closed(roce)

@@ -17,18 +17,6 @@ import (
 // connected; until then a fault of one of them surfaces as plain verbs
 // report it.
 
-// SRQHotpath is a hot path that follows the application's SRQs
-// (hotpath.c): it records their receives and retires each by the wr_id
-// of its completion.
-type SRQHotpath interface {
-	// DivertSRQ routes the posts to srq (of the context ctx) to
-	// Runtime.PostSRQRecv from now on, waits for the posts and polls
-	// inside the hot path, and returns the receives posted to it that no
-	// completion retired, oldest first. Called once the QPs on it are
-	// diverted (their completions no longer retire in the hot path).
-	DivertSRQ(ctx uintptr, srq verbs.SRQ) ([]verbs.RecvWR, error)
-}
-
 // l2srq is an SRQ of the application that layer 2 mirrored.
 type l2srq struct {
 	ctx   uintptr
@@ -125,7 +113,7 @@ func (r *Runtime) divertSRQ(t *l2qp) bool {
 	for i, m := range g.qps {
 		var ok bool
 		if m != t {
-			m.startFault(fmt.Sprintf("QP %#x on the same SRQ failed over", t.key.qpn))
+			m.startFault(fmt.Sprintf("QP %#x on the same SRQ failed over", t.key.qpn), r.now())
 		}
 		if rings[i], ok = r.takeQP(m); !ok {
 			return r.srqStuck(g, t, fmt.Sprintf("QP %#x could not be diverted", m.key.qpn))

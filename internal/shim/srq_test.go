@@ -1,13 +1,13 @@
 package shim
 
 import (
-	"bytes"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
@@ -31,7 +31,7 @@ func (x *l2host) withSRQ(t *testing.T) {
 	if !x.rt.SRQCreated(x.id, x.pd, srq) {
 		t.Fatal("layer 2 does not follow the SRQ")
 	}
-	x.srq, x.fsrq, x.srqPosted = srq, x.hp.addSRQ(srq), map[uint64]bool{}
+	x.srq, x.fsrq, x.srqPosted = srq, x.hp.AddSRQ(srq), map[uint64]bool{}
 	for b := range l2SRQBufs {
 		x.srqFree = append(x.srqFree, b)
 	}
@@ -51,7 +51,7 @@ func (x *l2host) fillSRQ(t *testing.T) {
 		x.srqFree = x.srqFree[1:]
 		addr, _ := x.srqBuf(b)
 		id := uint64(srqWRID + b)
-		if _, err := x.hp.postSRQRecv(x.fsrq, []verbs.RecvWR{{WRID: id, SGList: []verbs.SGE{{Addr: addr, Length: l2Slot, LKey: x.mr.LKey()}}}}); err != nil {
+		if _, err := x.hp.PostSRQRecv(x.fsrq, []verbs.RecvWR{{WRID: id, SGList: []verbs.SGE{{Addr: addr, Length: l2Slot, LKey: x.mr.LKey()}}}}); err != nil {
 			t.Fatalf("%s: post SRQ receive %d: %v", x.name, id, err)
 		}
 		x.srqPosted[id] = true
@@ -69,14 +69,10 @@ func (x *l2host) onSRQRecv(t *testing.T, q *appQP, wc verbs.WC) {
 	}
 	delete(x.srqPosted, wc.WRID)
 	b := int(wc.WRID - srqWRID)
-	if wc.ImmData != uint32(k) || wc.ByteLen != l2Slot {
-		t.Fatalf("%s QP %d: receive %+v, want message %d (each once, in order)", x.name, q.idx, wc, k)
-	}
-	want := msgPattern(q.peer.x.side, q.peer.idx, k)
 	_, got := x.srqBuf(b)
-	_, wrote := q.slot(2, k)
-	if !bytes.Equal(got, want) || !bytes.Equal(wrote, want) {
-		t.Fatalf("%s QP %d: message %d arrived without its data", x.name, q.idx, k)
+	_, wrote := q.slot(shimtest.RegionWrite, k)
+	if err := shimtest.CheckMessage(k, wc, got, wrote, shimtest.Pattern(q.peer.x.side, q.peer.idx, k)); err != nil {
+		t.Fatalf("%s QP %d: %v: %+v", x.name, q.idx, err, wc)
 	}
 	q.recvd = append(q.recvd, wc.ImmData)
 	x.srqFree = append(x.srqFree, b)
@@ -87,7 +83,7 @@ func (x *l2host) onSRQRecv(t *testing.T, q *appQP, wc verbs.WC) {
 func srqWorld(t *testing.T, seed uint64, qps, total int, o l2opts) (f *sim.Fabric, a, b *l2host, as, bs []*appQP) {
 	t.Helper()
 	f = railFabric(t, seed)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a = newL2Host(t, f, "node0", 0, c, o)
 	b = newL2Host(t, f, "node1", 1, c, o)
 	b.withSRQ(t)
@@ -178,7 +174,7 @@ func TestFailoverSRQ(t *testing.T) {
 // report it; the other QPs carry on on the default device.
 func TestFailoverSRQNotReady(t *testing.T) {
 	f := railFabric(t, 43)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
 	b.withSRQ(t)
 	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{srq: true})

@@ -84,7 +84,11 @@ func (r *Runtime) tickLater() {
 	r.fo.tickAgain = true // a tick under way must not be the last
 	if !r.fo.ticking {
 		r.fo.ticking = true
-		go r.switchLoop()
+		if r.st != nil {
+			r.st.startSwitch() // Step ticks (stepped.go)
+		} else {
+			go r.switchLoop()
+		}
 	}
 }
 
@@ -291,11 +295,12 @@ func (r *Runtime) undivert(q *l2qp) bool {
 		r.log.Debug("libibpath: layer 2 gave back a QP that never left its default", "qpn", q.key.qpn, "reason", q.reason)
 		return err == nil
 	}
-	since := time.Since(q.faultAt)
+	now := r.now()
+	since := now.Sub(q.faultAt)
 	r.log.Info("libibpath: layer 2 switched back", "qpn", q.key.qpn, "device", q.set.dev, "backup", q.set.backup,
-		"since_fault", since, "held", stats.SwitchPause, "probes", stats.Probes, "at_unix_ns", time.Now().UnixNano(),
+		"since_fault", since, "held", stats.SwitchPause, "probes", stats.Probes, "at_unix_ns", now.UnixNano(),
 		"sends", len(st.Sends), "recvs", len(st.Recvs), "hot_path", err == nil)
-	r.fo.events = append(r.fo.events, status.Event{Kind: status.EvSwitchback, At: time.Now(), Device: q.set.dev,
+	r.fo.events = append(r.fo.events, status.Event{Kind: status.EvSwitchback, At: now, Device: q.set.dev,
 		Port: q.port, QPN: q.key.qpn, From: q.set.backup + " (backup)", To: fmt.Sprintf("%s qpn %#x", q.set.dev, q.key.qpn),
 		Reason: fmt.Sprintf("the default path works again (%s after %s)", since.Round(time.Millisecond), q.reason)})
 	return err == nil

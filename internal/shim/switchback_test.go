@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
@@ -134,22 +135,22 @@ func TestSwitchBackAfterRepair(t *testing.T) {
 			// drained) diverts a QP for an instant: the runtime gives it
 			// back at once, so undiverts may exceed the switch backs.
 			waitFor(t, q.x.name+" in its hot path, armed", func() bool {
-				armed, diverted, _, _ := q.x.hp.state(q.fq)
+				armed, diverted, _, _ := q.x.hp.State(q.fq)
 				return armed && !diverted
 			})
-			if q.x.hp.undivertCount() < round {
-				t.Fatalf("round %d, %s: %d undiverts", round, q.x.name, q.x.hp.undivertCount())
+			if q.x.hp.Undiverts() < round {
+				t.Fatalf("round %d, %s: %d undiverts", round, q.x.name, q.x.hp.Undiverts())
 			}
 		}
 		// Once the application polled what the runtime held, the CQs go
 		// back to the hot path and the runtime polls no more.
 		drive(t, f, hosts, 5*time.Microsecond, func() bool {
-			_, _, ra := a.hp.counts()
-			_, _, rb := b.hp.counts()
+			_, _, ra := a.hp.Counts()
+			_, _, rb := b.hp.Counts()
 			return len(ra) >= round && len(rb) >= 2*round
 		})
-		goA, _, _ := a.hp.counts()
-		goB, _, _ := b.hp.counts()
+		goA, _, _ := a.hp.Counts()
+		goB, _, _ := b.hp.Counts()
 		for _, q := range []*appQP{qa, qb} {
 			q.total = q.sent + 100
 		}
@@ -158,10 +159,10 @@ func TestSwitchBackAfterRepair(t *testing.T) {
 		// drained) may divert a QP for an instant: a few polls (4 seen
 		// under ./test.sh's load), against the hundreds of 100 more
 		// messages if the CQs had stayed with the runtime.
-		if g, _, _ := a.hp.counts(); g > goA+8 {
+		if g, _, _ := a.hp.Counts(); g > goA+8 {
 			t.Fatalf("round %d: A's runtime polled %d times after the switch back", round, g-goA)
 		}
-		if g, _, _ := b.hp.counts(); g > goB+8 {
+		if g, _, _ := b.hp.Counts(); g > goB+8 {
 			t.Fatalf("round %d: B's runtime polled %d times after the switch back", round, g-goB)
 		}
 		if round == 1 {
@@ -197,9 +198,7 @@ func TestSwitchBackAfterRepair(t *testing.T) {
 // carried by the runtime, and the status says so.
 func TestSwitchBackHotPathRefuses(t *testing.T) {
 	f, hosts, qa, qb := expressWorld(t, 72, l2opts{})
-	qa.x.hp.mu.Lock()
-	qa.x.hp.undivertErr = errors.New("injected: no room in the rings")
-	qa.x.hp.mu.Unlock()
+	qa.x.hp.FailUndivert(errors.New("injected: no room in the rings"))
 	failedOverBoth(t, f, hosts, qa, qb, 1)
 	if err := f.SetLink(hosts[0].port, true); err != nil {
 		t.Fatal(err)
@@ -242,9 +241,9 @@ func TestSwitchBackStaleBackupEvent(t *testing.T) {
 	if qb.diverted() || qb.x.logLine("ignores a backup event older than the switch back") == "" {
 		t.Fatalf("an event read before the last drain: diverted %v, log:\n%s", qb.diverted(), qb.x.log)
 	}
-	undiverts := qb.x.hp.undivertCount()
+	undiverts := qb.x.hp.Undiverts()
 	r.onBackupEvent(set, qb.qp, time.Now())
-	again := qb.x.hp.undivertCount() - undiverts
+	again := qb.x.hp.Undiverts() - undiverts
 	if qb.diverted() || again != 1 || qb.x.logLine("gave back a QP that never left its default") == "" {
 		t.Fatalf("a fresh backup event with nothing on the backup: diverted %v, given back %d times, log:\n%s", qb.diverted(), again, qb.x.log)
 	}
@@ -365,7 +364,7 @@ func TestSwitchBackSharesCQHeadroom(t *testing.T) {
 // fails over, and stays on the backup after the repair, still working.
 func TestSwitchBackNoHeadroom(t *testing.T) {
 	f := railFabric(t, 82)
-	c := newCluster()
+	c := shimtest.NewCluster()
 	a, b := newL2Host(t, f, "node0", 0, c, l2opts{}), newL2Host(t, f, "node1", 1, c, l2opts{})
 	bare, err := a.ctx.CreateCQ(256, nil, 0)
 	if err != nil {

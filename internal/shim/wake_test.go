@@ -7,47 +7,6 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 )
 
-var _ Waker = (*fakeHotpath)(nil)
-
-// Wake counts the runtime's wake-ups per CQ (channel.c delivers them as
-// completion events to an application that asked for one).
-func (h *fakeHotpath) Wake(cq verbs.CQ) {
-	h.wakeMu.Lock()
-	defer h.wakeMu.Unlock()
-	h.wakes[cq]++
-}
-
-func (h *fakeHotpath) wakesOf(cq verbs.CQ) int {
-	h.wakeMu.Lock()
-	defer h.wakeMu.Unlock()
-	return h.wakes[cq]
-}
-
-// armLane requests the next event of the backup CQs behind cq on the
-// lane, as the shim's req_notify_cq does for an application arming cq
-// (lip_express_arm).
-func (h *fakeHotpath) armLane(t *testing.T, cq verbs.CQ) {
-	t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.x == nil {
-		return
-	}
-	for _, qpn := range h.x.cqs[cq] {
-		l := h.laneOf(qpn)
-		if l == nil {
-			continue
-		}
-		for _, b := range []verbs.CQ{l.lane.BackupCQ, l.lane.BackupRecvCQ} {
-			if b != nil {
-				if err := b.ReqNotify(false); err != nil {
-					t.Fatalf("arm a backup CQ: %v", err)
-				}
-			}
-		}
-	}
-}
-
 // eventStep runs the applications as programs that sleep in
 // ibv_get_cq_event: each keeps its receives posted and its sends going,
 // and polls a CQ the hot path did not divert as usual (the kernel's
@@ -60,21 +19,20 @@ func eventStep(t *testing.T, hosts []*l2host, seen map[verbs.CQ]int) {
 	for _, x := range hosts {
 		for _, q := range x.qps {
 			for _, cq := range []verbs.CQ{q.scq, q.rcq} {
-				x.hp.mu.Lock()
-				diverted := x.hp.dcq[cq]
-				x.hp.mu.Unlock()
-				if !diverted {
+				if !x.hp.DivertedCQ(cq) {
 					x.drain(t, cq)
 					continue
 				}
 				last, ok := seen[cq]
-				w := x.hp.wakesOf(cq)
+				w := x.hp.WakesOf(cq)
 				if ok && w == last {
 					continue // asleep
 				}
 				seen[cq] = w
 				x.drain(t, cq)
-				x.hp.armLane(t, cq)
+				if err := x.hp.ArmLane(cq); err != nil {
+					t.Fatal(err)
+				}
 				x.drain(t, cq)
 			}
 		}
@@ -109,7 +67,7 @@ func TestWakeSleepingApplication(t *testing.T) {
 				if len(q.errs) > 0 {
 					t.Fatalf("%s: errors %+v", q.x.name, q.errs)
 				}
-				if q.x.hp.wakesOf(q.rcq) == 0 {
+				if q.x.hp.WakesOf(q.rcq) == 0 {
 					t.Errorf("%s: its receive CQ was never woken", q.x.name)
 				}
 			}
@@ -130,12 +88,12 @@ func TestWakeLaneLateBackupEvent(t *testing.T) {
 	f, hosts, qa, qb := expressWorld(t, 62, l2opts{express: true})
 	a := hosts[0]
 	bothOnLane(t, f, hosts, qa, qb)
-	before := a.hp.wakesOf(qa.scq) + a.hp.wakesOf(qa.rcq)
+	before := a.hp.WakesOf(qa.scq) + a.hp.WakesOf(qa.rcq)
 	a.rt.l2mu.Lock()
 	s := a.rt.shadows[a.id]
 	a.rt.l2mu.Unlock()
 	a.rt.onBackupEvent(s, qa.qp, time.Now())
-	if after := a.hp.wakesOf(qa.scq) + a.hp.wakesOf(qa.rcq); after < before+2 {
+	if after := a.hp.WakesOf(qa.scq) + a.hp.WakesOf(qa.rcq); after < before+2 {
 		t.Fatalf("wakes of the lane QP's CQs: %d before the late event, %d after; want both CQs woken", before, after)
 	}
 }

@@ -19,9 +19,10 @@ type PortState struct {
 
 // watcher is the shim's own context on one device and its event pump.
 type watcher struct {
-	ctx  verbs.Context
-	pump *asyncev.Pump
-	stop func()
+	ctx    verbs.Context
+	pump   *asyncev.Pump // nil in a stepped runtime: Step reads ctx
+	stop   func()
+	failed bool // stepped: ctx could not be read (stepWatchers)
 }
 
 // watch opens a context of the shim's own on dev (port and device events
@@ -35,6 +36,19 @@ func (r *Runtime) watch(dev string) {
 		delete(r.watchers, dev)
 		r.mu.Unlock()
 		r.log.Warn("libibpath: no context of its own on the device; port events are seen only when the application reads them", "device", dev, "err", err)
+		return
+	}
+	if r.st != nil {
+		// stepped: Step reads its events (stepped.go)
+		r.mu.Lock()
+		closed := r.closed
+		if !closed {
+			r.watchers[dev] = &watcher{ctx: ctx, stop: func() {}}
+		}
+		r.mu.Unlock()
+		if closed {
+			ctx.Close()
+		}
 		return
 	}
 	wctx, stop, notified := withFDNotifier(ctx)
@@ -69,7 +83,9 @@ func (r *Runtime) watch(dev string) {
 const watchMaxWait = 10 * time.Second
 
 func (w *watcher) close() {
-	w.pump.Close()
+	if w.pump != nil {
+		w.pump.Close()
+	}
 	w.stop()
 	w.ctx.Close()
 }
@@ -82,7 +98,7 @@ func (r *Runtime) portEvent(dev string, ev verbs.AsyncEvent) {
 		// noted before layer 1 acts on it: the migrations it makes
 		// now are timed from it (migrationTook)
 		r.mu.Lock()
-		r.portErr[portKey{dev, ev.Port}] = time.Now()
+		r.portErr[portKey{dev, ev.Port}] = r.now()
 		r.mu.Unlock()
 	}
 	if r.l1 != nil {
@@ -161,7 +177,7 @@ func (r *Runtime) Close() {
 	r.shadows = map[uintptr]*shadowSet{}
 	r.l2mu.Unlock()
 	for _, w := range ws {
-		if w.pump != nil { // nil: still opening; watch closes it
+		if w.ctx != nil { // nil: still opening; watch closes it
 			w.close()
 		}
 	}

@@ -1,4 +1,4 @@
-package shim
+package shimtest
 
 import (
 	"errors"
@@ -7,12 +7,13 @@ import (
 	"syscall"
 
 	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/internal/shim/datapath"
 	"github.com/ibpath/ibpath/verbs"
 )
 
-// fakeHotpath is a Go stand-in for the shim's C hot path (hotpath.c and
-// divert.c in cmd/libibpath) over verbs/sim objects, with the same
-// semantics as seen from the Runtime:
+// Hotpath is a Go stand-in for the shim's C hot path (hotpath.c and
+// divert.c in cmd/libibpath) over any verbs objects, with the same
+// semantics as seen from the runtime (datapath.Runtime):
 //
 //   - posts to an undiverted QP are recorded in its rings (WRs copied, up
 //     to 4 SGEs, inline payloads copied at post time; more SGEs marks the
@@ -23,33 +24,33 @@ import (
 //     successful receive completion the oldest receive; errors retire
 //     nothing;
 //   - an error completion of an ARMED, undiverted QP is handed with the
-//     rest of its batch to Runtime.Intercept (outside the section Divert
+//     rest of its batch to the runtime's Intercept (outside the section Divert
 //     waits for) and the poll returns what came before it, unless the QP
 //     is still not diverted when Intercept returns: then the batch goes to
 //     the application whole;
-//   - posts to a diverted QP and polls of a diverted CQ go to the Runtime,
-//     or to the express lane (fakeexpress_test.go) when a test gave the
-//     fake one (withExpress) and the QP or CQ is on it;
+//   - posts to a diverted QP and polls of a diverted CQ go to the runtime,
+//     or to the express lane (express.go) when the caller gave it one
+//     (WithExpress) and the QP or CQ is on it;
 //   - Divert waits for the posts and polls inside the hot path (mu).
-type fakeHotpath struct {
+type Hotpath struct {
 	mu  sync.Mutex // held for each post or poll inside the hot path
-	rt  *Runtime
+	rt  datapath.Runtime
 	ctx uintptr
 	mem func(addr uint64, n uint32) []byte // reads inline payloads
 
-	qps  map[uint32]*fakeQP
-	srqs map[verbs.SRQ]*fakeSRQ
+	qps  map[uint32]*HotQP
+	srqs map[verbs.SRQ]*HotSRQ
 	dcq  map[verbs.CQ]bool // diverted CQs
 
-	divertErr   error        // injected: Divert fails with it
-	undivertErr error        // injected: Undivert fails with it
-	undiverts   int          // successful Undivert calls
-	corrupt     func(*Rings) // injected: edits what Divert returns
+	divertErr   error                 // injected: Divert fails with it
+	undivertErr error                 // injected: Undivert fails with it
+	undiverts   int                   // successful Undivert calls
+	corrupt     func(*datapath.Rings) // injected: edits what Divert returns
 	released    []verbs.CQ
 	retired     map[uint32]int // Retire calls per QP
 	goPolls     int            // polls sent to Runtime.PollCQ
 	intercept   int            // Intercept calls
-	x           *fakeExpress   // the express lane; nil unless withExpress
+	x           *expressLane   // the express lane; nil unless WithExpress
 	noProgress  bool           // injected: Progress knows no QP
 	nudges      int            // nudges posted (Nudger)
 	nudgeWCs    int            // nudge completions dropped from polls
@@ -58,13 +59,17 @@ type fakeHotpath struct {
 	wakes  map[verbs.CQ]int // Wake calls per CQ (Waker)
 }
 
-const fakeMaxSGE = 4 // SGEs a ring entry keeps (LIP_MAX_SGE)
+// MaxSGE is how many SGEs a ring entry keeps (LIP_MAX_SGE): a WR with
+// more is recorded partial, and its QP cannot be replayed.
+const MaxSGE = 4
 
-type fakeQP struct {
+// HotQP is a QP the hot path records (struct lip_qp): its rings and
+// flags.
+type HotQP struct {
 	qp       verbs.QP
-	app      AppQP
+	app      datapath.AppQP
 	sigAll   bool
-	sends    []fakeSend
+	sends    []hotSend
 	recvs    []verbs.RecvWR
 	notifs   uint64
 	recvDone uint64
@@ -78,50 +83,53 @@ type fakeQP struct {
 	nudgeSlot   bool
 	sendsPolled bool
 	nudgeMark   uint64
-	srq         *fakeSRQ // receives through it (nil: its own queue)
+	srq         *HotSRQ // receives through it (nil: its own queue)
 }
 
-// fakeSRQ is an SRQ the hot path follows: its receives, oldest first,
+// HotSRQ is an SRQ the hot path follows: its receives, oldest first,
 // until a completion of one of its QPs retires one by its wr_id.
-type fakeSRQ struct {
+type HotSRQ struct {
 	srq      verbs.SRQ
 	recvs    []verbs.RecvWR
 	diverted bool
 }
 
-type fakeSend struct {
+type hotSend struct {
 	wr      verbs.SendWR
 	inline  []byte
 	partial bool
 }
 
-func newFakeHotpath(rt *Runtime, ctx uintptr, mem func(uint64, uint32) []byte) *fakeHotpath {
-	return &fakeHotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*fakeQP{}, srqs: map[verbs.SRQ]*fakeSRQ{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
+// NewHotpath is the hot path of the application context ctx (its id in
+// the runtime), calling back into rt; mem reads the process's memory for
+// the inline payloads it copies.
+func NewHotpath(rt datapath.Runtime, ctx uintptr, mem func(uint64, uint32) []byte) *Hotpath {
+	return &Hotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*HotQP{}, srqs: map[verbs.SRQ]*HotSRQ{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
 		wakes: map[verbs.CQ]int{}}
 }
 
-// add records a QP the application created (lip_qp_add).
-func (h *fakeHotpath) add(qp verbs.QP, sendCQ, recvCQ verbs.CQ, sigAll bool) *fakeQP {
+// Add records a QP the application created (lip_qp_add).
+func (h *Hotpath) Add(qp verbs.QP, sendCQ, recvCQ verbs.CQ, sigAll bool) *HotQP {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := &fakeQP{qp: qp, sigAll: sigAll, nudgeSlot: !sigAll, app: AppQP{Ctx: h.ctx, QPN: qp.QPN(), SendCQ: sendCQ, RecvCQ: recvCQ}}
+	q := &HotQP{qp: qp, sigAll: sigAll, nudgeSlot: !sigAll, app: datapath.AppQP{Ctx: h.ctx, QPN: qp.QPN(), SendCQ: sendCQ, RecvCQ: recvCQ}}
 	h.qps[qp.QPN()] = q
 	return q
 }
 
-// addSRQ records an SRQ the application created and layer 2 follows
+// AddSRQ records an SRQ the application created and layer 2 follows
 // (lip_srq_add).
-func (h *fakeHotpath) addSRQ(srq verbs.SRQ) *fakeSRQ {
+func (h *Hotpath) AddSRQ(srq verbs.SRQ) *HotSRQ {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := &fakeSRQ{srq: srq}
+	s := &HotSRQ{srq: srq}
 	h.srqs[srq] = s
 	return s
 }
 
-// postSRQRecv is the hot path's post_srq_recv: recorded, then to the
+// PostSRQRecv is the hot path's post_srq_recv: recorded, then to the
 // provider; to the runtime once the SRQ is diverted.
-func (h *fakeHotpath) postSRQRecv(s *fakeSRQ, wrs []verbs.RecvWR) (int, error) {
+func (h *Hotpath) PostSRQRecv(s *HotSRQ, wrs []verbs.RecvWR) (int, error) {
 	h.mu.Lock()
 	if s.diverted {
 		h.mu.Unlock()
@@ -140,8 +148,8 @@ func (h *fakeHotpath) postSRQRecv(s *fakeSRQ, wrs []verbs.RecvWR) (int, error) {
 	return n, err
 }
 
-// DivertSRQ implements SRQHotpath (lip_srq_divert).
-func (h *fakeHotpath) DivertSRQ(ctx uintptr, srq verbs.SRQ) ([]verbs.RecvWR, error) {
+// DivertSRQ implements datapath.SRQHotpath (lip_srq_divert).
+func (h *Hotpath) DivertSRQ(ctx uintptr, srq verbs.SRQ) ([]verbs.RecvWR, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.srqs[srq]
@@ -152,21 +160,24 @@ func (h *fakeHotpath) DivertSRQ(ctx uintptr, srq verbs.SRQ) ([]verbs.RecvWR, err
 	return append([]verbs.RecvWR(nil), s.recvs...), nil
 }
 
-// remove forgets a QP the application destroys (lip_qp_remove).
-func (h *fakeHotpath) remove(q *fakeQP) {
+// Remove forgets a QP the application destroys (lip_qp_remove).
+func (h *Hotpath) Remove(q *HotQP) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.qps, q.app.QPN)
 }
 
-// restore takes back a QP whose destroy failed (lip_qp_restore).
-func (h *fakeHotpath) restore(q *fakeQP) {
+// Restore takes back a QP whose destroy failed (lip_qp_restore).
+func (h *Hotpath) Restore(q *HotQP) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.qps[q.app.QPN] = q
 }
 
-func (h *fakeHotpath) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
+// PostSend is the interposed ibv_post_send: recorded in the QP's rings,
+// then to the provider; to the runtime (or the lane) once the QP is
+// diverted.
+func (h *Hotpath) PostSend(q *HotQP, wrs []verbs.SendWR) (int, error) {
 	h.mu.Lock()
 	if q.diverted {
 		h.mu.Unlock()
@@ -175,9 +186,9 @@ func (h *fakeHotpath) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
 	defer h.mu.Unlock()
 	start := len(q.sends)
 	for _, w := range wrs {
-		e := fakeSend{wr: w}
+		e := hotSend{wr: w}
 		e.wr.SGList = append([]verbs.SGE(nil), w.SGList...)
-		if len(w.SGList) > fakeMaxSGE {
+		if len(w.SGList) > MaxSGE {
 			e.partial = true
 		}
 		if w.SendFlags&verbs.SendInline != 0 {
@@ -195,7 +206,8 @@ func (h *fakeHotpath) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
-func (h *fakeHotpath) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+// PostRecv is the interposed ibv_post_recv, recorded as PostSend.
+func (h *Hotpath) PostRecv(q *HotQP, wrs []verbs.RecvWR) (int, error) {
 	h.mu.Lock()
 	if q.diverted {
 		h.mu.Unlock()
@@ -214,7 +226,10 @@ func (h *fakeHotpath) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
 	return n, err
 }
 
-func (h *fakeHotpath) pollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
+// PollCQ is the interposed ibv_poll_cq: the provider's completions,
+// retired in the rings, an armed QP's error handed to the runtime; the
+// runtime's (or the lane's) once the CQ is diverted.
+func (h *Hotpath) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 	h.mu.Lock()
 	if h.dcq[cq] {
 		h.mu.Unlock()
@@ -252,7 +267,9 @@ func (h *fakeHotpath) pollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 	return n, err
 }
 
-func (h *fakeHotpath) retireLocked(q *fakeQP, wc verbs.WC) {
+// retireLocked retires what a successful completion of q accounts for in
+// its rings. h.mu held.
+func (h *Hotpath) retireLocked(q *HotQP, wc verbs.WC) {
 	if wc.Opcode&verbs.WCRecv != 0 && q.srq != nil {
 		for i, w := range q.srq.recvs {
 			if w.WRID == wc.WRID {
@@ -287,9 +304,9 @@ func (h *fakeHotpath) retireLocked(q *fakeQP, wc verbs.WC) {
 	}
 }
 
-// Nudge implements Nudger (lip_nudge): a zero-length WRITE, unsignaled,
+// Nudge implements datapath.Nudger (lip_nudge): a zero-length WRITE, unsignaled,
 // after the WRs in flight, not recorded in the rings.
-func (h *fakeHotpath) Nudge(q AppQP) error {
+func (h *Hotpath) Nudge(q datapath.AppQP) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	fq := h.qps[q.QPN]
@@ -318,7 +335,7 @@ func (h *fakeHotpath) Nudge(q AppQP) error {
 
 // nudgeWC says whether wc, of q, is a nudge's completion, which no one
 // sees (lip_nudge_wc). h.mu held.
-func (h *fakeHotpath) nudgeWC(q *fakeQP, wc verbs.WC) bool {
+func (h *Hotpath) nudgeWC(q *HotQP, wc verbs.WC) bool {
 	if q.nudgeMark == 0 || wc.WRID != crossnic.NudgeWRID {
 		return false
 	}
@@ -329,7 +346,7 @@ func (h *fakeHotpath) nudgeWC(q *fakeQP, wc verbs.WC) bool {
 
 // dropNudges removes the nudges' completions from wcs in place and
 // returns how many are left (lip_nudge_drop). h.mu held.
-func (h *fakeHotpath) dropNudges(wcs []verbs.WC) int {
+func (h *Hotpath) dropNudges(wcs []verbs.WC) int {
 	kept := 0
 	for _, wc := range wcs {
 		if q := h.qps[wc.QPNum]; q != nil && h.nudgeWC(q, wc) {
@@ -341,16 +358,16 @@ func (h *fakeHotpath) dropNudges(wcs []verbs.WC) int {
 	return kept
 }
 
-// nudgeCounts reads the nudges posted and their completions dropped.
-func (h *fakeHotpath) nudgeCounts() (posted, dropped int) {
+// NudgeCounts reads the nudges posted and their completions dropped.
+func (h *Hotpath) NudgeCounts() (posted, dropped int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.nudges, h.nudgeWCs
 }
 
-// Progress implements Progresser (lip_qp_progress). A test can turn it
-// off (noProgress): a hot path without it.
-func (h *fakeHotpath) Progress(q AppQP) (posted, retired uint64, ok bool) {
+// Progress implements datapath.Progresser (lip_qp_progress);
+// SetNoProgress turns it off (a hot path without it).
+func (h *Hotpath) Progress(q datapath.AppQP) (posted, retired uint64, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	fq := h.qps[q.QPN]
@@ -360,7 +377,8 @@ func (h *fakeHotpath) Progress(q AppQP) (posted, retired uint64, ok bool) {
 	return fq.posted, fq.retired, true
 }
 
-func (h *fakeHotpath) Arm(q AppQP, armed bool) {
+// Arm implements datapath.Hotpath (lip_arm).
+func (h *Hotpath) Arm(q datapath.AppQP, armed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if fq := h.qps[q.QPN]; fq != nil {
@@ -368,19 +386,20 @@ func (h *fakeHotpath) Arm(q AppQP, armed bool) {
 	}
 }
 
-func (h *fakeHotpath) Divert(q AppQP) (Rings, error) {
+// Divert implements datapath.Hotpath (lip_divert).
+func (h *Hotpath) Divert(q datapath.AppQP) (datapath.Rings, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.divertErr != nil {
-		return Rings{}, h.divertErr
+		return datapath.Rings{}, h.divertErr
 	}
 	fq := h.qps[q.QPN]
 	if fq == nil || fq.diverted {
-		return Rings{}, errors.New("divert: QP unknown or already diverted")
+		return datapath.Rings{}, errors.New("divert: QP unknown or already diverted")
 	}
 	fq.diverted = true
 	h.dcq[q.SendCQ], h.dcq[q.RecvCQ] = true, true
-	var r Rings
+	var r datapath.Rings
 	inline := false
 	for _, e := range fq.sends {
 		r.Sends = append(r.Sends, e.wr)
@@ -403,7 +422,7 @@ func (h *fakeHotpath) Divert(q AppQP) (Rings, error) {
 
 // Undivert loads the QP's rings with st and gives its posts back to the
 // hot path (lip_undivert).
-func (h *fakeHotpath) Undivert(q AppQP, st Rings) error {
+func (h *Hotpath) Undivert(q datapath.AppQP, st datapath.Rings) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.undivertErr != nil {
@@ -415,7 +434,7 @@ func (h *fakeHotpath) Undivert(q AppQP, st Rings) error {
 	}
 	fq.sends, fq.recvs = nil, append([]verbs.RecvWR(nil), st.Recvs...)
 	for i, w := range st.Sends {
-		e := fakeSend{wr: w, partial: len(w.SGList) > fakeMaxSGE}
+		e := hotSend{wr: w, partial: len(w.SGList) > MaxSGE}
 		if i < len(st.Inline) {
 			e.inline = st.Inline[i]
 		}
@@ -432,7 +451,8 @@ func (h *fakeHotpath) Undivert(q AppQP, st Rings) error {
 	return nil
 }
 
-func (h *fakeHotpath) Retire(ctx uintptr, wc verbs.WC) {
+// Retire implements datapath.Hotpath (lip_retire).
+func (h *Hotpath) Retire(ctx uintptr, wc verbs.WC) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.qps[wc.QPNum]
@@ -445,48 +465,97 @@ func (h *fakeHotpath) Retire(ctx uintptr, wc verbs.WC) {
 	}
 }
 
-func (h *fakeHotpath) Release(cq verbs.CQ) {
+// Release implements datapath.Hotpath (lip_release).
+func (h *Hotpath) Release(cq verbs.CQ) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.dcq, cq)
 	h.released = append(h.released, cq)
 }
 
-// failDivert makes every Divert fail with err.
-func (h *fakeHotpath) failDivert(err error) {
+// FailDivert makes every later Divert fail with err.
+func (h *Hotpath) FailDivert(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.divertErr = err
 }
 
-// corruptRings makes Divert hand over rings edited by fn.
-func (h *fakeHotpath) corruptRings(fn func(*Rings)) {
+// CorruptRings makes Divert hand over rings edited by fn.
+func (h *Hotpath) CorruptRings(fn func(*datapath.Rings)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.corrupt = fn
 }
 
-// state reads a QP's flags and ring sizes.
-func (h *fakeHotpath) state(q *fakeQP) (armed, diverted bool, sends, recvs int) {
+// State reads a QP's flags and ring sizes.
+func (h *Hotpath) State(q *HotQP) (armed, diverted bool, sends, recvs int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return q.armed, q.diverted, len(q.sends), len(q.recvs)
 }
 
-func (h *fakeHotpath) counts() (goPolls, intercepts int, released []verbs.CQ) {
+// Counts reads the polls sent to the runtime, the error completions
+// handed to its Intercept, and the CQs it released.
+func (h *Hotpath) Counts() (goPolls, intercepts int, released []verbs.CQ) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.goPolls, h.intercept, append([]verbs.CQ(nil), h.released...)
 }
 
-func (h *fakeHotpath) undivertCount() int {
+// Undiverts counts the successful Undivert calls.
+func (h *Hotpath) Undiverts() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.undiverts
 }
 
-func (h *fakeHotpath) retiredOf(qpn uint32) int {
+// RetiredOf counts the runtime's Retire calls for QP qpn.
+func (h *Hotpath) RetiredOf(qpn uint32) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.retired[qpn]
+}
+
+// FailUndivert makes every later Undivert fail with err.
+func (h *Hotpath) FailUndivert(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.undivertErr = err
+}
+
+// SetNoProgress turns Progress off (on: it knows no QP).
+func (h *Hotpath) SetNoProgress(off bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.noProgress = off
+}
+
+// Positions reads the send positions of QP qpn's rings: the sends posted
+// in the hot path and those retired; ok is false for a QP it does not
+// record.
+func (h *Hotpath) Positions(qpn uint32) (posted, retired uint64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.qps[qpn]
+	if q == nil {
+		return 0, 0, false
+	}
+	return q.posted, q.retired, true
+}
+
+// DivertedCQ reports whether the polls of cq go to the runtime.
+func (h *Hotpath) DivertedCQ(cq verbs.CQ) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dcq[cq]
+}
+
+// App is the QP as the runtime names it.
+func (q *HotQP) App() datapath.AppQP { return q.app }
+
+// UseSRQ records that q receives through s (before its first receive).
+func (h *Hotpath) UseSRQ(q *HotQP, s *HotSRQ) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q.srq = s
 }

@@ -1,21 +1,22 @@
-package shim
+package shimtest
 
 import (
 	"errors"
 	"fmt"
 
 	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/internal/shim/datapath"
 	"github.com/ibpath/ibpath/verbs"
 )
 
 // The Go stand-in of the express lane (express.c in cmd/libibpath) for
-// fakeHotpath, with the same semantics as seen from the Runtime:
+// Hotpath, with the same semantics as seen from the runtime:
 //
 //   - a post to a QP on the lane goes to its backup QP with the lkeys of
 //     non-inline SGEs and the rkeys of RDMA (not zero-length WRITEs) and
 //     atomic WRs translated; at the first key it misses, the WRs before it
-//     are posted and the rest goes to the Runtime, whose ErrExpress makes
-//     the post dispatch again (at most fakeTries times, as DIVERTED_POST);
+//     are posted and the rest goes to the Runtime, whose datapath.ErrExpress makes
+//     the post dispatch again (at most maxTries times, as DIVERTED_POST);
 //     once the QP surfaced, posts go where the older WRs are, the backup
 //     QP (flushing them behind those), or the default QP for a WR the
 //     backup refuses or whose key misses, and the rest;
@@ -27,57 +28,58 @@ import (
 //     the CQ itself (flush errors of lane QPs hidden until they surfaced,
 //     completions of undiverted QPs retired in their rings);
 //   - a poll of a diverted CQ off the lane goes to the Runtime, and its
-//     ErrExpress makes the poll dispatch again.
+//     datapath.ErrExpress makes the poll dispatch again.
 //
-// A test opts in by handing withExpress(h) to Runtime.SetHotpath; without
-// it h.x is nil and diverted QPs and CQs always go to the Runtime.
+// A caller opts in by handing h.WithExpress() to the runtime's SetHotpath;
+// without it diverted QPs and CQs always go to the runtime.
 
 const (
-	fakeCtrlSend = ^uint64(0) - 1 // LIP_CTRL_SEND_WRID
-	fakeCtrlRecv = ^uint64(0) - 2 // LIP_CTRL_RECV_WRID
-	fakeTries    = 8              // dispatches of one diverted post or poll
-	fakeXCQQPs   = 16             // LIP_XCQ_QPS
+	ctrlSendWRID = ^uint64(0) - 1 // LIP_CTRL_SEND_WRID
+	ctrlRecvWRID = ^uint64(0) - 2 // LIP_CTRL_RECV_WRID
+	maxTries     = 8              // dispatches of one diverted post or poll
+	maxLaneCQQPs = 16             // LIP_XCQ_QPS
 )
 
-// errFakeAgain is the lane's LIP_AGAIN: a key missed.
-var errFakeAgain = errors.New("fake express lane: a key missed")
+// errLaneAgain is the lane's LIP_AGAIN: a key missed.
+var errLaneAgain = errors.New("shimtest express lane: a key missed")
 
-// fakeLane is one QP on the lane (struct lip_xl).
-type fakeLane struct {
-	app    AppQP
-	lane   ExpressLane
+// laneQP is one QP on the lane (struct lip_xl).
+type laneQP struct {
+	app    datapath.AppQP
+	lane   datapath.ExpressLane
 	on     bool // lip_qp.express
 	lk, rk map[uint32]uint32
-	st     ExpressStats
+	st     datapath.ExpressStats
 }
 
-// fakeExpress is the lane's state and what the tests read of it.
-type fakeExpress struct {
-	lanes map[uint32]*fakeLane  // by application QPN
+// expressLane is the lane's state and what callers read of it.
+type expressLane struct {
+	lanes map[uint32]*laneQP    // by application QPN
 	cqs   map[verbs.CQ][]uint32 // the lane QPs each CQ's polls drain (emptied, never removed)
 	turn  int
 	onErr error // injected: ExpressOn fails with it
 
-	ons                                       []ExpressLane // every ExpressOn that succeeded, in order
+	ons                                       []datapath.ExpressLane // every ExpressOn that succeeded, in order
 	onQPs                                     []uint32
 	tries, keys, cqSets, offs, surfaces, reps int // calls (tries: of ExpressOn), reports
 }
 
-// expressHotpath is fakeHotpath with the express lane.
-type expressHotpath struct{ *fakeHotpath }
+// ExpressHotpath is Hotpath with the express lane.
+type ExpressHotpath struct{ *Hotpath }
 
-var _ Express = expressHotpath{}
+var _ datapath.Express = ExpressHotpath{}
 
-// withExpress gives h an express lane; hand the result to SetHotpath.
-func withExpress(h *fakeHotpath) expressHotpath {
+// WithExpress gives h an express lane; hand the result to the runtime's
+// SetHotpath.
+func (h *Hotpath) WithExpress() ExpressHotpath {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.x = &fakeExpress{lanes: map[uint32]*fakeLane{}, cqs: map[verbs.CQ][]uint32{}}
-	return expressHotpath{h}
+	h.x = &expressLane{lanes: map[uint32]*laneQP{}, cqs: map[verbs.CQ][]uint32{}}
+	return ExpressHotpath{h}
 }
 
 // laneOf is the lane of a QP that is on it, else nil. h.mu held.
-func (h *fakeHotpath) laneOf(qpn uint32) *fakeLane {
+func (h *Hotpath) laneOf(qpn uint32) *laneQP {
 	if h.x == nil {
 		return nil
 	}
@@ -89,53 +91,53 @@ func (h *fakeHotpath) laneOf(qpn uint32) *fakeLane {
 
 // divertedPost dispatches a post of n WRs to a diverted QP: to the lane
 // while the QP is on it, else to the Runtime, again after LIP_AGAIN or
-// ErrExpress, from the first WR not posted yet.
-func (h *fakeHotpath) divertedPost(q *fakeQP, n int, lane func(*fakeLane, int) (int, error), hook func(int) (int, error)) (int, error) {
+// datapath.ErrExpress, from the first WR not posted yet.
+func (h *Hotpath) divertedPost(q *HotQP, n int, lane func(*laneQP, int) (int, error), hook func(int) (int, error)) (int, error) {
 	done := 0
-	for try := 0; try < fakeTries; try++ {
+	for try := 0; try < maxTries; try++ {
 		h.mu.Lock()
 		if l := h.laneOf(q.app.QPN); l != nil {
 			k, err := lane(l, done)
 			h.mu.Unlock()
 			done += k
-			if !errors.Is(err, errFakeAgain) {
+			if !errors.Is(err, errLaneAgain) {
 				return done, err
 			}
 		} else {
 			h.mu.Unlock()
 		}
 		k, err := hook(done)
-		if errors.Is(err, ErrHome) {
-			return done + k, errFakeHome // switched back: the hot path posts the rest
+		if errors.Is(err, datapath.ErrHome) {
+			return done + k, errHome // switched back: the hot path posts the rest
 		}
-		if !errors.Is(err, ErrExpress) {
+		if !errors.Is(err, datapath.ErrExpress) {
 			return done + k, err
 		}
 	}
 	return done, verbs.Errorf("ibv_post", verbs.EIO, "layer 2 neither resolved the keys nor surfaced (%d of %d posted)", done, n)
 }
 
-// errFakeHome: the Runtime gave the QP back meanwhile (ErrHome); the WRs
+// errHome: the Runtime gave the QP back meanwhile (datapath.ErrHome); the WRs
 // from the count returned on go to the hot path (LIP_HOME).
-var errFakeHome = errors.New("fake hot path: switched back")
+var errHome = errors.New("shimtest hot path: switched back")
 
-func (h *fakeHotpath) divertedPostSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
+func (h *Hotpath) divertedPostSend(q *HotQP, wrs []verbs.SendWR) (int, error) {
 	n, err := h.divertedPost(q, len(wrs),
-		func(l *fakeLane, from int) (int, error) { return l.postSend(q, wrs[from:]) },
+		func(l *laneQP, from int) (int, error) { return l.postSend(q, wrs[from:]) },
 		func(from int) (int, error) { return h.rt.PostSend(h.ctx, q.app.QPN, wrs[from:]) })
-	if errors.Is(err, errFakeHome) {
-		k, err := h.postSend(q, wrs[n:])
+	if errors.Is(err, errHome) {
+		k, err := h.PostSend(q, wrs[n:])
 		return n + k, err
 	}
 	return n, err
 }
 
-func (h *fakeHotpath) divertedPostRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+func (h *Hotpath) divertedPostRecv(q *HotQP, wrs []verbs.RecvWR) (int, error) {
 	n, err := h.divertedPost(q, len(wrs),
-		func(l *fakeLane, from int) (int, error) { return l.postRecv(q, wrs[from:]) },
+		func(l *laneQP, from int) (int, error) { return l.postRecv(q, wrs[from:]) },
 		func(from int) (int, error) { return h.rt.PostRecv(h.ctx, q.app.QPN, wrs[from:]) })
-	if errors.Is(err, errFakeHome) {
-		k, err := h.postRecv(q, wrs[n:])
+	if errors.Is(err, errHome) {
+		k, err := h.PostRecv(q, wrs[n:])
 		return n + k, err
 	}
 	return n, err
@@ -143,7 +145,7 @@ func (h *fakeHotpath) divertedPostRecv(q *fakeQP, wrs []verbs.RecvWR) (int, erro
 
 // translate is wr with its keys moved to the backup; false when a key
 // is not in the tables.
-func (l *fakeLane) translate(wr verbs.SendWR) (verbs.SendWR, bool) {
+func (l *laneQP) translate(wr verbs.SendWR) (verbs.SendWR, bool) {
 	if !crossnic.Replayable(wr.Opcode) {
 		return wr, false // the backup cannot carry it: layer 2 surfaces the QP
 	}
@@ -178,7 +180,7 @@ func (l *fakeLane) translate(wr verbs.SendWR) (verbs.SendWR, bool) {
 }
 
 // postSend is xl_post_send. h.mu held.
-func (l *fakeLane) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
+func (l *laneQP) postSend(q *HotQP, wrs []verbs.SendWR) (int, error) {
 	if l.st.Surfaced {
 		return l.surfacedSend(q, wrs)
 	}
@@ -199,7 +201,7 @@ func (l *fakeLane) postSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
 }
 
 // postRecv is xl_post_recv. h.mu held.
-func (l *fakeLane) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+func (l *laneQP) postRecv(q *HotQP, wrs []verbs.RecvWR) (int, error) {
 	if l.st.Surfaced {
 		return l.surfacedRecv(q, wrs)
 	}
@@ -221,7 +223,7 @@ func (l *fakeLane) postRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
 
 // translateRecv is w with its lkeys moved to the backup; false when one
 // is not in the table.
-func (l *fakeLane) translateRecv(w verbs.RecvWR) (verbs.RecvWR, bool) {
+func (l *laneQP) translateRecv(w verbs.RecvWR) (verbs.RecvWR, bool) {
 	d := verbs.RecvWR{WRID: w.WRID, SGList: append([]verbs.SGE(nil), w.SGList...)}
 	for i := range d.SGList {
 		k, ok := l.lk[d.SGList[i].LKey]
@@ -237,12 +239,12 @@ func (l *fakeLane) translateRecv(w verbs.RecvWR) (verbs.RecvWR, bool) {
 // where the older WRs are, the backup QP (in error: it flushes behind
 // them); a WR the backup refuses, or whose key misses, goes to the
 // default QP with the rest. h.mu held.
-func (l *fakeLane) surfacedSend(q *fakeQP, wrs []verbs.SendWR) (int, error) {
+func (l *laneQP) surfacedSend(q *HotQP, wrs []verbs.SendWR) (int, error) {
 	return surfacedPost(wrs, l.translate, l.lane.BackupQP.PostSend, q.qp.PostSend, &l.st.Sends)
 }
 
 // surfacedRecv is xl_surfaced_recv: surfacedSend for receives.
-func (l *fakeLane) surfacedRecv(q *fakeQP, wrs []verbs.RecvWR) (int, error) {
+func (l *laneQP) surfacedRecv(q *HotQP, wrs []verbs.RecvWR) (int, error) {
 	return surfacedPost(wrs, l.translateRecv, l.lane.BackupQP.PostRecv, q.qp.PostRecv, &l.st.Recvs)
 }
 
@@ -270,7 +272,7 @@ func surfacedPost[W any](wrs []W, translate func(W) (W, bool), bak, def func([]W
 
 // posted posts the translated WRs, counting them, and says LIP_AGAIN
 // after them when a key missed.
-func (l *fakeLane) posted(miss bool, count *uint64, post func() (int, error)) (int, error) {
+func (l *laneQP) posted(miss bool, count *uint64, post func() (int, error)) (int, error) {
 	n, err := post()
 	if err != nil {
 		return n, err
@@ -278,23 +280,23 @@ func (l *fakeLane) posted(miss bool, count *uint64, post func() (int, error)) (i
 	*count += uint64(n)
 	if miss {
 		l.st.Misses++
-		return n, errFakeAgain
+		return n, errLaneAgain
 	}
 	return n, nil
 }
 
-// fakeSurf is a QP that surfaced during a poll, reported after it.
-type fakeSurf struct {
+// laneSurf is a QP that surfaced during a poll, reported after it.
+type laneSurf struct {
 	qpn uint32
 	wc  verbs.WC
 }
 
 // divertedPollCQ is lip_diverted_poll_cq.
-func (h *fakeHotpath) divertedPollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
-	for try := 0; try < fakeTries; try++ {
+func (h *Hotpath) divertedPollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
+	for try := 0; try < maxTries; try++ {
 		h.mu.Lock()
 		if h.x != nil && len(h.x.cqs[cq]) > 0 {
-			var surf []fakeSurf
+			var surf []laneSurf
 			n, err := h.lanePoll(cq, wc, &surf)
 			h.mu.Unlock()
 			for _, s := range surf {
@@ -305,15 +307,15 @@ func (h *fakeHotpath) divertedPollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 		h.goPolls++
 		h.mu.Unlock()
 		n, err := h.rt.PollCQ(cq, wc)
-		if !errors.Is(err, ErrExpress) {
+		if !errors.Is(err, datapath.ErrExpress) {
 			return n, err
 		}
 	}
-	return 0, errors.New("fake hot path: layer 2 kept answering again without putting the CQ on the lane")
+	return 0, errors.New("shimtest hot path: layer 2 kept answering again without putting the CQ on the lane")
 }
 
 // lanePoll is xl_poll. h.mu held.
-func (h *fakeHotpath) lanePoll(cq verbs.CQ, wc []verbs.WC, surf *[]fakeSurf) (int, error) {
+func (h *Hotpath) lanePoll(cq verbs.CQ, wc []verbs.WC, surf *[]laneSurf) (int, error) {
 	h.x.turn++
 	defFirst := h.x.turn&1 == 1
 	got := 0
@@ -342,7 +344,7 @@ func (h *fakeHotpath) lanePoll(cq verbs.CQ, wc []verbs.WC, surf *[]fakeSurf) (in
 }
 
 // laneDefault polls the application's CQ itself (default_wcs).
-func (h *fakeHotpath) laneDefault(cq verbs.CQ, wc []verbs.WC) (int, error) {
+func (h *Hotpath) laneDefault(cq verbs.CQ, wc []verbs.WC) (int, error) {
 	k, err := cq.Poll(wc)
 	if err != nil {
 		return 0, err
@@ -364,7 +366,7 @@ func (h *fakeHotpath) laneDefault(cq verbs.CQ, wc []verbs.WC) (int, error) {
 }
 
 // laneBackups drains the backup CQs of cq's lane QPs (poll_backups).
-func (h *fakeHotpath) laneBackups(cq verbs.CQ, wc []verbs.WC, surf *[]fakeSurf) (int, error) {
+func (h *Hotpath) laneBackups(cq verbs.CQ, wc []verbs.WC, surf *[]laneSurf) (int, error) {
 	got := 0
 	for _, qpn := range h.x.cqs[cq] {
 		l := h.laneOf(qpn)
@@ -398,10 +400,10 @@ func (h *fakeHotpath) laneBackups(cq verbs.CQ, wc []verbs.WC, surf *[]fakeSurf) 
 
 // backupWCs turns completions of l's backup QP into what the
 // application sees, in place (backup_wcs); it returns how many it keeps.
-func (x *fakeExpress) backupWCs(l *fakeLane, wc []verbs.WC, surf *[]fakeSurf) int {
+func (x *expressLane) backupWCs(l *laneQP, wc []verbs.WC, surf *[]laneSurf) int {
 	kept := 0
 	for _, w := range wc {
-		ctrl := w.WRID == fakeCtrlSend || w.WRID == fakeCtrlRecv
+		ctrl := w.WRID == ctrlSendWRID || w.WRID == ctrlRecvWRID
 		switch {
 		case w.Status != verbs.WCSuccess:
 			x.surface(l, w, surf)
@@ -409,7 +411,7 @@ func (x *fakeExpress) backupWCs(l *fakeLane, wc []verbs.WC, surf *[]fakeSurf) in
 				continue
 			}
 		case ctrl:
-			if w.WRID == fakeCtrlRecv && w.Opcode&verbs.WCRecv != 0 && crossnic.IsRefusal(w.ImmData) {
+			if w.WRID == ctrlRecvWRID && w.Opcode&verbs.WCRecv != 0 && crossnic.IsRefusal(w.ImmData) {
 				x.surface(l, w, surf) // the peer's refusal
 			}
 			continue
@@ -426,17 +428,17 @@ func (x *fakeExpress) backupWCs(l *fakeLane, wc []verbs.WC, surf *[]fakeSurf) in
 	return kept
 }
 
-func (x *fakeExpress) surface(l *fakeLane, w verbs.WC, surf *[]fakeSurf) {
+func (x *expressLane) surface(l *laneQP, w verbs.WC, surf *[]laneSurf) {
 	if l.st.Surfaced {
 		return // already surfaced: layer 2 knows
 	}
 	l.st.Surfaced = true
 	x.reps++
-	*surf = append(*surf, fakeSurf{qpn: l.app.QPN, wc: w})
+	*surf = append(*surf, laneSurf{qpn: l.app.QPN, wc: w})
 }
 
-func (e expressHotpath) ExpressOn(q AppQP, lane ExpressLane) error {
-	h := e.fakeHotpath
+func (e ExpressHotpath) ExpressOn(q datapath.AppQP, lane datapath.ExpressLane) error {
+	h := e.Hotpath
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.x.tries++
@@ -446,7 +448,7 @@ func (e expressHotpath) ExpressOn(q AppQP, lane ExpressLane) error {
 	if fq := h.qps[q.QPN]; fq == nil || !fq.diverted {
 		return fmt.Errorf("express lane for QP %#x: the hot path has not diverted it", q.QPN)
 	}
-	l := &fakeLane{app: q, lane: lane, on: true, lk: map[uint32]uint32{}, rk: map[uint32]uint32{}}
+	l := &laneQP{app: q, lane: lane, on: true, lk: map[uint32]uint32{}, rk: map[uint32]uint32{}}
 	for k, v := range lane.LKeys {
 		l.lk[k] = v
 	}
@@ -456,8 +458,8 @@ func (e expressHotpath) ExpressOn(q AppQP, lane ExpressLane) error {
 	return nil
 }
 
-func (e expressHotpath) ExpressKey(q AppQP, remote bool, from, to uint32) error {
-	h := e.fakeHotpath
+func (e ExpressHotpath) ExpressKey(q datapath.AppQP, remote bool, from, to uint32) error {
+	h := e.Hotpath
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l := h.x.lanes[q.QPN]
@@ -473,11 +475,11 @@ func (e expressHotpath) ExpressKey(q AppQP, remote bool, from, to uint32) error 
 	return nil
 }
 
-func (e expressHotpath) ExpressCQ(cq verbs.CQ, qps []AppQP) error {
-	h := e.fakeHotpath
+func (e ExpressHotpath) ExpressCQ(cq verbs.CQ, qps []datapath.AppQP) error {
+	h := e.Hotpath
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(qps) > fakeXCQQPs {
+	if len(qps) > maxLaneCQQPs {
 		return fmt.Errorf("express lane CQ: %d QPs", len(qps))
 	}
 	qpns := []uint32{}
@@ -492,8 +494,8 @@ func (e expressHotpath) ExpressCQ(cq verbs.CQ, qps []AppQP) error {
 	return nil
 }
 
-func (e expressHotpath) ExpressSurface(q AppQP) {
-	h := e.fakeHotpath
+func (e ExpressHotpath) ExpressSurface(q datapath.AppQP) {
+	h := e.Hotpath
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if l := h.x.lanes[q.QPN]; l != nil {
@@ -502,8 +504,8 @@ func (e expressHotpath) ExpressSurface(q AppQP) {
 	h.x.surfaces++
 }
 
-func (e expressHotpath) ExpressOff(q AppQP) {
-	h := e.fakeHotpath
+func (e ExpressHotpath) ExpressOff(q datapath.AppQP) {
+	h := e.Hotpath
 	h.mu.Lock() // no post or poll is on the lane once it is held
 	defer h.mu.Unlock()
 	if l := h.x.lanes[q.QPN]; l != nil {
@@ -512,42 +514,52 @@ func (e expressHotpath) ExpressOff(q AppQP) {
 	h.x.offs++
 }
 
-func (e expressHotpath) ExpressStats(q AppQP) ExpressStats {
-	h := e.fakeHotpath
+func (e ExpressHotpath) ExpressStats(q datapath.AppQP) datapath.ExpressStats {
+	h := e.Hotpath
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if l := h.x.lanes[q.QPN]; l != nil {
 		return l.st
 	}
-	return ExpressStats{}
+	return datapath.ExpressStats{}
 }
 
-// expressCounts is what the tests read of the lane.
-type expressCounts struct {
-	ons                                       []ExpressLane
-	onQPs                                     []uint32
-	tries, keys, cqSets, offs, surfaces, reps int
+// ExpressCounts is what the lane did: every ExpressOn that succeeded
+// (Ons, with the QPs in OnQPs), and the calls of each kind (Tries: of
+// ExpressOn) and reports to the runtime (Reps).
+type ExpressCounts struct {
+	Ons                                       []datapath.ExpressLane
+	OnQPs                                     []uint32
+	Tries, Keys, CQSets, Offs, Surfaces, Reps int
 }
 
-func (h *fakeHotpath) expressCounts() expressCounts {
+// ExpressCounts reads what the lane did.
+func (h *Hotpath) ExpressCounts() ExpressCounts {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	x := h.x
-	return expressCounts{ons: append([]ExpressLane(nil), x.ons...), onQPs: append([]uint32(nil), x.onQPs...),
-		tries: x.tries, keys: x.keys, cqSets: x.cqSets, offs: x.offs, surfaces: x.surfaces, reps: x.reps}
+	return ExpressCounts{Ons: append([]datapath.ExpressLane(nil), x.ons...), OnQPs: append([]uint32(nil), x.onQPs...),
+		Tries: x.tries, Keys: x.keys, CQSets: x.cqSets, Offs: x.offs, Surfaces: x.surfaces, Reps: x.reps}
 }
 
-// laneCQ returns the lane QPs the polls of cq drain, and whether the lane
+// FailExpressOn makes every later ExpressOn fail with err.
+func (h *Hotpath) FailExpressOn(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.x.onErr = err
+}
+
+// LaneCQ returns the lane QPs the polls of cq drain, and whether the lane
 // was ever told about cq.
-func (h *fakeHotpath) laneCQ(cq verbs.CQ) ([]uint32, bool) {
+func (h *Hotpath) LaneCQ(cq verbs.CQ) ([]uint32, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q, ok := h.x.cqs[cq]
 	return append([]uint32(nil), q...), ok
 }
 
-// laneKey is the lane's translation of a key of QP qpn.
-func (h *fakeHotpath) laneKey(qpn uint32, remote bool, from uint32) (uint32, bool) {
+// LaneKey is the lane's translation of a key of QP qpn.
+func (h *Hotpath) LaneKey(qpn uint32, remote bool, from uint32) (uint32, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l := h.x.lanes[qpn]
@@ -562,8 +574,8 @@ func (h *fakeHotpath) laneKey(qpn uint32, remote bool, from uint32) (uint32, boo
 	return k, ok
 }
 
-// dropLaneKey makes the lane miss a key of QP qpn.
-func (h *fakeHotpath) dropLaneKey(qpn uint32, remote bool, from uint32) {
+// DropLaneKey makes the lane miss a key of QP qpn.
+func (h *Hotpath) DropLaneKey(qpn uint32, remote bool, from uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if l := h.x.lanes[qpn]; l != nil {
@@ -571,12 +583,28 @@ func (h *fakeHotpath) dropLaneKey(qpn uint32, remote bool, from uint32) {
 	}
 }
 
-// laneStats reads the lane's counters of QP qpn.
-func (h *fakeHotpath) laneStats(qpn uint32) ExpressStats {
+// LaneStats reads the lane's counters of QP qpn.
+func (h *Hotpath) LaneStats(qpn uint32) datapath.ExpressStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if l := h.x.lanes[qpn]; l != nil {
 		return l.st
 	}
-	return ExpressStats{}
+	return datapath.ExpressStats{}
+}
+
+// OnLane reports whether QP qpn is on the lane and the polls of each of
+// cqs drain lane QPs.
+func (h *Hotpath) OnLane(qpn uint32, cqs ...verbs.CQ) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.laneOf(qpn) == nil {
+		return false
+	}
+	for _, cq := range cqs {
+		if len(h.x.cqs[cq]) == 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,153 @@
+package demo
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/simrun"
+)
+
+// A random scenario (--random) draws from the seed two to four faults
+// that heal, one after the other, each with its repair, then, one time in
+// three each, an HCA that dies or a whole host whose HCAs all die. The
+// kinds are those of the campaigns of crossnic and verbs/sim that a
+// process-level run can drive:
+//
+//	pull     a cable of either port of an HCA pulled, plugged back after 20-300 ms
+//	flap     a cable pulled and plugged back 2-4 times (down 1-30 ms, up 5-60 ms)
+//	hca      every cable of an HCA pulled, plugged back after 20-300 ms
+//	leaf     a leaf switch (one rail, one port of each host's HCA) dies, revived after 20-300 ms
+//	loss     1, 2 or 5% of the packets through a port lost for 20-150 ms
+//	delay    the packets through a port delayed by up to 10, 50 or 200 µs (reordered) for 20-150 ms
+//	death    an HCA dies for good
+//	host     both HCAs of a host die: nothing healthy is left for its QPs,
+//	         whose errors, and their peers', may reach the applications (layer 3)
+//
+// Each fault starts 150-350 ms after the previous one healed, when the
+// layers have brought the traffic home again: two faults never overlap.
+// A flapping cable may hit layer 2 while it switches back (on RoCE, or
+// once layer 1 let the QP go), which may surface the error (docs/SHIM.md,
+// "Known limits"): the QPs of that HCA are allowed to.
+
+// faultKinds are the kinds of a random scenario's healing faults.
+var faultKinds = []string{"pull", "flap", "hca", "leaf", "loss", "delay"}
+
+// Drawing bounds.
+const (
+	firstFault = 20 * time.Millisecond  // the first fault, after the world is ready
+	settleMin  = 150 * time.Millisecond // between a repair and the next fault, at least
+	settleDraw = 200 * time.Millisecond // and a draw of up to this more
+	tailAfter  = 400 * time.Millisecond // the applications stop posting this long after the last step
+)
+
+// random draws a scenario from o.Seed.
+func random(o Options) scenario {
+	rng := rand.New(rand.NewPCG(o.Seed, 0x1b9a7f)) // a stream of its own: the fabric's draws stay the fabric's
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	host := func() string { return []string{node0, node1}[rng.IntN(2)] }
+	var steps []step
+	t := firstFault
+	n := 2 + rng.IntN(3)
+	for range n {
+		h, hca := host(), rng.IntN(2)
+		dev, port := o.dev(hca), uint8(1+rng.IntN(o.ports()))
+		var end time.Duration
+		switch kind := faultKinds[rng.IntN(len(faultKinds))]; kind {
+		case "pull":
+			end = t + ms(20, 300)
+			steps = append(steps,
+				step{at: t, fault: true, text: fmt.Sprintf("cable of %s/%s port %d pulled", h, dev, port), do: cables(h, dev, false, port)},
+				step{at: end, text: fmt.Sprintf("cable of %s/%s port %d plugged back in", h, dev, port), do: cables(h, dev, true, port)})
+		case "flap":
+			count := 2 + rng.IntN(3)
+			allow := map[string]string{simrun.Conns[hca]: "a link flapping again while layer 2 switches back (docs/SHIM.md, Known limits)"}
+			end = t
+			for i := range count {
+				down := ms(1, 30)
+				steps = append(steps,
+					step{at: end, fault: true, allow: allow, text: fmt.Sprintf("flap %d of %d: cable of %s/%s port %d pulled", i+1, count, h, dev, port),
+						do: cables(h, dev, false, port)},
+					step{at: end + down, text: fmt.Sprintf("flap %d of %d: cable of %s/%s port %d plugged back in", i+1, count, h, dev, port),
+						do: cables(h, dev, true, port)})
+				end += down
+				if i < count-1 {
+					end += ms(5, 60)
+				}
+			}
+		case "hca":
+			end = t + ms(20, 300)
+			steps = append(steps,
+				step{at: t, fault: true, text: fmt.Sprintf("%s of %s/%s pulled", o.cablesWord(), h, dev), do: cables(h, dev, false, o.allPorts()...)},
+				step{at: end, text: fmt.Sprintf("%s of %s/%s plugged back in", o.cablesWord(), h, dev), do: cables(h, dev, true, o.allPorts()...)})
+		case "leaf":
+			leaf := fmt.Sprintf("rail%d-p%d", hca, port)
+			end = t + ms(20, 300)
+			steps = append(steps,
+				step{at: t, fault: true, text: fmt.Sprintf("leaf %s dies: port %d of %s on both hosts loses its link", leaf, port, dev),
+					do: func(w *simrun.World) error { return w.SetLeaf(leaf, false) }},
+				step{at: end, text: fmt.Sprintf("leaf %s revived", leaf), do: func(w *simrun.World) error { return w.SetLeaf(leaf, true) }})
+		case "loss":
+			p := []float64{0.01, 0.02, 0.05}[rng.IntN(3)]
+			end = t + ms(20, 150)
+			steps = append(steps,
+				step{at: t, fault: true, text: fmt.Sprintf("%g%% of the packets through %s/%s port %d lost", 100*p, h, dev, port),
+					do: func(w *simrun.World) error { return w.SetLoss(h, dev, port, p) }},
+				step{at: end, text: fmt.Sprintf("no more loss through %s/%s port %d", h, dev, port),
+					do: func(w *simrun.World) error { return w.SetLoss(h, dev, port, 0) }})
+		case "delay":
+			d := []time.Duration{10 * time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond}[rng.IntN(3)]
+			end = t + ms(20, 150)
+			steps = append(steps,
+				step{at: t, fault: true, text: fmt.Sprintf("the packets through %s/%s port %d delayed by up to %v, out of order", h, dev, port, d),
+					do: func(w *simrun.World) error { return w.SetDelay(h, dev, port, d) }},
+				step{at: end, text: fmt.Sprintf("no more delay through %s/%s port %d", h, dev, port),
+					do: func(w *simrun.World) error { return w.SetDelay(h, dev, port, 0) }})
+		}
+		t = end + settleMin + ms(0, int(settleDraw/time.Millisecond))
+	}
+	switch rng.IntN(3) {
+	case 1:
+		h, dev := host(), o.dev(rng.IntN(2))
+		steps = append(steps, step{at: t, fault: true, text: fmt.Sprintf("%s %s/%s dies", o.adapter(), h, dev),
+			do: func(w *simrun.World) error { return w.KillHCA(h, dev) }})
+		t += tailAfter
+	case 2:
+		h := host()
+		why := fmt.Sprintf("both %ss of %s died", o.adapter(), h)
+		allow := map[string]string{}
+		for _, c := range simrun.Conns {
+			allow[c] = why
+		}
+		steps = append(steps, step{at: t, fault: true, allow: allow,
+			text: fmt.Sprintf("both %ss of %s die: nothing healthy is left for its QPs", o.adapter(), h),
+			do: func(w *simrun.World) error {
+				for i := range 2 {
+					if err := w.KillHCA(h, o.dev(i)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}})
+		t += tailAfter
+	default:
+		t += tailAfter - settleMin
+	}
+	return scenario{
+		header: append([]string{fmt.Sprintf("schedule drawn from seed %d: %d faults that heal, one after the other%s:", o.Seed, n, tailWords(steps))}, plan(steps)...),
+		steps:  steps,
+		stopAt: t,
+	}
+}
+
+// tailWords says how a random schedule ends.
+func tailWords(steps []step) string {
+	last := steps[len(steps)-1]
+	switch {
+	case !last.fault:
+		return ""
+	case len(last.allow) > 0:
+		return ", then a host loses every adapter"
+	}
+	return ", then an adapter dies"
+}
