@@ -63,6 +63,7 @@ type Stats struct {
 	PolledMigrations int // of HWMigrations, those the migration poll found before any event
 	MigrationPolls   int // ibv_query_qp calls of the migration poll
 	Failbacks        int
+	FailbacksHeld    int // failbacks put off by a hold-down: the home path's far port was not ACTIVE
 	Handovers        int
 	NoAlternate      int // loads that found no healthy alternate
 	ModifyFallbacks  int // application modifies retried without the APM bits

@@ -126,9 +126,19 @@ func (m *Manager) pollMigrated(e *entry, now time.Duration) {
 // raises no event here).
 func (m *Manager) armedWork(e *entry, now time.Duration) {
 	if e.m.WantsFailback() {
-		if now >= e.armedAt+m.cfg.FailbackHold {
-			m.step(e, fsm.APMEvent{Kind: fsm.EvFailbackDue})
+		if now < e.armedAt+m.cfg.FailbackHold {
+			return
 		}
+		if !m.homeUsable(e) {
+			// The home path was armed from a description of the peer's
+			// adapter taken before its port failed (descriptions are
+			// cached), or the port failed since: failing back would move
+			// the traffic onto a dead path. Wait another hold-down.
+			e.armedAt = now
+			m.stats.FailbacksHeld++
+			return
+		}
+		m.step(e, fsm.APMEvent{Kind: fsm.EvFailbackDue})
 		return
 	}
 	if e.m.Primary == e.m.Home || now < e.nextProbe {
@@ -150,6 +160,22 @@ func (m *Manager) armedWork(e *entry, now time.Duration) {
 	if pathsel.Usable(e.dev.desc, peer, cur, pathsel.Ref{Port: e.m.Home.Port, Bits: e.m.Home.Bits}, m.cfg.Policy) {
 		m.step(e, fsm.APMEvent{Kind: fsm.EvProbe})
 	}
+}
+
+// homeUsable reports whether e's home path would be chosen now, by this
+// adapter's and the peer's current descriptions (true when they cannot
+// be had: the failback goes ahead as the hold-down said).
+func (m *Manager) homeUsable(e *entry) bool {
+	attr, _, err := e.qp.Query(verbs.QPAttrPort | verbs.QPAttrAV | verbs.QPAttrTimeout)
+	if err != nil || e.dev.descErr != nil {
+		return true
+	}
+	peer, err := m.peers.Peer(attr.AHAttr)
+	if err != nil {
+		return true
+	}
+	cur := pathsel.Path{Port: attr.PortNum, AH: attr.AHAttr, PKeyIndex: attr.PKeyIndex, Timeout: attr.Timeout}
+	return pathsel.Usable(e.dev.desc, peer, cur, pathsel.Ref{Port: e.m.Home.Port, Bits: e.m.Home.Bits}, m.cfg.Policy)
 }
 
 // pollSoon starts the migration poll of d's ARMED QPs over: a port or
