@@ -38,17 +38,7 @@ func TestDrainHoldsUntilUndrain(t *testing.T) {
 	// 40 probe intervals with the switch back ticking: still away.
 	end := f.Now() + 40*switchTick
 	for f.Now() < end {
-		for _, q := range []*appQP{qa, qb} {
-			q.total = max(q.total, q.sent+l2Window)
-		}
-		postStep(t, hosts)
-		for _, x := range hosts {
-			x.rt.switchTickOnce()
-		}
-		f.RunFor(50 * time.Microsecond)
-		for _, x := range hosts {
-			x.poll(t)
-		}
+		switchStep(t, f, hosts, qa, qb)
 		if !qa.diverted() {
 			t.Fatalf("A came back onto its drained port at %v:\n%s", f.Now(), a.log)
 		}

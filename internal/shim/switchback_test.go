@@ -37,21 +37,29 @@ func homeAgainChecked(t *testing.T, f *sim.Fabric, hosts []*l2host, check func()
 		if time.Now().After(deadline) {
 			t.Fatalf("not switched back at virtual %v: %s\n%s log:\n%s", f.Now(), progress(hosts), qs[0].x.name, qs[0].x.log)
 		}
-		for _, q := range qs {
-			q.total = max(q.total, q.sent+l2Window)
-		}
-		postStep(t, hosts)
-		for _, x := range hosts {
-			x.rt.switchTickOnce()
-		}
-		f.RunFor(50 * time.Microsecond)
-		for _, x := range hosts {
-			x.poll(t)
-		}
+		switchStep(t, f, hosts, qs...)
 		check()
 		if i%4 == 0 {
 			time.Sleep(200 * time.Microsecond)
 		}
+	}
+}
+
+// switchStep is one step of traffic with the switch back ticking: qs get
+// more messages to send as needed, the runtimes are ticked right after
+// the posts, then the fabric carries them for 50 us.
+func switchStep(t *testing.T, f *sim.Fabric, hosts []*l2host, qs ...*appQP) {
+	t.Helper()
+	for _, q := range qs {
+		q.total = max(q.total, q.sent+l2Window)
+	}
+	postStep(t, hosts)
+	for _, x := range hosts {
+		x.rt.switchTickOnce()
+	}
+	f.RunFor(50 * time.Microsecond)
+	for _, x := range hosts {
+		x.poll(t)
 	}
 }
 
