@@ -225,8 +225,13 @@ func TestClientNotIbpathd(t *testing.T) {
 			if err != nil {
 				return
 			}
+			// as sshd does: its banner, then it waits for the client's
+			// (closing at once raced the client's request: broken pipe)
 			conn.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
-			conn.Close()
+			go func() {
+				io.Copy(io.Discard, conn)
+				conn.Close()
+			}()
 		}
 	}()
 	_, err = api.NewClient(socket, 5*time.Second).Status(context.Background())
