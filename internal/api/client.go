@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -72,8 +73,16 @@ func (c *Client) callError(ctx context.Context, method, path string, err error) 
 		}
 		return fmt.Errorf("%w (socket %s): %w", ErrDaemonDown, c.Socket, op.Err)
 	}
-	if strings.Contains(err.Error(), "malformed HTTP") {
+	// Connected, but no HTTP answer: bytes that are not HTTP (read as an
+	// answer, or sent before the request, as sshd does: net/http's
+	// "unsolicited response"), or the connection closed without one.
+	if msg := err.Error(); strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "readLoopPeekFailLocked") {
 		return fmt.Errorf("socket %s: %w (%s %s: the answer is not HTTP): %w", c.Socket, ErrNotIbpathd, method, path, err)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) ||
+		strings.Contains(err.Error(), "server closed idle connection") { // net/http's unexported errServerClosedIdle
+		return fmt.Errorf("socket %s: %w (%s %s: the connection was closed without an HTTP answer): %w",
+			c.Socket, ErrNotIbpathd, method, path, err)
 	}
 	return fmt.Errorf("%s %s: %w", method, path, err)
 }

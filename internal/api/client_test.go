@@ -238,6 +238,30 @@ func TestClientNotIbpathd(t *testing.T) {
 	if !errors.Is(err, api.ErrNotIbpathd) || errors.Is(err, api.ErrDaemonDown) {
 		t.Errorf("a server that is not HTTP: err %v, want ErrNotIbpathd", err)
 	}
+
+	// one that closes the connection at once, before or after the
+	// request was written
+	closer := filepath.Join(dir, "closer.sock")
+	ln2, err := net.Listen("unix", closer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln2.Close() })
+	go func() {
+		for {
+			conn, err := ln2.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	for i := 0; i < 20; i++ {
+		_, err = api.NewClient(closer, 5*time.Second).Status(context.Background())
+		if !errors.Is(err, api.ErrNotIbpathd) || !strings.Contains(err.Error(), "closed") && !strings.Contains(err.Error(), "not HTTP") {
+			t.Fatalf("a server that closes at once: err %v, want ErrNotIbpathd", err)
+		}
+	}
 }
 
 // TestClientTimeout: a daemon that does not answer in time is a timeout
