@@ -394,14 +394,14 @@ func TestRandomKinds(t *testing.T) {
 	seen := map[string]bool{}
 	for seed := uint64(1); seed <= 40; seed++ {
 		for _, st := range random(Options{Seed: seed, Random: true}).steps {
-			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs"} {
+			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for"} {
 				if st.fault && strings.Contains(st.text, k) {
 					seen[k] = true
 				}
 			}
 		}
 	}
-	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs"} {
+	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for"} {
 		if !seen[k] {
 			t.Errorf("no random scenario of 40 seeds has a fault %q", k)
 		}

@@ -20,6 +20,9 @@ import (
 //	leaf     a leaf switch (one rail, one port of each host's HCA) dies, revived after 20-300 ms
 //	loss     1, 2 or 5% of the packets through a port lost for 20-150 ms
 //	delay    the packets through a port delayed by up to 10, 50 or 200 µs (reordered) for 20-150 ms
+//	stall    every cable of an HCA pulled while the peer's process of that
+//	         connection is stopped (not scheduled) for 1-50 ms: the failover
+//	         waits for the peer's answer; plugged back after 20-300 ms
 //	death    an HCA dies for good
 //	host     both HCAs of a host die: nothing healthy is left for its QPs,
 //	         whose errors, and their peers', may reach the applications (layer 3)
@@ -31,7 +34,7 @@ import (
 // "Known limits"): the QPs of that HCA are allowed to.
 
 // faultKinds are the kinds of a random scenario's healing faults.
-var faultKinds = []string{"pull", "flap", "hca", "leaf", "loss", "delay"}
+var faultKinds = []string{"pull", "flap", "hca", "leaf", "loss", "delay", "stall"}
 
 // Drawing bounds.
 const (
@@ -95,6 +98,15 @@ func random(o Options) scenario {
 					do: func(w *simrun.World) error { return w.SetLoss(h, dev, port, p) }},
 				step{at: end, text: fmt.Sprintf("no more loss through %s/%s port %d", h, dev, port),
 					do: func(w *simrun.World) error { return w.SetLoss(h, dev, port, 0) }})
+		case "stall":
+			peer := map[string]string{node0: node1, node1: node0}[h]
+			conn, d := simrun.Conns[hca], ms(1, 50)
+			end = t + ms(20, 300)
+			steps = append(steps,
+				step{at: t, fault: true, text: fmt.Sprintf("process %s %s stopped for %v", peer, conn, d),
+					do: func(w *simrun.World) error { return w.Stall(peer, conn, d) }},
+				step{at: t, fault: true, text: fmt.Sprintf("%s of %s/%s pulled", o.cablesWord(), h, dev), do: cables(h, dev, false, o.allPorts()...)},
+				step{at: end, text: fmt.Sprintf("%s of %s/%s plugged back in", o.cablesWord(), h, dev), do: cables(h, dev, true, o.allPorts()...)})
 		case "delay":
 			d := []time.Duration{10 * time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond}[rng.IntN(3)]
 			end = t + ms(20, 150)

@@ -62,7 +62,11 @@ func (w *World) RunUntil(t time.Duration) error {
 // the applications' calls make due in a runtime it does in them, or asks
 // for a time (the next step reads it).
 func (w *World) appStep() error {
+	now := w.Fabric.Now()
 	for _, p := range w.Procs {
+		if !p.running(now) {
+			continue
+		}
 		if err := p.readEvents(); err != nil {
 			return err
 		}
@@ -71,10 +75,14 @@ func (w *World) appStep() error {
 		p.step()
 	}
 	for _, q := range w.QPs {
-		q.poll()
+		if q.Proc.running(now) {
+			q.poll()
+		}
 	}
 	for _, q := range w.QPs {
-		q.post()
+		if q.Proc.running(now) {
+			q.post()
+		}
 	}
 	return nil
 }

@@ -123,3 +123,18 @@ func (w *World) AllowSurface(q *QP, why string) {
 // MaySurface is why an error may reach q's application ("" when none
 // may).
 func (q *QP) MaySurface() string { return q.maySurface }
+
+// Stall stops the process of connection conn on host for d, as a
+// process that is not scheduled (SIGSTOP, an overloaded core): neither
+// the application nor the runtime runs, nothing is polled or posted, no
+// event is read; its HCA goes on answering the peer's packets.
+func (w *World) Stall(host, conn string, d time.Duration) error {
+	for _, p := range w.Procs {
+		if p.Host.Name() == host && p.Name == host+" "+conn {
+			w.record(Record{Kind: KindFault, Text: fmt.Sprintf("process %s stopped for %v", p.Name, d)})
+			p.stopped = w.Fabric.Now() + d
+			return nil
+		}
+	}
+	return fmt.Errorf("simrun: no process of connection %q on %s", conn, host)
+}

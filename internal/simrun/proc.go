@@ -31,7 +31,13 @@ type Proc struct {
 	buf    []byte
 	due    time.Duration // when the runtime asked to be stepped again
 	hasDue bool
+	// stopped is when the process runs again after Stall: until then
+	// nothing of it runs, neither the application nor the runtime.
+	stopped time.Duration
 }
+
+// running reports whether the process runs at virtual time now.
+func (p *Proc) running(now time.Duration) bool { return now >= p.stopped }
 
 // read is the process's memory as the shim's MemReader sees it.
 func (p *Proc) read(addr uint64, n uint32) []byte {
@@ -44,6 +50,10 @@ func (p *Proc) read(addr uint64, n uint32) []byte {
 
 // step runs the runtime's background work due now.
 func (p *Proc) step() {
+	if now := p.w.Fabric.Now(); !p.running(now) {
+		p.due, p.hasDue = p.stopped, true // what was due runs when it runs again
+		return
+	}
 	p.due, p.hasDue = p.RT.Step()
 }
 

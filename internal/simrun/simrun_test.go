@@ -228,3 +228,50 @@ func TestRoCE(t *testing.T) {
 		t.Error("link layer 7 accepted")
 	}
 }
+
+// TestStallStopsTheProcess: a stalled process polls, posts and steps
+// nothing for the stall's length (its peer's messages wait in its HCA),
+// then takes everything up, with every check holding.
+func TestStallStopsTheProcess(t *testing.T) {
+	w := ready(t, Config{Seed: 1})
+	must(t, w.RunUntil(w.Now()+5*time.Millisecond))
+	var b *QP
+	for _, q := range w.QPs {
+		if q.Proc.Name == "node1 A" {
+			b = q
+		}
+	}
+	if err := w.Stall("node1", "C", time.Millisecond); err == nil {
+		t.Fatal("a stall of a connection that does not exist accepted")
+	}
+	must(t, w.Stall("node1", "A", 10*time.Millisecond))
+	sent, recvd := b.Sent, b.Recvd
+	must(t, w.RunUntil(w.Now()+9*time.Millisecond))
+	if b.Sent != sent || b.Recvd != recvd {
+		t.Fatalf("a stopped process sent %d and received %d", b.Sent-sent, b.Recvd-recvd)
+	}
+	must(t, w.RunUntil(w.Now()+10*time.Millisecond))
+	if b.Sent == sent || b.Recvd == recvd {
+		t.Fatal("the process did not run again after its stall")
+	}
+	// Its runtime stops too: stalled while its peer's HCA loses every
+	// cable, it does not take part in the failover until it runs again.
+	must(t, w.Stall("node1", "A", 20*time.Millisecond))
+	for _, n := range []uint8{1, 2} {
+		must(t, w.SetCable("node0", "mlx5_0", n, false))
+	}
+	must(t, w.RunUntil(w.Now()+15*time.Millisecond))
+	if s := b.Status(); s.CrossNIC != "" && s.CrossNIC != fsm.SQDefault.String() {
+		t.Fatalf("a stopped process's layer 2 acted: %+v", s)
+	}
+	must(t, w.RunUntil(w.Now()+30*time.Millisecond))
+	if s := b.Status(); s.CrossNIC != fsm.SQFallback.String() {
+		t.Fatalf("not failed over once it ran again: %+v", s)
+	}
+	if ok, err := w.Quiesce(time.Second); err != nil || !ok {
+		t.Fatalf("quiesce: %v %v", ok, err)
+	}
+	if v := w.Verdict(); !v.OK() {
+		t.Fatalf("verdict: %v", v.Violations)
+	}
+}
