@@ -394,14 +394,14 @@ func TestRandomKinds(t *testing.T) {
 	seen := map[string]bool{}
 	for seed := uint64(1); seed <= 40; seed++ {
 		for _, st := range random(Options{Seed: seed, Random: true}).steps {
-			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for"} {
+			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down"} {
 				if st.fault && strings.Contains(st.text, k) {
 					seen[k] = true
 				}
 			}
 		}
 	}
-	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for"} {
+	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down"} {
 		if !seen[k] {
 			t.Errorf("no random scenario of 40 seeds has a fault %q", k)
 		}
@@ -429,7 +429,7 @@ func TestRandomHostLost(t *testing.T) {
 	seed := uint64(0)
 	for s := uint64(1); s <= 40 && seed == 0; s++ {
 		sc := random(Options{Seed: s, Random: true})
-		if last := sc.steps[len(sc.steps)-1]; last.fault && len(last.allow) == len(simrun.Conns) {
+		if last := sc.steps[len(sc.steps)-1]; last.fault && len(last.allow) == len(simrun.Conns) && strings.Contains(last.text, "nothing healthy") {
 			seed = s
 		}
 	}

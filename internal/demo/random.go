@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/ibpath/ibpath/internal/simrun"
@@ -10,7 +11,8 @@ import (
 
 // A random scenario (--random) draws from the seed two to four faults
 // that heal, one after the other, each with its repair, then, one time in
-// three each, an HCA that dies or a whole host whose HCAs all die. The
+// five each, an HCA that dies, a whole host whose HCAs all die, both ends'
+// HCAs of a connection, or a backup and then its default HCA. The
 // kinds are those of the campaigns of crossnic and verbs/sim that a
 // process-level run can drive:
 //
@@ -26,6 +28,13 @@ import (
 //	death    an HCA dies for good
 //	host     both HCAs of a host die: nothing healthy is left for its QPs,
 //	         whose errors, and their peers', may reach the applications (layer 3)
+//	both     the default HCAs of one connection die on both hosts at once
+//	backup   a host's backup HCA loses its cables, then its default HCA dies
+//	         (with two HCAs a host, the backup of one connection is the
+//	         other's default: both connections' errors may reach the
+//	         applications)
+//
+// The last four end a schedule.
 //
 // Each fault starts 150-350 ms after the previous one healed, when the
 // layers have brought the traffic home again: two faults never overlap.
@@ -118,7 +127,35 @@ func random(o Options) scenario {
 		}
 		t = end + settleMin + ms(0, int(settleDraw/time.Millisecond))
 	}
-	switch rng.IntN(3) {
+	switch rng.IntN(5) {
+	case 3:
+		// both ends' default HCAs of one connection at once: each side
+		// fails over while the other does (no error may reach them)
+		dev := o.dev(rng.IntN(2))
+		steps = append(steps, step{at: t, fault: true, text: fmt.Sprintf("%s %s/%s and %s/%s die together", o.adapter(), node0, dev, node1, dev),
+			do: func(w *simrun.World) error {
+				for _, h := range []string{node0, node1} {
+					if err := w.KillHCA(h, dev); err != nil {
+						return err
+					}
+				}
+				return nil
+			}})
+		t += tailAfter
+	case 4:
+		// the backup first: the other HCA's cables of a host, then its
+		// default HCA dies: nothing healthy is left for that connection
+		h, i := host(), rng.IntN(2)
+		dev, bak := o.dev(i), o.dev(1-i)
+		// With two HCAs a host, the backup of one connection is the
+		// other's default: both are left with nothing healthy.
+		why := fmt.Sprintf("%s's %s lost its cables and its %s died", h, bak, dev)
+		allow := map[string]string{simrun.Conns[0]: why, simrun.Conns[1]: why}
+		steps = append(steps,
+			step{at: t, fault: true, text: fmt.Sprintf("%s of %s/%s (the backup of %s) pulled", o.cablesWord(), h, bak, dev), do: cables(h, bak, false, o.allPorts()...)},
+			step{at: t + ms(5, 50), fault: true, allow: allow, text: fmt.Sprintf("%s %s/%s dies, its backup down", o.adapter(), h, dev),
+				do: func(w *simrun.World) error { return w.KillHCA(h, dev) }})
+		t = steps[len(steps)-1].at + tailAfter
 	case 1:
 		h, dev := host(), o.dev(rng.IntN(2))
 		steps = append(steps, step{at: t, fault: true, text: fmt.Sprintf("%s %s/%s dies", o.adapter(), h, dev),
@@ -158,6 +195,10 @@ func tailWords(steps []step) string {
 	switch {
 	case !last.fault:
 		return ""
+	case strings.Contains(last.text, "backup down"):
+		return ", then a backup loses its cables and its default adapter dies"
+	case strings.Contains(last.text, "die together"):
+		return ", then the adapters at both ends of a connection die"
 	case len(last.allow) > 0:
 		return ", then a host loses every adapter"
 	}
