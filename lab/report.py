@@ -218,14 +218,27 @@ def failover(m, client, server):
 
 
 PORT_ACTIVE_AT = re.compile(r"time=(\S+) level=INFO msg=\"libibpath: rxe0 PORT_ACTIVE")
+UNDRAINED_AT = re.compile(r"time=(\S+) level=INFO msg=\"libibpath: rxe0 port 1 undrained\"")
 
 
 def switchback(m, client, server):
     """The shim's switch backs of a cut row: how many QPs went home (both
     sides) and the time from the restore of link A to the last of them.
-    The restore's time: the cut guest's shim logging PORT_ACTIVE of rxe0,
-    else each guest's wall clock read just after the restore (late by the
-    time that read takes)."""
+    The restore's time: a drain row's undrain (the cut guest's shim
+    logging that it heard it, else the cut guest's clock just before the
+    command, which under TCG may start seconds before the shim hears it),
+    else the cut guest's shim logging PORT_ACTIVE of rxe0, else each
+    guest's wall clock read just after the restore (late by the time that
+    read takes).
+
+    >>> line = 'time=2026-11-28T11:46:09.015Z level=INFO msg="libibpath: layer 2 switched back" qpn=17 at_unix_ns=1795866369014876395'
+    >>> heard = 'time=2026-11-28T11:46:08.910Z level=INFO msg="libibpath: rxe0 port 1 undrained" was_drained=true'
+    >>> m = {"cut": "drain-g1", "undrain_ns": "1795866362901713747"}
+    >>> round(switchback(m, heard + chr(10) + line, "")["restore_to_home_ms"])
+    105
+    >>> round(switchback(m, line, "")["restore_to_home_ms"])
+    6113
+    """
     f = {"home_qps": 0}
     cut_guest = m["cut"].rsplit("-", 1)[-1]
     active = PORT_ACTIVE_AT.search(client if cut_guest == "g1" else server)
@@ -234,6 +247,11 @@ def switchback(m, client, server):
         ref = int(rest) if rest.isdigit() else None
         if active:
             ref = wall_ns(active.group(1))
+        if m.get("undrain_ns", "").isdigit():
+            ref = int(m["undrain_ns"])
+        heard = UNDRAINED_AT.search(client if cut_guest == "g1" else server)
+        if heard:
+            ref = wall_ns(heard.group(1))
         for line in out.splitlines():
             if "layer 2 switched back" not in line:
                 continue

@@ -19,8 +19,9 @@
 #   setlink-g1 / setlink-g2   QEMU monitor "set_link n0 off" on that guest's end
 #   ipdown-g1 / ipdown-g2     "ip link set eth0 down" inside that guest
 #   drain-g1                  no cut: an operator's "ibpath drain --port rxe0:1
-#                             --wait" in g1 (the link stays up), then
-#                             "ibpath undrain" (shim rows only; the report
+#                             --wait" in g1 (the link stays up), then after
+#                             LAB_CUT_FOR s "ibpath undrain", in one guest
+#                             command (shim rows only; the report
 #                             requires both to succeed, a failover, and with
 #                             sb the QPs home again)
 #
@@ -127,10 +128,10 @@ prog_cmds() {
 		# -wr: posting through the ibv_wr_* API (-N)
 		[ "$1" = pingpong-wr ] && common="$common -N"
 		# a drain waits for the traffic to leave, then the undrain for it
-		# to come home: three times the cut rows' iterations, and the
+		# to come home: four times the cut rows' iterations, and the
 		# program sleeping (-ev) leaves the guests' vCPU to the ibpath
 		# commands (a busy pingpong held them up for tens of seconds)
-		[[ "$3" == drain-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 6)) -p $p -e"
+		[[ "$3" == drain-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 8)) -p $p -e"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60
 		[[ "$3" == drain-* ]] && LIMIT=150 CUT_CAP=150 ;;
 	write_bw | send_bw | read_bw)
@@ -250,15 +251,20 @@ cut_apply() {
 	setlink-*) monitor "$g" "set_link n0 $state" ;;
 	ipdown-*) gexec "$g" 10 "echo CUT_NS \$(date +%s%N); ip link set eth0 $([ "$state" = off ] && echo down || echo up)" ;;
 	drain-*)
-		# the guest's ibpathd (lab/guest/daemon.sh) on its default socket
+		# the guest's ibpathd (lab/guest/daemon.sh) on its default socket.
+		# The drain, LAB_CUT_FOR s drained, and the undrain are one guest
+		# command: under TCG each host round trip into a busy guest costs
+		# seconds, and the program may end before a separate undrain
+		# arrives. The restore step has nothing left to do.
 		local out
-		if [ "$state" = off ]; then
-			out=$(gexec "$g" 70 "\$LAB_BUILD/ibpath --timeout 30s drain --port rxe0:1 --wait 40s; echo DRAIN_RC \$?")
-			meta drain_rc "$(awk '/^DRAIN_RC/ {print $2}' <<<"$out")"
-		else
-			out=$(gexec "$g" 40 "\$LAB_BUILD/ibpath --timeout 30s undrain --port rxe0:1; echo UNDRAIN_RC \$?")
-			meta undrain_rc "$(awk '/^UNDRAIN_RC/ {print $2}' <<<"$out")"
+		if [ "$state" = on ]; then
+			echo "undrained by the drain step"
+			return 0
 		fi
+		out=$(gexec "$g" $((LAB_CUT_FOR + 110)) "\$LAB_BUILD/ibpath --timeout 30s drain --port rxe0:1 --wait 40s; echo DRAIN_RC \$?; sleep $LAB_CUT_FOR; echo UNDRAIN_NS \$(date +%s%N); \$LAB_BUILD/ibpath --timeout 30s undrain --port rxe0:1; echo UNDRAIN_RC \$?")
+		meta drain_rc "$(awk '/^DRAIN_RC/ {print $2}' <<<"$out")"
+		meta undrain_ns "$(awk '/^UNDRAIN_NS/ {print $2}' <<<"$out")"
+		meta undrain_rc "$(awk '/^UNDRAIN_RC/ {print $2}' <<<"$out")"
 		echo "$out"
 		;;
 	esac
