@@ -4,7 +4,8 @@
 # installed), the lab's host-side tests, every test (with the race
 # detector where goroutines run, shortened), then the seeded fault
 # campaigns at full size without it (they start no goroutines; the race
-# pass runs them shortened), and layer 1 on every simulator profile. Extra
+# pass runs them shortened), ibpath sim's random schedules, and layer 1
+# on every simulator profile. Extra
 # arguments go to every `go test` run (e.g. ./test.sh -run APM).
 #
 # The report (scripts/testreport): one line per step with its result (ok,
@@ -106,6 +107,10 @@ gotest "go test: crossnic campaigns (10,000 schedules)" -count=1 -run 'Campaign|
 	-args -crossnic.runs 10000 -crossnic.switchruns 10000
 # the simulator campaign at 10,000 schedules (profiles mixed by seed)
 gotest "go test: verbs/sim campaign (10,000 schedules)" -count=1 -run 'RandomFaultSchedule' "$@" ./verbs/sim -args -sim.runs 10000
+# ibpath sim --random: the shim's runtime (both layers, the Go stand-in of
+# the C data path) under 100 drawn schedules of each link layer
+gotest "go test: ibpath sim random schedules (100 a link layer)" -count=1 -run 'RandomSchedulesHold' "$@" ./internal/demo \
+	-args -demo.seeds 100
 # layer 1 on the simulator's other profiles (its tests default to strict)
 for profile in rdmavt mlx5; do
 	gotest "go test ./apm -sim.profile $profile" -count=1 "$@" ./apm -args -sim.profile "$profile"

@@ -61,9 +61,11 @@ const (
 	ctrlSwitchWRID = ^uint64(0) - 4
 	// NudgeWRID is layer 1's nudge (apm.Config.Nudge): the zero-length
 	// RDMA WRITE the shim posts on the application's QP right after a
-	// migration. A Conn never posts it, and never sees its completions:
-	// the shim keeps them from layer 2 as from the application. It is
-	// reserved here so that every reserved wr_id has one place.
+	// migration. A Conn never posts it; of its completions it sees only
+	// an error other than a flush on a QP it protects, the QP's first
+	// (onNudge): the shim keeps the rest from layer 2 as from the
+	// application. It is reserved here so that every reserved wr_id has
+	// one place.
 	NudgeWRID = ^uint64(0)
 )
 

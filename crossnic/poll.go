@@ -67,6 +67,10 @@ func (c *Conn) drainCQ(l *Leg, cq verbs.CQ, recvCQ bool) error {
 			return fmt.Errorf("crossnic: poll %s: %w", l.Ctx.Device().Name, err)
 		}
 		if k == 0 {
+			// Completions polled before (by an outer drain, or by a data
+			// path that reads a QP's CQs together) are handled first: a
+			// step taken now (a reset) must see them all.
+			c.handlePending()
 			return nil
 		}
 		for i := 0; i < k; i++ {
@@ -117,6 +121,10 @@ func isRecv(wc *verbs.WC) bool {
 
 // onDefault handles a completion of the default QP.
 func (c *Conn) onDefault(wc verbs.WC) {
+	if wc.WRID == NudgeWRID {
+		c.onNudge(&wc)
+		return
+	}
 	if c.m.SQ == fsm.SQSurfaced {
 		switch {
 		case ownWRID(wc.WRID): // a probe or notification of a switch back is not the application's
@@ -203,6 +211,23 @@ func (c *Conn) onDefault(wc verbs.WC) {
 	default:
 		c.sring.CompleteSignaled()
 		c.ready = append(c.ready, wc)
+	}
+}
+
+// onNudge handles an error completion of layer 1's nudge, which the shim
+// hands over only when it is an armed QP's first error (not a flush): the
+// new path failed too. It is a fault of the default QP, never the
+// application's: its WR is none of the application's, so it neither
+// retires a WR nor reaches the application, and the failover it starts
+// surfaces no completion of it (fault without a WC).
+func (c *Conn) onNudge(wc *verbs.WC) {
+	c.stats.HiddenFlushes++
+	if wc.Status == verbs.WCSuccess || wc.Status == verbs.WCWRFlushErr {
+		return
+	}
+	c.defErr = true
+	if c.m.SQ == fsm.SQDefault {
+		c.fault(fmt.Sprintf("layer 1's nudge completed with %v on the default QP", wc.Status), nil)
 	}
 }
 

@@ -862,7 +862,7 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		if (!last)
 			continue;
 		if (wc[i].status != IBV_WC_SUCCESS) {
-			if (__builtin_expect(lip_nudge_wc(last, &wc[i]), 0)) {
+			if (__builtin_expect(lip_nudge_wc(last, &wc[i]), 0) && !lip_nudge_fault(last, &wc[i])) {
 				/* layer 1's nudge: its flush is no one's (nudge.c) */
 				memmove(&wc[i], &wc[i + 1], (size_t)(got - i - 1) * sizeof(*wc));
 				got--;
@@ -870,9 +870,10 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 				continue;
 			}
 			/* The opcode of an error completion is undefined: its
-			 * entry stays outstanding. An armed QP's error goes to
-			 * layer 2 with the rest of the batch, which is its now;
-			 * the application gets what came before. */
+			 * entry stays outstanding. An armed QP's error (its
+			 * nudge's too: lip_nudge_fault) goes to layer 2 with the
+			 * rest of the batch, which is its now; the application
+			 * gets what came before. */
 			if (__atomic_load_n(&last->armed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&last->diverted, __ATOMIC_ACQUIRE)) {
 				/* the rest of the batch without nudges' flushes */
 				got = i + 1 + lip_nudge_drop(c, wc + i + 1, got - i - 1);

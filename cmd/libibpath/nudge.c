@@ -14,7 +14,10 @@
  *   completion), which the shadow ring's tail says;
  * - its completion: unsignaled, it makes none unless the QP fails while
  *   it is out, and then its flush is dropped wherever the shim polls the
- *   QP's CQ (lip_nudge_wc; the Go side for diverted CQs). Only QPs
+ *   QP's CQ (lip_nudge_wc; the Go side for diverted CQs). An error of its
+ *   own (RETRY_EXC_ERR: the new path failed too) on an armed QP goes to
+ *   layer 2 as the QP's fault (lip_nudge_fault), never to the
+ *   application. Only QPs
  *   without sq_sig_all are nudged, and only once one of their send
  *   completions went through the shim's polls (a CQ polled with
  *   ibv_start_poll never does);
@@ -74,7 +77,8 @@ void lip_nudge_revive(struct lip_qp *q)
 
 /* lip_nudge_drop removes the nudges' completions from n completions of
  * c's QPs, in place, and returns how many are left (the rest of a batch
- * handed to layer 2 whole). */
+ * handed to layer 2 whole). A nudge's fault (lip_nudge_fault) stays:
+ * layer 2 takes it as its QP's first error. */
 int lip_nudge_drop(struct lip_ctx *c, struct ibv_wc *wc, int n)
 {
 	int kept = 0;
@@ -82,7 +86,7 @@ int lip_nudge_drop(struct lip_ctx *c, struct ibv_wc *wc, int n)
 	for (int i = 0; i < n; i++) {
 		if (!last || last->qpn != wc[i].qp_num)
 			last = lip_qp_find(c, wc[i].qp_num);
-		if (last && wc[i].status != IBV_WC_SUCCESS && lip_nudge_wc(last, &wc[i]))
+		if (last && wc[i].status != IBV_WC_SUCCESS && lip_nudge_wc(last, &wc[i]) && !lip_nudge_fault(last, &wc[i]))
 			continue;
 		wc[kept++] = wc[i];
 	}

@@ -322,6 +322,20 @@ static inline int lip_nudge_wc(struct lip_qp *q, const struct ibv_wc *wc)
 	return 1;
 }
 
+/* lip_nudge_fault says whether a nudge's error completion wc (lip_nudge_wc
+ * said it is one) is the fault of an armed QP that layer 2 has not taken
+ * yet: an error other than a flush (RETRY_EXC_ERR: the new path does not
+ * answer either) is the first sign of it. Dropped, it would leave layer
+ * 2 with the flushes of the application's WRs that follow, and a flush
+ * with no error before it is not a fault (crossnic's errorIsFault): the
+ * error would reach the application. It goes to layer 2 as the QP's
+ * first error instead, which never gives it to the application. */
+static inline int lip_nudge_fault(struct lip_qp *q, const struct ibv_wc *wc)
+{
+	return wc->status != IBV_WC_WR_FLUSH_ERR && __atomic_load_n(&q->armed, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&q->diverted, __ATOMIC_ACQUIRE);
+}
+
 /* cqex.c */
 void lip_cqex_follow(struct ibv_cq_ex *cq);
 int lip_cqex_forget(struct ibv_cq *cq);

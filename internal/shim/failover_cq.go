@@ -58,9 +58,12 @@ func (r *Runtime) pumpOnce(rt *cqRoute) (int, error) {
 func (r *Runtime) routeWC(rt *cqRoute, wc verbs.WC) {
 	q := r.fo.qps[qpKey{rt.ctx, wc.QPNum}]
 	switch {
-	case q != nil && wc.WRID == crossnic.NudgeWRID && rt.cq == q.app.SendCQ && (wc.Status != verbs.WCSuccess || !isRecvWC(wc)):
+	case q != nil && wc.WRID == crossnic.NudgeWRID && rt.cq == q.app.SendCQ && (wc.Status == verbs.WCWRFlushErr || !isRecvWC(wc) && wc.Status == verbs.WCSuccess || !q.armed):
 		// Layer 1's nudge (Nudger): its flush is no one's, and it
-		// retires nothing of the application's.
+		// retires nothing of the application's. An error of its own
+		// on an armed QP (RETRY_EXC_ERR: the new path failed too) is
+		// the QP's fault: it goes on to the Conn like any first error
+		// (lip_nudge_fault), which keeps it from the application.
 		r.fo.nudgeWCs++
 	case q != nil && (q.diverted || q.intercepted):
 		q.leg.push(wc, rt.cq == q.app.RecvCQ)

@@ -88,9 +88,10 @@ func TestExpressLaneC(t *testing.T) {
 // the shim's polls or with nothing in flight, the nudge a zero-length
 // WRITE, unsignaled, after the WRs in flight and not in the shadow ring,
 // one out at a time until a signaled WR posted after it completes, its
-// flush kept from the application and from layer 2's batch, none on a
-// QP layer 2 took over, given back, destroyed, or whose provider refuses
-// it.
+// flush kept from the application and from layer 2's batch, its own
+// error on an armed QP given to layer 2 first in the batch (the QP's
+// fault), none on a QP layer 2 took over, given back, destroyed, or
+// whose provider refuses it.
 func TestNudgeC(t *testing.T) {
 	bin := buildCCheck(t, "nudge_check")
 	out, err := exec.Command(bin, "test").CombinedOutput()

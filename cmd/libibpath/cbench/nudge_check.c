@@ -223,6 +223,22 @@ static void test(void)
 	q->diverted = 0;
 	lip_release_cq(&cq);
 
+	/* Armed, the nudge the oldest WR when the QP fails: its own error
+	 * (RETRY_EXC_ERR, the new path failed too) is the QP's fault, and
+	 * goes to layer 2 first in its batch (lip_nudge_fault); dropped, it
+	 * would leave layer 2 only flushes, which are no fault. */
+	CHECK(post(12, 1) == 0 && lip_nudge(q) == 0 && post(13, 1) == 0, "post 12, nudge, 13");
+	done(1);
+	flush();
+	got = poll_all(wc, 32);
+	CHECK(got == 1 && wc[0].wr_id == 12, "the application got %d completions before the nudge's error (want wr 12)", got);
+	CHECK(hook_calls == 2 && hook_batch == 2 && hook_wrids[0] == LIP_NUDGE_WRID && hook_wrids[1] == 13,
+	      "layer 2 got %d batches, the last of %d starting with wr %#lx (want a second of 2: the nudge, wr 13)", hook_calls,
+	      hook_batch, (unsigned long)hook_wrids[0]);
+	CHECK(q->nudge_mark == 0, "the nudge's error did not clear its mark");
+	q->diverted = 0;
+	lip_release_cq(&cq);
+
 	/* The provider refuses the nudge: the error is said, nothing is out. */
 	refuse = EINVAL;
 	CHECK(lip_nudge(q) == EINVAL && q->nudge_mark == 0, "a refused nudge: mark %lu", (unsigned long)q->nudge_mark);

@@ -241,7 +241,7 @@ func (h *Hotpath) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 		if q == nil {
 			continue
 		}
-		if h.nudgeWC(q, wc[i]) {
+		if h.nudgeWC(q, wc[i]) && !nudgeFault(q, wc[i]) {
 			copy(wc[i:], wc[i+1:n])
 			n--
 			i--
@@ -344,12 +344,20 @@ func (h *Hotpath) nudgeWC(q *HotQP, wc verbs.WC) bool {
 	return true
 }
 
+// nudgeFault says whether a nudge's error completion is the fault of an
+// armed QP that layer 2 has not taken (lip_nudge_fault): an error other
+// than a flush goes to layer 2 as the QP's first error.
+func nudgeFault(q *HotQP, wc verbs.WC) bool {
+	return wc.Status != verbs.WCWRFlushErr && q.armed && !q.diverted
+}
+
 // dropNudges removes the nudges' completions from wcs in place and
-// returns how many are left (lip_nudge_drop). h.mu held.
+// returns how many are left (lip_nudge_drop), but for a nudge's fault
+// (nudgeFault). h.mu held.
 func (h *Hotpath) dropNudges(wcs []verbs.WC) int {
 	kept := 0
 	for _, wc := range wcs {
-		if q := h.qps[wc.QPNum]; q != nil && h.nudgeWC(q, wc) {
+		if q := h.qps[wc.QPNum]; q != nil && h.nudgeWC(q, wc) && !nudgeFault(q, wc) {
 			continue
 		}
 		wcs[kept] = wc
