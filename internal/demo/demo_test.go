@@ -394,14 +394,14 @@ func TestRandomKinds(t *testing.T) {
 	seen := map[string]bool{}
 	for seed := uint64(1); seed <= 40; seed++ {
 		for _, st := range random(Options{Seed: seed, Random: true}).steps {
-			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down"} {
+			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down", "killed", "during the failover"} {
 				if st.fault && strings.Contains(st.text, k) {
 					seen[k] = true
 				}
 			}
 		}
 	}
-	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down"} {
+	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down", "killed", "during the failover"} {
 		if !seen[k] {
 			t.Errorf("no random scenario of 40 seeds has a fault %q", k)
 		}
@@ -418,6 +418,86 @@ func TestRandomKinds(t *testing.T) {
 		}
 		if sc.stopAt <= last {
 			t.Errorf("seed %d: the applications stop at %v, before the last step at %v", seed, sc.stopAt, last)
+		}
+	}
+}
+
+// seedEnding is the first seed of 1 to 60 whose random schedule ends
+// with a step whose text has the given words.
+func seedEnding(t *testing.T, words string) (uint64, scenario) {
+	t.Helper()
+	for s := uint64(1); s <= 60; s++ {
+		sc := random(Options{Seed: s, Random: true})
+		for _, st := range sc.steps[max(0, len(sc.steps)-3):] {
+			if st.fault && strings.Contains(st.text, words) {
+				return s, sc
+			}
+		}
+	}
+	t.Fatalf("no random scenario of 60 seeds ends with a fault %q", words)
+	return 0, scenario{}
+}
+
+// TestRandomProcessKilled: a schedule that ends with a process killed
+// (its QPs destroyed by the kernel, its backup's too) lets its peer's
+// error reach the peer's application, as plain verbs would report it,
+// and checks nothing of the killed side after; the other connection
+// carries on untouched.
+func TestRandomProcessKilled(t *testing.T) {
+	seed, _ := seedEnding(t, " killed")
+	rep, out := play(t, Options{Seed: seed, Random: true})
+	var killed, peer *simrun.Outcome
+	for i, o := range rep.Verdict.QPs {
+		if o.QP.Proc.Killed() {
+			killed = &rep.Verdict.QPs[i]
+		}
+	}
+	if killed == nil {
+		t.Fatalf("seed %d: no process was killed:\n%s", seed, out)
+	}
+	for i, o := range rep.Verdict.QPs {
+		if o.QP == killed.QP.Peer {
+			peer = &rep.Verdict.QPs[i]
+		} else if o.QP != killed.QP && o.Surfaced != "" {
+			t.Errorf("seed %d: %s, of the other connection, surfaced %q", seed, o.QP.Name(), o.Surfaced)
+		}
+	}
+	if !rep.OK() || peer.Surfaced == "" || !strings.Contains(peer.Surfaced, "retry counter exceeded") ||
+		!strings.Contains(peer.QP.MaySurface(), "was killed") {
+		t.Errorf("seed %d: verdict %v, the peer surfaced %q (may: %q); want PASS, the peer's RETRY_EXC_ERR at its application:\n%s",
+			seed, rep.Verdict.Violations, peer.Surfaced, peer.QP.MaySurface(), out)
+	}
+	if !strings.Contains(out, "process killed: not checked from then on") || !strings.Contains(out, "lost its process on") {
+		t.Errorf("seed %d: the summary does not say the process was killed:\n%s", seed, out)
+	}
+}
+
+// TestRandomBackupDuringFailover: a schedule that ends with a default
+// HCA's cables pulled and its backup's too while the failover's control
+// messages cross, the backup back within a local ACK timeout: the
+// connection of that default comes through without an error (the HCA
+// resends what the backup's cables lost), ending on the backup.
+func TestRandomBackupDuringFailover(t *testing.T) {
+	seed, sc := seedEnding(t, "during the failover")
+	rep, out := play(t, Options{Seed: seed, Random: true})
+	var conn string
+	for _, st := range sc.steps {
+		if st.fault && strings.Contains(st.text, "during the failover") {
+			for c := range st.allow {
+				conn = simrun.Conns[0]
+				if c == simrun.Conns[0] {
+					conn = simrun.Conns[1]
+				}
+			}
+		}
+	}
+	if !rep.OK() {
+		t.Fatalf("seed %d: %v\n%s", seed, rep.Verdict.Violations, out)
+	}
+	for _, o := range rep.Verdict.QPs {
+		if o.QP.Conn == conn && (o.Surfaced != "" || !onBackup(o.Status)) {
+			t.Errorf("seed %d: %s ended surfaced %q, on the backup %v; want it through on the backup:\n%s",
+				seed, o.QP.Name(), o.Surfaced, onBackup(o.Status), out)
 		}
 	}
 }

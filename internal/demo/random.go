@@ -34,7 +34,19 @@ import (
 //	         other's default: both connections' errors may reach the
 //	         applications)
 //
-// The last four end a schedule.
+//	kill     the process of one end of a connection killed (SIGKILL: the
+//	         kernel destroys its QPs, backups included); its peer has
+//	         nothing left to talk to, and its error may reach its
+//	         application (layer 3); the killed side is not checked after
+//
+//	handshake a host's default HCA of one connection loses its cables, its
+//	         backup 0-500 µs later too, during the failover, for 5-40 ms: that
+//	         connection must come through; the other (whose default is that
+//	         backup, whose backup is the dead HCA) may surface (layer 3)
+//
+// The last six end a schedule (kill and handshake one time in fifteen
+// each: they are drawn last, where the others leave the schedule without
+// an end).
 //
 // Each fault starts 150-350 ms after the previous one healed, when the
 // layers have brought the traffic home again: two faults never overlap.
@@ -180,7 +192,37 @@ func random(o Options) scenario {
 			}})
 		t += tailAfter
 	default:
-		t += tailAfter - settleMin
+		switch rng.IntN(3) {
+		case 1:
+			// the process of one end of a connection killed: the kernel
+			// destroys its QPs, the peer has nothing left to talk to
+			h, conn := host(), simrun.Conns[rng.IntN(2)]
+			steps = append(steps, step{at: t, fault: true, text: fmt.Sprintf("process %s %s killed", h, conn),
+				do: func(w *simrun.World) error { return w.Kill(h, conn) }})
+			t += tailAfter
+		case 2:
+			// the backup fails during the handshake: a host's default HCA
+			// of one connection loses its cables, and its backup HCA loses
+			// them too 0-500 µs later, while the failover's control
+			// messages cross, for 5-40 ms (under one local ACK timeout:
+			// the HCA resends them once it is back). That connection must
+			// come through; the other, whose default is that backup and
+			// whose backup is the dead HCA, may not (layer 3).
+			h, i := host(), rng.IntN(2)
+			dev, bak := o.dev(i), o.dev(1-i)
+			after := []time.Duration{0, 50 * time.Microsecond, 100 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond}[rng.IntN(5)]
+			down := ms(5, 40)
+			why := fmt.Sprintf("%s's %s lost its cables while its backup %s had lost them", h, bak, dev)
+			steps = append(steps,
+				step{at: t, fault: true, text: fmt.Sprintf("%s of %s/%s pulled", o.cablesWord(), h, dev), do: cables(h, dev, false, o.allPorts()...)},
+				step{at: t + after, fault: true, allow: map[string]string{simrun.Conns[1-i]: why},
+					text: fmt.Sprintf("%s of %s/%s (the backup of %s) pulled, during the failover", o.cablesWord(), h, bak, dev),
+					do:   cables(h, bak, false, o.allPorts()...)},
+				step{at: t + after + down, text: fmt.Sprintf("%s of %s/%s plugged back in", o.cablesWord(), h, bak), do: cables(h, bak, true, o.allPorts()...)})
+			t += after + down + tailAfter
+		default:
+			t += tailAfter - settleMin
+		}
 	}
 	return scenario{
 		header: append([]string{fmt.Sprintf("schedule drawn from seed %d: %d faults that heal, one after the other%s:", o.Seed, n, tailWords(steps))}, plan(steps)...),
@@ -197,6 +239,10 @@ func tailWords(steps []step) string {
 		return ""
 	case strings.Contains(last.text, "backup down"):
 		return ", then a backup loses its cables and its default adapter dies"
+	case strings.Contains(last.text, "plugged back in") && strings.Contains(steps[len(steps)-2].text, "during the failover"):
+		return ", then a backup fails during the failover and comes back"
+	case strings.HasSuffix(last.text, " killed"):
+		return ", then a process is killed"
 	case strings.Contains(last.text, "die together"):
 		return ", then the adapters at both ends of a connection die"
 	case len(last.allow) > 0:

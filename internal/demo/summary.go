@@ -17,6 +17,10 @@ func summary(tl *timeline, w *simrun.World, rep Report) {
 	tl.plain("%-9s %7s %9s %6s  %-22s %-32s %4s %5s %5s  %s", "QP side", "sent", "received", "errors", "protected by", "path", "migr", "fail", "back", "longest pause")
 	for _, o := range rep.Verdict.QPs {
 		q, s := o.QP, o.Status
+		if q.Proc.Killed() {
+			tl.plain("%-9s %7d %9d %6s  %s", q.Conn+" "+q.Proc.Host.Name(), q.Sent, q.Recvd, "-", "process killed: not checked from then on")
+			continue
+		}
 		tl.plain("%-9s %7d %9d %6d  %-22s %-32s %4d %5d %5d  %s", q.Conn+" "+q.Proc.Host.Name(), q.Sent, q.Recvd, q.Errors,
 			layerName(s.Layer), where(s), s.Migrations, s.Failovers, s.Switchbacks, ms(q.MaxPause))
 	}
@@ -62,6 +66,16 @@ func verdictLine(rep Report) string {
 func connEnd(a, b simrun.Outcome) string {
 	conn := a.QP.Conn
 	switch {
+	case a.QP.Proc.Killed() || b.QP.Proc.Killed():
+		k := a.QP
+		if !k.Proc.Killed() {
+			k = b.QP
+		}
+		end := "its peer's error surfaced"
+		if a.Surfaced == "" && b.Surfaced == "" {
+			end = "its peer saw no error"
+		}
+		return fmt.Sprintf("QP %s lost its process on %s (%s)", conn, k.Proc.Host.Name(), end)
 	case a.Surfaced != "" || b.Surfaced != "":
 		why := a.QP.MaySurface()
 		if why == "" {

@@ -48,6 +48,9 @@ func (w *World) Verdict() Verdict {
 		}
 	}
 	for _, q := range w.QPs {
+		if q.Proc.killed {
+			continue // its application is gone: nothing of it is owed
+		}
 		bad := func(format string, args ...any) {
 			v.Violations = append(v.Violations, fmt.Sprintf("%s QP %#x: ", q.Name(), q.QPN())+fmt.Sprintf(format, args...))
 		}

@@ -2,6 +2,7 @@ package simrun
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ibpath/ibpath/verbs/sim"
@@ -138,3 +139,29 @@ func (w *World) Stall(host, conn string, d time.Duration) error {
 	}
 	return fmt.Errorf("simrun: no process of connection %q on %s", conn, host)
 }
+
+// Kill ends the process of connection conn on host, as SIGKILL does: it
+// never runs again, and the kernel tears down every device context it
+// opened (sim.Context.Teardown: its QPs destroyed, the application's and
+// the runtime's backup alike). Its application is gone, so nothing of
+// its QP is checked any more; its peer has nothing healthy left to talk
+// to, and may see the error (layer 3).
+func (w *World) Kill(host, conn string) error {
+	for _, p := range w.Procs {
+		if p.Host.Name() != host || p.Name != host+" "+conn {
+			continue
+		}
+		w.record(Record{Kind: KindFault, Text: fmt.Sprintf("process %s killed", p.Name)})
+		p.killed, p.stopped = true, time.Duration(math.MaxInt64)
+		for _, c := range p.ctxs {
+			c.Teardown()
+		}
+		p.QP.stopped = true
+		w.AllowSurface(p.QP.Peer, fmt.Sprintf("its peer process %s was killed", p.Name))
+		return nil
+	}
+	return fmt.Errorf("simrun: no process of connection %q on %s", conn, host)
+}
+
+// Killed reports whether the process was killed (Kill).
+func (p *Proc) Killed() bool { return p.killed }

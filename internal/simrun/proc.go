@@ -34,6 +34,30 @@ type Proc struct {
 	// stopped is when the process runs again after Stall: until then
 	// nothing of it runs, neither the application nor the runtime.
 	stopped time.Duration
+	// ctxs are the device contexts the process opened (the application's
+	// and the runtime's own), which Kill tears down; killed says it was.
+	ctxs   []*sim.Context
+	killed bool
+}
+
+// procDevices is the process's view of its host's devices (the
+// runtime's verbs.Provider): the contexts it opens are the process's.
+type procDevices struct{ p *Proc }
+
+func (d procDevices) Devices() ([]verbs.DeviceInfo, error) { return d.p.Host.Devices() }
+
+func (d procDevices) Open(name string) (verbs.Context, error) { return d.p.open(name) }
+
+// open opens a device context of the process.
+func (p *Proc) open(name string) (verbs.Context, error) {
+	c, err := p.Host.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if sc, ok := c.(*sim.Context); ok {
+		p.ctxs = append(p.ctxs, sc)
+	}
+	return c, nil
 }
 
 // running reports whether the process runs at virtual time now.

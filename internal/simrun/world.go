@@ -192,7 +192,7 @@ func (w *World) newProc(h *sim.Host, side int, conn, dev string) (*Proc, error) 
 	if err != nil {
 		return nil, fmt.Errorf("simrun: %s: %w", p.Name, err)
 	}
-	p.RT.SetProvider(h)
+	p.RT.SetProvider(procDevices{p})
 	p.buf = make([]byte, shimtest.BufferSize(1))
 	p.HP = shimtest.NewHotpath(p.RT, p.id, p.read)
 	if cfg.Express {
@@ -203,7 +203,7 @@ func (w *World) newProc(h *sim.Host, side int, conn, dev string) (*Proc, error) 
 	p.RT.SetMemReader(p.read)
 	p.sess = &session{Node: shimtest.NewNode(w.Cluster), Adapters: w.Adapters, p: p}
 	p.RT.SetReporter(p.sess)
-	if p.ctx, err = h.Open(dev); err != nil {
+	if p.ctx, err = p.open(dev); err != nil {
 		return nil, fmt.Errorf("simrun: %s: ibv_open_device %s: %w", p.Name, dev, err)
 	}
 	ports, err := queryPorts(p.ctx)

@@ -234,6 +234,37 @@ func (c *Context) Close() error {
 	return nil
 }
 
+// Teardown is the end of the process that opened c (it exited, or was
+// killed): as the kernel's uverbs cleanup does at the last close of the
+// device file (drivers/infiniband/core/rdma_core.c,
+// uverbs_destroy_ufile_hw), every QP created through c is destroyed,
+// whatever it holds and whatever events wait unacknowledged (no
+// completion is made), and c is closed. A packet for a destroyed QP is
+// dropped (no such QP), so the peer's requester retries and completes
+// with RETRY_EXC_ERR. A context closed already is only torn down.
+func (c *Context) Teardown() {
+	f := c.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, q := range append([]*QP(nil), c.hca.qpList...) {
+		if q.ctx == c && !q.destroyed {
+			q.destroyLocked()
+		}
+	}
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.events = nil
+	cs := c.hca.contexts
+	for i, x := range cs {
+		if x == c {
+			c.hca.contexts = append(cs[:i], cs[i+1:]...)
+			break
+		}
+	}
+}
+
 // raise queues an async event on one context.
 func (c *Context) raise(ev verbs.AsyncEvent) {
 	if c.closed {

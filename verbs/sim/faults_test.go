@@ -530,3 +530,26 @@ func TestStaleZeroLengthWriteHasNoEffect(t *testing.T) {
 		})
 	}
 }
+
+// TestProcessTeardown: the process holding one end exits (its context
+// torn down, as the kernel's uverbs cleanup does): its QP is destroyed
+// with what it holds, no completion made, and the peer's requests go
+// unanswered until its requester gives up with RETRY_EXC_ERR.
+func TestProcessTeardown(t *testing.T) {
+	c := newConn(t, connOpts{})
+	c.b.recv(t, 1, 0, 8)
+	c.b.post(t, write(2, c.b.sge(0, 8), c.a.mr.Addr(), c.a.mr.RKey()))
+	c.b.ctx.(*sim.Context).Teardown()
+	if _, _, err := c.b.qp.Query(verbs.QPAttrState); err == nil {
+		t.Fatal("a torn-down context's QP answers ibv_query_qp")
+	}
+	c.a.post(t, write(1, c.a.sge(0, 8), c.b.mr.Addr(), c.b.mr.RKey()))
+	c.run(time.Second)
+	if st := statuses(c.a.poll(t)); !slices.Equal(st, []verbs.WCStatus{verbs.WCRetryExcErr}) {
+		t.Fatalf("the peer's completions %v, want [RETRY_EXC_ERR]", st)
+	}
+	if got := c.b.poll(t); len(got) != 0 {
+		t.Fatalf("the torn-down end completed %+v", got)
+	}
+	c.b.ctx.(*sim.Context).Teardown() // a second teardown is harmless
+}

@@ -323,6 +323,13 @@ func (q *QP) Destroy() error {
 	if q.eventsUnacked > 0 {
 		return verbs.Errorf("ibv_destroy_qp", verbs.EBUSY, "%d async events not acknowledged", q.eventsUnacked)
 	}
+	q.destroyLocked()
+	return nil
+}
+
+// destroyLocked destroys q; the fabric's lock is held.
+func (q *QP) destroyLocked() {
+	f := q.ctx.fab()
 	f.detachInflight(q)
 	q.destroyed = true
 	q.incarn++
@@ -342,7 +349,6 @@ func (q *QP) Destroy() error {
 	if q.srq != nil {
 		q.srq.nQP--
 	}
-	return nil
 }
 
 // reset discards all queue contents without completions (modify to RESET).
