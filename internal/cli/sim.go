@@ -24,7 +24,7 @@ func simCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.UintFlag{Name: "seed", Value: 1, Usage: "seed of the simulated fabric and, with --random, of the fault schedule"},
 			&cli.BoolFlag{Name: "random", Usage: "play a schedule of faults drawn from --seed (cables pulled or flapping, a leaf switch, loss, delay; " +
-				"then perhaps an HCA or a host dying, a process killed, or a backup failing during the failover) instead of the script"},
+				"ibpathd away around one of them; then perhaps an HCA or a host dying, a process killed, or a backup failing during the failover) instead of the script"},
 			&verboseFlag{&cli.GenericFlag{Name: "verbose", Aliases: []string{"v"}, Value: &verbosity{},
 				Usage: "detail of the timeline: -v or --verbose=1 adds the layers' decisions (every status change, the runtimes' log), " +
 					"--verbose=2 also the fabric's trace (losses, retries, migrations, events; not every packet)"}},

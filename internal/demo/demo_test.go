@@ -394,14 +394,14 @@ func TestRandomKinds(t *testing.T) {
 	seen := map[string]bool{}
 	for seed := uint64(1); seed <= 40; seed++ {
 		for _, st := range random(Options{Seed: seed, Random: true}).steps {
-			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down", "killed", "during the failover"} {
+			for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down", "killed", "during the failover", "answers no lookup"} {
 				if st.fault && strings.Contains(st.text, k) {
 					seen[k] = true
 				}
 			}
 		}
 	}
-	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down", "killed", "during the failover"} {
+	for _, k := range []string{"pulled", "flap", "both cables", "leaf", "lost", "delayed", "HCA node", "both HCAs", "stopped for", "die together", "backup down", "killed", "during the failover", "answers no lookup"} {
 		if !seen[k] {
 			t.Errorf("no random scenario of 40 seeds has a fault %q", k)
 		}
@@ -500,6 +500,61 @@ func TestRandomBackupDuringFailover(t *testing.T) {
 				seed, o.QP.Name(), o.Surfaced, onBackup(o.Status), out)
 		}
 	}
+}
+
+// TestRandomDirectoryDown: schedules with every ibpathd away around a
+// fault. Seed 8's outage covers a second failover of connection B, which
+// replays WRITEs: the peer's memory keys layer 2 learnt at the first
+// carry it through, no lookup is refused and no error reaches an
+// application. Where a failover did need a lookup (a key not learnt
+// yet), that connection alone may surface, and the verdict says why.
+func TestRandomDirectoryDown(t *testing.T) {
+	const seed = 8
+	rep, out := play(t, Options{Seed: seed, Random: true})
+	if !strings.Contains(out, "ibpathd answers no lookup") {
+		t.Fatalf("seed %d draws no ibpathd outage any more:\n%s", seed, headerOf(out))
+	}
+	if !rep.OK() || strings.Contains(out, "found ibpathd down") || len(logs(rep, "layer 2 failover", 814*time.Millisecond, 910*time.Millisecond)) == 0 {
+		t.Errorf("seed %d: verdict %v, a lookup refused: %v, failovers during the outage: %d; want PASS, none refused, some:\n%s",
+			seed, rep.Verdict.Violations, strings.Contains(out, "found ibpathd down"),
+			len(logs(rep, "layer 2 failover", 814*time.Millisecond, 910*time.Millisecond)), out)
+	}
+	refused := false
+	for s := uint64(1); s <= 150 && !refused; s++ {
+		sc := random(Options{Seed: s, Random: true})
+		if !strings.Contains(strings.Join(plan(sc.steps), "\n"), "answers no lookup") {
+			continue
+		}
+		rep, out := play(t, Options{Seed: s, Random: true})
+		if !strings.Contains(out, "found ibpathd down") {
+			continue
+		}
+		refused = true
+		allowed := 0
+		for _, o := range rep.Verdict.QPs {
+			if strings.Contains(o.QP.MaySurface(), "found ibpathd down") {
+				allowed++
+			}
+		}
+		if !rep.OK() || allowed != 2 {
+			t.Errorf("seed %d: verdict %v; a refused lookup let %d QP sides surface, want its connection's two", s, rep.Verdict.Violations, allowed)
+		}
+	}
+	if !refused {
+		t.Error("of 150 seeds, none had a failover needing a lookup during an outage")
+	}
+}
+
+// logs are the runtimes' log records between from and to whose text has
+// the given words.
+func logs(rep Report, words string, from, to time.Duration) []simrun.Record {
+	var got []simrun.Record
+	for _, r := range rep.Records {
+		if r.Kind == simrun.KindLog && r.At >= from && r.At <= to && strings.Contains(r.Text, words) {
+			got = append(got, r)
+		}
+	}
+	return got
 }
 
 // TestRandomHostLost: a random scenario that ends with a host losing

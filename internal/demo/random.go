@@ -1,8 +1,10 @@
 package demo
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +46,12 @@ import (
 //	         connection must come through; the other (whose default is that
 //	         backup, whose backup is the dead HCA) may surface (layer 3)
 //
+//	ibpathd  drawn besides, one schedule in three: every node's ibpathd
+//	         answers no lookup and takes no publication (as while it
+//	         restarts) around one of the healing faults, from 0-10 ms
+//	         before it until 0-50 ms after its repair; what the runtimes
+//	         cached stays theirs
+//
 // The last six end a schedule (kill and handshake one time in fifteen
 // each: they are drawn last, where the others leave the schedule without
 // an end).
@@ -71,6 +79,7 @@ func random(o Options) scenario {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
 	host := func() string { return []string{node0, node1}[rng.IntN(2)] }
 	var steps []step
+	var spans [][2]time.Duration // each healing fault's start and end
 	t := firstFault
 	n := 2 + rng.IntN(3)
 	for range n {
@@ -137,6 +146,7 @@ func random(o Options) scenario {
 				step{at: end, text: fmt.Sprintf("no more delay through %s/%s port %d", h, dev, port),
 					do: func(w *simrun.World) error { return w.SetDelay(h, dev, port, 0) }})
 		}
+		spans = append(spans, [2]time.Duration{t, end})
 		t = end + settleMin + ms(0, int(settleDraw/time.Millisecond))
 	}
 	switch rng.IntN(5) {
@@ -223,6 +233,19 @@ func random(o Options) scenario {
 		default:
 			t += tailAfter - settleMin
 		}
+	}
+	// Drawn last, so that the draws above keep their seeds' schedules:
+	// one schedule in three has every ibpathd down (as while it
+	// restarts) around one of its healing faults, from 0-10 ms before
+	// it until 0-50 ms after its repair.
+	if rng.IntN(3) == 0 {
+		sp := spans[rng.IntN(len(spans))]
+		down, up := sp[0]-ms(0, 10), sp[1]+ms(0, 50)
+		steps = append(steps,
+			step{at: down, fault: true, text: "ibpathd answers no lookup (as while it restarts)",
+				do: func(w *simrun.World) error { w.SetDirectory(false); return nil }},
+			step{at: up, text: "ibpathd answers again", do: func(w *simrun.World) error { w.SetDirectory(true); return nil }})
+		slices.SortStableFunc(steps, func(a, b step) int { return cmp.Compare(a.at, b.at) })
 	}
 	return scenario{
 		header: append([]string{fmt.Sprintf("schedule drawn from seed %d: %d faults that heal, one after the other%s:", o.Seed, n, tailWords(steps))}, plan(steps)...),

@@ -165,3 +165,13 @@ func (w *World) Kill(host, conn string) error {
 
 // Killed reports whether the process was killed (Kill).
 func (p *Proc) Killed() bool { return p.killed }
+
+// SetDirectory takes every node's ibpathd away (up false), as while it
+// restarts, or brings it back: the processes' sessions get their lookups
+// (layer 1's descriptions of the peers' adapters, layer 2's backup QPs
+// and MRs) and publications refused meanwhile. What the runtimes cached
+// before stays theirs.
+func (w *World) SetDirectory(up bool) {
+	w.record(Record{Kind: KindFault, Text: map[bool]string{true: "ibpathd answers again", false: "ibpathd answers no lookup"}[up]})
+	w.dirDown = !up
+}

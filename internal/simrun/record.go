@@ -3,12 +3,17 @@ package simrun
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/store"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
@@ -76,6 +81,67 @@ type session struct {
 	*shimtest.Node
 	*shimtest.Adapters
 	p *Proc
+}
+
+// errDirectoryDown is what a session's lookups and publications get
+// while the world's ibpathds are down (SetDirectory): the session's
+// connection refused, as while ibpathd restarts.
+var errDirectoryDown = fmt.Errorf("simrun: ibpathd does not answer: %w", syscall.ECONNREFUSED)
+
+// LookupQP implements shim.Publisher.
+func (s *session) LookupQP(ctx context.Context, k store.QPKey) (store.QPBackup, error) {
+	if s.p.w.dirDown {
+		s.refused()
+		return store.QPBackup{}, errDirectoryDown
+	}
+	return s.Node.LookupQP(ctx, k)
+}
+
+// LookupMR implements shim.Publisher.
+func (s *session) LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, error) {
+	if s.p.w.dirDown {
+		s.refused()
+		return store.MRBackup{}, errDirectoryDown
+	}
+	return s.Node.LookupMR(ctx, k)
+}
+
+// refused: a lookup layer 2 needed (a backup QP's attributes, or a
+// peer's MR key for a replay) found ibpathd down. The failover that
+// needed it cannot be made, so the connection's error may reach its
+// applications (layer 3, as the crossnic campaign's Directory failures).
+func (s *session) refused() {
+	if s.p.QP == nil {
+		return
+	}
+	why := fmt.Sprintf("a lookup of %s's layer 2 found ibpathd down", s.p.Name)
+	s.p.w.AllowSurface(s.p.QP, why)
+	s.p.w.AllowSurface(s.p.QP.Peer, why)
+}
+
+// PublishQP implements shim.Publisher.
+func (s *session) PublishQP(ctx context.Context, m ownerproto.PublishQP) error {
+	if s.p.w.dirDown {
+		return errDirectoryDown
+	}
+	return s.Node.PublishQP(ctx, m)
+}
+
+// PublishMR implements shim.Publisher.
+func (s *session) PublishMR(ctx context.Context, m ownerproto.PublishMR) error {
+	if s.p.w.dirDown {
+		return errDirectoryDown
+	}
+	return s.Node.PublishMR(ctx, m)
+}
+
+// LookupHCA implements shim.HCALookup (layer 1's description of a peer's
+// adapter).
+func (s *session) LookupHCA(ctx context.Context, r ownerproto.Route) (pathsel.HCA, error) {
+	if s.p.w.dirDown {
+		return pathsel.HCA{}, errDirectoryDown
+	}
+	return s.Adapters.LookupHCA(ctx, r)
 }
 
 // ReportQP implements shim.Reporter.

@@ -93,6 +93,7 @@ type World struct {
 
 	epoch   time.Time
 	posting bool
+	dirDown bool          // every ibpathd answers no lookup and takes no publication (SetDirectory)
 	nextApp time.Duration // the applications' next step
 	records int
 }
