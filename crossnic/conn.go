@@ -41,21 +41,22 @@ func (l *Leg) split() bool { return l.RecvCQ != nil && l.RecvCQ != l.CQ }
 // verbs report them, and every WR and receive it posted completes once,
 // from the Conn's rings where a dead HCA completes nothing more.
 type Conn struct {
-	m        fsm.CrossNIC
-	def, bak Leg
-	defQPN   uint32
-	peerQPN  uint32
-	keys     *KeyMap
-	sring    *SendRing
-	rring    *RecvRing
-	ready    []verbs.WC  // completions due to the application, in order
-	buf      []verbs.WC  // one poll's batch
-	pend     []pendingWC // polled, not handled yet, in poll order (see handlePending)
-	pendHead int
-	sges     []verbs.SGE
-	one      [1]verbs.SendWR // a single WR to post, without allocating
-	bakFrom  uint64          // ring WRs posted on the backup start here
-	bakReady bool
+	m         fsm.CrossNIC
+	def, bak  Leg
+	defQPN    uint32
+	peerQPN   uint32
+	keys      *KeyMap
+	sring     *SendRing
+	rring     *RecvRing
+	ready     []verbs.WC  // completions due to the application, in order
+	buf       []verbs.WC  // one poll's batch
+	pend      []pendingWC // polled, not handled yet, in poll order (see handlePending)
+	pendHead  int         // the first not handled
+	pendDepth int         // handlePending calls under way (nested drains)
+	sges      []verbs.SGE
+	one       [1]verbs.SendWR // a single WR to post, without allocating
+	bakFrom   uint64          // ring WRs posted on the backup start here
+	bakReady  bool
 	// bakCtrl: the backup QP's control receives are still at the head of
 	// its receive queue (posted before the first fault or at the last
 	// purge, none consumed since). A fallback handshake is started only

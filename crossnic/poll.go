@@ -70,7 +70,7 @@ func (c *Conn) drainCQ(l *Leg, cq verbs.CQ, recvCQ bool) error {
 			// Completions polled before (by an outer drain, or by a data
 			// path that reads a QP's CQs together) are handled first: a
 			// step taken now (a reset) must see them all.
-			c.handlePending()
+			c.handlePending(c.nestedLeg(l))
 			return nil
 		}
 		for i := 0; i < k; i++ {
@@ -87,32 +87,59 @@ func (c *Conn) drainCQ(l *Leg, cq verbs.CQ, recvCQ bool) error {
 			}
 			c.pend = append(c.pend, pendingWC{leg: l, wc: wc})
 		}
-		c.handlePending()
+		c.handlePending(c.nestedLeg(l))
 	}
 }
 
 // pendingWC is a polled completion and the leg it came from.
 type pendingWC struct {
-	leg *Leg
-	wc  verbs.WC
+	leg  *Leg
+	wc   verbs.WC
+	done bool // handled (by a nested drain, ahead of those before it)
 }
 
-// handlePending handles the polled completions in poll order. Handling
-// one can drain a CQ again (a control step first collects what a leg
-// completed); that nested drain handles the completions still pending
-// before its own, so none is handled twice or out of order, whichever
-// level polled it.
-func (c *Conn) handlePending() {
-	for c.pendHead < len(c.pend) {
-		p := c.pend[c.pendHead]
-		c.pendHead++
+// nestedLeg is the leg whose pending completions alone a drain of leg l
+// handles: none but l's while the Conn collects what a leg completed in
+// the middle of a step (repostRecvsDefault: the backup's receives, before
+// the receives move home), so that no other leg's completion starts a
+// step of its own half-way through (a probe's error resetting the
+// default QP between the move's drain and its reposts put the receives
+// there twice: the switch-back campaign, seed 4204); nil, every leg's,
+// otherwise. Two legs' CQs keep no order between them.
+func (c *Conn) nestedLeg(l *Leg) *Leg {
+	if c.collecting {
+		return l
+	}
+	return nil
+}
+
+// handlePending handles the polled completions in poll order: every
+// leg's (only nil), or only's. Handling one can drain a CQ again (a
+// control step first collects what a leg completed); that nested drain
+// handles the completions still pending before its own, so none is
+// handled twice or out of order within its leg, whichever level polled
+// it. The list is emptied once the outermost call handled all of it.
+func (c *Conn) handlePending(only *Leg) {
+	c.pendDepth++
+	for i := c.pendHead; i < len(c.pend); i++ {
+		p := c.pend[i]
+		if p.done || only != nil && p.leg != only {
+			continue
+		}
+		c.pend[i].done = true
+		for c.pendHead < len(c.pend) && c.pend[c.pendHead].done {
+			c.pendHead++
+		}
 		if p.leg == &c.def {
 			c.onDefault(p.wc)
 		} else {
 			c.onBackup(p.wc)
 		}
 	}
-	c.pend, c.pendHead = c.pend[:0], 0
+	c.pendDepth--
+	if c.pendDepth == 0 && c.pendHead == len(c.pend) {
+		c.pend, c.pendHead = c.pend[:0], 0
+	}
 }
 
 func isRecv(wc *verbs.WC) bool {
