@@ -374,12 +374,56 @@ struct lip_qp *lip_qp_remove(struct ibv_qp *qp)
 	return gone;
 }
 
+/* Destroys registered with lip_qp_destroying, over every context: a poll
+ * looks for one only while some is under way. */
+static int ndestroying;
+
+/* lip_qp_destroying registers (on) or forgets q, which lip_qp_remove took
+ * out of the tables for a destroy of its QP that the provider has not
+ * answered yet. Meanwhile a poll that finds no QP for a successful
+ * completion retires it in q's rings (find_destroying), so that after a
+ * refused destroy (lip_qp_restore) the rings hold what the application
+ * has not seen complete, and a later failover replays nothing it saw.
+ * An error in that window reaches the application as plain verbs report
+ * it (layer 2 takes none: the runtime's Destroying). Forgotten before q
+ * is freed: a poller that found it is inside the hot path, which
+ * lip_qp_free waits out. With LIP_DESTROYING destroys under way on the
+ * context q is not registered, and its successes pass the hot path by
+ * (a failover after a refused destroy would replay their WRs again). */
+void lip_qp_destroying(struct lip_qp *q, int on)
+{
+	struct lip_ctx *c = q->ctx;
+	pthread_mutex_lock(&c->mu);
+	for (int i = 0; i < LIP_DESTROYING; i++) {
+		if (c->destroying[i] == (on ? NULL : q)) {
+			__atomic_store_n(&c->destroying[i], on ? q : NULL, __ATOMIC_RELEASE);
+			__atomic_add_fetch(&ndestroying, on ? 1 : -1, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* find_destroying is the QP of c registered with lip_qp_destroying whose
+ * number is qpn, or NULL. */
+static struct lip_qp *find_destroying(struct lip_ctx *c, uint32_t qpn)
+{
+	if (__builtin_expect(__atomic_load_n(&ndestroying, __ATOMIC_ACQUIRE) == 0, 1))
+		return NULL;
+	for (int i = 0; i < LIP_DESTROYING; i++) {
+		struct lip_qp *q = __atomic_load_n(&c->destroying[i], __ATOMIC_ACQUIRE);
+		if (q && q->qpn == qpn)
+			return q;
+	}
+	return NULL;
+}
+
 /* lip_qp_restore puts back in the tables q, which lip_qp_remove took
  * out before a destroy of its QP that the provider refused: its rings
- * are as they were (completions polled meanwhile passed the hot path by:
- * the application sees them, their WRs stay in the rings). -1 (ENOSPC,
- * or EINVAL when its context is gone) if it cannot: q is then freed as
- * a destroyed QP's would be, and its QP passes through. */
+ * are as they were, but for the successes polled meanwhile, retired
+ * (lip_qp_destroying). -1 (ENOSPC, or EINVAL when its context is gone)
+ * if it cannot: q is then freed as a destroyed QP's would be, and its
+ * QP passes through. */
 int lip_qp_restore(struct lip_qp *q)
 {
 	struct lip_ctx *c = lip_ctx_of(q->qp->context);
@@ -859,8 +903,16 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	for (int i = 0; i < got; i++) {
 		if (!last || last->qpn != wc[i].qp_num)
 			last = lip_qp_find(c, wc[i].qp_num);
-		if (!last)
+		if (!last) {
+			struct lip_qp *d;
+			if (wc[i].status == IBV_WC_SUCCESS && (d = find_destroying(c, wc[i].qp_num)) != NULL) {
+				if (wc[i].opcode & IBV_WC_RECV)
+					retire_recv(d, wc[i].wr_id);
+				else
+					retire_send(d);
+			}
 			continue;
+		}
 		if (wc[i].status != IBV_WC_SUCCESS) {
 			if (__builtin_expect(lip_nudge_wc(last, &wc[i]), 0) && !lip_nudge_fault(last, &wc[i])) {
 				/* layer 1's nudge: its flush is no one's (nudge.c) */

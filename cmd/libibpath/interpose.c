@@ -528,7 +528,11 @@ int lip_destroy_qp(struct ibv_qp *qp)
 		LEAVE();
 	}
 	struct lip_qp *gone = lip_qp_remove(qp);
+	if (gone)
+		lip_qp_destroying(gone, 1);
 	int ret = real_ibv_destroy_qp(qp);
+	if (gone)
+		lip_qp_destroying(gone, 0);
 	if (ret == 0) {
 		ENTER();
 		ibpathDestroyed(ctx, qpn, qp);

@@ -101,6 +101,10 @@ struct lip_srq {
 	int diverted;           /* layer 2 took its receives: posts go to it */
 };
 
+/* Destroys under way on one context whose QP's successes a poll still
+ * retires (lip_qp_destroying); more pass the hot path by. */
+#define LIP_DESTROYING 8
+
 struct lip_ctx {
 	struct ibv_context *ctx;
 	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
@@ -116,6 +120,9 @@ struct lip_ctx {
 	int nudge;              /* RC QPs get a send slot for layer 1's nudge (nudge.c; set by the Go side) */
 	pthread_mutex_t mu;     /* serialises inserts into slots */
 	struct lip_qp *slots[LIP_QP_SLOTS];
+	/* QPs out of slots for a destroy the provider has not answered yet
+	 * (lip_qp_destroying): their successes are still retired */
+	struct lip_qp *destroying[LIP_DESTROYING];
 };
 
 /* One thread that entered the hot path: seq is odd while it is inside a
@@ -278,6 +285,9 @@ struct lip_qp *lip_qp_remove(struct ibv_qp *qp);
 /* lip_qp_restore undoes lip_qp_remove after a failed destroy (-1: it
  * could not; q is to be freed) */
 int lip_qp_restore(struct lip_qp *q);
+/* lip_qp_destroying registers (on) or forgets q, taken out of the tables
+ * by lip_qp_remove for a destroy the provider has not answered yet */
+void lip_qp_destroying(struct lip_qp *q, int on);
 void lip_qp_free(struct lip_qp *q);
 struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn);
 int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

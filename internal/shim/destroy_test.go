@@ -21,12 +21,17 @@ func TestFailoverDestroyRefused(t *testing.T) {
 		diverted bool // the destroy comes after the failover
 		cutWhile bool // the port dies while the destroy is under way
 		peerCut  bool // the peer fails over while the destroy is under way
+		polled   bool // the QP's WRs in flight complete and are polled while the destroy is under way
 		reason   string
 	}{
 		{name: "armed", reason: `reason="completion error`},
 		{name: "port dies meanwhile", cutWhile: true, reason: `reason="completion error`},
 		{name: "peer fails over meanwhile", peerCut: true, reason: `reason="the peer's fallback notification on the backup QP"`},
 		{name: "on the backup", diverted: true, reason: `reason="completion error`},
+		// the successes polled meanwhile are retired in the hot path's
+		// rings (lip_qp_destroying): the failover after the refusal
+		// replays none of them, and no SEND completes twice
+		{name: "completions polled meanwhile", polled: true, reason: `reason="completion error`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := railFabric(t, 47)
@@ -66,6 +71,21 @@ func TestFailoverDestroyRefused(t *testing.T) {
 					}
 					return
 				}
+				if tc.polled {
+					inFlight := qa.sent - len(qa.sendDone)
+					if inFlight == 0 {
+						t.Fatal("nothing of A's in flight when the destroy starts")
+					}
+					for i := 0; i < 200 && qa.sent != len(qa.sendDone); i++ {
+						f.RunFor(10 * time.Microsecond)
+						a.poll(t)
+						b.poll(t)
+					}
+					if qa.sent != len(qa.sendDone) {
+						t.Fatalf("A's %d WRs in flight did not complete during the destroy", inFlight)
+					}
+					return
+				}
 				if !tc.cutWhile {
 					return
 				}
@@ -89,6 +109,7 @@ func TestFailoverDestroyRefused(t *testing.T) {
 				cut()
 			}
 			drive(t, f, hosts, 10*time.Microsecond, finished(qa, qb))
+			eachSignaledOnce(t, qa)
 			checkFailedOver(t, qa, tc.reason)
 			if tc.peerCut {
 				checkFailedOver(t, qb, `reason="completion error`)

@@ -493,6 +493,7 @@ func (q *appQP) destroy(t *testing.T) {
 	if err := q.qp.Destroy(); err != nil {
 		t.Fatal(err)
 	}
+	q.x.hp.Destroyed(q.fq)
 	q.x.rt.Destroyed(q.x.id, q.qp.QPN())
 	for i, c := range q.x.qps {
 		if c == q {

@@ -608,8 +608,8 @@ static void test_churn(void)
 
 /* test_restore: a QP taken out of the tables for a destroy the provider
  * refused goes back with its rings as they were (lip_qp_restore): found
- * again, its posts recorded, nudges allowed again; into a full table it
- * cannot, with ENOSPC. */
+ * again, its posts recorded, nudges allowed again, the completions polled
+ * during the destroy retired; into a full table it cannot, with ENOSPC. */
 static void test_restore(void)
 {
 	static struct ibv_qp rq, fill[LIP_QP_SLOTS];
@@ -633,6 +633,26 @@ static void test_restore(void)
 	lip_qp_outstanding(q, &s1, &r1);
 	CHECK(s0 == 1 && s1 == 2 && r1 == r0, "outstanding sends %llu then %llu: the rings are not as they were",
 		(unsigned long long)s0, (unsigned long long)s1);
+	/* a completion polled while a destroy is under way is retired in the
+	 * rings of the QP out of the tables (lip_qp_destroying), so that a
+	 * refused destroy leaves them as the application saw them */
+	drain();
+	wr.wr_id = 3;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	CHECK(lip_post_send(&rq, &wr, &bad) == 0, "a signaled post before the destroy");
+	wr.send_flags = 0;
+	CHECK(lip_qp_remove(&rq) == q, "removed for a second destroy");
+	lip_qp_destroying(q, 1);
+	struct ibv_wc got[4];
+	static struct ibv_cq other; /* the stub's ring answers any CQ; cq may be diverted by an earlier check */
+	other.context = &ctx;
+	int k = ctx.ops.poll_cq(&other, 4, got);
+	CHECK(k == 1 && got[0].wr_id == 3, "polled %d completions during the destroy (want wr 3)", k);
+	lip_qp_destroying(q, 0);
+	CHECK(lip_qp_restore(q) == 0, "restore after the second refused destroy: errno %d", errno);
+	lip_qp_outstanding(q, &s1, &r1);
+	CHECK(s1 == 0, "%llu sends outstanding after the destroy's poll retired wr 3 (and the unsignaled 1, 2 before it), want 0",
+		(unsigned long long)s1);
 	/* a table filled while the destroy was under way */
 	CHECK(lip_qp_remove(&rq) == q, "removed again");
 	int added = 0;

@@ -38,9 +38,10 @@ type Hotpath struct {
 	ctx uintptr
 	mem func(addr uint64, n uint32) []byte // reads inline payloads
 
-	qps  map[uint32]*HotQP
-	srqs map[verbs.SRQ]*HotSRQ
-	dcq  map[verbs.CQ]bool // diverted CQs
+	qps        map[uint32]*HotQP
+	destroying map[uint32]*HotQP // out of qps for a destroy not answered yet (lip_qp_destroying)
+	srqs       map[verbs.SRQ]*HotSRQ
+	dcq        map[verbs.CQ]bool // diverted CQs
 
 	divertErr   error                 // injected: Divert fails with it
 	undivertErr error                 // injected: Undivert fails with it
@@ -104,7 +105,7 @@ type hotSend struct {
 // the runtime), calling back into rt; mem reads the process's memory for
 // the inline payloads it copies.
 func NewHotpath(rt datapath.Runtime, ctx uintptr, mem func(uint64, uint32) []byte) *Hotpath {
-	return &Hotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*HotQP{}, srqs: map[verbs.SRQ]*HotSRQ{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
+	return &Hotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*HotQP{}, destroying: map[uint32]*HotQP{}, srqs: map[verbs.SRQ]*HotSRQ{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
 		wakes: map[verbs.CQ]int{}}
 }
 
@@ -160,18 +161,29 @@ func (h *Hotpath) DivertSRQ(ctx uintptr, srq verbs.SRQ) ([]verbs.RecvWR, error) 
 	return append([]verbs.RecvWR(nil), s.recvs...), nil
 }
 
-// Remove forgets a QP the application destroys (lip_qp_remove).
+// Remove forgets a QP the application destroys (lip_qp_remove). Until
+// the provider answers (Restore, Destroyed) a success of it polled
+// meanwhile is still retired in its rings (lip_qp_destroying).
 func (h *Hotpath) Remove(q *HotQP) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.qps, q.app.QPN)
+	h.destroying[q.app.QPN] = q
 }
 
 // Restore takes back a QP whose destroy failed (lip_qp_restore).
 func (h *Hotpath) Restore(q *HotQP) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	delete(h.destroying, q.app.QPN)
 	h.qps[q.app.QPN] = q
+}
+
+// Destroyed forgets a QP the provider destroyed.
+func (h *Hotpath) Destroyed(q *HotQP) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.destroying, q.app.QPN)
 }
 
 // PostSend is the interposed ibv_post_send: recorded in the QP's rings,
@@ -239,6 +251,9 @@ func (h *Hotpath) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 	for i := 0; i < n; i++ {
 		q := h.qps[wc[i].QPNum]
 		if q == nil {
+			if d := h.destroying[wc[i].QPNum]; d != nil && wc[i].Status == verbs.WCSuccess {
+				h.retireLocked(d, wc[i]) // its destroy may be refused: the rings stay true
+			}
 			continue
 		}
 		if h.nudgeWC(q, wc[i]) && !nudgeFault(q, wc[i]) {
