@@ -222,6 +222,13 @@ func (c *Context) Close() error {
 	if c.closed {
 		return verbs.Errorf("ibv_close_device", verbs.EINVAL, "already closed")
 	}
+	c.closeLocked()
+	return nil
+}
+
+// closeLocked closes c: no more events, off its HCA's contexts. The
+// fabric's lock is held.
+func (c *Context) closeLocked() {
 	c.closed = true
 	c.events = nil
 	cs := c.hca.contexts
@@ -231,7 +238,6 @@ func (c *Context) Close() error {
 			break
 		}
 	}
-	return nil
 }
 
 // Teardown is the end of the process that opened c (it exited, or was
@@ -251,17 +257,8 @@ func (c *Context) Teardown() {
 			q.destroyLocked()
 		}
 	}
-	if c.closed {
-		return
-	}
-	c.closed = true
-	c.events = nil
-	cs := c.hca.contexts
-	for i, x := range cs {
-		if x == c {
-			c.hca.contexts = append(cs[:i], cs[i+1:]...)
-			break
-		}
+	if !c.closed {
+		c.closeLocked()
 	}
 }
 
