@@ -305,13 +305,7 @@ func ibpathAfterModify(qp *C.struct_ibv_qp, attr *C.struct_ibv_qp_attr, mask C.i
 		DestQPN: uint32(attr.dest_qp_num), Err: int(ret), Attr: ibv.QPAttrFromC(unsafe.Pointer(attr))}
 	gid := C.GoBytes(unsafe.Pointer(&attr.ah_attr.grh.dgid), 16)
 	copy(m.DGID[:], gid)
-	rt.Modified(ctxID(qp.context), m)
-	// Connected at RTR: the peer's address and QP number are known then,
-	// and a QP that only receives (the server of ib_write_bw) never goes
-	// further.
-	if ret == 0 && m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTR {
-		rt.Connected(ctxID(qp.context), m.QPN)
-	}
+	rt.AfterModify(ctxID(qp.context), m)
 }
 
 //export ibpathDestroying

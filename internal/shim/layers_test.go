@@ -2,7 +2,6 @@ package shim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -29,7 +28,7 @@ import (
 // the Go stand-in of the C hot path as its Hotpath, a fake ibpathd session
 // (Reporter, Publisher and HCALookup), and every application modify
 // through the interposed ibv_modify_qp: layer 1's when Layer1Wants says
-// so, then Modified, then Connected after RTS.
+// so, then AfterModify (Connected at RTR, as the C side): InterposedModify.
 //
 // The fabric: two hosts, each with two dual-port InfiniBand HCAs (LMC 1):
 // mlx5_0 is the application's, mlx5_1 layer 2's backup. Its clock follows
@@ -205,35 +204,15 @@ func queryPorts(t *testing.T, ctx verbs.Context) []Port {
 	return ports
 }
 
-// modify is the interposed ibv_modify_qp: layer 1 carries it out when it
-// wants it, else the provider; then the runtime records it, and a QP
-// taken to RTS is connected for layer 2. It returns whether layer 1
-// carried it out.
+// modify is the interposed ibv_modify_qp (InterposedModify): layer 1
+// carries it out when it wants it, else the provider; then the runtime
+// hears of it (a QP taken to RTR is connected for layer 2). It returns
+// whether layer 1 carried it out.
 func (x *l2host) modify(t *testing.T, qp verbs.QP, attr verbs.QPAttr, mask verbs.QPAttrMask) bool {
 	t.Helper()
-	var err error
-	a := attr // the C side hands Go a copy of the application's attributes
-	wants := x.rt.Layer1Wants(x.id, qp.QPN(), mask, attr.QPState)
-	if wants {
-		err = x.rt.ModifyQP(x.ctx, qp, &a, mask)
-	} else {
-		err = qp.Modify(&a, mask)
-	}
-	m := Modify{QPN: qp.QPN(), Mask: mask, State: attr.QPState, Port: attr.PortNum, DLID: attr.AHAttr.DLID,
-		Global: attr.AHAttr.IsGlobal, DGID: attr.AHAttr.GRH.DGID, DestQPN: attr.DestQPN, Attr: attr}
-	if err != nil {
-		m.Err = int(verbs.EINVAL)
-		var ve *verbs.Error
-		if errors.As(err, &ve) {
-			m.Err = int(ve.Errno)
-		}
-	}
-	x.rt.Modified(x.id, m)
+	wants, err := x.rt.InterposedModify(x.id, x.ctx, qp, attr, mask)
 	if err != nil {
 		t.Fatalf("%s: the application's modify of QP %#x to %v failed: %v", x.name, qp.QPN(), attr.QPState, err)
-	}
-	if mask&verbs.QPAttrState != 0 && attr.QPState == verbs.QPSRTS {
-		x.rt.Connected(x.id, qp.QPN())
 	}
 	return wants
 }

@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"slices"
@@ -221,17 +222,7 @@ func (r *Runtime) nextStep() (time.Duration, bool) {
 // read no more.
 func (r *Runtime) stepWatchers() bool {
 	r.mu.Lock()
-	names := make([]string, 0, len(r.watchers))
-	for dev, w := range r.watchers {
-		if w.ctx != nil && !w.failed {
-			names = append(names, dev)
-		}
-	}
-	slices.Sort(names)
-	ws := make([]*watcher, len(names))
-	for i, dev := range names {
-		ws[i] = r.watchers[dev]
-	}
+	names, ws := inKeyOrder(r.watchers, func(w *watcher) bool { return w.ctx != nil && !w.failed })
 	r.mu.Unlock()
 	read := false
 	for i, w := range ws {
@@ -258,17 +249,7 @@ func (r *Runtime) stepWatchers() bool {
 // event.
 func (r *Runtime) stepNotify() bool {
 	r.l2mu.Lock()
-	ctxs := make([]uintptr, 0, len(r.shadows))
-	for c, s := range r.shadows {
-		if s.ch != nil {
-			ctxs = append(ctxs, c)
-		}
-	}
-	slices.Sort(ctxs)
-	sets := make([]*shadowSet, len(ctxs))
-	for i, c := range ctxs {
-		sets[i] = r.shadows[c]
-	}
+	_, sets := inKeyOrder(r.shadows, func(s *shadowSet) bool { return s.ch != nil })
 	r.l2mu.Unlock()
 	read := false
 	for _, s := range sets {
@@ -277,4 +258,22 @@ func (r *Runtime) stepNotify() bool {
 		}
 	}
 	return read
+}
+
+// inKeyOrder returns the keys of m whose values keep, in order, and their
+// values: a stepped runtime reads its devices in an order that does not
+// depend on map iteration, so that a run replays exactly.
+func inKeyOrder[K cmp.Ordered, V any](m map[K]V, keep func(V) bool) ([]K, []V) {
+	keys := make([]K, 0, len(m))
+	for k, v := range m {
+		if keep(v) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	vals := make([]V, len(keys))
+	for i, k := range keys {
+		vals[i] = m[k]
+	}
+	return keys, vals
 }

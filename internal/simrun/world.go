@@ -1,7 +1,6 @@
 package simrun
 
 import (
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -301,32 +300,13 @@ func (q *QP) connect() error {
 	return nil
 }
 
-// modify is the shim's interposed ibv_modify_qp: layer 1 carries the
-// modify out when it wants it, else the provider does; then the runtime
-// records it, and a QP taken to RTS is connected for layer 2.
+// modify is the shim's interposed ibv_modify_qp (the runtime's
+// InterposedModify): layer 1 carries the modify out when it wants it,
+// else the provider does; then the runtime hears of it, and a QP taken
+// to RTR is connected for layer 2, as on the C side.
 func (p *Proc) modify(qp verbs.QP, attr verbs.QPAttr, mask verbs.QPAttrMask) error {
-	a := attr // the C side hands Go a copy of the application's attributes
-	var err error
-	if p.RT.Layer1Wants(p.id, qp.QPN(), mask, attr.QPState) {
-		err = p.RT.ModifyQP(p.ctx, qp, &a, mask)
-	} else {
-		err = qp.Modify(&a, mask)
-	}
-	m := shim.Modify{QPN: qp.QPN(), Mask: mask, State: attr.QPState, Port: attr.PortNum, DLID: attr.AHAttr.DLID,
-		Global: attr.AHAttr.IsGlobal, DGID: attr.AHAttr.GRH.DGID, DestQPN: attr.DestQPN, Attr: attr}
-	if err != nil {
-		m.Err = int(verbs.EINVAL)
-		var ve *verbs.Error
-		if errors.As(err, &ve) {
-			m.Err = int(ve.Errno)
-		}
-	}
-	p.RT.Modified(p.id, m)
-	if err != nil {
+	if _, err := p.RT.InterposedModify(p.id, p.ctx, qp, attr, mask); err != nil {
 		return fmt.Errorf("simrun: %s: ibv_modify_qp of QP %#x to %v: %w", p.Name, qp.QPN(), attr.QPState, err)
-	}
-	if mask&verbs.QPAttrState != 0 && attr.QPState == verbs.QPSRTS {
-		p.RT.Connected(p.id, qp.QPN())
 	}
 	return nil
 }
