@@ -2,13 +2,32 @@ package main
 
 /*
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdlib.h>
 #include "shim.h"
+#include "asyncev.h"
 
 static struct lip_qp *lip_qp_by(uintptr_t ctx, uint32_t qpn)
 {
 	struct lip_ctx *c = lip_ctx_of((struct ibv_context *)ctx);
 	return c ? lip_qp_find(c, qpn) : NULL;
+}
+
+// lip_give_back gives the kept event type of QP qpn (of the context,
+// for DEVICE_FATAL) back to the application (asyncev.h): 0, -1 with errno
+// (ESRCH: the QP is gone).
+static int lip_give_back(uintptr_t ctx, uint32_t qpn, int type)
+{
+	struct ibv_qp *qp = NULL;
+	if (type != IBV_EVENT_DEVICE_FATAL) {
+		struct lip_qp *q = lip_qp_by(ctx, qpn);
+		if (!q) {
+			errno = ESRCH;
+			return -1;
+		}
+		qp = q->qp;
+	}
+	return lip_async_give((struct ibv_context *)ctx, qp, (enum ibv_event_type)type);
 }
 
 static struct lip_ctx *lip_ctx_by(uintptr_t ctx) { return lip_ctx_of((struct ibv_context *)ctx); }
@@ -52,6 +71,7 @@ var (
 	_ shim.Hotpath    = hotpath{}
 	_ shim.Undiverter = hotpath{}
 	_ shim.Waker      = hotpath{}
+	_ shim.EventGiver = hotpath{}
 	_ shim.Progresser = hotpath{}
 	_ shim.Nudger     = hotpath{}
 	_ shim.SRQHotpath = hotpath{}
@@ -375,4 +395,14 @@ func (hotpath) Wake(cq verbs.CQ) {
 	if c, ok := cq.(*ibv.CQ); ok {
 		C.lip_chan_wake((*C.struct_ibv_cq)(c.CPtr()))
 	}
+}
+
+// GiveBack returns a kept async event to the application (asyncev.c): its
+// next ibv_get_async_event of the context gets it, and one blocked there
+// wakes.
+func (hotpath) GiveBack(ctx uintptr, qpn uint32, ev verbs.EventType) error {
+	if r, err := C.lip_give_back(C.uintptr_t(ctx), C.uint32_t(qpn), C.int(ev)); r != 0 {
+		return fmt.Errorf("give %v of QP %#x back: lip_async_give: %w", ev, qpn, err)
+	}
+	return nil
 }

@@ -184,6 +184,7 @@ int lip_close_device(struct ibv_context *ctx)
 		LEAVE();
 		lip_ctx_remove(ctx);
 	}
+	lip_async_close(ctx);
 	return real_ibv_close_device(ctx);
 }
 
@@ -521,6 +522,7 @@ int lip_destroy_qp(struct ibv_qp *qp)
 	struct ibv_context *ctx = qp->context;
 	uint32_t qpn = qp->qp_num;
 	int known = lip_ctx_of(ctx) != NULL;
+	lip_async_forget_qp(qp); /* an event given back of it never comes now */
 	if (known) {
 		/* layer 2 stops touching the QP, which may be freed under it */
 		ENTER();
@@ -603,6 +605,22 @@ int lip_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 		return real_ibv_get_async_event(ctx, ev); /* nothing can be kept without it */
 	real_get_async = real_ibv_get_async_event;
 	return lip_async_filter(ctx, ev, &async_ops);
+}
+
+/* ibv_ack_async_event: the acknowledgement of an event the shim gave back
+ * (asyncev.h) stops here; libibverbs never returned that event, and would
+ * count the acknowledgement against the QP (ibv_destroy_qp then waits for
+ * ever). Every other one goes to libibverbs. */
+void lip_ack_async_event(struct ibv_async_event *ev) __asm__("ibv_ack_async_event");
+void lip_ack_async_event(struct ibv_async_event *ev)
+{
+	static void (*real_ack)(struct ibv_async_event *);
+	if (lip_async_acked(ev))
+		return;
+	if (!real_ack)
+		real_ack = (void (*)(struct ibv_async_event *))real("ibv_ack_async_event", "IBVERBS_1.1");
+	if (real_ack)
+		real_ack(ev);
 }
 
 /* rdma_get_cm_event (librdmacm's, RDMACM_1.0): an UNREACHABLE that the

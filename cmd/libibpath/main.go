@@ -5,7 +5,9 @@
 //	go build -buildmode=c-shared -o libibpath.so ./cmd/libibpath
 //
 // It interposes the control verbs ibv_open_device, ibv_close_device,
-// ibv_create_qp, ibv_modify_qp, ibv_destroy_qp, ibv_get_async_event, the
+// ibv_create_qp, ibv_modify_qp, ibv_destroy_qp, ibv_get_async_event and
+// ibv_ack_async_event (asyncev.c: fatal events of what layer 2 carries are
+// kept, and given back if its failover surfaces), the
 // memory registrations and the completion channel verbs (symbol versions
 // IBVERBS_1.1, 1.8 and 1.0, forwarded with dlvsym(RTLD_NEXT); channel.c
 // hands the application channels the shim can signal for completions a

@@ -2,9 +2,12 @@ package shim
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -79,5 +82,39 @@ func TestAsyncEventFilterC(t *testing.T) {
 	bin := buildCCheckSrcs(t, "asyncev_check", "asyncev.c")
 	if out, err := exec.Command(bin).CombinedOutput(); err != nil || !strings.Contains(string(out), "asyncev_check: ok") {
 		t.Fatalf("asyncev_check: %v\n%s", err, out)
+	}
+}
+
+// TestKeptEventsGivenBack: the fatal events kept while layer 2 carried a
+// QP (its QP_FATAL, and the device's DEVICE_FATAL) go back to the
+// application, each once, when its failover surfaces the error (an
+// atomic was outstanding): plain verbs would have shown them. A failover
+// that comes through gives nothing back.
+func TestKeptEventsGivenBack(t *testing.T) {
+	_, qa, _ := atomicRun(t, true, func(q *appQP) {
+		x := q.x
+		if !x.rt.AsyncEvent(x.id, verbs.EventQPFatal, q.qp.QPN(), 0) || !x.rt.AsyncEvent(x.id, verbs.EventDeviceFatal, 0, 0) ||
+			!x.rt.AsyncEvent(x.id, verbs.EventQPFatal, q.qp.QPN(), 0) {
+			t.Fatal("the fatal events of an armed QP were not kept")
+		}
+	})
+	x := qa.x
+	want := []shimtest.GivenBack{{Ctx: x.id, QPN: qa.qp.QPN(), Ev: verbs.EventQPFatal}, {Ctx: x.id, Ev: verbs.EventDeviceFatal}}
+	if got := x.hp.Given(); !slices.Equal(got, want) {
+		t.Fatalf("given back %+v, want %+v", got, want)
+	}
+	if x.rt.EventsGivenBack() != 2 || x.logLine("async event given back", "QP_FATAL") == "" {
+		t.Fatalf("%d counted given back; log:\n%s", x.rt.EventsGivenBack(), x.log.String())
+	}
+
+	f, hosts, qa2, qb2, _ := exchangeWorld(t, 42, l2opts{}, true)
+	y := qa2.x
+	if !y.rt.AsyncEvent(y.id, verbs.EventQPFatal, qa2.qp.QPN(), 0) {
+		t.Fatal("QP_FATAL of a failed-over QP not kept")
+	}
+	qa2.total, qb2.total = qa2.total+20, qb2.total+20
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa2, qb2))
+	if g := y.hp.Given(); len(g) != 0 || y.rt.EventsGivenBack() != 0 {
+		t.Fatalf("a failover that came through gave %+v back", g)
 	}
 }

@@ -48,7 +48,8 @@ type failover struct {
 	// sent once mu is released (reporting may block on ibpathd's socket)
 	reports []status.QP
 	events  []status.Event
-	wakes   []verbs.CQ // CQs with completions queued for the application (Waker)
+	wakes   []verbs.CQ  // CQs with completions queued for the application (Waker)
+	gives   []givenBack // kept events to give back (EventGiver)
 }
 
 // l2qp is one RC QP layer 2 mirrored on the backup device.
@@ -452,6 +453,7 @@ func (r *Runtime) observe(q *l2qp) {
 		r.setStatus(q, func(s *status.QP) {
 			s.Layer, s.Home, s.Reason = status.LayerNone, s.Primary, "layer 2: "+c.Reason()
 		})
+		r.giveBackKept(q.key)
 	}
 	if !q.firstGood && st.BackupCompletions > 0 {
 		q.firstGood = true
@@ -476,15 +478,17 @@ func (r *Runtime) setStatus(q *l2qp, edit func(*status.QP)) {
 
 // unlockFO releases fo.mu and sends the reports and events queued under it.
 func (r *Runtime) unlockFO() {
-	reports, events, wakes := r.fo.reports, r.fo.events, r.fo.wakes
-	r.fo.reports, r.fo.events, r.fo.wakes = nil, nil, nil
+	reports, events, wakes, gives := r.fo.reports, r.fo.events, r.fo.wakes, r.fo.gives
+	r.fo.reports, r.fo.events, r.fo.wakes, r.fo.gives = nil, nil, nil, nil
 	w, _ := r.fo.hp.(Waker)
+	g, _ := r.fo.hp.(EventGiver)
 	r.fo.mu.Unlock()
 	if w != nil {
 		for _, cq := range wakes {
 			w.Wake(cq)
 		}
 	}
+	r.returnKept(g, gives)
 	if len(reports) == 0 && len(events) == 0 {
 		return
 	}

@@ -115,7 +115,7 @@ func TestFailoverOnErrorCompletion(t *testing.T) {
 
 // atomicRun: A's link is cut with a FETCH_ADD outstanding between two
 // messages; it returns what A's application saw after the cut.
-func atomicRun(t *testing.T, hotpath bool) ([]verbs.WC, *appQP, *appQP) {
+func atomicRun(t *testing.T, hotpath bool, first ...func(*appQP)) ([]verbs.WC, *appQP, *appQP) {
 	f := railFabric(t, 33)
 	c := shimtest.NewCluster()
 	o := l2opts{noWatch: true, noHotpath: !hotpath}
@@ -124,6 +124,9 @@ func atomicRun(t *testing.T, hotpath bool) ([]verbs.WC, *appQP, *appQP) {
 	connectPair(t, qa, qb)
 	if hotpath {
 		waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	}
+	for _, fn := range first {
+		fn(qa)
 	}
 	hosts := []*l2host{a, b}
 	qa.total = 5

@@ -13,6 +13,7 @@ type (
 	Nudger       = datapath.Nudger
 	Undiverter   = datapath.Undiverter
 	Waker        = datapath.Waker
+	EventGiver   = datapath.EventGiver
 	SRQHotpath   = datapath.SRQHotpath
 	ExpressLane  = datapath.ExpressLane
 	ExpressStats = datapath.ExpressStats

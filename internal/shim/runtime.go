@@ -82,6 +82,10 @@ type qp struct {
 	// creation (an SRQ not followed, a UD QP...): it stays its status's
 	// reason whatever layer 1 later says of its port
 	unprotected string
+	// kept: the fatal events of the QP kept from the application while
+	// layer 2 carried it (asyncevent.go), given back if its failover
+	// surfaces
+	kept []verbs.EventType
 }
 
 // Runtime is the shim's view of the process's verbs objects. It is safe
@@ -116,6 +120,9 @@ type Runtime struct {
 
 	cmHidden atomic.Uint64 // rdma_cm events kept from the application (cmevent.go)
 	evKept   atomic.Uint64 // async events kept from the application (asyncevent.go)
+	evGiven  atomic.Uint64 // kept events given back: their failover surfaced
+	// fatalKept: contexts whose DEVICE_FATAL was kept and not given back
+	fatalKept map[uintptr]bool
 
 	fo failover // layer 2's failover (its own lock, taken before l2mu and mu)
 

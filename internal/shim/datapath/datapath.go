@@ -136,6 +136,18 @@ type Waker interface {
 	Wake(cq verbs.CQ)
 }
 
+// EventGiver is a hot path that can return an async event the runtime
+// kept from the application (cmd/libibpath's asyncev.c): the runtime
+// gives a kept fatal event back once the failover it was kept for
+// surfaces the error, as plain verbs would have shown it.
+type EventGiver interface {
+	// GiveBack queues ev of QP qpn of context ctx (qpn 0 for
+	// DEVICE_FATAL) for the application's next ibv_get_async_event of
+	// ctx, and wakes a call blocked there. Called without the runtime's
+	// locks.
+	GiveBack(ctx uintptr, qpn uint32, ev verbs.EventType) error
+}
+
 // ExpressLane is what the hot path's express lane needs to carry a
 // diverted QP whose failover settled on the backup.
 type ExpressLane struct {

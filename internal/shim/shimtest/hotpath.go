@@ -58,6 +58,7 @@ type Hotpath struct {
 
 	wakeMu sync.Mutex
 	wakes  map[verbs.CQ]int // Wake calls per CQ (Waker)
+	given  []GivenBack      // GiveBack calls, in order (EventGiver)
 }
 
 // MaxSGE is how many SGEs a ring entry keeps (LIP_MAX_SGE): a WR with

@@ -48,3 +48,28 @@ func (h *Hotpath) ArmLane(cq verbs.CQ) error {
 	}
 	return nil
 }
+
+var _ datapath.EventGiver = (*Hotpath)(nil)
+
+// GivenBack is an async event the runtime gave back to the application.
+type GivenBack struct {
+	Ctx uintptr
+	QPN uint32
+	Ev  verbs.EventType
+}
+
+// GiveBack records a kept event the runtime gives back (asyncev.c queues
+// it for the application's next ibv_get_async_event).
+func (h *Hotpath) GiveBack(ctx uintptr, qpn uint32, ev verbs.EventType) error {
+	h.wakeMu.Lock()
+	defer h.wakeMu.Unlock()
+	h.given = append(h.given, GivenBack{ctx, qpn, ev})
+	return nil
+}
+
+// Given is what the runtime gave back so far, in order.
+func (h *Hotpath) Given() []GivenBack {
+	h.wakeMu.Lock()
+	defer h.wakeMu.Unlock()
+	return append([]GivenBack(nil), h.given...)
+}
