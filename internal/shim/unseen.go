@@ -15,9 +15,9 @@ const UverbsPrefix = "/dev/infiniband/uverbs"
 // Unseen watches for device contexts the program opened without the
 // shim: libibverbs's own ibv_open_device, reached through a handle the
 // shim did not give (IBPATH_DLOPEN=off, a machine where dlopen is not
-// interposed, a libibverbs the shim does not stand in for). Their QPs are
-// never protected, and without a verb through the shim not even its
-// banner says so.
+// interposed, a libibverbs the shim does not stand in for), or a
+// provider's own open (mlx5dv_open_device, UCX's DevX transports). Their
+// QPs are never protected, and nothing else says so.
 type Unseen struct {
 	FDDir  string           // the process's fd links: /proc/self/fd
 	Prefix string           // what a context's fd links to: UverbsPrefix
@@ -48,8 +48,8 @@ func (u Unseen) Run() {
 		}
 		if n > open {
 			u.Warn(fmt.Sprintf("libibpath: the program has %d RDMA device context(s) open that did not come through the shim's ibv_open_device "+
-				"(it resolved libibverbs's verbs itself: IBPATH_DLOPEN=off, a machine where dlopen is not interposed, or a libibverbs "+
-				"the shim does not stand in for): their QPs are not protected", n-open))
+				"(it resolved libibverbs's verbs itself: IBPATH_DLOPEN=off, a machine where dlopen is not interposed, a libibverbs "+
+				"the shim does not stand in for; or it opened them with a provider's own call, mlx5dv_open_device): their QPs are not protected", n-open))
 			return
 		}
 	}
