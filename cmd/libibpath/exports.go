@@ -174,6 +174,26 @@ func ibpathCQDestroyed(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
 	rt.CQDestroyed(ibv.WrapCQ(appCtx(ctx), unsafe.Pointer(cq)))
 }
 
+// ibpathCQExtended: the application created cq with ibv_create_cq_ex:
+// layer 2 arms none of its QPs until its first ibv_poll_cq.
+//
+//export ibpathCQExtended
+func ibpathCQExtended(cq *C.struct_ibv_cq) {
+	defer guard("ibpathCQExtended")
+	inject("ibpathCQExtended")
+	rt.CQExtended(ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)))
+}
+
+// ibpathCQPolled: the application polls cq, an extended CQ, with
+// ibv_poll_cq (its first poll).
+//
+//export ibpathCQPolled
+func ibpathCQPolled(cq *C.struct_ibv_cq) {
+	defer guard("ibpathCQPolled")
+	inject("ibpathCQPolled")
+	rt.CQPolled(ibv.WrapCQ(appCtx(cq.context), unsafe.Pointer(cq)))
+}
+
 // ibpathCQStartPoll: the application polls cq, an extended CQ, with
 // ibv_start_poll (its first call), which bypasses the hot path.
 //

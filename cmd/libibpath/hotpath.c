@@ -893,6 +893,8 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		return EINVAL;
 	if (!lip_record)
 		return c->poll_cq(cq, n, wc);
+	if (__builtin_expect(__atomic_load_n(&lip_cqex_unpolled, __ATOMIC_RELAXED) != 0, 0))
+		lip_cqex_polled(cq); /* (outside the poll: it may call the Go side) */
 	struct lip_thr *t = lip_enter();
 	if (__builtin_expect(__atomic_load_n(&lip_ndcq, __ATOMIC_RELAXED) != 0, 0) && lip_cq_diverted(cq)) {
 		lip_leave(t);

@@ -799,6 +799,26 @@ static struct ibv_cq_ex *lip_create_cq_ex(struct ibv_context *context, struct ib
 	return cq;
 }
 
+/* lip_tell_cq_extended: the program created cq with ibv_create_cq_ex
+ * (cqex.c follows it). */
+void lip_tell_cq_extended(struct ibv_cq *cq)
+{
+	int was = lip_inside;
+	ENTER();
+	ibpathCQExtended(cq);
+	lip_inside = was;
+}
+
+/* lip_tell_cq_polled: the program polls cq, an extended CQ, with
+ * ibv_poll_cq (its first poll of any kind, cqex.c). */
+void lip_tell_cq_polled(struct ibv_cq *cq)
+{
+	int was = lip_inside;
+	ENTER();
+	ibpathCQPolled(cq);
+	lip_inside = was;
+}
+
 /* lip_tell_start_poll: the program polls cq with ibv_start_poll (cqex.c). */
 void lip_tell_start_poll(struct ibv_cq *cq)
 {

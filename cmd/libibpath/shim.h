@@ -349,6 +349,10 @@ static inline int lip_nudge_fault(struct lip_qp *q, const struct ibv_wc *wc)
 /* cqex.c */
 void lip_cqex_follow(struct ibv_cq_ex *cq);
 int lip_cqex_forget(struct ibv_cq *cq);
+extern int lip_cqex_unpolled;
+void lip_cqex_polled(struct ibv_cq *cq);
+void lip_tell_cq_extended(struct ibv_cq *cq);
+void lip_tell_cq_polled(struct ibv_cq *cq);
 /* interpose.c, for cqex.c: the Go side hears of a CQ's first ibv_start_poll */
 void lip_tell_start_poll(struct ibv_cq *cq);
 

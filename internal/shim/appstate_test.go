@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -160,5 +161,58 @@ func TestStartPollLeavesQPs(t *testing.T) {
 	a.rt.fo.mu.Unlock()
 	if left {
 		t.Fatal("a destroyed CQ is still taken for one polled with ibv_start_poll")
+	}
+}
+
+// TestExtendedCQArmsAtFirstPoll: a QP of an extended CQ (ibv_create_cq_ex)
+// is not armed by layer 2 until the CQ's first ibv_poll_cq shows that the
+// shim sees its completions (the status says why it waits); a cut before
+// then reaches the application as plain verbs report it, nothing
+// diverted. After the first poll it is armed, and a cut fails it over.
+// One polled first with ibv_start_poll is left for good.
+func TestExtendedCQArmsAtFirstPoll(t *testing.T) {
+	f := railFabric(t, 44)
+	c := shimtest.NewCluster()
+	o := l2opts{}
+	a, b := newL2Host(t, f, "node0", 0, c, o), newL2Host(t, f, "node1", 1, c, o)
+	ext := a.createCQ(t, 256)
+	a.rt.CQExtended(ext)
+	qa, qb := a.addQP(t, qpOpts{cq: ext}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "B's QP armed", qb.armed)
+	waitFor(t, "A's backup connected", func() bool { return qa.status().Backup.Connected })
+	a.rt.armConnected()
+	if qa.armed() {
+		t.Fatal("a QP of an extended CQ never polled was armed")
+	}
+	if s := qa.status(); s.Reason != extWaitReason {
+		t.Fatalf("status %+v, want the wait for the first ibv_poll_cq", s)
+	}
+	a.rt.CQPolled(ext)
+	waitFor(t, "A's QP armed after the first poll", qa.armed)
+	if s := qa.status(); s.Reason == extWaitReason || s.CrossNIC == "" {
+		t.Fatalf("status after the first poll %+v", s)
+	}
+	hosts := []*l2host{a, b}
+	qa.total, qb.total = 10, 10
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	qa.total, qb.total = 30, 30
+	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
+	if !qa.diverted() || len(qa.errs) != 0 {
+		t.Fatalf("after the first poll the cut did not fail over cleanly: diverted %v, errors %v", qa.diverted(), qa.errs)
+	}
+
+	// polled first with ibv_start_poll: never armed
+	ext2 := a.createCQ(t, 256)
+	a.rt.CQExtended(ext2)
+	q2 := a.addQP(t, qpOpts{cq: ext2})
+	a.rt.CQStartPoll(a.id, ext2)
+	a.rt.CQPolled(ext2) // (a later ibv_poll_cq changes nothing)
+	a.rt.armConnected()
+	if q2.armed() || !strings.Contains(q2.status().Reason, "ibv_start_poll") {
+		t.Fatalf("a QP of a CQ polled with ibv_start_poll: armed %v, status %+v", q2.armed(), q2.status())
 	}
 }

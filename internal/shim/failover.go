@@ -41,9 +41,11 @@ type failover struct {
 	nudgeWCs  int                   // completions of layer 1's nudges dropped (routeWC)
 	// CQs the application polls with ibv_start_poll (startpoll.go)
 	startPolled map[verbs.CQ]bool
-	clock       verbs.Clock // recovery's time (tests give the simulated fabric's)
-	ticking     bool        // switchLoop runs (switch backs, bounded handshakes)
-	tickAgain   bool        // a Conn asked for ticking since the current tick began
+	// extended CQs not polled yet: their QPs wait to be armed (startpoll.go)
+	extCQ     map[verbs.CQ]bool
+	clock     verbs.Clock // recovery's time (tests give the simulated fabric's)
+	ticking   bool        // switchLoop runs (switch backs, bounded handshakes)
+	tickAgain bool        // a Conn asked for ticking since the current tick began
 
 	// sent once mu is released (reporting may block on ibpathd's socket)
 	reports []status.QP
@@ -67,6 +69,8 @@ type l2qp struct {
 	diverted         bool
 	express          bool      // on the express lane (express.go)
 	noExpress        bool      // the lane refused it once: stays on the Go data path
+	extWait          bool      // not armed: its extended CQ was not polled yet (startpoll.go)
+	extWasReason     string    // the status reason the wait's took the place of
 	recovery         bool      // its Conn switches back (switchback.go)
 	stayDiverted     bool      // home, but the hot path could not take it back
 	resetNoted       string    // the last "cannot reset the default QP" reason logged
@@ -167,6 +171,13 @@ func (r *Runtime) armConnected() {
 	}
 	r.l2mu.Unlock()
 	for _, q := range ready {
+		if r.extWaits(q) {
+			if !q.extWait {
+				q.extWait = true
+				r.setStatus(q, func(s *status.QP) { q.extWasReason, s.Reason = s.Reason, extWaitReason })
+			}
+			continue
+		}
 		if r.onLane(q) {
 			if !q.noExpress {
 				q.noExpress = true
@@ -180,6 +191,9 @@ func (r *Runtime) armConnected() {
 		q.armed = true
 		r.fo.hp.Arm(q.app, true)
 		r.setStatus(q, func(s *status.QP) {
+			if s.Reason == extWaitReason {
+				s.Reason = q.extWasReason
+			}
 			q.port = s.Port
 			if s.Layer != status.LayerAPM { // layer 1 comes first; layer 2 takes what it hands over
 				s.Layer = status.LayerCrossNIC

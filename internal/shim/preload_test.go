@@ -593,6 +593,8 @@ func TestPreloadPanicsRecovered(t *testing.T) {
 		{"ibpathDestroyed", []string{"100"}, nil},
 		{"ibpathMR", []string{"1", "odp"}, nil},
 		{"ibpathDeregMR", []string{"1", "odp"}, nil},
+		{"ibpathCQExtended", []string{"100", "chanex"}, nil},
+		{"ibpathCQPolled", []string{"100", "chanex"}, nil},
 		{"ibpathCQStartPoll", []string{"100", "exstart"}, nil},
 		{"ibpathCQStartPollGone", []string{"100", "exstart"}, nil},
 		{"ibpathCQCreated", []string{"100"}, []string{"IBPATH_SWITCHBACK=on"}},

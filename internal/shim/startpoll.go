@@ -9,14 +9,50 @@ import (
 // ibv_next_poll and ibv_end_poll bypasses the hot path: the shim sees
 // none of its completions, so it cannot retire the shadow rings of its
 // QPs, and after a failover it could not hand the program the backup's
-// completions (the program would wait for them for ever). The C side
-// follows each such CQ's start_poll (cqex.c) and reports its first call
-// (CQStartPoll): layer 2 then leaves the CQ's QPs for good, with that
-// reason in their status, and never arms a QP created on it later. A CQ
-// of ibv_create_cq_ex polled with ibv_poll_cq is protected as any other.
+// completions (the program would wait for them for ever). So layer 2
+// arms no QP of an extended CQ (CQExtended) until the CQ's first
+// ibv_poll_cq shows that the shim sees its completions (CQPolled): a
+// fault before then reaches the program as plain verbs report it, and
+// nothing is diverted that the shim could not follow. The C side
+// follows each such CQ (cqex.c) and reports its first ibv_start_poll
+// too (CQStartPoll): layer 2 then leaves the CQ's QPs for good, with
+// that reason in their status, and never arms a QP created on it later.
 
 // startPollReason is the status reason of a QP on such a CQ.
 const startPollReason = "its CQ is polled with ibv_start_poll, which the shim does not follow"
+
+// extWaitReason is the status reason of a QP whose extended CQ was not
+// polled yet.
+const extWaitReason = "layer 2: waits for its extended CQ's first ibv_poll_cq (one polled with ibv_start_poll cannot be followed)"
+
+// CQExtended: the application created cq with ibv_create_cq_ex. Its QPs
+// are armed only after its first ibv_poll_cq (CQPolled).
+func (r *Runtime) CQExtended(cq verbs.CQ) {
+	r.fo.mu.Lock()
+	defer r.unlockFO()
+	if r.fo.extCQ == nil {
+		r.fo.extCQ = map[verbs.CQ]bool{}
+	}
+	r.fo.extCQ[cq] = true
+}
+
+// CQPolled: the application polls cq, an extended CQ, with ibv_poll_cq
+// (its first poll): the shim sees its completions, and layer 2 arms its
+// QPs whose backups are connected.
+func (r *Runtime) CQPolled(cq verbs.CQ) {
+	r.fo.mu.Lock()
+	waited := r.fo.extCQ[cq]
+	delete(r.fo.extCQ, cq)
+	r.unlockFO()
+	if waited {
+		r.log.Debug("libibpath: an extended CQ is polled with ibv_poll_cq; layer 2 arms its QPs")
+		r.armConnected()
+	}
+}
+
+// extWaits says whether q completes into an extended CQ not polled yet.
+// Called with fo.mu held.
+func (r *Runtime) extWaits(q *l2qp) bool { return r.fo.extCQ[q.app.SendCQ] || r.fo.extCQ[q.app.RecvCQ] }
 
 // CQStartPoll: the application polls cq, an extended CQ of context ctx,
 // with ibv_start_poll (its first call).
@@ -27,6 +63,7 @@ func (r *Runtime) CQStartPoll(ctx uintptr, cq verbs.CQ) {
 		r.fo.startPolled = map[verbs.CQ]bool{}
 	}
 	r.fo.startPolled[cq] = true
+	delete(r.fo.extCQ, cq)
 	n := 0
 	for _, q := range r.fo.qps {
 		if q.key.ctx == ctx && (q.app.SendCQ == cq || q.app.RecvCQ == cq) {
@@ -43,6 +80,7 @@ func (r *Runtime) CQStartPollGone(cq verbs.CQ) {
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	delete(r.fo.startPolled, cq)
+	delete(r.fo.extCQ, cq)
 }
 
 // leave makes layer 2 leave q for good: disarmed, never armed again, a
