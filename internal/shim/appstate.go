@@ -13,11 +13,15 @@ import (
 // Before a failover the QP is disarmed: its flushes reach the
 // application as plain verbs give them, and it is never armed again.
 // After a failover the application's WRs and receives are on the backup
-// QP, where the move did not reach: the Conn surfaces, which moves the
-// backup to ERR too, so they flush to the application as they would have
-// on its own QP (a program that waits for its receives' flushes before
-// it exits would otherwise wait for ever). A peer's fallback notification
-// that arrives later is refused, and the peer surfaces at once.
+// QP, where the move did not reach: after a move to ERR the Conn
+// surfaces, which moves the backup to ERR too, so they flush to the
+// application as they would have on its own QP (a program that waits for
+// its receives' flushes before it exits would otherwise wait for ever);
+// after a move to RESET they vanish, as a reset QP's own do, the backup
+// reset too (crossnic.Conn.AppReset), and the Conn never touches the
+// default QP again: the application connects it anew. A peer's fallback
+// notification that arrives later is refused, and the peer surfaces at
+// once.
 
 // appClosed handles the application's successful move of dev's QP qpn (on
 // context ctx) to state (ERR or RESET).
@@ -36,9 +40,21 @@ func (r *Runtime) appClosed(ctx uintptr, qpn uint32, state verbs.QPState) {
 			return
 		}
 		reason := why + " after its failover: what the backup holds flushes"
-		if q.express {
+		switch {
+		case state == verbs.QPSReset:
+			// A QP in RESET holds nothing and reports nothing of what it
+			// held: the backup's WRs and receives vanish the same way,
+			// and the QP is the application's alone again (a reconnect
+			// follows, to the same peer or another).
+			reason = why + " after its failover: what the backup held is gone, as the QP's own WRs are"
+			if x := r.express(); q.express && x != nil {
+				x.ExpressSurface(q.app)
+			}
+			q.conn.AppReset(reason)
+			r.observe(q)
+		case q.express:
 			r.surfaceExpress(q, reason)
-		} else {
+		default:
 			q.conn.Surface(reason)
 			r.observe(q)
 		}

@@ -216,3 +216,67 @@ func TestExtendedCQArmsAtFirstPoll(t *testing.T) {
 		t.Fatalf("a QP of a CQ polled with ibv_start_poll: armed %v, status %+v", q2.armed(), q2.status())
 	}
 }
+
+// appReset is the application's move of q to RESET (a teardown before a
+// reconnect) through the interposed ibv_modify_qp.
+func appReset(t *testing.T, q *appQP) {
+	t.Helper()
+	at := verbs.QPAttr{QPState: verbs.QPSReset}
+	if err := q.qp.Modify(&at, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	q.x.rt.Modified(q.x.id, Modify{QPN: q.qp.QPN(), Mask: verbs.QPAttrState, State: verbs.QPSReset, Attr: at})
+}
+
+// TestAppReconnectAfterFailover: after a failover (A's link cut, the
+// traffic on the backups) and the link's repair, A's application resets
+// its QP and connects it to a new QP of B (B's application closed the old
+// one): a reconnect. What A's QP held completes nothing (a reset QP's WRs
+// vanish, as without the shim), and the reconnected QP then carries the new connection's
+// traffic both ways, every message once and intact, on A's own device,
+// not on the backup it left; layer 2 says it left the QP to the
+// application.
+func TestAppReconnectAfterFailover(t *testing.T) {
+	for _, o := range []struct {
+		name string
+		o    l2opts
+	}{{"go", l2opts{}}, {"express", l2opts{express: true}}} {
+		t.Run(o.name, func(t *testing.T) { appReconnect(t, o.o) })
+	}
+}
+
+func appReconnect(t *testing.T, o l2opts) {
+	f, hosts, qa, qb, from := exchangeWorld(t, 45, o, true)
+	a, b := qa.x, qb.x
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	f.RunFor(5 * time.Millisecond) // the port comes back ACTIVE
+	appReset(t, qa)
+	appClose(t, qb)
+	drive(t, f, hosts, 20*time.Microsecond, func() bool { return len(qb.errs) >= l2Recvs })
+	f.RunFor(time.Millisecond)
+	a.poll(t)
+	if len(qa.all) != from[0] {
+		t.Fatalf("A's application got completions of WRs its QP held when it was reset: %+v", qa.all[from[0]:])
+	}
+	if s := qa.status(); !strings.Contains(s.Reason, "the application moved the QP to RESET") {
+		t.Fatalf("status after the reset %+v", s)
+	}
+	// the same QP, a new connection: a fresh application view of it
+	na := &appQP{x: a, idx: len(a.qps), qp: qa.qp, fq: qa.fq, scq: qa.scq, rcq: qa.rcq}
+	a.qps = append(a.qps, na)
+	qc := b.addQP(t, qpOpts{})
+	connectPair(t, na, qc)
+	na.total, qc.total = 20, 20
+	drive(t, f, hosts, 5*time.Microsecond, finished(na, qc))
+	if len(na.errs) != 0 || len(qc.errs) != 0 {
+		t.Fatalf("errors on the new connection: A %v, B %v", na.errs, qc.errs)
+	}
+	if na.diverted() && na.connState() != fsm.SQSurfaced {
+		t.Fatalf("the reconnected QP runs through a live Conn (%v)", na.connState())
+	}
+	if s := qa.status(); s.Layer != "none" {
+		t.Fatalf("status of the reconnected QP %+v", s)
+	}
+}
