@@ -45,7 +45,7 @@ import sys
 # MPI over libfabric's verbs provider, which connects through rdma_cm;
 # the programs whose QPs receive through an SRQ): with the shim their
 # cut rows must finish with correct results.
-PROTECTED = ("pingpong", "write_bw", "write_bw-q4", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
+PROTECTED = ("pingpong", "write_bw", "write_bw-q4", "write_bw-bi", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
              "pingpong-wr", "mpi-verbs", "rping", "nccl", "srq_pingpong", "ucx_put_bw", "mpi-ucx")
 
 
@@ -57,12 +57,12 @@ def kind(prog):
     """The program a row runs, without the suffix of its variant: -ev (the
     same program sleeping on its completion channel), -wr (the same
     program posting through the ibv_wr_* API), -q4 (the same program on
-    four QPs).
+    four QPs), -bi (the same program writing both ways).
 
-    >>> kind("write_bw-q4"), kind("pingpong-ev"), kind("write_bw")
-    ('write_bw', 'pingpong', 'write_bw')
+    >>> kind("write_bw-q4"), kind("pingpong-ev"), kind("write_bw"), kind("write_bw-bi")
+    ('write_bw', 'pingpong', 'write_bw', 'write_bw')
     """
-    return prog[:-3] if prog.endswith(("-ev", "-wr", "-q4")) else prog
+    return prog[:-3] if prog.endswith(("-ev", "-wr", "-q4", "-bi")) else prog
 
 
 def median_ci(v, level=0.95):

@@ -72,6 +72,7 @@ pingpong ipdown-g2
 write_bw setlink-g2
 write_bw ipdown-g1
 write_bw-q4 setlink-g2
+write_bw-bi setlink-g1
 send_bw setlink-g1
 send_bw ipdown-g1
 pingpong-ev setlink-g1
@@ -141,6 +142,11 @@ prog_cmds() {
 		# four QPs failing over at once: the report gives the first and
 		# the last QP's first good completion on the backup
 		common="ib_write_bw -d rxe0 -x 1 -F --use_old_post_send -q 4 -D $LAB_BW_SECONDS -p $p"
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
+	write_bw-bi)
+		# both ends write at once (-b): each QP's traffic runs both
+		# ways, and both directions fail over together
+		common="ib_write_bw -d rxe0 -x 1 -F --use_old_post_send -b -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
 	send_bw-ev)
 		# sleeping on its completion channel (-e); perftest has no
