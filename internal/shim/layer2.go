@@ -127,6 +127,35 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 	}
 }
 
+// closeShadow ends layer 2's shadow of the application's context ctx,
+// which the application closed: its backup context is closed with all
+// that layer 2 made on it (PDs, CQs, QPs, memory registrations, the
+// completion channel), and its channel no longer read. Without it every
+// open and close of a device left a backup context open behind it (a
+// program that opens its devices again and again ran out of file
+// descriptors). The application's QPs of ctx were forgotten first.
+func (r *Runtime) closeShadow(ctx uintptr) {
+	r.l2mu.Lock()
+	defer r.l2mu.Unlock()
+	s := r.shadows[ctx]
+	if s == nil {
+		return
+	}
+	delete(r.shadows, ctx)
+	s.closed = true
+	if s.wait != nil {
+		s.wait.Close()
+	}
+	err := s.sh.Close()
+	if s.ch != nil {
+		err = errors.Join(err, s.ch.Destroy())
+	}
+	err = errors.Join(err, s.bak.Close())
+	if err != nil {
+		r.log.Warn("libibpath: release the backup resources of a closed device context", "device", s.dev, "backup", s.backup, "err", err)
+	}
+}
+
 // MRSpan says whether a registration of length bytes at addr can be
 // mirrored on the backup device (the C side then hands MR its memory as
 // a slice), and if not why: an implicit on-demand-paging registration

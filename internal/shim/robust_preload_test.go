@@ -59,10 +59,11 @@ func tail(s string, n int) string {
 }
 
 // TestPreloadRobustness: seeded random verb programs (testdata/verbfuzz.c:
-// contexts, PDs, every kind of MR, CQs and extended CQs, QPs of every
-// type, modifies legal and not, posts of every opcode, polls, channels,
-// async reads, fork, dlopen, threads) see exactly the same under the
-// shim as without it, on RoCE and InfiniBand ports: every return code,
+// contexts, PDs, every kind of MR, CQs and extended CQs, SRQs, QPs of
+// every type, modifies legal and not, posts of every opcode, polls,
+// channels, async reads, fork, dlopen, threads) see exactly the same
+// under the shim as without it, on RoCE and InfiniBand ports, and on RoCE
+// with a second device that layer 2 mirrors everything on: every return code,
 // errno and completion (a hash per program, the first differing program
 // traced step by step on failure). None crashes or hangs, and the shim's
 // memory stays bounded: after the programs its RSS is within 48 MiB of
@@ -86,8 +87,13 @@ func TestPreloadRobustness(t *testing.T) {
 		v, _ := strconv.Atoi(strings.TrimSpace(out[i+4:]))
 		return v
 	}
-	for _, ll := range []string{"eth", "ib"} {
-		env := []string{"FAKE_LINK_LAYER=" + ll}
+	for _, ll := range []string{"eth", "ib", "eth+backup"} {
+		env := []string{"FAKE_LINK_LAYER=" + strings.TrimSuffix(ll, "+backup")}
+		if strings.HasSuffix(ll, "+backup") {
+			// a second stand-in device: layer 2 mirrors every PD, MR,
+			// SRQ and RC QP on it (shadow rings, backup resources)
+			env = append(env, "FAKE_DEVICES=2")
+		}
 		plain := runVerbfuzz(t, b, bin, false, env, 2*time.Minute, fmt.Sprint(seed), fmt.Sprint(n))
 		shimmed := runVerbfuzz(t, b, bin, true, env, 2*time.Minute, fmt.Sprint(seed), fmt.Sprint(n))
 		pl, sl := strings.Split(plain, "\n"), strings.Split(shimmed, "\n")

@@ -237,6 +237,7 @@ func (r *Runtime) Opened(ctx uintptr, name string, ports []Port, def verbs.Conte
 // Closed forgets a context and its QPs.
 func (r *Runtime) Closed(ctx uintptr) {
 	r.forgetContext(ctx)
+	r.closeShadow(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.devs, ctx)

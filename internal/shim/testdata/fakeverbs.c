@@ -61,7 +61,7 @@ struct fake_chan {
 static pthread_mutex_t chan_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static struct ibv_device fake_dev;
-static uint32_t next_qpn = 0x100;
+static uint32_t next_qpn[2] = {0x100, 0x100};
 
 /* Every open context gets a pipe as its async fd; fake_raise_port
  * writes a port event into all of them, as the kernel does. */
@@ -90,6 +90,12 @@ void fake_raise_port(int type, int port)
 
 static struct ibv_device *dev_list[3];
 static struct ibv_device fake_dev1;
+
+/* dev_index: 0 for fake0, 1 for fake1. QP numbers and memory keys are
+ * per device, as on hardware: what one device hands out does not move
+ * what the other does (the shim's backup resources on fake1 leave the
+ * program's numbers on fake0 as they are without it). */
+static int dev_index(struct ibv_context *c) { return c->device == &fake_dev1; }
 
 /* FAKE_DEVICES=2 lists a second device, fake1 (a backup for layer 2). */
 struct ibv_device **ibv_get_device_list(int *n)
@@ -498,7 +504,7 @@ static struct fake_qp *new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	qp->send_cq = attr->send_cq;
 	qp->recv_cq = attr->recv_cq;
 	qp->srq = attr->srq;
-	qp->qp_num = next_qpn++;
+	qp->qp_num = __atomic_fetch_add(&next_qpn[dev_index(pd->context)], 1, __ATOMIC_RELAXED);
 	qp->qp_type = attr->qp_type;
 	qp->state = IBV_QPS_RESET;
 	q->asked = attr->cap.max_send_wr;
@@ -948,7 +954,7 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
  * region, NULL and SIZE_MAX, included): the stand-in touches no memory. */
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
 {
-	static uint32_t next_key = 0x100;
+	static uint32_t next_key[2] = {0x100, 0x100};
 	struct ibv_mr *mr = calloc(1, sizeof(*mr));
 	if (!mr) {
 		errno = ENOMEM;
@@ -958,7 +964,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 	mr->pd = pd;
 	mr->addr = addr;
 	mr->length = len;
-	mr->lkey = mr->rkey = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED);
+	mr->lkey = mr->rkey = __atomic_fetch_add(&next_key[dev_index(pd->context)], 1, __ATOMIC_RELAXED);
 	return mr;
 }
 /* ibv_rereg_mr changes what flags name; a new translation gets new keys.
@@ -967,7 +973,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 #ifndef FAKE_NO_REREG /* a libibverbs without it: the shim's call then fails, never aborts */
 int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
 {
-	static uint32_t next_key = 0x8000;
+	static uint32_t next_key[2] = {0x8000, 0x8000};
 	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !len))
 		return IBV_REREG_MR_ERR_INPUT;
 	if (flags & IBV_REREG_MR_CHANGE_PD)
@@ -975,7 +981,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		mr->addr = addr;
 		mr->length = len;
-		mr->lkey = mr->rkey = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED);
+		mr->lkey = mr->rkey = __atomic_fetch_add(&next_key[dev_index(mr->context)], 1, __ATOMIC_RELAXED);
 	}
 	return 0;
 }

@@ -12,8 +12,10 @@
  * context; allocate and free a PD; register memory (plain, explicit and
  * implicit on-demand paging, dma-buf, zero length), re-register and
  * deregister it; create CQs (plain, extended, on a completion channel, of
- * sizes the device refuses) and destroy them; create QPs (RC, UC, UD, XRC
- * send, with odd capabilities, the ibv_wr_* API) and destroy them; modify
+ * sizes the device refuses) and destroy them; create shared receive
+ * queues, post receives to them and destroy them; create QPs (RC, UC, UD,
+ * XRC send, with odd capabilities, the ibv_wr_* API, RC on an SRQ) and
+ * destroy them; have messages arrive on a QP of an SRQ; modify
  * them to any state with any attributes, legal or not (alternate paths
  * included); query them; post chains of every opcode, inline or not,
  * signaled or not, refused by the provider (wr_id 0xbad) or not, and
@@ -39,6 +41,7 @@
 #include <infiniband/verbs.h>
 
 struct ibv_device *fake_device(void);
+int fake_srq_deliver(struct ibv_qp *qp, int n);
 
 static uint64_t rng;
 static uint64_t next64(void)
@@ -75,7 +78,7 @@ static void out(const char *fmt, ...)
 		printf("%s\n", buf);
 }
 
-enum { NCTX = 3, NPD = 6, NMR = 8, NCQ = 8, NQP = 10, NCH = 3 };
+enum { NCTX = 3, NPD = 6, NMR = 8, NCQ = 8, NQP = 10, NCH = 3, NSRQ = 3 };
 
 struct cq {
 	struct ibv_cq *cq;
@@ -86,6 +89,7 @@ struct cq {
 struct qp {
 	struct ibv_qp *qp;
 	int ctx, pd, scq, rcq;
+	int srq; /* its SRQ, or -1 */
 	int idx; /* the program's name for it: completions print it, not qp_num */
 };
 
@@ -98,9 +102,13 @@ static int mr_pd[NMR], mr_fd[NMR];
 static struct cq cqs[NCQ];
 static struct qp qps[NQP];
 static struct ibv_comp_channel *chans[NCH];
+static struct ibv_srq *srqs[NSRQ];
+static int srq_pd[NSRQ], srq_users[NSRQ];
 static int chan_ctx[NCH], chan_users[NCH];
 static int next_idx;
 static char mem[1 << 16];
+
+static int any_lkey(void);
 
 static int live_ctx(void)
 {
@@ -320,6 +328,56 @@ static void op_uncq(void)
 	cqs[i].cq = NULL;
 }
 
+static void op_srq(void)
+{
+	int p = PICK_LIVE(pds, NPD, != NULL), i = PICK_LIVE(srqs, NSRQ, == NULL);
+	if (p < 0 || i < 0)
+		return;
+	struct ibv_srq_init_attr a = {.attr = {.max_wr = pick(8) ? 1 + pick(256) : (pick(2) ? 0 : 1000), .max_sge = 1}};
+	srqs[i] = ibv_create_srq(pds[p], &a);
+	out("srq %d max_wr %u: %s", i, a.attr.max_wr, srqs[i] ? "ok" : strerror(errno));
+	if (srqs[i])
+		srq_pd[i] = p, srq_users[i] = 0, pd_users[p]++;
+}
+
+static void op_unsrq(void)
+{
+	int i = PICK_LIVE(srqs, NSRQ, != NULL);
+	if (i < 0 || srq_users[i])
+		return;
+	out("unsrq %d %d", i, ibv_destroy_srq(srqs[i]));
+	pd_users[srq_pd[i]]--;
+	srqs[i] = NULL;
+}
+
+static void op_srq_recv(void)
+{
+	int i = PICK_LIVE(srqs, NSRQ, != NULL);
+	if (i < 0)
+		return;
+	struct ibv_recv_wr wr[4];
+	struct ibv_sge sge[4];
+	int n = 1 + pick(4);
+	for (int k = 0; k < n; k++) {
+		sge[k] = (struct ibv_sge){.addr = (uintptr_t)(mem + pick(4096)), .length = pick(256), .lkey = any_lkey()};
+		wr[k] = (struct ibv_recv_wr){.wr_id = pick(20) ? 0x20000000 + pick(1 << 20) : 0xbad, .sg_list = &sge[k],
+			.num_sge = pick(2), .next = k + 1 < n ? &wr[k + 1] : NULL};
+	}
+	struct ibv_recv_wr *bad = NULL;
+	int r = ibv_post_srq_recv(srqs[i], wr, &bad);
+	out("srq_recv %d n %d: %d bad %d", i, n, r, bad ? (int)(bad - wr) : -1);
+}
+
+/* op_arrive: messages arrive on a QP of an SRQ, each taking the SRQ's
+ * oldest receive into the QP's receive CQ */
+static void op_arrive(void)
+{
+	int i = PICK_LIVE(qps, NQP, .srq >= 0 && qps[_i].qp != NULL);
+	if (i < 0)
+		return;
+	out("arrive %d: %d", i, fake_srq_deliver(qps[i].qp, 1 + pick(4)));
+}
+
 static void op_qp(void)
 {
 	int p = PICK_LIVE(pds, NPD, != NULL), i = PICK_LIVE(qps, NQP, .qp == NULL);
@@ -335,11 +393,18 @@ static void op_qp(void)
 	if (s < 0)
 		return;
 	static const enum ibv_qp_type types[] = {IBV_QPT_RC, IBV_QPT_RC, IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_XRC_SEND};
-	struct ibv_qp_init_attr a = {.send_cq = cqs[s].cq, .recv_cq = cqs[r].cq, .qp_type = types[pick(6)],
+	int q = -1; /* an SRQ of the QP's PD, for one RC QP in three */
+	for (int k = 0; k < NSRQ; k++)
+		if (srqs[k] && srq_pd[k] == p && (q < 0 || pick(2)))
+			q = k;
+	if (pick(3))
+		q = -1;
+	struct ibv_qp_init_attr a = {.send_cq = cqs[s].cq, .recv_cq = cqs[r].cq, .qp_type = q >= 0 ? IBV_QPT_RC : types[pick(6)],
+		.srq = q >= 0 ? srqs[q] : NULL,
 		.sq_sig_all = pick(4) == 0,
 		.cap = {.max_send_wr = pick(10) ? 1 + pick(256) : (pick(2) ? 0 : 1u << 20), .max_recv_wr = 1 + pick(256),
 			.max_send_sge = 1 + pick(4), .max_recv_sge = 1 + pick(4), .max_inline_data = pick(3) ? pick(512) : 0}};
-	int ex = pick(4) == 0;
+	int ex = q < 0 && pick(4) == 0;
 	if (ex) {
 		struct ibv_qp_init_attr_ex ax = {.send_cq = a.send_cq, .recv_cq = a.recv_cq, .qp_type = a.qp_type,
 			.sq_sig_all = a.sq_sig_all, .cap = a.cap, .pd = pds[p], .comp_mask = IBV_QP_INIT_ATTR_PD};
@@ -357,10 +422,12 @@ static void op_qp(void)
 		return;
 	}
 	qps[i].idx = next_idx++;
-	out("qp %d (#%d) type %d ex %d caps %u %u %u %u %u", i, qps[i].idx, a.qp_type, ex, a.cap.max_send_wr, a.cap.max_recv_wr,
-	    a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data);
-	qps[i].ctx = c, qps[i].pd = p, qps[i].scq = s, qps[i].rcq = r;
+	out("qp %d (#%d) type %d ex %d srq %d caps %u %u %u %u %u", i, qps[i].idx, a.qp_type, ex, q, a.cap.max_send_wr,
+	    a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data);
+	qps[i].ctx = c, qps[i].pd = p, qps[i].scq = s, qps[i].rcq = r, qps[i].srq = q;
 	pd_users[p]++, cqs[s].users++, cqs[r].users++;
+	if (q >= 0)
+		srq_users[q]++;
 }
 
 static void op_unqp(void)
@@ -370,6 +437,8 @@ static void op_unqp(void)
 		return;
 	out("unqp %d %d", i, ibv_destroy_qp(qps[i].qp));
 	pd_users[qps[i].pd]--, cqs[qps[i].scq].users--, cqs[qps[i].rcq].users--;
+	if (qps[i].srq >= 0)
+		srq_users[qps[i].srq]--;
 	qps[i].qp = NULL;
 }
 
@@ -611,6 +680,9 @@ static void teardown(void)
 	for (int i = 0; i < NQP; i++)
 		if (qps[i].qp)
 			out("end unqp %d %d", i, ibv_destroy_qp(qps[i].qp)), qps[i].qp = NULL;
+	for (int i = 0; i < NSRQ; i++)
+		if (srqs[i])
+			out("end unsrq %d %d", i, ibv_destroy_srq(srqs[i])), srqs[i] = NULL;
 	for (int i = 0; i < NMR; i++)
 		if (mrs[i]) {
 			out("end unmr %d %d", i, ibv_dereg_mr(mrs[i]));
@@ -644,7 +716,8 @@ static void program(uint64_t seed, long p)
 	memset(qps, 0, sizeof qps);
 	static void (*const steps[])(void) = {op_open, op_open, op_close, op_pd, op_pd, op_unpd, op_mr, op_mr, op_rereg, op_unmr,
 		op_chan, op_unchan, op_cq, op_cq, op_uncq, op_qp, op_qp, op_qp, op_unqp, op_modify, op_modify, op_modify,
-		op_query, op_post, op_post, op_post, op_recv, op_recv, op_poll, op_poll, op_poll, op_notify, op_async};
+		op_query, op_post, op_post, op_post, op_recv, op_recv, op_poll, op_poll, op_poll, op_notify, op_async,
+		op_srq, op_unsrq, op_srq_recv, op_srq_recv, op_arrive};
 	int n = 10 + pick(50);
 	for (int k = 0; k < n; k++) {
 		unsigned r = pick(1000);
