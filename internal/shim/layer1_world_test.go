@@ -23,7 +23,7 @@ import (
 // a context of the shim's own (pumped as Runtime.watch does), and QP
 // events reach layer 1 only if the application reads them.
 type l1World struct {
-	t     *testing.T
+	t     testing.TB
 	f     *sim.Fabric
 	dir   *shimtest.Adapters // ibpathd's lookup_hca
 	procs []*l1Proc
@@ -44,6 +44,7 @@ type l1ProcOpts struct {
 	deaf      bool          // the application never reads its async events
 	progress  bool          // the data path's send counts reach layer 1 (Layer1Options.Progress)
 	peerWait  time.Duration // apm.Config.PeerWait (0: 1.5 local ACK timeouts)
+	apm       *apm.Config   // layer 1's configuration (nil: l1Config, short periods)
 }
 
 // l1Proc is one process: its Layer1, the application's context, and the
@@ -74,14 +75,14 @@ type l1End struct {
 	posted, done atomic.Uint64
 }
 
-func l1Must(t *testing.T, err error) {
+func l1Must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-func newL1World(t *testing.T, opts ...l1ProcOpts) *l1World {
+func newL1World(t testing.TB, opts ...l1ProcOpts) *l1World {
 	t.Helper()
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 7}, Hosts: 2, HCAsPerHost: 1, PortsPerHCA: 2, LMC: 1})
 	l1Must(t, err)
@@ -131,6 +132,9 @@ func (w *l1World) newProc(h *sim.Host, o l1ProcOpts) *l1Proc {
 	p := &l1Proc{w: w, name: h.Name(), host: h}
 	var err error
 	cfg := l1Config
+	if o.apm != nil {
+		cfg = *o.apm
+	}
 	cfg.PeerWait = o.peerWait
 	opts := Layer1Options{APM: cfg, Clock: w.f, PeerTTL: 5 * time.Millisecond,
 		HandOver: func(ho Layer1HandOver) { p.mu.Lock(); p.handovers = append(p.handovers, ho); p.mu.Unlock() },
@@ -275,7 +279,7 @@ func (p *l1Proc) handedOver() []Layer1HandOver {
 // l1Traffic posts signaled 64-byte WRITEs on its pairs and checks every
 // completion.
 type l1Traffic struct {
-	t      *testing.T
+	t      testing.TB
 	pairs  [][2]*l1End
 	posted int
 	ok     int
