@@ -23,8 +23,7 @@ func (m *Manager) step(e *entry, ev fsm.APMEvent) {
 			out = m.load(e, a)
 		case fsm.ActPollArmed:
 			e.gap = m.cfg.PollMin
-			e.rearmAt = m.clock.Now()
-			e.nextPoll = e.rearmAt + e.gap
+			e.nextPoll = m.clock.Now() + e.gap
 		case fsm.ActMigrate:
 			out = m.migrate(e, a)
 		case fsm.ActHandOver:

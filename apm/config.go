@@ -15,13 +15,8 @@ type Config struct {
 	Failback fsm.Failback
 	// Policy is the order of alternate kinds (default other-port,lmc).
 	Policy pathsel.Policy
-	// PollMin and PollMax bound the backoff of the ARMED poll after
-	// REARM for its first second (Linux verbs has no ARMED event; with
-	// traffic the HCA arms within a round trip of the peer's re-arm). A
-	// QP still in REARM after that (idle: it arms with its first packets)
-	// is polled ever more rarely, up to MigrationPollMax; a port or
-	// device event on its device starts it over. Defaults 20 us and
-	// 10 ms.
+	// PollMin and PollMax bound the backoff of the ARMED poll after REARM
+	// (Linux verbs has no ARMED event). Defaults 20 us and 10 ms.
 	PollMin, PollMax time.Duration
 	// ProbeInterval is how often a QP without an alternate, or away from
 	// home while home is not its alternate, looks for a better one: a port

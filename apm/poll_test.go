@@ -103,37 +103,3 @@ func TestMigrationPollBacksOff(t *testing.T) {
 		t.Fatalf("%d migration polls within 110 ms of a port event, want one per armed QP (%d)", got, len(ends))
 	}
 }
-
-// TestRearmPollBacksOff: a QP re-armed after a migration stays in REARM
-// while nothing flows on it (the HCA arms it with its next packet). Its
-// ARMED poll runs every PollMax (10 ms) for its first second only, then
-// backs off to MigrationPollMax: about 0.1 queries a second once settled
-// instead of 100, for every idle QP of a process. A port event on its
-// device starts the poll over at once.
-func TestRearmPollBacksOff(t *testing.T) {
-	w := newWorld(t, dualPort, apm.Config{})
-	a, _ := w.pair("mlx5_0", rcOpts{})
-	w.run(11 * time.Millisecond)
-	must(t, a.n.mgr.Migrate(a.qp))
-	w.step = 5 * time.Millisecond
-	w.run(time.Second)
-	if s := a.state(t); s.State != fsm.APMRearming {
-		t.Fatalf("%+v, want re-armed and idle in REARM", s)
-	}
-	mgr := a.n.mgr
-	w.run(30 * time.Second)
-	before := mgr.Stats().RearmPolls
-	w.run(60 * time.Second)
-	polls := mgr.Stats().RearmPolls - before
-	rate := float64(polls) / 60
-	t.Logf("settled: %d ARMED polls of an idle QP in REARM in 60 s: %.3f per second", polls, rate)
-	if rate > 0.2 || polls == 0 {
-		t.Fatalf("%.3f ARMED polls a second of an idle QP in REARM once settled, want some and at most 0.2", rate)
-	}
-	before = mgr.Stats().RearmPolls
-	mgr.HandleEvent(a.ctx, verbs.AsyncEvent{Type: verbs.EventSMChange, Port: 1})
-	w.run(20 * time.Millisecond)
-	if got := mgr.Stats().RearmPolls - before; got < 2 {
-		t.Fatalf("%d ARMED polls within 20 ms of a port event, want it polled again at once", got)
-	}
-}

@@ -69,17 +69,8 @@ func (m *Manager) Tick() (wait time.Duration, pending bool) {
 	return max(next-now, 0), true
 }
 
-// pollArmed queries a QP in REARM; Linux verbs has no ARMED event. The
-// HCA arms the QP with the first packets exchanged on it: with traffic,
-// within a round trip or two of the peer's re-arm, which the fast
-// backoff (PollMin to PollMax, for rearmFast) catches; an idle QP stays
-// in REARM until it sends, and past rearmFast its poll backs off
-// further, up to MigrationPollMax, so that a process with thousands of
-// idle QPs does not query each every PollMax for ever (on mlx5 a
-// firmware command each). A port or device event on its device starts
-// it over (pollSoon).
+// pollArmed queries a QP in REARM; Linux verbs has no ARMED event.
 func (m *Manager) pollArmed(e *entry, now time.Duration) {
-	m.stats.RearmPolls++
 	attr, _, err := e.qp.Query(verbs.QPAttrState | verbs.QPAttrPathMigState)
 	switch {
 	case err != nil:
@@ -93,11 +84,7 @@ func (m *Manager) pollArmed(e *entry, now time.Duration) {
 		m.stats.Armed++
 		m.step(e, fsm.APMEvent{Kind: fsm.EvArmedObserved})
 	default:
-		if now-e.rearmAt < rearmFast {
-			e.gap = min(2*e.gap, m.cfg.PollMax)
-		} else {
-			e.gap = min(2*e.gap, max(m.cfg.PollMax, m.cfg.MigrationPollMax))
-		}
+		e.gap = min(2*e.gap, m.cfg.PollMax)
 		e.nextPoll = now + e.gap
 	}
 }
@@ -191,23 +178,13 @@ func (m *Manager) homeUsable(e *entry) bool {
 	return pathsel.Usable(e.dev.desc, peer, cur, pathsel.Ref{Port: e.m.Home.Port, Bits: e.m.Home.Bits}, m.cfg.Policy)
 }
 
-// rearmFast is how long a QP in REARM is polled at most every PollMax:
-// a QP with traffic arms well within it (the peer re-arms within
-// PeerWait, a local ACK timeout and a margin, then a round trip).
-const rearmFast = time.Second
-
 // pollSoon starts the migration poll of d's ARMED QPs over: a port or
 // device event on d may have moved or failed them without a QP event
-// anyone read. The ARMED poll of its QPs in REARM starts over too: one
-// idle so far may have armed since its poll backed off.
+// anyone read.
 func (m *Manager) pollSoon(d *device) {
 	now := m.clock.Now()
 	for _, e := range d.entries {
 		e.migGap = m.cfg.MigrationPoll
 		e.nextMig = min(e.nextMig, now+e.migGap)
-		if e.m.State == fsm.APMRearming {
-			e.gap, e.rearmAt = m.cfg.PollMin, now
-			e.nextPoll = min(e.nextPoll, now+e.gap)
-		}
 	}
 }
