@@ -14,11 +14,18 @@ import (
 // makes it) through the interposed ibv_modify_qp.
 func appClose(t *testing.T, q *appQP) {
 	t.Helper()
-	at := verbs.QPAttr{QPState: verbs.QPSErr}
+	appMove(t, q, verbs.QPSErr)
+}
+
+// appMove is the application's move of q to state through the
+// interposed ibv_modify_qp.
+func appMove(t *testing.T, q *appQP, state verbs.QPState) {
+	t.Helper()
+	at := verbs.QPAttr{QPState: state}
 	if err := q.qp.Modify(&at, verbs.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
-	q.x.rt.Modified(q.x.id, Modify{QPN: q.qp.QPN(), Mask: verbs.QPAttrState, State: verbs.QPSErr, Attr: at})
+	q.x.rt.Modified(q.x.id, Modify{QPN: q.qp.QPN(), Mask: verbs.QPAttrState, State: state, Attr: at})
 }
 
 // eachRecvFlushedOnce checks that after index from q's application saw
@@ -221,11 +228,7 @@ func TestExtendedCQArmsAtFirstPoll(t *testing.T) {
 // reconnect) through the interposed ibv_modify_qp.
 func appReset(t *testing.T, q *appQP) {
 	t.Helper()
-	at := verbs.QPAttr{QPState: verbs.QPSReset}
-	if err := q.qp.Modify(&at, verbs.QPAttrState); err != nil {
-		t.Fatal(err)
-	}
-	q.x.rt.Modified(q.x.id, Modify{QPN: q.qp.QPN(), Mask: verbs.QPAttrState, State: verbs.QPSReset, Attr: at})
+	appMove(t, q, verbs.QPSReset)
 }
 
 // TestAppReconnectAfterFailover: after a failover (A's link cut, the

@@ -1,8 +1,6 @@
 package shim
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -16,14 +14,7 @@ import (
 // parent runs on under the shim. The output is the same without the
 // shim.
 func TestPreloadForkedChild(t *testing.T) {
-	b := buildBed(t)
-	prog := filepath.Join(b.dir, "forkprobe")
-	td, _ := filepath.Abs("testdata")
-	if out, err := exec.Command("gcc", "-O2", "-o", prog, filepath.Join(td, "forkprobe.c"), "-L"+b.dir, "-libverbs",
-		"-Wl,-rpath,"+b.dir).CombinedOutput(); err != nil {
-		t.Fatalf("build forkprobe: %v\n%s", err, out)
-	}
-	fb := preloadBed{dir: b.dir, shim: b.shim, probe: prog}
+	fb := buildBed(t).program(t, "forkprobe")
 	plain, _ := fb.run(t, nil, "200")
 	want := "child: completions 250 close 0 destroy the inherited CQ 0\nparent: completions 250 then 250 close 0; child exited 0\n"
 	if plain != want {

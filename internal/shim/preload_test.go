@@ -58,6 +58,19 @@ func buildBed(t testing.TB, tags ...string) preloadBed {
 	return b
 }
 
+// program builds testdata/name.c against the bed's stand-in libibverbs and
+// returns a bed whose probe it is.
+func (b preloadBed) program(t testing.TB, name string) preloadBed {
+	t.Helper()
+	prog := filepath.Join(b.dir, name)
+	td, _ := filepath.Abs("testdata")
+	if out, err := exec.Command("gcc", "-O0", "-o", prog, filepath.Join(td, name+".c"), "-L"+b.dir, "-libverbs",
+		"-Wl,-rpath,"+b.dir).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, out)
+	}
+	return preloadBed{dir: b.dir, shim: b.shim, probe: prog}
+}
+
 // cmd runs the probe, under the shim when env is not nil.
 func (b preloadBed) cmd(env []string, args ...string) *exec.Cmd {
 	c := exec.Command(b.probe, args...)

@@ -3,7 +3,6 @@ package shim
 import (
 	"errors"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 )
@@ -15,14 +14,7 @@ import (
 // without the shim: a NULL dereference kills it with SIGSEGV (and a core
 // where cores are on), not with a Go crash report and exit status 2.
 func TestPreloadSignalsAsWithout(t *testing.T) {
-	b := buildBed(t)
-	prog := filepath.Join(b.dir, "sigprobe")
-	td, _ := filepath.Abs("testdata")
-	if out, err := exec.Command("gcc", "-O0", "-o", prog, filepath.Join(td, "sigprobe.c"), "-L"+b.dir, "-libverbs",
-		"-Wl,-rpath,"+b.dir).CombinedOutput(); err != nil {
-		t.Fatalf("build sigprobe: %v\n%s", err, out)
-	}
-	sb := preloadBed{dir: b.dir, shim: b.shim, probe: prog}
+	sb := buildBed(t).program(t, "sigprobe")
 	for _, c := range []struct {
 		how string
 		sig syscall.Signal
