@@ -42,13 +42,7 @@ func (p countingPD) Dealloc() error {
 // registrations and the PDs; the backup context then closes with nothing
 // of it alive, and a second Close finds nothing to do.
 func TestShadowClose(t *testing.T) {
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 9}, Hosts: 1, HCAsPerHost: 2, PortsPerHCA: 1})
-	must(t, err)
-	h := f.Host("node0")
-	def, err := h.Open("mlx5_0")
-	must(t, err)
-	bak, err := h.Open("mlx5_1")
-	must(t, err)
+	_, def, bak := twoHCAs(t, 9)
 	live := 0
 	sh, err := crossnic.NewShadow(def, countingCtx{bak, &live}, crossnic.NewMemDirectory())
 	must(t, err)
@@ -82,4 +76,18 @@ func TestShadowClose(t *testing.T) {
 	}
 	must(t, sh.Close())
 	must(t, bak.Close())
+}
+
+// twoHCAs opens both HCAs of a host of a one-host rail fabric (seed):
+// the default device and its backup.
+func twoHCAs(t *testing.T, seed uint64) (h *sim.Host, def, bak verbs.Context) {
+	t.Helper()
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed}, Hosts: 1, HCAsPerHost: 2, PortsPerHCA: 1})
+	must(t, err)
+	h = f.Host("node0")
+	def, err = h.Open("mlx5_0")
+	must(t, err)
+	bak, err = h.Open("mlx5_1")
+	must(t, err)
+	return h, def, bak
 }

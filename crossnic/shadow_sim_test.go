@@ -199,13 +199,7 @@ func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, dmabuf ...boo
 // an fd the host did not export fails as ibv_reg_dmabuf_mr would.
 func TestShadowDmabuf(t *testing.T) {
 	testShadowOn(t, verbs.LinkLayerInfiniBand, sim.ProfileStrict, true)
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8}, Hosts: 1, HCAsPerHost: 2, PortsPerHCA: 1})
-	must(t, err)
-	h := f.Host("node0")
-	def, err := h.Open("mlx5_0")
-	must(t, err)
-	bak, err := h.Open("mlx5_1")
-	must(t, err)
+	h, def, bak := twoHCAs(t, 8)
 	buf := make([]byte, 4096)
 	pd, err := def.AllocPD()
 	must(t, err)
