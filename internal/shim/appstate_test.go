@@ -225,10 +225,12 @@ func TestExtendedCQArmsAtFirstPoll(t *testing.T) {
 }
 
 // appReset is the application's move of q to RESET (a teardown before a
-// reconnect) through the interposed ibv_modify_qp.
+// reconnect) through the interposed ibv_modify_qp; the application posts
+// nothing more on this view of the QP (a RESET QP refuses receives).
 func appReset(t *testing.T, q *appQP) {
 	t.Helper()
 	appMove(t, q, verbs.QPSReset)
+	q.idle = true
 }
 
 // TestAppReconnectAfterFailover: after a failover (A's link cut, the

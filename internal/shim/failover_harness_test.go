@@ -103,6 +103,7 @@ type appQP struct {
 	recvd    []uint32
 	errs     []verbs.WC
 	all      []verbs.WC // every completion, in the order the application saw them
+	idle     bool       // the application posts nothing more on it (it reset the QP)
 }
 
 func railFabric(t *testing.T, seed uint64) *sim.Fabric {
@@ -288,6 +289,9 @@ func (q *appQP) slot(r, k int) (uint64, []byte) {
 // fillRecvs keeps l2Recvs receives posted.
 func (q *appQP) fillRecvs(t *testing.T) {
 	t.Helper()
+	if q.idle {
+		return
+	}
 	if q.srq {
 		q.x.fillSRQ(t)
 		return
@@ -446,7 +450,7 @@ func postStep(t *testing.T, hosts []*l2host) {
 	for _, x := range hosts {
 		for _, q := range x.qps {
 			q.fillRecvs(t)
-			if q.sent < q.total && q.sent-len(q.sendDone) < l2Window && len(q.errs) == 0 {
+			if !q.idle && q.sent < q.total && q.sent-len(q.sendDone) < l2Window && len(q.errs) == 0 {
 				q.sendNext(t)
 			}
 		}
