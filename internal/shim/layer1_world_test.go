@@ -284,6 +284,7 @@ type l1Traffic struct {
 	posted int
 	ok     int
 	errs   []verbs.WC
+	next   int // the pair post starts with
 }
 
 // run keeps traffic going until cond holds (or fails the test after
@@ -313,9 +314,13 @@ func (tr *l1Traffic) post() {
 	if len(tr.errs) > 0 {
 		return // the QPs are in error: nothing more would complete
 	}
-	for _, p := range tr.pairs {
+	// at most 128 outstanding: the pairs take turns from where the last
+	// call stopped, so that every pair sends however many there are
+	for i := range tr.pairs {
+		p := tr.pairs[(tr.next+i)%len(tr.pairs)]
 		a, b := p[0], p[1]
 		if tr.posted-tr.ok-len(tr.errs) > 128 {
+			tr.next = (tr.next + i) % len(tr.pairs)
 			return
 		}
 		off := tr.posted % 64 * 64
