@@ -23,7 +23,8 @@ func (m *Manager) step(e *entry, ev fsm.APMEvent) {
 			out = m.load(e, a)
 		case fsm.ActPollArmed:
 			e.gap = m.cfg.PollMin
-			e.nextPoll = m.clock.Now() + e.gap
+			e.busyAt = m.clock.Now()
+			e.nextPoll = e.busyAt + e.gap
 		case fsm.ActMigrate:
 			out = m.migrate(e, a)
 		case fsm.ActHandOver:

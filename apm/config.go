@@ -18,6 +18,17 @@ type Config struct {
 	// PollMin and PollMax bound the backoff of the ARMED poll after REARM
 	// (Linux verbs has no ARMED event). Defaults 20 us and 10 ms.
 	PollMin, PollMax time.Duration
+	// RearmIdle, when set, is how long a QP in REARM is polled every
+	// PollMax at most after its load or its last traffic. The HCA arms a
+	// QP with the first packet from the peer on the primary path
+	// (docs/SIMULATOR.md rule 86): an idle QP stays in REARM, and at
+	// PollMax that is 100 ibv_query_qp a second each, a firmware command
+	// on mlx5. Past RearmIdle the poll backs off further, up to
+	// MigrationPollMax. The embedder then owes the manager a Traffic call
+	// whenever the QP's data path moves (the shim reads its shadow
+	// rings); a port or device event starts the poll over too. Zero (the
+	// default): PollMax for as long as the QP stays in REARM.
+	RearmIdle time.Duration
 	// ProbeInterval is how often a QP without an alternate, or away from
 	// home while home is not its alternate, looks for a better one: a port
 	// that came back on the peer raises no event here. Default 50 ms.
@@ -99,9 +110,9 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.PollMin < 0 || c.PollMax < c.PollMin:
 		return c, fmt.Errorf("apm: config: need 0 < poll-min <= poll-max, got %v and %v", c.PollMin, c.PollMax)
-	case c.ProbeInterval < 0 || c.FailbackHold < 0 || c.PeerWait < 0 || c.MigrationPoll < 0:
-		return c, fmt.Errorf("apm: config: negative probe interval %v, failback hold %v, peer wait %v or migration poll %v",
-			c.ProbeInterval, c.FailbackHold, c.PeerWait, c.MigrationPoll)
+	case c.ProbeInterval < 0 || c.FailbackHold < 0 || c.PeerWait < 0 || c.MigrationPoll < 0 || c.RearmIdle < 0:
+		return c, fmt.Errorf("apm: config: negative probe interval %v, failback hold %v, peer wait %v, migration poll %v or rearm idle %v",
+			c.ProbeInterval, c.FailbackHold, c.PeerWait, c.MigrationPoll, c.RearmIdle)
 	case c.MigrationPollMax < c.MigrationPoll:
 		return c, fmt.Errorf("apm: config: need migration poll <= migration poll max, got %v and %v", c.MigrationPoll, c.MigrationPollMax)
 	case c.Failback != fsm.FailbackAuto && c.Failback != fsm.FailbackManual:

@@ -81,6 +81,31 @@ func (m *Manager) PeerFollowed(qp verbs.QP) {
 	}
 }
 
+// Traffic tells the manager that qp's data path moved (a send posted or
+// completed): packets flow, and a QP in REARM arms with the first from
+// its peer. Its ARMED poll comes back to PollMax at most, for
+// Config.RearmIdle from now. Cheap, and ignored in any other state.
+func (m *Manager) Traffic(qp verbs.QP) {
+	e := m.byQP[qp]
+	if e == nil || e.m.State != fsm.APMRearming {
+		return
+	}
+	now := m.clock.Now()
+	e.busyAt = now
+	if e.gap > m.cfg.PollMax {
+		e.gap = m.cfg.PollMax
+		e.nextPoll = min(e.nextPoll, now+e.gap)
+	}
+}
+
+// IdleInRearm reports whether qp is in REARM and idle past
+// Config.RearmIdle: its ARMED poll is backed off beyond PollMax until
+// Traffic says otherwise.
+func (m *Manager) IdleInRearm(qp verbs.QP) bool {
+	e := m.byQP[qp]
+	return e != nil && m.idleInRearm(e, m.clock.Now())
+}
+
 // ErrorCompletion tells the manager the data path saw an error completion
 // on qp: layer 1 can no longer help it.
 func (m *Manager) ErrorCompletion(qp verbs.QP, st verbs.WCStatus) {

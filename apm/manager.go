@@ -44,6 +44,7 @@ type entry struct {
 	m          *fsm.APM
 	nextPoll   time.Duration // Rearming: next ARMED query
 	gap        time.Duration // Rearming: current backoff
+	busyAt     time.Duration // Rearming: the load or the last traffic (Traffic), for Config.RearmIdle
 	nextProbe  time.Duration // next look for a better alternate
 	armedAt    time.Duration
 	nextMig    time.Duration // armed: next query for a migration nobody reported
@@ -62,6 +63,7 @@ type Stats struct {
 	HWMigrations     int // migrations the HCA did by itself (PATH_MIG, or found by the migration poll)
 	PolledMigrations int // of HWMigrations, those the migration poll found before any event
 	MigrationPolls   int // ibv_query_qp calls of the migration poll
+	RearmPolls       int // ibv_query_qp calls of the ARMED poll of QPs in REARM
 	Failbacks        int
 	FailbacksHeld    int // failbacks put off by a hold-down: the home path's far port was not ACTIVE
 	Handovers        int

@@ -103,3 +103,72 @@ func TestMigrationPollBacksOff(t *testing.T) {
 		t.Fatalf("%d migration polls within 110 ms of a port event, want one per armed QP (%d)", got, len(ends))
 	}
 }
+
+// idleRearmed returns a world's node0 end whose QP was migrated by hand
+// and re-armed with nothing flowing on it: it stays in REARM (the HCA arms
+// it with the first packet from the peer).
+func idleRearmed(t *testing.T, cfg apm.Config) (*world, *end) {
+	t.Helper()
+	w := newWorld(t, dualPort, cfg)
+	a, _ := w.pair("mlx5_0", rcOpts{})
+	w.run(11 * time.Millisecond)
+	must(t, a.n.mgr.Migrate(a.qp))
+	w.step = 5 * time.Millisecond
+	w.run(time.Second)
+	if s := a.state(t); s.State != fsm.APMRearming {
+		t.Fatalf("%+v, want re-armed and idle in REARM", s)
+	}
+	return w, a
+}
+
+// rearmPollRate is the ARMED polls a second of a's manager over d of
+// virtual time.
+func rearmPollRate(w *world, a *end, d time.Duration) float64 {
+	before := a.n.mgr.Stats().RearmPolls
+	w.run(d)
+	return float64(a.n.mgr.Stats().RearmPolls-before) / d.Seconds()
+}
+
+// TestRearmPollBacksOff: a QP re-armed after a migration stays in REARM
+// while nothing flows on it. With Config.RearmIdle its ARMED poll runs
+// every PollMax (10 ms) for RearmIdle after the load, then backs off to
+// MigrationPollMax: about 0.1 queries a second once settled, where the
+// same QP without RearmIdle is queried 100 times a second. Traffic (the
+// data path moved) brings the poll back to PollMax for RearmIdle, and a
+// port event on the device polls it again at once.
+func TestRearmPollBacksOff(t *testing.T) {
+	w0, a0 := idleRearmed(t, apm.Config{})
+	fixed := rearmPollRate(w0, a0, 10*time.Second)
+	w, a := idleRearmed(t, apm.Config{RearmIdle: time.Second})
+	mgr := a.n.mgr
+	w.run(30 * time.Second)
+	if !mgr.IdleInRearm(a.qp) {
+		t.Fatal("an idle QP 30 s in REARM is not reported idle")
+	}
+	settled := rearmPollRate(w, a, 60*time.Second)
+	t.Logf("ARMED polls a second of an idle QP in REARM: %.3f with RearmIdle 1 s once settled, %.1f without", settled, fixed)
+	if fixed < 90 {
+		t.Fatalf("%.1f ARMED polls a second without RearmIdle, want one every PollMax", fixed)
+	}
+	if settled > 0.2 || settled == 0 {
+		t.Fatalf("%.3f ARMED polls a second of an idle QP in REARM once settled, want some and at most 0.2", settled)
+	}
+	// the data path moved: every PollMax again, for RearmIdle
+	mgr.Traffic(a.qp)
+	if mgr.IdleInRearm(a.qp) {
+		t.Fatal("still idle right after Traffic")
+	}
+	if got := rearmPollRate(w, a, 500*time.Millisecond); got < 90 {
+		t.Fatalf("%.1f ARMED polls a second in the 500 ms after Traffic, want one every PollMax", got)
+	}
+	w.run(10 * time.Second)
+	if got := rearmPollRate(w, a, 30*time.Second); got > 0.2 {
+		t.Fatalf("%.3f ARMED polls a second once idle again, want at most 0.2", got)
+	}
+	before := mgr.Stats().RearmPolls
+	mgr.HandleEvent(a.ctx, verbs.AsyncEvent{Type: verbs.EventSMChange, Port: 1})
+	w.run(20 * time.Millisecond)
+	if got := mgr.Stats().RearmPolls - before; got < 2 {
+		t.Fatalf("%d ARMED polls within 20 ms of a port event, want it polled again at once", got)
+	}
+}

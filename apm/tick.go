@@ -69,8 +69,11 @@ func (m *Manager) Tick() (wait time.Duration, pending bool) {
 	return max(next-now, 0), true
 }
 
-// pollArmed queries a QP in REARM; Linux verbs has no ARMED event.
+// pollArmed queries a QP in REARM; Linux verbs has no ARMED event. The
+// period doubles from PollMin up to PollMax, and with Config.RearmIdle,
+// once the QP has been idle that long, up to MigrationPollMax (idleGap).
 func (m *Manager) pollArmed(e *entry, now time.Duration) {
+	m.stats.RearmPolls++
 	attr, _, err := e.qp.Query(verbs.QPAttrState | verbs.QPAttrPathMigState)
 	switch {
 	case err != nil:
@@ -84,9 +87,22 @@ func (m *Manager) pollArmed(e *entry, now time.Duration) {
 		m.stats.Armed++
 		m.step(e, fsm.APMEvent{Kind: fsm.EvArmedObserved})
 	default:
-		e.gap = min(2*e.gap, m.cfg.PollMax)
+		e.gap = min(2*e.gap, m.rearmGapMax(e, now))
 		e.nextPoll = now + e.gap
 	}
+}
+
+// rearmGapMax is the longest period of e's ARMED poll now: PollMax, or
+// past Config.RearmIdle without traffic, MigrationPollMax.
+func (m *Manager) rearmGapMax(e *entry, now time.Duration) time.Duration {
+	if m.idleInRearm(e, now) {
+		return max(m.cfg.PollMax, m.cfg.MigrationPollMax)
+	}
+	return m.cfg.PollMax
+}
+
+func (m *Manager) idleInRearm(e *entry, now time.Duration) bool {
+	return e.m.State == fsm.APMRearming && m.cfg.RearmIdle > 0 && now-e.busyAt >= m.cfg.RearmIdle
 }
 
 // pollMigrated queries an ARMED QP for what only a QP event would have
@@ -186,5 +202,10 @@ func (m *Manager) pollSoon(d *device) {
 	for _, e := range d.entries {
 		e.migGap = m.cfg.MigrationPoll
 		e.nextMig = min(e.nextMig, now+e.migGap)
+		if e.m.State == fsm.APMRearming {
+			// and the ARMED poll of its QPs in REARM, backed off or not
+			e.busyAt, e.gap = now, m.cfg.PollMin
+			e.nextPoll = min(e.nextPoll, now+e.gap)
+		}
 	}
 }

@@ -49,13 +49,18 @@ type Layer1 struct {
 	hooks  Layer1Options
 	poller *asyncev.Poller
 
-	mu     sync.Mutex // mgr and everything below
-	mgr    *apm.Manager
-	qps    map[l1Key]*l1QP
-	letGo  map[l1Key]bool             // QPs layer 1 protected and let go to layer 2 (LetGo)
-	await  map[l1Key]bool             // QPs waiting for their peer after a migration (collect; layer1_follow.go)
-	ctxs   map[string][]verbs.Context // application contexts with protected QPs, by device
-	closed bool
+	mu    sync.Mutex // mgr and everything below
+	mgr   *apm.Manager
+	qps   map[l1Key]*l1QP
+	letGo map[l1Key]bool // QPs layer 1 protected and let go to layer 2 (LetGo)
+	await map[l1Key]bool // QPs waiting for their peer after a migration (collect; layer1_follow.go)
+	idle  map[l1Key]bool // QPs idle in REARM (collect; layer1_rearm.go)
+	// nextRearmWatch is when watchRearm next reads the idle QPs'
+	// progress; rearmTraffic counts the QPs it found moving
+	nextRearmWatch time.Duration
+	rearmTraffic   int
+	ctxs           map[string][]verbs.Context // application contexts with protected QPs, by device
+	closed         bool
 
 	nmu        sync.Mutex // queue, delivering and nudges
 	queue      []l1Notice
@@ -156,6 +161,9 @@ type l1QP struct {
 	// While the QP waits for its peer after a migration (awaiting-peer):
 	// the sends posted when layer 1 first saw it waiting (layer1_follow.go).
 	follow l1Follow
+	// While it is idle in REARM: its send positions at the last look
+	// (layer1_rearm.go).
+	rearm l1Rearm
 }
 
 // l1Notice is one hook call waiting to be made.
@@ -195,6 +203,9 @@ func NewLayer1(o Layer1Options) (*Layer1, error) {
 	if o.APM.FailbackHold == 0 {
 		o.APM.FailbackHold = DefaultFailbackHold
 	}
+	if o.Progress != nil && o.APM.RearmIdle == 0 {
+		o.APM.RearmIdle = DefaultRearmIdle // layer1_rearm.go
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -202,7 +213,7 @@ func NewLayer1(o Layer1Options) (*Layer1, error) {
 		o.Now = time.Now
 	}
 	l := &Layer1{log: o.Log, peers: newL1Peers(o.PeerTTL, o.LookupTimeout, o.Now, o.Spawn), hooks: o,
-		qps: map[l1Key]*l1QP{}, letGo: map[l1Key]bool{}, await: map[l1Key]bool{}, ctxs: map[string][]verbs.Context{}}
+		qps: map[l1Key]*l1QP{}, letGo: map[l1Key]bool{}, await: map[l1Key]bool{}, idle: map[l1Key]bool{}, ctxs: map[string][]verbs.Context{}}
 	if o.Nudge != nil {
 		o.APM.Nudge = l.queueNudge
 	}
@@ -438,6 +449,7 @@ func (l *Layer1) forget(k l1Key) {
 	q := l.qps[k]
 	delete(l.qps, k)
 	delete(l.await, k)
+	delete(l.idle, k)
 	if q == nil {
 		return
 	}
@@ -467,6 +479,7 @@ func (l *Layer1) Stats() apm.Stats {
 
 func (l *Layer1) tick() (time.Duration, bool) {
 	watching := l.followPeers()
+	idle := l.watchRearm()
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -478,6 +491,9 @@ func (l *Layer1) tick() (time.Duration, bool) {
 	l.deliver()
 	if watching && (!pending || wait > followPoll) {
 		wait, pending = followPoll, true
+	}
+	if idle && (!pending || wait > rearmWatchEvery) {
+		wait, pending = rearmWatchEvery, true
 	}
 	return wait, pending
 }
@@ -508,6 +524,7 @@ func (l *Layer1) collect() {
 			delete(l.await, k)
 			q.follow = l1Follow{}
 		}
+		l.collectIdle(k, q, st.State)
 		if st == q.last {
 			continue
 		}

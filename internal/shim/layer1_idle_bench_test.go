@@ -11,34 +11,50 @@ import (
 )
 
 // BenchmarkLayer1IdleCPU: the CPU that layer 1 takes in steady state with
-// n armed QPs in each of the two processes of a simulated InfiniBand
-// fabric (l1World: one Layer1 per process, the default configuration, so
-// the migration poll backs off from 100 ms to 10 s), nothing happening.
-// The process's CPU time (getrusage) over 10 s of wall time, after 35 s
-// of settling, with 0 QPs and with n, side by side in one run: the
-// difference is layer 1's (the real-time driver of the simulated fabric
-// costs the same in both).
+// n QPs in each of the two processes of a simulated InfiniBand fabric
+// (l1World: one Layer1 per process, the default configuration), nothing
+// happening. The process's CPU time (getrusage) over 10 s of wall time,
+// after 35 s of settling, side by side in one run: the difference
+// between rows is layer 1's (the real-time driver of the simulated
+// fabric costs the same in all).
 //
-//	go test -run '^$' -bench Layer1IdleCPU -benchtime 1x ./internal/shim
+//   - armed/n: n QPs armed by a little traffic, then idle: the migration
+//     poll backs off from 100 ms to 10 s.
+//
+//   - rearm-fixed/n: n QPs connected and never used, so they stay in
+//     REARM, with the ARMED poll at PollMax (no RearmIdle, no Progress).
+//
+//   - rearm-idle/n: the same with the shim's Progress hook, which turns
+//     RearmIdle on (layer1_rearm.go): the poll backs off and layer 1
+//     reads the rings every 100 ms instead.
+//
+//     go test -run '^$' -bench Layer1IdleCPU -benchtime 1x ./internal/shim
 func BenchmarkLayer1IdleCPU(b *testing.B) {
-	for _, n := range []int{0, 10, 100} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				cpu, polls := l1IdleCPU(b, n)
-				b.ReportMetric(cpu*100, "cpu_%")
-				b.ReportMetric(polls, "queries/QP/s")
-			}
-		})
+	for _, c := range []struct {
+		mode string
+		ns   []int
+	}{{"armed", []int{0, 10, 100, 1000}}, {"rearm-fixed", []int{1000}}, {"rearm-idle", []int{1000}}} {
+		for _, n := range c.ns {
+			b.Run(fmt.Sprintf("%s/%d", c.mode, n), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					cpu, polls := l1IdleCPU(b, n, c.mode)
+					b.ReportMetric(cpu*100, "cpu_%")
+					b.ReportMetric(polls, "queries/QP/s")
+				}
+			})
+		}
 	}
 }
 
-// l1IdleCPU builds the world with n pairs, waits until they are armed and
-// the polls settled, and returns the CPU fraction of one core the process
-// used over the measurement and the migration polls per QP per second.
-func l1IdleCPU(b *testing.B, n int) (float64, float64) {
+// l1IdleCPU builds the world with n pairs, waits until they are armed
+// (mode armed) or not (the rearm modes), lets the polls settle, and
+// returns the CPU fraction of one core the process used over the
+// measurement and the ARMED and migration polls per QP per second.
+func l1IdleCPU(b *testing.B, n int, mode string) (float64, float64) {
 	settle := 35 * time.Second
 	def := apm.Config{}
-	w := newL1World(b, l1ProcOpts{apm: &def}, l1ProcOpts{apm: &def})
+	o := l1ProcOpts{apm: &def, progress: mode == "rearm-idle"}
+	w := newL1World(b, o, o)
 	var ends []*l1End
 	tr := &l1Traffic{t: b}
 	for i := 0; i < n; i++ {
@@ -58,7 +74,7 @@ func l1IdleCPU(b *testing.B, n int) (float64, float64) {
 		return k
 	}
 	deadline := time.Now().Add(3 * time.Minute)
-	for k := armed(); k < len(ends); k = armed() {
+	for k := armed(); mode == "armed" && k < len(ends); k = armed() {
 		if time.Now().After(deadline) {
 			b.Fatalf("%d of %d QPs armed after 3 minutes of traffic", k, len(ends))
 		}
@@ -68,9 +84,13 @@ func l1IdleCPU(b *testing.B, n int) (float64, float64) {
 	}
 	tr.drain()
 	time.Sleep(settle)
+	if k := armed(); mode != "armed" && k > 0 {
+		b.Fatalf("%d of %d QPs armed with no traffic: want them all in REARM", k, len(ends))
+	}
 	polls := func() (p int) {
 		for _, pr := range w.procs {
-			p += pr.l1.Stats().MigrationPolls
+			st := pr.l1.Stats()
+			p += st.MigrationPolls + st.RearmPolls
 		}
 		return p
 	}
