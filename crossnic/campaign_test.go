@@ -353,8 +353,19 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		}
 		return true
 	}
-	for k := 0; k < 100 && mayFail(fault) && !settled(); k++ {
-		// No way left: the error takes the retries of the backup path
+	anySurfaced := func() bool {
+		for _, x := range ws {
+			for _, n := range x.n {
+				if sq, _ := n.conn.State(); sq == fsm.SQSurfaced {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for k := 0; k < 100 && (mayFail(fault) || anySurfaced()) && !settled(); k++ {
+		// No way left, or one end surfaced (a READ that lost its
+		// response): the error takes the retries of the backup path
 		// (and the handshake's bound) to surface.
 		run(10 * time.Millisecond)
 	}

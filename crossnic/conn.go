@@ -140,6 +140,9 @@ type Conn struct {
 	ownPSN, peerPSN uint32
 	psnSrc          func() uint32 // SetPSNSource (nil: crypto/rand)
 	peerPSNSet      bool
+	// annOwed: this side's notification went out and its announcement
+	// waits for the peer's answer (announceOwed)
+	annOwed bool
 	// defSQ and defRQ are the PSNs the next reset of the default QP
 	// connects it with. After a handshake: ownPSN and peerPSN. A reset
 	// without one (a probe or a switch-back notification that failed)

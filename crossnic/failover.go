@@ -54,7 +54,9 @@ func (c *Conn) act(acts []fsm.CNAction) {
 		case fsm.ActSendAck:
 			err = c.sendCtrl(ctrlAck)
 		case fsm.ActRewindSends:
-			err = c.rewind(a.PeerRecv)
+			if err = c.announceOwed(); err == nil {
+				err = c.rewind(a.PeerRecv)
+			}
 		case fsm.ActSurface:
 			c.surfaceHeld()
 		case fsm.ActResetDefault:
@@ -119,14 +121,35 @@ func (c *Conn) repostRecvs() error {
 }
 
 // sendCtrl sends a notification or acknowledgement carrying the receive
-// counter to the peer's backup QP, and right behind it the announcement
-// of the send PSN this side's QPs start from at their next resets (drawn
-// now); or a refusal, alone. The peer's backup has a control receive for
-// each (PostControlRecv), and nothing of this side's traffic goes to the
-// backup before them: the replay follows the handshake. Every handshake
-// message is followed by an announcement, with recovery or without, so
-// that the peer's second control receive never waits for a message that
-// does not come (the application's first message would take it).
+// counter to the peer's backup QP, followed by the announcement of the
+// send PSN this side's QPs start from at their next resets (drawn at the
+// fault); or a refusal, alone. The peer's backup has a control receive
+// for each (PostControlRecv), and nothing of this side's traffic goes to
+// the backup before them: the replay follows the handshake. Every
+// handshake message is followed by an announcement, with recovery or
+// without, so that the peer's second control receive never waits for a
+// message that does not come (the application's first message would take
+// it).
+//
+// An acknowledgement's announcement goes right behind it. A
+// notification's waits for the peer's answer (announceOwed, before the
+// replay): until then this side cannot know which incarnation of the
+// peer's backup QP takes its packets. A peer that was about to purge its
+// backup (reset it after a switch back) when this side faulted again may
+// purge between the two packets: its old incarnation can take the
+// announcement's PSN for a duplicate and acknowledge it without a
+// completion, and the new one then gets the notification (held in the
+// fabric) and waits in INIT for an announcement that never comes
+// (switch-back campaign seed 22436 of 30,000). The peer's answer comes
+// from the incarnation that took the notification, and the peer does not
+// purge in the middle of a handshake. Nothing else may follow the
+// notification before the answer either: whatever the old incarnation
+// acknowledges leaves a gap in the PSNs the new one expects. Without
+// recovery (no switch back, so no purge), a zero-length RDMA WRITE goes
+// right behind the notification instead (the trailer: it consumes no
+// receive and executes nothing), so that a notification lost in the
+// fabric is resent at the peer's sequence NAK, not at the local ACK
+// timeout; with recovery, a lost notification waits for that timeout.
 func (c *Conn) sendCtrl(k ctrlKind) error {
 	_ = c.drain(&c.def) // the counter must include every receive already completed
 	imm := encodeRefusal()
@@ -136,6 +159,32 @@ func (c *Conn) sendCtrl(k ctrlKind) error {
 	if err := c.postCtrl(imm); err != nil || k == ctrlRefuse {
 		return err
 	}
+	if k == ctrlNotify {
+		c.annOwed = true
+		if c.rec == nil {
+			return c.postTrailer()
+		}
+		return nil
+	}
+	return c.postCtrl(encodeAnnounce(c.ownPSN))
+}
+
+// postTrailer posts the notification's trailer (sendCtrl) on the backup QP.
+func (c *Conn) postTrailer() error {
+	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWrite}})
+	if err != nil {
+		return fmt.Errorf("crossnic: send the notification's trailer on the backup QP: %w", err)
+	}
+	return nil
+}
+
+// announceOwed posts the announcement that follows this side's
+// notification, if it is still owed: the peer answered (sendCtrl).
+func (c *Conn) announceOwed() error {
+	if !c.annOwed {
+		return nil
+	}
+	c.annOwed = false
 	return c.postCtrl(encodeAnnounce(c.ownPSN))
 }
 

@@ -104,7 +104,7 @@ type pendingWC struct {
 // the receives move home), so that no other leg's completion starts a
 // step of its own half-way through (a probe's error resetting the
 // default QP between the move's drain and its reposts put the receives
-// there twice: the switch-back campaign, seed 4204); nil, every leg's,
+// there twice: TestProbeErrorWhileReceivesMoveHome); nil, every leg's,
 // otherwise. Two legs' CQs keep no order between them.
 func (c *Conn) nestedLeg(l *Leg) *Leg {
 	if c.collecting {

@@ -289,3 +289,21 @@ func TestSwitchBackCampaign(t *testing.T) {
 		t.Error("no reset without a handshake carried the PSNs on: the schedules no longer reach resetPSNs")
 	}
 }
+
+// TestAnnouncementAfterPeerPurge pins switch-back schedule 22436 (of
+// 30,000, beyond the 10,000 the suite runs): node1 faults again right
+// after purging its backup (resetting it after the switch back) while
+// node0, polling lazily, has not purged its own yet, and node1's
+// notification is held in the fabric until after node0's purge. With
+// the announcement posted right behind the notification, node0's old
+// incarnation took its PSN for a duplicate and acknowledged it without a
+// completion, the new one got the notification, and node0 waited in INIT
+// for an announcement that never came: its traffic never came home. The
+// announcement now waits for node0's answer (Conn.announceOwed), and
+// both ends come home.
+func TestAnnouncementAfterPeerPurge(t *testing.T) {
+	var carried, stale atomic.Int64
+	if desc, err := flapSchedule(t, 22436, &carried, &stale); err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
+}
