@@ -125,9 +125,11 @@ func TestOwnerCannotPoseAsAnother(t *testing.T) {
 		t.Fatalf("its own publications refused: %+v", said)
 	}
 	var n status.Node
-	eventually(t, "the refusals counted", func() bool {
+	// the refusals (the other's failover event among them: it was sent
+	// first) and the owner's own failover, sent last
+	eventually(t, "the refusals and the owner's own failover counted", func() bool {
 		n, _ = c.Status(ctx)
-		return n.Totals.OwnerRefusals == 7
+		return n.Totals.OwnerRefusals == 7 && n.Totals.Failovers >= 1
 	})
 	owners := map[uint32]int{}
 	for _, q := range n.QPs {
