@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
@@ -59,16 +58,8 @@ func (q *probeErrCQ) Poll(wc []verbs.WC) (int, error) {
 // node0's cable for 5 ms and repairs it, the probeErrCQ of node arm
 // (-1: none) armed from the repair on, and runs 40 ms.
 func probeErrWorld(t *testing.T, p sim.Profile, arm int) (*world, [2]*probeErrCQ) {
-	var cqs [2]*probeErrCQ
 	o := worldOpts{cfg: sim.Config{Seed: 61, Profile: p}, retry: 3}
-	k := 0
-	o.wrapDef = func(cq verbs.CQ) verbs.CQ {
-		cqs[k] = &probeErrCQ{CQ: cq}
-		k++
-		return cqs[k-1]
-	}
-	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, o)
+	w, cqs := wrappedWorld(t, o, func(cq verbs.CQ) *probeErrCQ { return &probeErrCQ{CQ: cq} })
 	for i, n := range w.n {
 		cqs[i].qp = n.def.qp
 	}

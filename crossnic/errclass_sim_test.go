@@ -51,10 +51,16 @@ func (q *injectCQ) Poll(wc []verbs.WC) (int, error) {
 // injectWorld is a world whose default CQs are injectCQs (cqs[i] is node
 // i's, as both its Conn and a plain reader see it).
 func injectWorld(t testing.TB, o worldOpts) (*world, [2]*injectCQ) {
-	var cqs [2]*injectCQ
+	return wrappedWorld(t, o, func(cq verbs.CQ) *injectCQ { return &injectCQ{CQ: cq} })
+}
+
+// wrappedWorld is a world whose default CQs are wrap's (cqs[i] is node
+// i's), with one Directory for both nodes.
+func wrappedWorld[C verbs.CQ](t testing.TB, o worldOpts, wrap func(verbs.CQ) C) (*world, [2]C) {
+	var cqs [2]C
 	k := 0
 	o.wrapDef = func(cq verbs.CQ) verbs.CQ {
-		cqs[k] = &injectCQ{CQ: cq}
+		cqs[k] = wrap(cq)
 		k++
 		return cqs[k-1]
 	}
