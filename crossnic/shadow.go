@@ -138,6 +138,33 @@ func (s *Shadow) RegDmabufMR(defPD verbs.PD, defMR verbs.MR, offset uint64, fd i
 	return s.adoptMR(defMR, bmr)
 }
 
+// RegImplicitODP mirrors an implicit on-demand-paging registration of the
+// default device (verbs.ImplicitODPRegistrar: the whole address space) on
+// the backup device with the same access: a replayed WR's SGEs and the
+// peer's RDMA to the published rkey then reach the same addresses through
+// the backup, which faults the pages in as the default did. A backup
+// device without implicit ODP refuses (EINVAL or EOPNOTSUPP), and the
+// region stays unmirrored.
+func (s *Shadow) RegImplicitODP(defPD verbs.PD, defMR verbs.MR) error {
+	if !verbs.IsImplicitODP(defMR) {
+		return fmt.Errorf("crossnic: shadow implicit ODP registration: the region at %#x+%d is not one", defMR.Addr(), defMR.Len())
+	}
+	bpd, err := s.pd(defPD)
+	if err != nil {
+		return err
+	}
+	reg, ok := bpd.(verbs.ImplicitODPRegistrar)
+	if !ok {
+		return fmt.Errorf("crossnic: shadow implicit ODP registration on %s: %w", s.bakDesc.Name,
+			verbs.Errorf("ibv_reg_mr", verbs.EOPNOTSUPP, "the backup device's PD registers no implicit on-demand-paging region"))
+	}
+	bmr, err := reg.RegImplicitODP(defMR.Access())
+	if err != nil {
+		return fmt.Errorf("crossnic: shadow implicit ODP registration on %s: %w", s.bakDesc.Name, err)
+	}
+	return s.adoptMR(defMR, bmr)
+}
+
 // adoptMR makes bmr, registered on the backup device, the mirror of the
 // default region defMR: the same addresses, its lkey mapped for replays
 // and its rkey published for the peers. An MR at another address is

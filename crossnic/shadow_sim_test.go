@@ -21,14 +21,23 @@ type app struct {
 	qp     verbs.QP
 	mr     verbs.MR
 	buf    []byte
+	base   uint64 // buf's address: its SGEs' and the peer's remote address
 	shadow *crossnic.Shadow
 	conn   *crossnic.Conn
 }
 
-// newApp: an application on h; with dmabuf, its buffer is a dma-buf the
-// host exported (sim.Host.ExportDmabuf), mirrored by ibv_reg_dmabuf_mr on
-// the backup.
-func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory, dmabuf ...bool) *app {
+// memKind is how an application registers its buffer.
+type memKind int
+
+const (
+	memPlain    memKind = iota // ibv_reg_mr of the buffer
+	memDmabuf                  // a dma-buf the host exported, by ibv_reg_dmabuf_mr
+	memImplicit                // an implicit on-demand-paging region (the whole address space)
+)
+
+// newApp: an application on h, its buffer registered as mem says and
+// mirrored on the backup the same way.
+func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory, mem memKind) *app {
 	var descs []pathsel.HCA
 	var ctxs []verbs.Context
 	for _, a := range h.HCAs() {
@@ -45,12 +54,22 @@ func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory, dmabuf ...bool) *
 	must(t, err)
 	x.pd, err = x.ctx.AllocPD()
 	must(t, err)
-	x.mr, err = x.pd.RegMR(x.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	must(t, err)
-	if len(dmabuf) > 0 && dmabuf[0] {
-		must(t, x.shadow.RegDmabufMR(x.pd, x.mr, 0, h.ExportDmabuf(x.buf)))
-	} else {
-		must(t, x.shadow.RegMR(x.pd, x.mr, x.buf))
+	switch mem {
+	case memImplicit:
+		x.mr, err = x.pd.(verbs.ImplicitODPRegistrar).RegImplicitODP(verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessOnDemand)
+		must(t, err)
+		x.base, err = h.Addr(x.buf)
+		must(t, err)
+		must(t, x.shadow.RegImplicitODP(x.pd, x.mr))
+	default:
+		x.mr, err = x.pd.RegMR(x.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		must(t, err)
+		x.base = x.mr.Addr()
+		if mem == memDmabuf {
+			must(t, x.shadow.RegDmabufMR(x.pd, x.mr, 0, h.ExportDmabuf(x.buf)))
+		} else {
+			must(t, x.shadow.RegMR(x.pd, x.mr, x.buf))
+		}
 	}
 	x.cq, err = x.ctx.CreateCQ(1024, nil, 0)
 	must(t, err)
@@ -87,14 +106,14 @@ func connectApp(t *testing.T, a, b *app, roce bool) {
 // testShadow runs on every profile: A's HCA dies in the middle of the
 // traffic, flushing its QPs (rdmavt) or not (strict, mlx5).
 func testShadow(t *testing.T, ll verbs.LinkLayer) {
-	forProfiles(t, func(t *testing.T, p sim.Profile) { testShadowOn(t, ll, p) })
+	forProfiles(t, func(t *testing.T, p sim.Profile) { testShadowOn(t, ll, p, memPlain) })
 }
 
-func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, dmabuf ...bool) {
+func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, mem memKind) {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8, Profile: p}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1, LinkLayer: ll})
 	must(t, err)
 	dir := crossnic.NewMemDirectory()
-	a, b := newApp(t, f.Host("node0"), dir, dmabuf...), newApp(t, f.Host("node1"), dir, dmabuf...)
+	a, b := newApp(t, f.Host("node0"), dir, mem), newApp(t, f.Host("node1"), dir, mem)
 	roce := ll == verbs.LinkLayerEthernet
 	// A connects first: its peer's backup is unknown, so the step is skipped.
 	connectApp(t, a, b, roce)
@@ -169,10 +188,10 @@ func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, dmabuf ...boo
 			s := sent % nslots
 			copy(a.buf[s*slot:(s+1)*slot], pattern(sent))
 			_, err := a.conn.PostSend([]verbs.SendWR{
-				{WRID: uint64(2 * sent), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: a.mr.Addr() + uint64(s*slot), Length: slot, LKey: a.mr.LKey()}},
-					RemoteAddr: b.mr.Addr() + uint64(s*slot), RKey: b.mr.RKey()},
+				{WRID: uint64(2 * sent), Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: a.base + uint64(s*slot), Length: slot, LKey: a.mr.LKey()}},
+					RemoteAddr: b.base + uint64(s*slot), RKey: b.mr.RKey()},
 				{WRID: uint64(2*sent + 1), Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled, ImmData: uint32(sent),
-					RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+					RemoteAddr: b.base, RKey: b.mr.RKey()}})
 			must(t, err)
 			sent++
 		}
@@ -198,7 +217,7 @@ func testShadowOn(t *testing.T, ll verbs.LinkLayer, p sim.Profile, dmabuf ...boo
 // whose PDs register no dma-buf refuses the mirror with EOPNOTSUPP, and
 // an fd the host did not export fails as ibv_reg_dmabuf_mr would.
 func TestShadowDmabuf(t *testing.T) {
-	testShadowOn(t, verbs.LinkLayerInfiniBand, sim.ProfileStrict, true)
+	testShadowOn(t, verbs.LinkLayerInfiniBand, sim.ProfileStrict, memDmabuf)
 	h, def, bak := twoHCAs(t, 8)
 	buf := make([]byte, 4096)
 	pd, err := def.AllocPD()
@@ -218,7 +237,56 @@ func TestShadowDmabuf(t *testing.T) {
 	}
 }
 
-// noDmabufCtx is a backup device whose PDs register no dma-buf.
+// TestShadowImplicitODP: both applications register the whole address
+// space on demand (ibv_reg_mr(pd, NULL, SIZE_MAX) with ON_DEMAND), their
+// SGEs and remote addresses plain pointers; the shadows mirror the regions
+// with implicit registrations on the backups. A's HCA dies mid-traffic
+// and every WRITE, replayed ones included, lands through the backups'
+// keys. A backup device without implicit ODP refuses the mirror with
+// EINVAL (the region stays unmirrored), one whose PDs cannot register
+// such a region with EOPNOTSUPP, and a region that is not implicit is
+// refused before any registration.
+func TestShadowImplicitODP(t *testing.T) {
+	testShadowOn(t, verbs.LinkLayerInfiniBand, sim.ProfileStrict, memImplicit)
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 8}, Hosts: 1, HCAsPerHost: 1, PortsPerHCA: 1})
+	must(t, err)
+	h := f.Host("node0")
+	a9, err := h.AddHCA(sim.HCASpec{Name: "rxe9", Ports: 1, NoImplicitODP: true})
+	must(t, err)
+	leaf, err := f.AddLeaf("odp-leaf")
+	must(t, err)
+	must(t, f.Cable(a9.Port(1), leaf))
+	f.RunFor(time.Second)
+	def, err := h.Open("mlx5_0")
+	must(t, err)
+	bak, err := h.Open("rxe9")
+	must(t, err)
+	pd, err := def.AllocPD()
+	must(t, err)
+	mr, err := pd.(verbs.ImplicitODPRegistrar).RegImplicitODP(verbs.AccessLocalWrite | verbs.AccessOnDemand)
+	must(t, err)
+	sh, err := crossnic.NewShadow(def, bak, crossnic.NewMemDirectory())
+	must(t, err)
+	if err := sh.RegImplicitODP(pd, mr); !errors.Is(err, verbs.EINVAL) {
+		t.Fatalf("a backup without implicit ODP: %v, want EINVAL", err)
+	}
+	if _, ok := sh.BackupLKey(mr.LKey()); ok {
+		t.Fatal("a refused implicit mirror left a backup key")
+	}
+	sh, err = crossnic.NewShadow(def, noDmabufCtx{bak}, crossnic.NewMemDirectory())
+	must(t, err)
+	if err := sh.RegImplicitODP(pd, mr); !errors.Is(err, verbs.EOPNOTSUPP) {
+		t.Fatalf("a backup whose PDs register no implicit region: %v, want EOPNOTSUPP", err)
+	}
+	plain, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	must(t, err)
+	if err := sh.RegImplicitODP(pd, plain); err == nil {
+		t.Fatal("a plain region taken for an implicit one")
+	}
+}
+
+// noDmabufCtx is a backup device whose PDs register no dma-buf and no
+// implicit on-demand-paging region (only verbs.PD's methods).
 type noDmabufCtx struct{ verbs.Context }
 
 func (c noDmabufCtx) AllocPD() (verbs.PD, error) {
@@ -237,7 +305,7 @@ func TestShadowConnectedAtRTR(t *testing.T) {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 9}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
 	dir := crossnic.NewMemDirectory()
-	a, b := newApp(t, f.Host("node0"), dir), newApp(t, f.Host("node1"), dir)
+	a, b := newApp(t, f.Host("node0"), dir, memPlain), newApp(t, f.Host("node1"), dir, memPlain)
 	connectApp(t, a, b, false)
 	// b: INIT and RTR only
 	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
@@ -304,7 +372,7 @@ func TestShadowSRQ(t *testing.T) {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 12}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
 	dir := crossnic.NewMemDirectory()
-	a, b := newApp(t, f.Host("node0"), dir), newApp(t, f.Host("node1"), dir)
+	a, b := newApp(t, f.Host("node0"), dir, memPlain), newApp(t, f.Host("node1"), dir, memPlain)
 	srq, err := b.pd.(verbs.SRQCreator).CreateSRQ(verbs.SRQAttr{MaxWR: 16, MaxSGE: 1})
 	must(t, err)
 	must(t, b.shadow.CreateSRQ(b.pd, srq))

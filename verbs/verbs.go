@@ -61,6 +61,28 @@ type DmabufRegistrar interface {
 	RegDmabufMR(offset uint64, length int, iova uint64, fd int, access AccessFlags) (MR, error)
 }
 
+// ImplicitODPRegistrar is implemented by a PD that registers the whole
+// address space on demand: ibv_reg_mr(pd, NULL, SIZE_MAX, access) with
+// IBV_ACCESS_ON_DEMAND, an implicit on-demand-paging region. Its MR has
+// Addr 0 and Len ImplicitLen; an SGE or a remote address anywhere in the
+// process's mapped memory is valid through its keys, the HCA faulting the
+// pages in as it reaches them. A device without implicit ODP
+// (IBV_ODP_SUPPORT_IMPLICIT: mlx5 with the capability has it, rdma_rxe
+// not) refuses with EINVAL, one without ODP at all with EOPNOTSUPP.
+type ImplicitODPRegistrar interface {
+	RegImplicitODP(access AccessFlags) (MR, error)
+}
+
+// ImplicitLen is the Len of an implicit on-demand-paging MR (the C
+// length is SIZE_MAX, which an int cannot hold).
+const ImplicitLen = int(^uint(0) >> 1)
+
+// IsImplicitODP reports whether mr is an implicit on-demand-paging
+// region (ImplicitODPRegistrar).
+func IsImplicitODP(mr MR) bool {
+	return mr.Addr() == 0 && mr.Len() == ImplicitLen && mr.Access()&AccessOnDemand != 0
+}
+
 // SRQCreator is implemented by a PD whose device has shared receive
 // queues (ibv_create_srq).
 type SRQCreator interface {

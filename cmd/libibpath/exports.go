@@ -219,18 +219,24 @@ func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access 
 	defer guard("ibpathMR")
 	inject("ibpathMR")
 	pd, m, buf := appRegion(mr, addr, length, access)
-	if buf == nil {
+	if buf == nil && !verbs.IsImplicitODP(m) {
 		return
 	}
 	rt.MR(ctxID(mr.context), pd, m, buf)
 }
 
 // appRegion is the application's region mr (at addr, length bytes) as
-// verbs sees it, and its memory; a nil buf when MRSpan refuses to make a
-// slice of it (an implicit ODP region is SIZE_MAX bytes), said once.
+// verbs sees it, and its memory. An implicit on-demand-paging region
+// (NULL, SIZE_MAX) has no slice: m has Len verbs.ImplicitLen and
+// Runtime.MR mirrors it by an implicit registration. Any other region
+// MRSpan refuses to make a slice of gets a nil buf, said once.
 func appRegion(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) (verbs.PD, appMR, []byte) {
 	pd := ibv.WrapPD(appCtx(mr.context), unsafe.Pointer(mr.pd))
 	m := appMR{pd: pd, addr: uint64(uintptr(addr)), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), access: verbs.AccessFlags(access)}
+	if shim.IsImplicitODP(uintptr(addr), uint64(length), verbs.AccessFlags(access)) {
+		m.length = verbs.ImplicitLen
+		return pd, m, nil
+	}
 	if ok, why := shim.MRSpan(uintptr(addr), uint64(length), verbs.AccessFlags(access)); !ok {
 		rt.MRNotMirrored(ctxID(mr.context), m, why)
 		return pd, m, nil
@@ -259,7 +265,7 @@ func ibpathReregMR(mr *C.struct_ibv_mr, oldLKey C.uint32_t, ret C.int, flags C.i
 	var m appMR
 	var buf []byte
 	if o == shim.ReregNew {
-		if pd, m, buf = appRegion(mr, mr.addr, mr.length, access); buf == nil {
+		if pd, m, buf = appRegion(mr, mr.addr, mr.length, access); buf == nil && !verbs.IsImplicitODP(m) {
 			rt.DeregMR(ctxID(mr.context), uint32(oldLKey)) // the new region is not mirrored (said)
 			return
 		}

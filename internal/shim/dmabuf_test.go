@@ -83,3 +83,34 @@ func TestReregMR(t *testing.T) {
 		t.Errorf("an unusable region kept its mirror (%v)\n%s", ok, x.log.String())
 	}
 }
+
+// TestImplicitODPMR: an implicit on-demand-paging region (the whole
+// address space, no slice of it) is mirrored by an implicit registration
+// on the backup device with its access; a change of access by
+// ibv_rereg_mr re-registers it with the new one; its deregistration
+// releases the mirror.
+func TestImplicitODPMR(t *testing.T) {
+	f := railFabric(t, 53)
+	x := newL2Host(t, f, "node0", 0, shimtest.NewCluster(), l2opts{})
+	sh := x.rt.shadows[x.id].sh
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessOnDemand
+	mr, err := x.pd.(verbs.ImplicitODPRegistrar).RegImplicitODP(access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.rt.MR(x.id, x.pd, mr, nil)
+	if a, ok := sh.MRAccess(mr.LKey()); !ok || a != access {
+		t.Fatalf("implicit region's mirror: %v, access %v\n%s", ok, a, x.log.String())
+	}
+	if !strings.Contains(x.log.String(), "implicit on-demand-paging region mirrored") {
+		t.Errorf("the mirror is not said:\n%s", x.log.String())
+	}
+	x.rt.ReregMR(x.id, mr.LKey(), x.pd, reregMR{mr, access | verbs.AccessRemoteRead}, true, nil, ReregNew)
+	if a, ok := sh.MRAccess(mr.LKey()); !ok || a != access|verbs.AccessRemoteRead {
+		t.Fatalf("after a change of access: %v, access %v\n%s", ok, a, x.log.String())
+	}
+	x.rt.DeregMR(x.id, mr.LKey())
+	if _, ok := sh.BackupLKey(mr.LKey()); ok {
+		t.Fatal("the deregistered region kept its mirror")
+	}
+}

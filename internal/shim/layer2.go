@@ -157,18 +157,19 @@ func (r *Runtime) closeShadow(ctx uintptr) {
 }
 
 // MRSpan says whether a registration of length bytes at addr can be
-// mirrored on the backup device (the C side then hands MR its memory as
-// a slice), and if not why: an implicit on-demand-paging registration
-// (addr 0, the whole address space: IBV_ACCESS_ON_DEMAND with SIZE_MAX)
-// or any span a Go slice cannot hold or that wraps the address space.
-// Such a region is not mirrored: a failover of a QP that uses it finds
-// no backup key and surfaces the error, as plain verbs report it.
+// mirrored on the backup device as a slice of memory (the C side then
+// hands MR its memory as a slice), and if not why: an on-demand-paging
+// registration at address 0 (an implicit one, the whole address space,
+// is mirrored without a slice: IsImplicitODP) or any span a Go slice
+// cannot hold or that wraps the address space. Such a region is not
+// mirrored: a failover of a QP that uses it finds no backup key and
+// surfaces the error, as plain verbs report it.
 func MRSpan(addr uintptr, length uint64, access verbs.AccessFlags) (ok bool, why string) {
 	switch {
 	case length == 0:
 		return false, "a zero-length region"
 	case addr == 0 && access&verbs.AccessOnDemand != 0:
-		return false, "an implicit on-demand-paging region (the whole address space)"
+		return false, "an on-demand-paging region at address 0"
 	case addr == 0:
 		return false, "a region at address 0"
 	case length > maxMirrored || uint64(addr)+length < uint64(addr):
@@ -188,7 +189,19 @@ func (r *Runtime) MRNotMirrored(ctx uintptr, mr verbs.MR, why string) {
 		"lkey", mr.LKey(), "rkey", mr.RKey(), "why", why)
 }
 
-// MR mirrors a memory registration on the backup device.
+// IsImplicitODP reports whether a registration of length bytes at addr
+// with access is an implicit on-demand-paging region: ibv_reg_mr(pd,
+// NULL, SIZE_MAX) with IBV_ACCESS_ON_DEMAND, the whole address space. MR
+// mirrors it (mr's Len verbs.ImplicitLen, no slice) with an implicit
+// registration on the backup device, where that device has implicit ODP.
+func IsImplicitODP(addr uintptr, length uint64, access verbs.AccessFlags) bool {
+	return addr == 0 && length == ^uint64(0) && access&verbs.AccessOnDemand != 0
+}
+
+// MR mirrors a memory registration on the backup device: buf's memory,
+// or for an implicit on-demand-paging region (verbs.IsImplicitODP: buf
+// nil) the whole address space, registered implicitly there too. A
+// backup device that refuses leaves the region unmirrored, said at warn.
 func (r *Runtime) MR(ctx uintptr, pd verbs.PD, mr verbs.MR, buf []byte) {
 	r.l2mu.Lock()
 	s := r.shadows[ctx]
@@ -196,12 +209,25 @@ func (r *Runtime) MR(ctx uintptr, pd verbs.PD, mr verbs.MR, buf []byte) {
 		r.l2mu.Unlock()
 		return
 	}
-	err := s.sh.RegMR(pd, mr, buf)
+	implicit := verbs.IsImplicitODP(mr)
+	var err error
+	if implicit {
+		err = s.sh.RegImplicitODP(pd, mr)
+	} else {
+		err = s.sh.RegMR(pd, mr, buf)
+	}
 	bk, ok := s.sh.BackupLKey(mr.LKey())
 	r.l2mu.Unlock()
-	if err != nil {
+	switch {
+	case err != nil && implicit:
+		r.MRNotMirrored(ctx, mr, fmt.Sprintf("an implicit on-demand-paging region, which the backup device %s does not register: %v", s.backup, err))
+		return
+	case err != nil:
 		r.log.Warn("libibpath: mirror MR on the backup", "device", s.dev, "rkey", mr.RKey(), "err", err)
 		return
+	case implicit:
+		r.log.Info("libibpath: implicit on-demand-paging region mirrored on the backup device",
+			"device", s.dev, "backup", s.backup, "lkey", mr.LKey(), "backup_lkey", bk)
 	}
 	if ok {
 		r.mapNewMR(ctx, mr.LKey(), bk) // Conns built before it learn it

@@ -356,9 +356,10 @@ func TestLayer2RefusalNotRetried(t *testing.T) {
 	}
 }
 
-// TestMRSpan: a region is mirrored on the backup device only when its
-// memory can be handed over as a Go slice: not an implicit on-demand-
-// paging region, nothing empty, at 0, wrapping or beyond 2^47 bytes.
+// TestMRSpan: a region is mirrored on the backup device as a slice only
+// when its memory can be handed over as a Go slice: not an on-demand-
+// paging region at 0 (an implicit one is mirrored without a slice:
+// IsImplicitODP), nothing empty, at 0, wrapping or beyond 2^47 bytes.
 func TestMRSpan(t *testing.T) {
 	const odp = verbs.AccessOnDemand | verbs.AccessLocalWrite
 	for _, c := range []struct {
@@ -370,7 +371,7 @@ func TestMRSpan(t *testing.T) {
 	}{
 		{0x7f0000001000, 4096, verbs.AccessLocalWrite, true, ""},
 		{0x7f0000001000, 1 << 40, odp, true, ""},
-		{0, ^uint64(0), odp, false, "implicit on-demand-paging"},
+		{0, ^uint64(0), odp, false, "on-demand-paging region at address 0"},
 		{0, 4096, verbs.AccessLocalWrite, false, "address 0"},
 		{0x1000, 0, verbs.AccessLocalWrite, false, "zero-length"},
 		{0x1000, 1<<47 + 1, verbs.AccessLocalWrite, false, "more than a mirror can map"},
@@ -379,6 +380,21 @@ func TestMRSpan(t *testing.T) {
 		ok, why := MRSpan(c.addr, c.length, c.access)
 		if ok != c.ok || !strings.Contains(why, c.why) {
 			t.Errorf("MRSpan(%#x, %d, %v) = %v %q, want %v %q", c.addr, c.length, c.access, ok, why, c.ok, c.why)
+		}
+	}
+	for _, c := range []struct {
+		addr   uintptr
+		length uint64
+		access verbs.AccessFlags
+		want   bool
+	}{
+		{0, ^uint64(0), odp, true},
+		{0, ^uint64(0), verbs.AccessLocalWrite, false}, // no ON_DEMAND: the provider refuses it
+		{0, 1 << 40, odp, false},
+		{0x1000, ^uint64(0), odp, false},
+	} {
+		if got := IsImplicitODP(c.addr, c.length, c.access); got != c.want {
+			t.Errorf("IsImplicitODP(%#x, %d, %v) = %v", c.addr, c.length, c.access, got)
 		}
 	}
 }

@@ -212,6 +212,22 @@ func (pd *PD) RegDmabufMR(offset uint64, length int, iova uint64, fd int, access
 
 var _ verbs.DmabufRegistrar = (*PD)(nil)
 
+// RegImplicitODP implements an implicit on-demand-paging registration
+// (verbs.ImplicitODPRegistrar): ibv_reg_mr(pd, NULL, SIZE_MAX, access)
+// with IBV_ACCESS_ON_DEMAND. The device refuses it without
+// IBV_ODP_SUPPORT_IMPLICIT.
+func (pd *PD) RegImplicitODP(access verbs.AccessFlags) (verbs.MR, error) {
+	access |= verbs.AccessOnDemand
+	m, err := C.ibp_reg_mr(pd.c, 0, C.SIZE_MAX, C.int(access))
+	if m == nil {
+		return nil, nullErr("ibv_reg_mr", err, "implicit on-demand paging (NULL, SIZE_MAX) access %#x", uint32(access))
+	}
+	return &MR{c: m, pd: pd, access: access, addr: uint64(uintptr(m.addr)), length: verbs.ImplicitLen,
+		lkey: uint32(m.lkey), rkey: uint32(m.rkey)}, nil
+}
+
+var _ verbs.ImplicitODPRegistrar = (*PD)(nil)
+
 // CPtr is the struct ibv_mr*.
 func (m *MR) CPtr() unsafe.Pointer { return unsafe.Pointer(m.c) }
 

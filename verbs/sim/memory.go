@@ -98,6 +98,9 @@ type MR struct {
 	key    uint32
 	access verbs.AccessFlags
 	valid  bool
+	// implicit: an implicit on-demand-paging region (RegImplicitODP), at
+	// address 0, over all of the host's memory
+	implicit bool
 }
 
 var _ verbs.MR = (*MR)(nil)
@@ -148,8 +151,14 @@ func (m *MR) PD() verbs.PD { return m.pd }
 // Addr is the simulated virtual address of the first byte.
 func (m *MR) Addr() uint64 { return m.addr }
 
-// Len is the length in bytes.
-func (m *MR) Len() int { return len(m.buf) }
+// Len is the length in bytes (verbs.ImplicitLen for an implicit
+// on-demand-paging region).
+func (m *MR) Len() int {
+	if m.implicit {
+		return verbs.ImplicitLen
+	}
+	return len(m.buf)
+}
 
 // LKey is the local key.
 func (m *MR) LKey() uint32 { return m.key }
@@ -160,7 +169,8 @@ func (m *MR) RKey() uint32 { return m.key }
 // Access returns the access flags.
 func (m *MR) Access() verbs.AccessFlags { return m.access }
 
-// Buf returns the registered memory.
+// Buf returns the registered memory (nil for an implicit on-demand-paging
+// region).
 func (m *MR) Buf() []byte { return m.buf }
 
 // Dereg implements ibv_dereg_mr.
@@ -183,6 +193,11 @@ func (a *HCA) span(pd *PD, key uint32, addr uint64, n uint32, need verbs.AccessF
 	mr := a.mrs[key]
 	if mr == nil || !mr.valid || mr.pd != pd || mr.access&need != need {
 		return nil, false
+	}
+	if mr.implicit {
+		// the page fault finds memory, or fails the access as a key miss
+		b := a.host.memAt(addr, n)
+		return b, b != nil
 	}
 	if addr < mr.addr || addr+uint64(n) > mr.addr+uint64(len(mr.buf)) || addr+uint64(n) < addr {
 		return nil, false

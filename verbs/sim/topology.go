@@ -28,6 +28,7 @@ type HCA struct {
 	guid      uint64
 	linkLayer verbs.LinkLayer
 	apm       bool
+	implicit  bool // takes implicit on-demand-paging registrations
 	ports     []*Port
 	alive     bool
 	gen       uint32        // incarnation: bumped when the HCA dies
@@ -83,8 +84,11 @@ type HCASpec struct {
 	LinkLayer verbs.LinkLayer // InfiniBand (default) or Ethernet (RoCE)
 	LMC       uint8           // LID mask control for IB ports (0..7)
 	NoAPM     bool            // clear IBV_DEVICE_AUTO_PATH_MIG
-	Width     uint8           // active width (default 4x)
-	Speed     uint8           // active speed (default EDR)
+	// NoImplicitODP: the device refuses implicit on-demand-paging
+	// registrations (no IBV_ODP_SUPPORT_IMPLICIT, as rdma_rxe), EINVAL.
+	NoImplicitODP bool
+	Width         uint8 // active width (default 4x)
+	Speed         uint8 // active speed (default EDR)
 }
 
 func spineName(i int) string { return fmt.Sprintf("spine%d", i) }
@@ -257,7 +261,7 @@ func (h *Host) AddHCA(spec HCASpec) (*HCA, error) {
 		return nil, fmt.Errorf("sim: add HCA %s: unknown width %d / speed %d", spec.Name, width, speed)
 	}
 	a := &HCA{
-		host: h, name: spec.Name, index: len(h.hcas), linkLayer: ll, apm: !spec.NoAPM,
+		host: h, name: spec.Name, index: len(h.hcas), linkLayer: ll, apm: !spec.NoAPM, implicit: !spec.NoImplicitODP,
 		alive: true, diedAt: -1, qps: map[uint32]*QP{}, nextQPN: 0x100, mrs: map[uint32]*MR{}, nextKey: 1,
 	}
 	a.guid = 0x0002c90300000000 | uint64(h.index)<<16 | uint64(a.index)<<8
@@ -336,6 +340,9 @@ type RailSpec struct {
 	LMC         uint8
 	LinkLayer   verbs.LinkLayer
 	NoAPM       bool
+	// NoImplicitODP: no HCA takes implicit on-demand-paging
+	// registrations (HCASpec.NoImplicitODP).
+	NoImplicitODP bool
 }
 
 // NewRailFabric builds a rail-optimized fabric. Hosts are named node0,
@@ -370,7 +377,7 @@ func NewRailFabric(spec RailSpec) (*Fabric, error) {
 		}
 		for r := 0; r < spec.HCAsPerHost; r++ {
 			a, err := h.AddHCA(HCASpec{Name: fmt.Sprintf("%s%d", prefix, r), Ports: spec.PortsPerHCA,
-				LinkLayer: spec.LinkLayer, LMC: spec.LMC, NoAPM: spec.NoAPM})
+				LinkLayer: spec.LinkLayer, LMC: spec.LMC, NoAPM: spec.NoAPM, NoImplicitODP: spec.NoImplicitODP})
 			if err != nil {
 				return nil, err
 			}

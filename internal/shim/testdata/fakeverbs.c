@@ -951,10 +951,18 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
 	return 0;
 }
 /* ibv_reg_mr_iova2 registers anything (an implicit on-demand-paging
- * region, NULL and SIZE_MAX, included): the stand-in touches no memory. */
+ * region, NULL and SIZE_MAX, included): the stand-in touches no memory.
+ * FAKE_NO_IMPLICIT_ODP=1: the second device has no implicit ODP and
+ * refuses such a region with EINVAL, as mlx5 without
+ * IB_ODP_SUPPORT_IMPLICIT and rdma_rxe do. */
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
 {
 	static uint32_t next_key[2] = {0x100, 0x100};
+	const char *no_implicit = getenv("FAKE_NO_IMPLICIT_ODP");
+	if (!addr && len == SIZE_MAX && dev_index(pd->context) == 1 && no_implicit && strcmp(no_implicit, "1") == 0) {
+		errno = EINVAL;
+		return NULL;
+	}
 	struct ibv_mr *mr = calloc(1, sizeof(*mr));
 	if (!mr) {
 		errno = ENOMEM;
