@@ -67,7 +67,23 @@ static uint32_t next_qpn[2] = {0x100, 0x100};
  * writes a port event into all of them, as the kernel does. */
 #define MAX_CTX 16
 static struct ibv_context *open_ctxs[MAX_CTX];
-static int write_fds[MAX_CTX];
+static int write_fds[MAX_CTX], read_fds[MAX_CTX];
+
+/* async_fd_ok: ctx->async_fd is still the context's own async fd.
+ * libibverbs hands the kernel that field with every CQ, QP and SRQ it
+ * creates (rdma-core's ibv_icmd_create_cq and the like fill
+ * UVERBS_ATTR_CREATE_*_EVENT_FD from it, the object's events going to
+ * that file), and the kernel refuses any other file with EBADF: so does
+ * the stand-in. */
+static int async_fd_ok(struct ibv_context *ctx)
+{
+	for (int i = 0; i < MAX_CTX; i++)
+		if (open_ctxs[i] == ctx && read_fds[i] != ctx->async_fd) {
+			errno = EBADF;
+			return 0;
+		}
+	return 1;
+}
 
 struct fake_event {
 	int type;
@@ -490,6 +506,8 @@ static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 
 static struct fake_qp *new_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
+	if (!async_fd_ok(pd->context))
+		return NULL;
 	if (attr->cap.max_send_wr > FAKE_MAX_QP_WR) {
 		errno = EINVAL;
 		return NULL;
@@ -601,6 +619,8 @@ struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 /* new_cq is the provider's create_cq and libibverbs's verbs_init_cq. */
 static struct fake_cq *new_cq(struct ibv_context *ctx, int cqe, void *cq_ctx, struct ibv_comp_channel *ch)
 {
+	if (!async_fd_ok(ctx))
+		return NULL;
 	if (cqe < 1 || cqe > FAKE_MAX_CQE) {
 		errno = EINVAL;
 		return NULL;
@@ -681,7 +701,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	for (int i = 0; i < MAX_CTX; i++)
 		if (!open_ctxs[i]) {
 			open_ctxs[i] = ctx;
-			write_fds[i] = p[1];
+			write_fds[i] = p[1], read_fds[i] = p[0];
 			break;
 		}
 	ctx->ops.post_send = fake_post_send;
@@ -881,6 +901,8 @@ static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
 
 struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
+	if (!async_fd_ok(pd->context))
+		return NULL;
 	if (attr->attr.max_wr == 0 || attr->attr.max_wr > FAKE_SRQ_WR) {
 		errno = EINVAL;
 		return NULL;
