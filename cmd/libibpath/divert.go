@@ -7,10 +7,11 @@ package main
 #include "shim.h"
 #include "asyncev.h"
 
+// lip_qp_by is the QP qpn of ctx, held (lip_qp_hold): the caller
+// releases it with lip_qp_unhold.
 static struct lip_qp *lip_qp_by(uintptr_t ctx, uint32_t qpn)
 {
-	struct lip_ctx *c = lip_ctx_of((struct ibv_context *)ctx);
-	return c ? lip_qp_find(c, qpn) : NULL;
+	return lip_qp_hold((struct ibv_context *)ctx, qpn);
 }
 
 // lip_give_back gives the kept event type of QP qpn (of the context,
@@ -26,6 +27,7 @@ static int lip_give_back(uintptr_t ctx, uint32_t qpn, int type)
 			return -1;
 		}
 		qp = q->qp;
+		lip_qp_unhold(q);
 	}
 	return lip_async_give((struct ibv_context *)ctx, qp, (enum ibv_event_type)type);
 }
@@ -109,12 +111,22 @@ func (hotpath) DivertSRQ(ctx uintptr, srq verbs.SRQ) ([]verbs.RecvWR, error) {
 	return out, nil
 }
 
-func lipQP(q shim.AppQP) *C.struct_lip_qp {
-	return C.lip_qp_by(C.uintptr_t(q.Ctx), C.uint32_t(q.QPN))
+// lipQP is the hot path's entry of q, held until the returned release
+// (lip_qp_hold: a destroy of the QP meanwhile frees it only after the
+// release). nil when the hot path does not know q; release is then a
+// no-op.
+func lipQP(q shim.AppQP) (lq *C.struct_lip_qp, release func()) {
+	lq = C.lip_qp_by(C.uintptr_t(q.Ctx), C.uint32_t(q.QPN))
+	if lq == nil {
+		return nil, func() {}
+	}
+	return lq, func() { C.lip_qp_unhold(lq) }
 }
 
 func (hotpath) Arm(q shim.AppQP, armed bool) {
-	if lq := lipQP(q); lq != nil {
+	lq, release := lipQP(q)
+	defer release()
+	if lq != nil {
 		a := C.int(0)
 		if armed {
 			a = 1
@@ -125,7 +137,8 @@ func (hotpath) Arm(q shim.AppQP, armed bool) {
 
 // Progress reads the QP's send ring positions (lip_qp_progress).
 func (hotpath) Progress(q shim.AppQP) (posted, retired uint64, ok bool) {
-	lq := lipQP(q)
+	lq, release := lipQP(q)
+	defer release()
 	if lq == nil {
 		return 0, 0, false
 	}
@@ -137,7 +150,8 @@ func (hotpath) Progress(q shim.AppQP) (posted, retired uint64, ok bool) {
 // Nudge posts layer 1's nudge on the QP (lip_nudge); the error wraps the
 // errno that says why not.
 func (hotpath) Nudge(q shim.AppQP) error {
-	lq := lipQP(q)
+	lq, release := lipQP(q)
+	defer release()
 	if lq == nil {
 		return fmt.Errorf("nudge QP %#x: the hot path does not know it: %w", q.QPN, syscall.ENOENT)
 	}
@@ -150,7 +164,8 @@ func (hotpath) Nudge(q shim.AppQP) error {
 // Divert hands the QP to the runtime and reads its rings, which nothing
 // else touches from then on.
 func (hotpath) Divert(q shim.AppQP) (shim.Rings, error) {
-	lq := lipQP(q)
+	lq, release := lipQP(q)
+	defer release()
 	if lq == nil {
 		return shim.Rings{}, fmt.Errorf("divert QP %#x: the hot path does not know it", q.QPN)
 	}
@@ -163,7 +178,8 @@ func (hotpath) Divert(q shim.AppQP) (shim.Rings, error) {
 // Undivert gives the QP's posts back to the hot path, its rings reloaded
 // with st (lip_undivert); its CQs stay diverted until Release.
 func (hotpath) Undivert(q shim.AppQP, st shim.Rings) error {
-	lq := lipQP(q)
+	lq, release := lipQP(q)
+	defer release()
 	if lq == nil {
 		return fmt.Errorf("undivert QP %#x: the hot path does not know it", q.QPN)
 	}

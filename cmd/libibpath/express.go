@@ -33,7 +33,8 @@ import (
 var _ shim.Express = hotpath{}
 
 func (hotpath) ExpressOn(q shim.AppQP, lane shim.ExpressLane) error {
-	lq := lipQP(q)
+	lq, release := lipQP(q)
+	defer release()
 	if lq == nil {
 		return fmt.Errorf("express lane for QP %#x: the hot path does not know it", q.QPN)
 	}
@@ -68,7 +69,8 @@ func (hotpath) ExpressOn(q shim.AppQP, lane shim.ExpressLane) error {
 }
 
 func (hotpath) ExpressKey(q shim.AppQP, remote bool, from, to uint32) error {
-	lq := lipQP(q)
+	lq, release := lipQP(q)
+	defer release()
 	if lq == nil || lq.xl == nil {
 		return fmt.Errorf("express key for QP %#x: not on the lane", q.QPN)
 	}
@@ -89,7 +91,10 @@ func (hotpath) ExpressCQ(cq verbs.CQ, qps []shim.AppQP) error {
 	}
 	lqs := make([]*C.struct_lip_qp, len(qps)+1) // never empty: &lqs[0] is passed
 	for i, q := range qps {
-		if lqs[i] = lipQP(q); lqs[i] == nil {
+		var release func()
+		lqs[i], release = lipQP(q)
+		defer release()
+		if lqs[i] == nil {
 			return fmt.Errorf("express lane CQ: QP %#x unknown to the hot path", q.QPN)
 		}
 	}
@@ -100,19 +105,24 @@ func (hotpath) ExpressCQ(cq verbs.CQ, qps []shim.AppQP) error {
 }
 
 func (hotpath) ExpressSurface(q shim.AppQP) {
-	if lq := lipQP(q); lq != nil {
+	lq, release := lipQP(q)
+	defer release()
+	if lq != nil {
 		C.lip_express_surface(lq)
 	}
 }
 
 func (hotpath) ExpressOff(q shim.AppQP) {
-	if lq := lipQP(q); lq != nil {
+	lq, release := lipQP(q)
+	defer release()
+	if lq != nil {
 		C.lip_express_off(lq)
 	}
 }
 
 func (hotpath) ExpressStats(q shim.AppQP) shim.ExpressStats {
-	lq := lipQP(q)
+	lq, release := lipQP(q)
+	defer release()
 	if lq == nil {
 		return shim.ExpressStats{}
 	}

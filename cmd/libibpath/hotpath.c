@@ -438,19 +438,21 @@ int lip_qp_restore(struct lip_qp *q)
 /* lip_qp_free frees q, out of the tables (lip_qp_remove) and let go of by
  * layer 2 (the runtime's Destroyed, which takes it off the express
  * lane), with its ibv_wr_* batch. Posts and polls inside the hot path are
- * waited for (lip_quiesce). The Go side's layer 1 may still hold q from a
- * lookup made just before the removal (a nudge or a progress read on
- * their way: they see q->dead, set at removal, and do nothing more), so q
- * is not freed at once: it waits in a graveyard of GRAVE QPs and is freed
- * when GRAVE more QPs were destroyed after it, or a second has passed,
- * whichever comes first. */
+ * waited for (lip_quiesce), and so are the Go side's lookups
+ * (lip_qp_hold, inside the same protocol); a hold taken before the
+ * removal keeps q allocated until its release. q waits in a graveyard of
+ * GRAVE QPs first, and is freed when GRAVE more QPs were destroyed after
+ * it, or a second has passed, whichever comes first; one still held then
+ * waits for the release, and is freed by the next destroy after it. */
 #define GRAVE 256
 static struct {
 	struct lip_qp *q;
 	struct timespec at;
 } grave[GRAVE];
 static unsigned grave_next;
+static struct lip_qp *held; /* freed while held (linked by held_next) */
 static pthread_mutex_t grave_mu = PTHREAD_MUTEX_INITIALIZER;
+void (*lip_qp_freed_hook)(struct lip_qp *);
 
 void lip_qp_free(struct lip_qp *q)
 {
@@ -468,17 +470,59 @@ void lip_qp_free(struct lip_qp *q)
 	for (unsigned i = 0; i < GRAVE; i++)
 		if (grave[i].q && i != k && now.tv_sec - grave[i].at.tv_sec > 1)
 			out[nout++] = grave[i].q, grave[i].q = NULL;
+	/* released since they were freed: nothing can find them any more,
+	 * and their quiesce was done then */
+	struct lip_qp *done = NULL;
+	for (struct lip_qp **p = &held; *p;) {
+		struct lip_qp *h = *p;
+		if (__atomic_load_n(&h->holds, __ATOMIC_ACQUIRE) == 0)
+			*p = h->held_next, h->held_next = done, done = h;
+		else
+			p = &h->held_next;
+	}
 	pthread_mutex_unlock(&grave_mu);
+	while (done) {
+		struct lip_qp *h = done;
+		done = h->held_next;
+		lip_qp_free_now(h);
+	}
 	if (!nout)
 		return;
 	lip_quiesce();
-	for (int i = 0; i < nout; i++)
+	for (int i = 0; i < nout; i++) {
+		if (__atomic_load_n(&out[i]->holds, __ATOMIC_ACQUIRE) > 0) {
+			pthread_mutex_lock(&grave_mu);
+			out[i]->held_next = held, held = out[i];
+			pthread_mutex_unlock(&grave_mu);
+			continue;
+		}
 		lip_qp_free_now(out[i]);
+	}
 }
+
+struct lip_qp *lip_qp_hold(struct ibv_context *ctx, uint32_t qpn)
+{
+	/* (a thread inside a post or poll already is, for lip_quiesce) */
+	struct lip_thr *t = lip_me;
+	int nested = t && (__atomic_load_n(&t->seq, __ATOMIC_RELAXED) & 1);
+	if (!nested)
+		t = lip_enter();
+	struct lip_ctx *c = lip_ctx_of(ctx);
+	struct lip_qp *q = c ? lip_qp_find(c, qpn) : NULL;
+	if (q)
+		__atomic_add_fetch(&q->holds, 1, __ATOMIC_ACQ_REL);
+	if (!nested)
+		lip_leave(t);
+	return q;
+}
+
+void lip_qp_unhold(struct lip_qp *q) { __atomic_sub_fetch(&q->holds, 1, __ATOMIC_RELEASE); }
 
 /* lip_qp_free_now frees q, which nothing can hold any more. */
 static void lip_qp_free_now(struct lip_qp *q)
 {
+	if (lip_qp_freed_hook)
+		lip_qp_freed_hook(q);
 	lip_wr_free(q->wrb);
 	free(q->sq);
 	free(q->rq);

@@ -82,6 +82,8 @@ struct lip_qp {
 	int nudge_slot;         /* created with one send WR more than the application was told */
 	int dead;               /* destroyed: never nudged again (under slock) */
 	struct lip_srq *srq;    /* receives through this followed SRQ (NULL: its own queue) */
+	int holds;              /* the Go side's lip_qp_hold, not released yet */
+	struct lip_qp *held_next; /* freed while held: waiting for the last release */
 };
 
 #define LIP_SLOT_DEAD ((struct lip_qp *)1)
@@ -290,6 +292,14 @@ int lip_qp_restore(struct lip_qp *q);
 void lip_qp_destroying(struct lip_qp *q, int on);
 void lip_qp_free(struct lip_qp *q);
 struct lip_qp *lip_qp_find(struct lip_ctx *c, uint32_t qpn);
+/* lip_qp_hold is QP qpn of the application's context ctx (NULL: none),
+ * held for the Go side until lip_qp_unhold: looked up inside the hot
+ * path's quiesce protocol, so that a destroy frees it only after every
+ * hold taken before its removal was released. */
+struct lip_qp *lip_qp_hold(struct ibv_context *ctx, uint32_t qpn);
+void lip_qp_unhold(struct lip_qp *q);
+/* lip_qp_freed_hook, when set (the C checks), sees each lip_qp freed */
+extern void (*lip_qp_freed_hook)(struct lip_qp *);
 int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);

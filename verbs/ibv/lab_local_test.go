@@ -78,11 +78,34 @@ func TestLabLocal(t *testing.T) {
 	}
 
 	t.Run("transitions", labTransitions)
+	t.Run("implicit-odp", labImplicitODP)
 	t.Run("loopback-rxe0", func(t *testing.T) { labLoopback(t, "rxe0", "rxe0", true) })
 	t.Run("rxe0-rxe1", func(t *testing.T) { labLoopback(t, "rxe0", "rxe1", false) })
 }
 
 // labTransitions checks that the kernel validates what Modify passes.
+// labImplicitODP registers the whole address space on demand: a device
+// with implicit ODP gives an MR at 0 of verbs.ImplicitLen, one without
+// refuses as the kernel says (rdma_rxe before ODP: EOPNOTSUPP from
+// ib_check_mr_access; a device with ODP but not implicit: EINVAL), and
+// what the device said is printed.
+func labImplicitODP(t *testing.T) {
+	e := newEnd(t, "rxe0")
+	mr, err := e.pd.(*PD).RegImplicitODP(verbs.AccessLocalWrite | verbs.AccessRemoteWrite)
+	switch {
+	case err == nil:
+		defer func() { check(t, mr.Dereg(), "ibv_dereg_mr of the implicit region") }()
+		if !verbs.IsImplicitODP(mr) {
+			fail(t, "implicit ODP MR at %#x+%d access %v", mr.Addr(), mr.Len(), mr.Access())
+		}
+		pass(t, "implicit ODP registered: lkey %#x", mr.LKey())
+	case errors.Is(err, verbs.EOPNOTSUPP) || errors.Is(err, verbs.EINVAL):
+		pass(t, "implicit ODP refused by the device: %v", err)
+	default:
+		fail(t, "implicit ODP: %v, want success, EOPNOTSUPP or EINVAL", err)
+	}
+}
+
 func labTransitions(t *testing.T) {
 	e := newEnd(t, "rxe0")
 	if e.qp.State() != verbs.QPSReset {

@@ -669,6 +669,53 @@ static void test_restore(void)
 	lip_qp_free(q);
 }
 
+/* test_hold: a QP the Go side holds (lip_qp_hold) is not freed by its
+ * destroy, however many destroys push it out of the graveyard, until the
+ * hold is released: the next destroy after the release frees it. A hold
+ * taken by a thread inside a post or poll leaves it inside; an unknown
+ * QP gives no hold. */
+static struct lip_qp *freed_watch;
+static int freed_seen;
+static void freed(struct lip_qp *q)
+{
+	if (q == freed_watch)
+		freed_seen++;
+}
+
+static void test_hold(void)
+{
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 1, .max_recv_wr = 1}};
+	static struct ibv_qp hq, more[300];
+	hq = (struct ibv_qp){.context = &ctx, .qp_num = 0x40000, .send_cq = &cq, .recv_cq = &cq};
+	struct lip_qp *q = lip_qp_add(&hq, &a);
+	CHECK(q != NULL, "add");
+	CHECK(lip_qp_hold(&ctx, 0x4ffff) == NULL, "a hold of an unknown QP");
+	struct lip_thr *t = lip_enter();
+	uint64_t seq = t->seq;
+	CHECK(lip_qp_hold(&ctx, 0x40000) == q && t->seq == seq, "a hold inside a post: %p, seq %llu -> %llu", (void *)q,
+	      (unsigned long long)seq, (unsigned long long)t->seq);
+	lip_leave(t);
+	lip_qp_unhold(q);
+	CHECK(lip_qp_hold(&ctx, 0x40000) == q, "hold");
+	freed_watch = q, freed_seen = 0;
+	lip_qp_freed_hook = freed;
+	lip_qp_free(lip_qp_remove(&hq));
+	for (int i = 0; i < 300; i++) {
+		more[i] = (struct ibv_qp){.context = &ctx, .qp_num = 0x41000 + i, .send_cq = &cq, .recv_cq = &cq};
+		CHECK(lip_qp_add(&more[i], &a) != NULL, "add %d", i);
+		lip_qp_free(lip_qp_remove(&more[i]));
+	}
+	CHECK(freed_seen == 0, "a held QP was freed by the destroys after its own");
+	CHECK(q->qpn == 0x40000, "the held QP's memory changed");
+	lip_qp_unhold(q);
+	CHECK(freed_seen == 0, "freed at the release itself");
+	more[0] = (struct ibv_qp){.context = &ctx, .qp_num = 0x42000, .send_cq = &cq, .recv_cq = &cq};
+	CHECK(lip_qp_add(&more[0], &a) != NULL, "add");
+	lip_qp_free(lip_qp_remove(&more[0]));
+	CHECK(freed_seen == 1, "the released QP freed %d times by the next destroy, want 1", freed_seen);
+	lip_qp_freed_hook = NULL;
+}
+
 /* test_thr_nomem: threads that enter the hot path while no memory is to
  * be had get spare slots, and once those are gone one waits for a slot
  * to be freed; none aborts the process (it used to). */
@@ -756,6 +803,7 @@ int main(int argc, char **argv)
 	test_blk();
 	test_churn();
 	test_restore();
+	test_hold();
 	test_thr_nomem();
 	printf(fails ? "FAIL %d\n" : "PASS\n", fails);
 	return fails != 0;
