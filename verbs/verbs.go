@@ -68,7 +68,9 @@ type DmabufRegistrar interface {
 // process's mapped memory is valid through its keys, the HCA faulting the
 // pages in as it reaches them. A device without implicit ODP
 // (IBV_ODP_SUPPORT_IMPLICIT: mlx5 with the capability has it, rdma_rxe
-// not) refuses with EINVAL, one without ODP at all with EOPNOTSUPP.
+// not) refuses with EINVAL (rdma_rxe of a 6.1 kernel, which has no ODP
+// at all, too); kernels whose core check refuses ODP on a device without
+// it may answer EOPNOTSUPP.
 type ImplicitODPRegistrar interface {
 	RegImplicitODP(access AccessFlags) (MR, error)
 }

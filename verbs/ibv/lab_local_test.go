@@ -86,9 +86,9 @@ func TestLabLocal(t *testing.T) {
 // labTransitions checks that the kernel validates what Modify passes.
 // labImplicitODP registers the whole address space on demand: a device
 // with implicit ODP gives an MR at 0 of verbs.ImplicitLen, one without
-// refuses as the kernel says (rdma_rxe before ODP: EOPNOTSUPP from
-// ib_check_mr_access; a device with ODP but not implicit: EINVAL), and
-// what the device said is printed.
+// refuses as the kernel says (EINVAL: the lab's 6.1 rdma_rxe, which has
+// no ODP; EOPNOTSUPP where the core check answers so), and what the
+// device said is printed.
 func labImplicitODP(t *testing.T) {
 	e := newEnd(t, "rxe0")
 	mr, err := e.pd.(*PD).RegImplicitODP(verbs.AccessLocalWrite | verbs.AccessRemoteWrite)

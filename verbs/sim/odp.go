@@ -16,7 +16,7 @@ var _ verbs.ImplicitODPRegistrar = (*PD)(nil)
 // must include IBV_ACCESS_ON_DEMAND (mlx5 `create_user_odp_mr` is reached
 // only with it). A device without implicit ODP (HCASpec.NoImplicitODP)
 // refuses with EINVAL, as mlx5 without IB_ODP_SUPPORT_IMPLICIT and
-// rdma_rxe do.
+// rdma_rxe do (the lab's 6.1 rxe: seen by its ibvtest-local row).
 func (pd *PD) RegImplicitODP(access verbs.AccessFlags) (verbs.MR, error) {
 	f := pd.ctx.fab()
 	f.mu.Lock()
