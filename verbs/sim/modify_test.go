@@ -215,6 +215,16 @@ func TestModSQDDrainsThenHolds(t *testing.T) {
 		write(1, c.a.sge(0, 4000), c.b.mr.Addr(), c.b.mr.RKey()),
 		write(2, c.a.sge(0, 4000), c.b.mr.Addr()+4096, c.b.mr.RKey()),
 		write(3, c.a.sge(0, 4000), c.b.mr.Addr()+8192, c.b.mr.RKey()))
+	// The port sends one message at a time (arbitrate.go): SQD drains the
+	// messages begun, so the three are let onto the wire first.
+	for steps := 0; c.f.Stats().Requests < 3 && steps < 100 && c.f.Step(); steps++ {
+	}
+	if n := c.f.Stats().Requests; n != 3 {
+		t.Fatalf("%d of the 3 WRs sent", n)
+	}
+	if w := c.a.poll(t); len(w) != 0 {
+		t.Fatalf("completions before SQD: %+v", w)
+	}
 	must(t, c.a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSSQD, EnSQDAsyncNotify: true},
 		verbs.QPAttrState|verbs.QPAttrEnSQDAsyncNotify))
 	if c.a.qp.State() != verbs.QPSSQD {

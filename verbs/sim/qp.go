@@ -136,6 +136,8 @@ type QP struct {
 
 	eventsUnacked int
 	destroyed     bool
+	// portWait: the QP is among its port's waiters (arbitrate.go).
+	portWait bool
 }
 
 var _ verbs.QP = (*QP)(nil)

@@ -35,6 +35,9 @@ func (q *QP) pump() {
 		if w.flags&verbs.SendFence != 0 && q.rdInFlight > 0 {
 			break
 		}
+		if q.awaitPort() {
+			break // the port serves the QPs waiting for it in turn
+		}
 		if !w.sent {
 			if !q.resolveLocal(w) {
 				q.enterErr(q.sqNext, verbs.WCLocProtErr)

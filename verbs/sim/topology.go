@@ -64,8 +64,13 @@ type Port struct {
 	respLoss  float64
 	delay     time.Duration // SetDelay: extra latency drawn in [0, delay] per packet
 	busyUntil time.Duration
-	downAt    time.Duration // when the link last went down (-1: never)
-	upGen     uint32        // bumped on every link change, to cancel a stale activation
+	// waiters are the QPs with requests to send while the port was busy,
+	// served one message each, round robin, as it frees (arbitrate.go);
+	// wakeAt is when the next serving is scheduled (0: none).
+	waiters []*QP
+	wakeAt  time.Duration
+	downAt  time.Duration // when the link last went down (-1: never)
+	upGen   uint32        // bumped on every link change, to cancel a stale activation
 }
 
 // Switch is a leaf (ports are cabled to it) or a spine (joins leaves).
