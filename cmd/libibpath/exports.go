@@ -218,31 +218,32 @@ func ibpathCQStartPollGone(ctx *C.struct_ibv_context, cq *C.struct_ibv_cq) {
 func ibpathMR(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) {
 	defer guard("ibpathMR")
 	inject("ibpathMR")
-	pd, m, buf := appRegion(mr, addr, length, access)
-	if buf == nil && !verbs.IsImplicitODP(m) {
+	pd, m, buf, mirror := appRegion(mr, addr, length, access)
+	if !mirror {
 		return
 	}
 	rt.MR(ctxID(mr.context), pd, m, buf)
 }
 
 // appRegion is the application's region mr (at addr, length bytes) as
-// verbs sees it, and its memory. An implicit on-demand-paging region
-// (NULL, SIZE_MAX) has no slice: m has Len verbs.ImplicitLen and
-// Runtime.MR mirrors it by an implicit registration. Any other region
-// MRSpan refuses to make a slice of gets a nil buf, said once.
-func appRegion(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) (verbs.PD, appMR, []byte) {
+// verbs sees it, its memory, and whether it is to be mirrored on the
+// backup device. An implicit on-demand-paging region (NULL, SIZE_MAX) is,
+// without a slice: m has Len verbs.ImplicitLen and Runtime.MR mirrors it
+// by an implicit registration. A region MRSpan refuses to make a slice of
+// is not, said once.
+func appRegion(mr *C.struct_ibv_mr, addr unsafe.Pointer, length C.size_t, access C.int) (verbs.PD, appMR, []byte, bool) {
 	pd := ibv.WrapPD(appCtx(mr.context), unsafe.Pointer(mr.pd))
 	m := appMR{pd: pd, addr: uint64(uintptr(addr)), lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), access: verbs.AccessFlags(access)}
 	if shim.IsImplicitODP(uintptr(addr), uint64(length), verbs.AccessFlags(access)) {
 		m.length = verbs.ImplicitLen
-		return pd, m, nil
+		return pd, m, nil, true
 	}
 	if ok, why := shim.MRSpan(uintptr(addr), uint64(length), verbs.AccessFlags(access)); !ok {
 		rt.MRNotMirrored(ctxID(mr.context), m, why)
-		return pd, m, nil
+		return pd, m, nil, false
 	}
 	m.length = int(length)
-	return pd, m, unsafe.Slice((*byte)(addr), int(length))
+	return pd, m, unsafe.Slice((*byte)(addr), int(length)), true
 }
 
 // ibpathReregMR: the application's ibv_rereg_mr of mr (local key oldLKey
@@ -265,7 +266,8 @@ func ibpathReregMR(mr *C.struct_ibv_mr, oldLKey C.uint32_t, ret C.int, flags C.i
 	var m appMR
 	var buf []byte
 	if o == shim.ReregNew {
-		if pd, m, buf = appRegion(mr, mr.addr, mr.length, access); buf == nil && !verbs.IsImplicitODP(m) {
+		var mirror bool
+		if pd, m, buf, mirror = appRegion(mr, mr.addr, mr.length, access); !mirror {
 			rt.DeregMR(ctxID(mr.context), uint32(oldLKey)) // the new region is not mirrored (said)
 			return
 		}
