@@ -3,19 +3,21 @@ package sim
 import "time"
 
 // Send-queue arbitration. An HCA does not put one QP's whole backlog on
-// the wire before the next QP's first message: its transmit scheduler
-// serves the send queues with work in turn (IBA vol. 1 leaves the
-// arbitration among the QPs of one VL to the implementation; rxe runs
-// each QP's requester as a task of its own, mlx5 schedules send queues
-// round robin). The simulator serves them round robin, one message per
-// turn: a QP starts a message only while its port is not sending;
+// the wire before the next QP's first message: IBA vol. 1 leaves the
+// arbitration among the QPs of one VL to the implementation, rxe runs
+// each QP's requester as a task of its own that yields after a bounded
+// number of packets, and a ConnectX schedules its send queues in hardware
+// (how is not documented). The simulator serves them round robin, one
+// message per turn (SIMULATOR.md rule 105): a QP starts a message only while its port is not sending;
 // otherwise it joins the port's waiters, and each time the port frees the
 // first waiter sends one message and, with more to send, queues again at
 // the end. Responses (ACKs, READ responses) are sent as the responder
 // makes them, ahead of the waiting requests.
 
 // awaitPort reports whether q must wait for its port before sending its
-// next message, and queues it among the port's waiters if so.
+// next message, and queues it among the port's waiters if so. A QP whose
+// path moved to another port while it waited is served by the port it
+// waits on, and then sends on its own.
 func (q *QP) awaitPort() bool {
 	p := q.prim.port
 	f := q.ctx.fab()
