@@ -55,8 +55,13 @@ type Conn struct {
 	pendDepth int         // handlePending calls under way (nested drains)
 	sges      []verbs.SGE
 	one       [1]verbs.SendWR // a single WR to post, without allocating
+	ctrl      [2]verbs.SendWR // a control message and its follower (sendCtrl)
+	schain    sendChain       // a replay's or a release's chain (chain.go)
+	rchain    recvChain       // the chain of receives moved to the backup
 	bakFrom   uint64          // ring WRs posted on the backup start here
-	bakReady  bool
+	// replayHeld: WRs due on the backup wait for ReleaseReplay
+	replayHeld bool
+	bakReady   bool
 	// bakCtrl: the backup QP's control receives are still at the head of
 	// its receive queue (posted before the first fault or at the last
 	// purge, none consumed since). A fallback handshake is started only

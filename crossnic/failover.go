@@ -104,19 +104,45 @@ func (c *Conn) flushDefault() {
 // repostRecvs moves the outstanding receives to the backup QP, after the
 // control receive already there.
 func (c *Conn) repostRecvs() error {
-	var err error
 	c.recvsOnBak = true
 	if c.srq != nil {
 		return c.srq.move(c)
 	}
+	ch := &c.rchain
+	ch.start(cap(c.sges))
+	var err error
 	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
-		if err = c.postRecvBackup(w); err != nil {
+		var r verbs.RecvWR
+		if r, err = c.keys.TranslateRecv(ch.slot(), w); err != nil {
 			return false
 		}
-		c.stats.RecvsMoved++
-		return true
+		ch.add(r)
+		if ch.full() {
+			err = c.postRecvChain()
+			ch.start(cap(c.sges))
+		}
+		return err == nil
 	})
 	c.recvsOffEnd = 0
+	if perr := c.postRecvChain(); err == nil {
+		err = perr
+	}
+	return err
+}
+
+// postRecvChain posts the receives chained in c.rchain on the backup QP
+// and counts those it took.
+func (c *Conn) postRecvChain() error {
+	ch := &c.rchain
+	if len(ch.wrs) == 0 {
+		return nil
+	}
+	n, err := c.bak.QP.PostRecv(ch.wrs)
+	c.stats.RecvsMoved += n
+	if err != nil {
+		err = fmt.Errorf("crossnic: move receive %d to the backup QP: %w", ch.wrs[min(n, len(ch.wrs)-1)].WRID, err)
+	}
+	ch.wrs = ch.wrs[:0]
 	return err
 }
 
@@ -156,24 +182,25 @@ func (c *Conn) sendCtrl(k ctrlKind) error {
 	if k != ctrlRefuse {
 		imm = encodeCtrl(k, c.rring.Completed())
 	}
-	if err := c.postCtrl(imm); err != nil || k == ctrlRefuse {
-		return err
-	}
-	if k == ctrlNotify {
+	// The message and what follows it go in one post (chain.go).
+	c.ctrl[0] = verbs.SendWR{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWriteWithImm, ImmData: imm}
+	wrs := c.ctrl[:1]
+	switch {
+	case k == ctrlRefuse:
+	case k == ctrlNotify:
 		c.annOwed = true
 		if c.rec == nil {
-			return c.postTrailer()
+			wrs = append(wrs, verbs.SendWR{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWrite}) // the trailer
 		}
-		return nil
+	default:
+		wrs = append(wrs, verbs.SendWR{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWriteWithImm, ImmData: encodeAnnounce(c.ownPSN)})
 	}
-	return c.postCtrl(encodeAnnounce(c.ownPSN))
-}
-
-// postTrailer posts the notification's trailer (sendCtrl) on the backup QP.
-func (c *Conn) postTrailer() error {
-	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWrite}})
-	if err != nil {
-		return fmt.Errorf("crossnic: send the notification's trailer on the backup QP: %w", err)
+	if n, err := c.bak.QP.PostSend(wrs); err != nil {
+		what := "control message"
+		if n > 0 {
+			what = "the control message's follower"
+		}
+		return fmt.Errorf("crossnic: send %s on the backup QP: %w", what, err)
 	}
 	return nil
 }
@@ -241,35 +268,86 @@ func (c *Conn) rewind(peerRecv uint64) error {
 	return c.replayTail()
 }
 
-// replayTail posts on the backup every recorded WR not posted there yet.
-// An inline WR is sent from the copy taken when it was posted, not from
-// the application's memory, which it may have reused since.
+// replayTail posts on the backup every recorded WR not posted there yet,
+// in chains (chain.go). An inline WR is sent from the copy taken when it
+// was posted, not from the application's memory, which it may have
+// reused since. A WR that cannot be translated ends the replay with an
+// error after those before it are posted, as one refused by the backup
+// does.
 func (c *Conn) replayTail() error {
-	start := max(c.bakFrom, c.sring.head)
-	for i := start; i < c.sring.tail; i++ {
-		w, inline := c.sring.wr(i)
-		if err := c.keys.Translate(&c.one[0], c.sges, w); err != nil {
-			return err
+	if c.replayHeld {
+		return nil // ReleaseReplay posts them
+	}
+	for {
+		start := max(c.bakFrom, c.sring.head)
+		if start >= c.sring.tail {
+			return nil
 		}
-		if w.SendFlags&verbs.SendInline != 0 && len(inline) > 0 {
-			if err := c.fromCopy(&c.one[0], i, inline); err != nil {
-				return err
+		ch := &c.schain
+		ch.start(cap(c.sges))
+		var terr error
+		for i := start; i < c.sring.tail && !ch.full(); i++ {
+			w, inline := c.sring.wr(i)
+			dst, sges := ch.next()
+			if terr = c.keys.Translate(dst, sges, w); terr != nil {
+				break
+			}
+			if w.SendFlags&verbs.SendInline != 0 && len(inline) > 0 {
+				if terr = c.fromCopy(dst, sges, i, inline); terr != nil {
+					break
+				}
+			}
+			ch.keep()
+		}
+		if len(ch.wrs) > 0 {
+			n, err := c.bak.QP.PostSend(ch.wrs)
+			c.stats.Replayed += n
+			c.bakFrom = start + uint64(n)
+			if err != nil {
+				return fmt.Errorf("crossnic: replay WR %d on the backup QP: %w", ch.wrs[min(n, len(ch.wrs)-1)].WRID, err)
 			}
 		}
-		if _, err := c.bak.QP.PostSend(c.one[:]); err != nil {
-			return fmt.Errorf("crossnic: replay WR %d on the backup QP: %w", w.WRID, err)
+		if terr != nil {
+			return terr
 		}
-		c.stats.Replayed++
-		c.bakFrom = i + 1
 	}
-	return nil
+}
+
+// HoldReplay keeps on the Conn, until ReleaseReplay, the WRs it would
+// post on the backup: a rewind's replay, and what the application posts
+// meanwhile. The handshake goes on (answers, announcements, receives
+// moved). A caller answering several peers at once (the shim, when the
+// notifications of many QPs arrive together) answers every one of them
+// before the first replay loads the backup HCA, and on rdma_rxe the CPU
+// the other answers need: otherwise each peer waits for the replays of
+// the QPs answered before it.
+func (c *Conn) HoldReplay() { c.replayHeld = true }
+
+// ReplayHeld reports whether HoldReplay holds the replay.
+func (c *Conn) ReplayHeld() bool { return c.replayHeld }
+
+// ReleaseReplay posts, in order, what HoldReplay kept, if the sends are on
+// the backup by now; a failure of the backup QP is handled as in a
+// replay.
+func (c *Conn) ReleaseReplay() {
+	if !c.replayHeld {
+		return
+	}
+	c.replayHeld = false
+	if c.m.SQ != fsm.SQFallback && c.m.SQ != fsm.SQWaitSignaled {
+		return // not on the backup (yet, or any more): nothing of it goes there now
+	}
+	if err := c.replayTail(); err != nil {
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+	}
 }
 
 // fromCopy points the inline WR w (ring index i) at a copy of inline,
 // the payload recorded when it was posted, in the staging area (a
 // provider reads inline data at post time from the address in the SGE;
-// the registration makes the copy addressable on the backup).
-func (c *Conn) fromCopy(w *verbs.SendWR, i uint64, inline []byte) error {
+// the registration makes the copy addressable on the backup). sges is
+// the room for w's SGE list (at least one).
+func (c *Conn) fromCopy(w *verbs.SendWR, sges []verbs.SGE, i uint64, inline []byte) error {
 	if c.stage == nil {
 		if err := c.stageInline(); err != nil {
 			return err
@@ -277,8 +355,8 @@ func (c *Conn) fromCopy(w *verbs.SendWR, i uint64, inline []byte) error {
 	}
 	off := c.sring.inlineAt(i)
 	copy(c.stageBuf[off:], inline)
-	c.sges = append(c.sges[:0], verbs.SGE{Addr: c.stage.Addr() + uint64(off), Length: uint32(len(inline)), LKey: c.stage.LKey()})
-	w.SGList = c.sges[:1]
+	sges = append(sges[:0], verbs.SGE{Addr: c.stage.Addr() + uint64(off), Length: uint32(len(inline)), LKey: c.stage.LKey()})
+	w.SGList = sges[:1]
 	return nil
 }
 

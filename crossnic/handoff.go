@@ -26,10 +26,11 @@ type Lane struct {
 
 // Settled reports whether the Conn's traffic can be handed over: both
 // queues in Fallback with every WR on the backup, no switch back
-// configured, and no completion waiting for the application.
+// configured, no completion waiting for the application, and no replay
+// held (HoldReplay).
 func (c *Conn) Settled() bool {
 	return c.m.SQ == fsm.SQFallback && c.m.RQ == fsm.RQFallback && c.rec == nil && c.bakReady && !c.bakDirty &&
-		len(c.ready) == 0 && c.bakFrom >= c.sring.tail
+		len(c.ready) == 0 && c.bakFrom >= c.sring.tail && !c.replayHeld
 }
 
 // Lane describes the settled Conn's data path (call Settled first). From

@@ -574,15 +574,29 @@ func (c *Conn) releaseNotify() error {
 // application may have reused its buffer since (inline data names memory
 // by address, so the staging area serves any device).
 func (c *Conn) releaseHeld() error {
-	for i := max(c.holdFrom, c.sring.head); i < c.sring.tail; i++ {
-		w, inline := c.sring.wr(i)
-		if w.SendFlags&verbs.SendInline != 0 && len(inline) > 0 {
-			if err := c.fromCopy(w, i, inline); err != nil {
-				return fmt.Errorf("crossnic: release WR %d on the default QP: %w", w.WRID, err)
+	ch := &c.schain
+	for i := max(c.holdFrom, c.sring.head); i < c.sring.tail; {
+		ch.start(cap(c.sges))
+		var cerr error
+		for ; i < c.sring.tail && !ch.full(); i++ {
+			w, inline := c.sring.wr(i)
+			dst, sges := ch.next()
+			*dst = *w
+			if w.SendFlags&verbs.SendInline != 0 && len(inline) > 0 {
+				if err := c.fromCopy(dst, sges, i, inline); err != nil {
+					cerr = fmt.Errorf("crossnic: release WR %d on the default QP: %w", w.WRID, err)
+					break
+				}
+			}
+			ch.keep()
+		}
+		if len(ch.wrs) > 0 {
+			if n, err := c.def.QP.PostSend(ch.wrs); err != nil {
+				return fmt.Errorf("crossnic: release WR %d on the default QP: %w", ch.wrs[min(n, len(ch.wrs)-1)].WRID, err)
 			}
 		}
-		if _, err := c.post1(c.def.QP, w); err != nil {
-			return fmt.Errorf("crossnic: release WR %d on the default QP: %w", w.WRID, err)
+		if cerr != nil {
+			return cerr
 		}
 	}
 	c.bakFrom = c.sring.tail // nothing more goes to the backup
@@ -619,11 +633,25 @@ func (c *Conn) repostRecvsDefault() error {
 // postRecvsDefault posts the outstanding receives on the default QP, in
 // order, up to the first it refuses.
 func (c *Conn) postRecvsDefault() error {
+	ch := &c.rchain
+	ch.start(cap(c.sges))
 	var err error
+	post := func() {
+		if len(ch.wrs) > 0 {
+			_, err = c.def.QP.PostRecv(ch.wrs)
+			ch.wrs = ch.wrs[:0]
+		}
+	}
 	c.rring.Outstanding(func(w *verbs.RecvWR) bool {
-		_, err = c.def.QP.PostRecv([]verbs.RecvWR{*w})
+		ch.add(*w) // its SGE list stays in the ring while posted
+		if ch.full() {
+			post()
+		}
 		return err == nil
 	})
+	if err == nil {
+		post()
+	}
 	return err
 }
 

@@ -44,6 +44,7 @@ type SRQGroup struct {
 	members  []*Conn
 	moved    bool
 	sges     []verbs.SGE
+	chain    recvChain // the receives moved to the backup SRQ (chain.go)
 	stats    SRQStats
 }
 
@@ -199,14 +200,40 @@ func (g *SRQGroup) move(trigger *Conn) error {
 		}
 		_ = m.drain(&m.def)
 	}
+	ch := &g.chain
+	ch.start(cap(g.sges))
 	var err error
 	g.ring.each(func(w *verbs.RecvWR) bool {
-		if err = g.postBak(w); err != nil {
+		var r verbs.RecvWR
+		if r, err = g.keys.TranslateRecv(ch.slot(), w); err != nil {
 			return false
 		}
-		g.stats.Moved++
-		return true
+		ch.add(r)
+		if ch.full() {
+			err = g.postChain()
+			ch.start(cap(g.sges))
+		}
+		return err == nil
 	})
+	if perr := g.postChain(); err == nil {
+		err = perr
+	}
+	return err
+}
+
+// postChain posts the receives chained in g.chain on the backup SRQ
+// (chain.go) and counts those it took.
+func (g *SRQGroup) postChain() error {
+	ch := &g.chain
+	if len(ch.wrs) == 0 {
+		return nil
+	}
+	n, err := g.bak.PostRecv(ch.wrs)
+	g.stats.Moved += n
+	if err != nil {
+		err = fmt.Errorf("crossnic: post SRQ receive %d on the backup SRQ: %w", ch.wrs[min(n, len(ch.wrs)-1)].WRID, err)
+	}
+	ch.wrs = ch.wrs[:0]
 	return err
 }
 

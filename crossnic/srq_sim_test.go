@@ -55,6 +55,10 @@ func (w *srqWorld) fatalf(format string, args ...any) {
 	w.t.Fatalf("%s%s", w.desc, fmt.Sprintf(format, args...))
 }
 
+// srqBakHook, when set, wraps the backup SRQ as the group sees it (not
+// for parallel use).
+var srqBakHook func(verbs.SRQ) verbs.SRQ
+
 func newSRQWorld(t *testing.T, seed uint64, p sim.Profile) *srqWorld {
 	t.Helper()
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: seed, Profile: p}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
@@ -89,7 +93,11 @@ func newSRQWorld(t *testing.T, seed uint64, p sim.Profile) *srqWorld {
 	srq[1], err = pd[1][1].(verbs.SRQCreator).CreateSRQ(verbs.SRQAttr{MaxWR: da.MaxWR + 1, MaxSGE: 1})
 	must(t, err)
 	rkeys := &crossnic.KeyMap{LKeys: map[uint32]uint32{mr[1][0].LKey(): mr[1][1].LKey()}}
-	w.group, err = crossnic.NewSRQGroup(srq[0], srq[1], rkeys)
+	bak := srq[1]
+	if srqBakHook != nil {
+		bak = srqBakHook(bak)
+	}
+	w.group, err = crossnic.NewSRQGroup(srq[0], bak, rkeys)
 	must(t, err)
 	skeys := &crossnic.KeyMap{LKeys: map[uint32]uint32{mr[0][0].LKey(): mr[0][1].LKey()}}
 	for i := range srqQPs {

@@ -446,7 +446,8 @@ func (r *Runtime) observe(q *l2qp) {
 		q.lastSQ = sq
 		r.setStatus(q, func(s *status.QP) { s.CrossNIC = sq.String() })
 	}
-	if !q.failedOver && sq != fsm.SQDefault && sq != fsm.SQAwaitAck && sq != fsm.SQSurfaced {
+	if !q.failedOver && sq != fsm.SQDefault && sq != fsm.SQAwaitAck && sq != fsm.SQSurfaced && !c.ReplayHeld() {
+		// (once the replay is out: its line gives the counts)
 		q.failedOver = true
 		from := fmt.Sprintf("%s qpn %#x", q.set.dev, q.key.qpn)
 		to := q.set.backup

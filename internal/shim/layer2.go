@@ -47,6 +47,7 @@ type shadowSet struct {
 	ch      verbs.CompChannel // of the backup CQs; nil: none
 	wait    *fdWait           // on ch's fd; nil: ch is polled
 	closed  bool              // the runtime closed: ch is not read any more
+	events  []backupEvent     // scratch of backupEvents
 }
 
 // SetProvider gives the runtime the devices of the node (verbs/ibv in the
