@@ -20,6 +20,17 @@ type postCall struct {
 	id   uint64 // its first WR's wr_id
 }
 
+// ownWR reports whether id is one of the wr_ids a Conn keeps for its own
+// WRs (the five highest).
+func ownWR(id uint64) bool { return id >= ^uint64(0)-4 }
+
+// logRecvs records a PostRecv of wrs on qpn (0: an SRQ) in log.
+func logRecvs(log *[]postCall, qpn uint32, wrs []verbs.RecvWR) {
+	if len(wrs) > 0 {
+		*log = append(*log, postCall{qpn: qpn, recv: true, n: len(wrs), ctrl: ownWR(wrs[0].WRID), id: wrs[0].WRID})
+	}
+}
+
 // countingQP records every post made on the QP it wraps.
 type countingQP struct {
 	verbs.QP
@@ -28,15 +39,13 @@ type countingQP struct {
 
 func (q countingQP) PostSend(wrs []verbs.SendWR) (int, error) {
 	if len(wrs) > 0 {
-		*q.log = append(*q.log, postCall{qpn: q.QPN(), n: len(wrs), ctrl: wrs[0].WRID >= ^uint64(0)-4, id: wrs[0].WRID})
+		*q.log = append(*q.log, postCall{qpn: q.QPN(), n: len(wrs), ctrl: ownWR(wrs[0].WRID), id: wrs[0].WRID})
 	}
 	return q.QP.PostSend(wrs)
 }
 
 func (q countingQP) PostRecv(wrs []verbs.RecvWR) (int, error) {
-	if len(wrs) > 0 {
-		*q.log = append(*q.log, postCall{qpn: q.QPN(), recv: true, n: len(wrs), ctrl: wrs[0].WRID >= ^uint64(0)-4, id: wrs[0].WRID})
-	}
+	logRecvs(q.log, q.QPN(), wrs)
 	return q.QP.PostRecv(wrs)
 }
 
@@ -110,7 +119,7 @@ type halfChain struct {
 }
 
 func (q halfChain) PostSend(wrs []verbs.SendWR) (int, error) {
-	if !*q.refuse || len(wrs) < 2 || wrs[0].WRID >= ^uint64(0)-4 { // not a control message's
+	if !*q.refuse || len(wrs) < 2 || ownWR(wrs[0].WRID) { // not a control message's
 		return q.QP.PostSend(wrs)
 	}
 	*q.refuse = false
@@ -170,9 +179,7 @@ type countingSRQ struct {
 }
 
 func (s countingSRQ) PostRecv(wrs []verbs.RecvWR) (int, error) {
-	if len(wrs) > 0 {
-		*s.log = append(*s.log, postCall{recv: true, n: len(wrs), ctrl: wrs[0].WRID >= ^uint64(0)-4, id: wrs[0].WRID})
-	}
+	logRecvs(s.log, 0, wrs)
 	return s.SRQ.PostRecv(wrs)
 }
 
