@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -216,11 +217,13 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 }
 
 // backupEventLocked handles an event of q's backup CQs read at readAt:
-// a QP the peer's notification diverts, or a diverted one, runs its Conn
-// with its replay held (appended to held; the caller releases it). It
+// a QP the peer's notification diverts, or one that waits for the peer's
+// answer, runs its Conn with its replay held (appended to held; the
+// caller releases it). It
 // returns q when q went home at once (its caller gives it back to layer
 // 1 once fo.mu is released). Called with fo.mu held.
 func (r *Runtime) backupEventLocked(q *l2qp, readAt time.Time, held *[]*l2qp) (home *l2qp) {
+	was := q.diverted
 	if q.destroying {
 		// What completed stays in the backup CQ, which raises no
 		// second event for it: DestroyFailed takes it up.
@@ -258,8 +261,11 @@ func (r *Runtime) backupEventLocked(q *l2qp, readAt time.Time, held *[]*l2qp) (h
 			q.conn.Surface(q.left + "; the peer's fallback notification is refused")
 		}
 	}
-	if q.conn != nil && !q.conn.ReplayHeld() {
-		q.conn.HoldReplay()
+	// A QP this event diverts, or one waiting for the answer to its own
+	// notification, has a replay coming: it is held. One already on the
+	// backup is run once, as it is.
+	if c := q.conn; c != nil && !c.ReplayHeld() && (!was || q.lastSQ == fsm.SQAwaitAck) {
+		c.HoldReplay()
 		*held = append(*held, q)
 	}
 	if err := r.runConn(q); err != nil {
