@@ -177,6 +177,19 @@ type Conn struct {
 	// the peer's sends to come home first (follow.go)
 	following             bool
 	followFrom, probeOKAt time.Duration
+	// mbox: the control channel that consumes no receive (mailbox.go)
+	mbox mailbox
+	// fillersOwed: zero-length SENDs the peer's answer through the
+	// mailbox asked for, sent before the replay; fillersDue: those this
+	// side asked the peer for, whose receive completions it hides
+	fillersOwed uint32
+	fillersDue  int
+	// bakStale: the stale copies of receives at the head of the backup
+	// QP's receive queue (moved home at the last switch back, not purged)
+	bakStale int
+	// resetHeld: the default QP is not reset while set (a step that
+	// moves the receives off it is under way)
+	resetHeld bool
 }
 
 // ConnStats counts what a Conn did.
@@ -207,6 +220,14 @@ type ConnStats struct {
 	// FollowHolds counts probes answered while this side, switching
 	// back second, waited for the peer's sends to come home (follow.go).
 	FollowHolds int
+	// MailboxHandshakes counts fallback handshakes carried by the
+	// mailbox (mailbox.go): a second fault while only one direction of
+	// a switch back was home.
+	MailboxHandshakes int
+	// Fillers counts the zero-length SENDs posted ahead of a replay for
+	// the receives the peer's answer through the mailbox said precede
+	// the ones it moved to its backup.
+	Fillers int
 }
 
 // NewConn protects def with bak. Both QPs must be connected (RTS) to the
@@ -412,20 +433,55 @@ func (c *Conn) Close() error {
 		c.rec.Room.Give()
 		c.roomHeld = false
 	}
+	merr := c.closeMailbox()
+	if merr != nil {
+		merr = fmt.Errorf("crossnic: release the mailbox: %w", merr)
+	}
 	if c.stage == nil {
-		return nil
+		return merr
 	}
-	err := c.stage.Dereg()
-	pd := c.stage.PD()
-	c.stage = nil
+	mr, buf := c.stage, c.stageBuf
+	c.stage, c.stageBuf = nil, nil
+	if err := deregBackup(mr, buf); err != nil {
+		return errors.Join(merr, fmt.Errorf("crossnic: release the inline copies' staging area: %w", err))
+	}
+	return merr
+}
+
+// regBackup registers n bytes on the backup PD pd with access: memory
+// from the PD's allocator when it has one (a real device registers only
+// memory outside the Go heap), else from the Go heap.
+func regBackup(pd verbs.PD, n int, access verbs.AccessFlags) (verbs.MR, []byte, error) {
+	a, alloc := pd.(verbs.MemAllocator)
+	var buf []byte
+	if alloc {
+		b, err := a.AllocMem(n)
+		if err != nil {
+			return nil, nil, fmt.Errorf("allocate %d bytes on the backup: %w", n, err)
+		}
+		buf = b
+	} else {
+		buf = make([]byte, n)
+	}
+	mr, err := pd.RegMR(buf, access)
 	if err != nil {
-		return fmt.Errorf("crossnic: release the inline copies' registration: %w", err)
+		if alloc {
+			_ = a.FreeMem(buf)
+		}
+		return nil, nil, fmt.Errorf("register %d bytes on the backup: %w", n, err)
 	}
-	buf := c.stageBuf
-	c.stageBuf = nil
+	return mr, buf, nil
+}
+
+// deregBackup releases what regBackup made.
+func deregBackup(mr verbs.MR, buf []byte) error {
+	pd := mr.PD()
+	if err := mr.Dereg(); err != nil {
+		return fmt.Errorf("deregister: %w", err)
+	}
 	if a, ok := pd.(verbs.MemAllocator); ok {
 		if err := a.FreeMem(buf); err != nil {
-			return fmt.Errorf("crossnic: free the inline copies' staging area: %w", err)
+			return fmt.Errorf("free: %w", err)
 		}
 	}
 	return nil

@@ -158,6 +158,9 @@ type worldOpts struct {
 	// fabric, when set, is an existing world's: the new world's
 	// connection shares its hosts' HCAs (its QPs, CQs and MRs its own)
 	fabric *sim.Fabric
+	// noMailbox: the Conns open no mailbox (mailbox.go), so a second
+	// fault in the middle of a switch back surfaces the error
+	noMailbox bool
 }
 
 // worldFabric builds the fabric of two hosts with two single-port HCAs
@@ -290,6 +293,17 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		}
 		_, err = me.conn.PostRecv(recvs)
 		must(t, err)
+	}
+	if !o.noMailbox {
+		var boxes [2]crossnic.Mailbox
+		for i, me := range w.n {
+			var err error
+			boxes[i], err = me.conn.OpenMailbox()
+			must(t, err)
+		}
+		for i, me := range w.n {
+			must(t, me.conn.SetPeerMailbox(boxes[1-i]))
+		}
 	}
 	return w
 }

@@ -26,15 +26,17 @@ func (c *Conn) fault(reason string, wc *verbs.WC) {
 	if c.hs != nil {
 		c.faultAt = c.hs.clock.Now()
 	}
-	if c.bakReady && !c.bakCtrl {
+	ready := c.bakReady && (c.bakCtrl || c.mboxFault())
+	if c.bakReady && !ready {
 		// A second fault before the backup was purged after a switch
 		// back: the peer's answer would consume one of the application's
-		// receives there, or a stale one. The error surfaces instead.
+		// receives there, or a stale one, and the mailbox cannot carry
+		// this one. The error surfaces instead.
 		reason = "the backup QP is not purged since the last switch back: " + reason
 	}
 	unsafe := c.sring.Unreplayable()
 	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: !c.sring.AtomicOutstanding() && unsafe == "", Unsafe: unsafe,
-		BackupReady: c.bakReady && c.bakCtrl, Reason: reason}))
+		BackupReady: ready, Reason: reason}))
 }
 
 // act performs the machine's actions in order.
@@ -178,6 +180,12 @@ func (c *Conn) postRecvChain() error {
 // timeout; with recovery, a lost notification waits for that timeout.
 func (c *Conn) sendCtrl(k ctrlKind) error {
 	_ = c.drain(&c.def) // the counter must include every receive already completed
+	switch {
+	case c.mbox.via && k == ctrlAck:
+		return c.answerMailbox(ctrlAck) // the notification came through the mailbox
+	case k == ctrlNotify && !c.bakCtrl:
+		return c.notifyMailbox() // fault let it through only with the mailbox (mboxFault)
+	}
 	imm := encodeRefusal()
 	if k != ctrlRefuse {
 		imm = encodeCtrl(k, c.rring.Completed())
@@ -265,6 +273,9 @@ func (c *Conn) rewind(peerRecv uint64) error {
 	c.stats.Delivered += plan.Delivered
 	c.bakFrom = c.sring.head
 	c.faultWCSet = false // the WR it was of goes to the backup, which reports its own errors
+	if err := c.postFillers(); err != nil {
+		return err
+	}
 	return c.replayTail()
 }
 
@@ -366,25 +377,9 @@ func (c *Conn) fromCopy(w *verbs.SendWR, sges []verbs.SGE, i uint64, inline []by
 // device registers only memory outside the Go heap (the ring's copies are
 // on it).
 func (c *Conn) stageInline() error {
-	pd := c.bak.QP.PD()
-	n := len(c.sring.inline)
-	buf := []byte(nil)
-	a, alloc := pd.(verbs.MemAllocator)
-	if alloc {
-		b, err := a.AllocMem(n)
-		if err != nil {
-			return fmt.Errorf("crossnic: allocate the inline copies' staging area on the backup: %w", err)
-		}
-		buf = b
-	} else {
-		buf = make([]byte, n)
-	}
-	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	mr, buf, err := regBackup(c.bak.QP.PD(), len(c.sring.inline), verbs.AccessLocalWrite)
 	if err != nil {
-		if alloc {
-			_ = a.FreeMem(buf)
-		}
-		return fmt.Errorf("crossnic: register the inline copies on the backup: %w", err)
+		return fmt.Errorf("crossnic: the inline copies' staging area: %w", err)
 	}
 	c.stage, c.stageBuf = mr, buf
 	return nil

@@ -22,6 +22,7 @@ func (c *Conn) Poll(wc []verbs.WC) (int, error) {
 			return 0, err
 		}
 	}
+	c.checkMailbox()
 	c.flushUnpostedDue()
 	c.purgeBackup()
 	n := copy(wc, c.ready)
@@ -282,7 +283,13 @@ func (c *Conn) staleFlush() bool {
 // the application's traffic after a fallback.
 func (c *Conn) onBackup(wc verbs.WC) {
 	if wc.Status != verbs.WCSuccess {
-		if wc.WRID != ctrlSendWRID && wc.WRID != ctrlRecvWRID && !c.bakGone {
+		switch {
+		case c.aheadFlush(&wc):
+			// a receive ahead of the ones moved to the backup, whose
+			// filler did not come: a stale copy, or a control receive
+			c.fillersDue--
+			c.stats.HiddenFlushes++
+		case wc.WRID != ctrlSendWRID && wc.WRID != ctrlRecvWRID && !c.bakGone:
 			// The application's WR, retired before the error surfaces
 			// (so that no ring completes it again). A flush that is none
 			// of the WRs the backup holds, on a backup that holds no
@@ -303,6 +310,11 @@ func (c *Conn) onBackup(wc verbs.WC) {
 		return
 	}
 	switch {
+	case c.fillersDue > 0 && isRecv(&wc):
+		// a filler the peer sent ahead of its replay consumed a stale
+		// receive (or a control receive) at the head of the queue
+		c.fillersDue--
+		c.bakCtrl = false
 	case c.srq != nil && isRecv(&wc) && (wc.WRID == ctrlRecvWRID || c.srqCtrlNext()):
 		c.onSRQControl(&wc)
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):

@@ -190,6 +190,7 @@ func (c *Conn) Outstanding() Resume {
 // every ProbeInterval) once recovery is enabled; without recovery, while
 // a handshake bounded by BoundHandshake waits (State says SQAwaitAck).
 func (c *Conn) Tick() {
+	c.checkMailbox()
 	if c.rec == nil {
 		if c.hs != nil {
 			c.tickHandshake(c.hs.clock.Now())
@@ -365,8 +366,8 @@ func (c *Conn) resetDefault() {
 	if c.m.SQ == fsm.SQSurfaced {
 		return // what the drain handled surfaced the error: the QP stays in ERR
 	}
-	if c.defInit {
-		return // reset already: it waits in INIT for the peer's PSN
+	if c.defInit || c.resetHeld {
+		return // reset already: it waits in INIT for the peer's PSN; or not now (onMailboxNotify)
 	}
 	c.probing = false
 	c.nextProbe = c.rec.Clock.Now() + c.rec.ProbeInterval
@@ -624,6 +625,7 @@ func (c *Conn) repostRecvsDefault() error {
 	_ = c.drain(&c.bak)
 	c.collecting = false
 	c.recvsOnBak = false
+	c.bakStale = c.rring.Len() // their copies stay on the backup until it is purged
 	err := c.postRecvsDefault()
 	c.recvsOffEnd = 0
 	c.bakDirty = true
@@ -679,6 +681,7 @@ func (c *Conn) purgeBackup() {
 		return
 	}
 	c.bakDirty, c.bakReady, c.bakCtrl, c.purgeErr = false, true, true, nil
+	c.bakStale, c.fillersDue = 0, 0
 	c.stats.BackupResets++
 }
 

@@ -181,9 +181,22 @@ func (r *SendRing) CompleteSignaled() int {
 // the unsignaled ones before it finished or completed in error before it).
 // It reports whether one was found.
 func (r *SendRing) retireWRID(end, wrid uint64) bool {
+	if !r.hasWRID(end, wrid) {
+		return false
+	}
 	for i := r.head; i < min(end, r.tail); i++ {
 		if r.recs[i&r.mask].wrid == wrid {
 			r.retire(i + 1)
+			return true
+		}
+	}
+	return false
+}
+
+// hasWRID reports whether a WR before end has wr_id wrid.
+func (r *SendRing) hasWRID(end, wrid uint64) bool {
+	for i := r.head; i < min(end, r.tail); i++ {
+		if r.recs[i&r.mask].wrid == wrid {
 			return true
 		}
 	}

@@ -90,8 +90,8 @@ func TestAdoptInlineStagingFails(t *testing.T) {
 		faults stageFaults
 		reason string
 	}{
-		{"alloc", stageFaults{failAlloc: true}, "allocate the inline copies' staging area"},
-		{"register", stageFaults{failReg: true}, "register the inline copies on the backup"},
+		{"alloc", stageFaults{failAlloc: true}, "the inline copies' staging area: allocate"},
+		{"register", stageFaults{failReg: true}, "the inline copies' staging area: register"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := c.faults

@@ -19,6 +19,7 @@ import (
 var (
 	switchRuns = flag.Int("crossnic.switchruns", 300, "flap schedules in TestSwitchBackCampaign")
 	switchSeed = flag.Uint64("crossnic.switchseed", 0, "run only this flap schedule")
+	noMailbox  = flag.Bool("crossnic.nomailbox", false, "TestSwitchBackCampaign without the mailbox (for comparison)")
 )
 
 // portUp is the PathUp of a node: its default port is ACTIVE (the shim
@@ -46,6 +47,19 @@ func portUp(n *node) func() bool {
 // may have an effect (noStaleEffect).
 // The seeds take the simulator's profiles in turn (campaignProfile).
 func flapSchedule(t testing.TB, seed uint64, carried, stale *atomic.Int64) (string, error) {
+	return flapScheduleWith(t, seed, &campaignCounts{carried: carried, stale: stale}, *noMailbox)
+}
+
+// campaignCounts are what the switch-back campaign counts across its
+// schedules.
+type campaignCounts struct {
+	carried, stale, mailbox *atomic.Int64
+}
+
+// flapScheduleWith is flapSchedule, counting into n, with the Conns'
+// mailboxes or without.
+func flapScheduleWith(t testing.TB, seed uint64, n *campaignCounts, noMbox bool) (string, error) {
+	carried, stale := n.carried, n.stale
 	rng := rand.New(rand.NewPCG(seed, 11))
 	endless := rng.IntN(2) == 0
 	retry := uint8(3)
@@ -54,10 +68,14 @@ func flapSchedule(t testing.TB, seed uint64, carried, stale *atomic.Int64) (stri
 	}
 	dir := crossnic.NewMemDirectory()
 	profile := campaignProfile(seed)
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, EndlessRetry7: endless, Profile: profile}, retry: retry})
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, EndlessRetry7: endless, Profile: profile}, retry: retry,
+		noMailbox: noMbox})
 	defer func() {
-		for _, n := range w.n {
-			carried.Add(int64(n.conn.Stats().ResetsCarried))
+		for _, nd := range w.n {
+			carried.Add(int64(nd.conn.Stats().ResetsCarried))
+			if n.mailbox != nil {
+				n.mailbox.Add(int64(nd.conn.Stats().MailboxHandshakes))
+			}
 		}
 	}()
 	probeTO := 60 * time.Millisecond
@@ -257,13 +275,14 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if testing.Short() {
 		runs = 40
 	}
-	var failed, surfaced, twice, reads, carried, stale atomic.Int64
+	var failed, surfaced, twice, reads, carried, stale, mailbox atomic.Int64
+	counts := &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox}
 	seedWorkers(t, runs, *switchSeed, func(t *testing.T, s uint64) {
 		if failed.Load() >= 5 {
 			t.SkipNow()
 		}
 		ok := t.Run(fmt.Sprint(s), func(t *testing.T) {
-			desc, err := flapSchedule(t, s, &carried, &stale)
+			desc, err := flapScheduleWith(t, s, counts, *noMailbox)
 			if strings.Contains(desc, "then after") {
 				twice.Add(1)
 			}
@@ -283,8 +302,8 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if *switchSeed != 0 {
 		runs = 1
 	}
-	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets carried the PSNs on; %d stale requests executed, none with effect",
-		runs, twice.Load(), surfaced.Load(), reads.Load(), carried.Load(), stale.Load())
+	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets carried the PSNs on; %d stale requests executed, none with effect; %d handshakes through the mailbox",
+		runs, twice.Load(), surfaced.Load(), reads.Load(), carried.Load(), stale.Load(), mailbox.Load())
 	if runs >= 1000 && *switchSeed == 0 && carried.Load() == 0 {
 		t.Error("no reset without a handshake carried the PSNs on: the schedules no longer reach resetPSNs")
 	}

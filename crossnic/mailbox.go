@@ -1,0 +1,387 @@
+package crossnic
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
+)
+
+// The mailbox is a control channel that consumes no receive: each side
+// registers a small region on its backup device, and the peer writes its
+// control records there with a plain RDMA WRITE on the backup QP, which
+// executes at the responder without a receive or a completion. The owner
+// reads its inbox when it polls (Poll, Tick). It carries the fallback
+// handshake where the receive-based one cannot: a second fault while one
+// direction of a switch back is home and the other is not, where the
+// backup's receive queue holds the application's live receives on one
+// side and stale copies on the other (docs/CROSSNIC.md, "A second fault
+// in the middle of a switch back").
+//
+// A record is 32 bytes, little endian:
+//
+//	0  version u8 (mboxVersion)
+//	1  kind u8 (ctrlNotify, ctrlAck or ctrlRefuse)
+//	2  reserved u16, zero
+//	4  seq u32: the writer's record number, from 1
+//	8  seen u32: the last seq of the reader's records the writer handled
+//	12 psn u32: the writer's announced send PSN (notify, ack)
+//	16 counter u64: the writer's completed receives (notify, ack)
+//	24 fillers u32: receives at the head of the writer's backup queue
+//	   that precede the ones it moved there (ack): the reader sends that
+//	   many zero-length SENDs first, and the writer hides their
+//	   completions
+//	28 crc u32: CRC-32C of bytes 0-27
+//
+// The region holds the inbox (bytes 0-31, where the peer writes) and the
+// outbox (bytes 32-63, the source of this side's writes). A record whose
+// crc does not match (a write torn by the read, or the peer's outbox
+// rewritten while its HCA read it) is ignored until it is whole; one whose
+// seq is not newer than the last handled is old.
+const (
+	mboxRecLen  = 32
+	mboxLen     = 2 * mboxRecLen
+	mboxVersion = 1
+)
+
+var mboxCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// Mailbox is where a side's peer writes its control records: the address
+// and rkey of the inbox on the peer's backup device (Conn.OpenMailbox
+// gives this side's, for the peer's SetPeerMailbox).
+type Mailbox struct {
+	Addr uint64
+	RKey uint32
+}
+
+// mboxRec is one decoded record.
+type mboxRec struct {
+	kind    ctrlKind
+	seq     uint32
+	seen    uint32
+	psn     uint32
+	counter uint64
+	fillers uint32
+}
+
+// encode writes r into b (mboxRecLen bytes).
+func (r *mboxRec) encode(b []byte) {
+	b[0], b[1], b[2], b[3] = mboxVersion, byte(r.kind), 0, 0
+	binary.LittleEndian.PutUint32(b[4:], r.seq)
+	binary.LittleEndian.PutUint32(b[8:], r.seen)
+	binary.LittleEndian.PutUint32(b[12:], r.psn)
+	binary.LittleEndian.PutUint64(b[16:], r.counter)
+	binary.LittleEndian.PutUint32(b[24:], r.fillers)
+	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], mboxCRC))
+}
+
+// errMboxTorn: the record's crc does not match (or nothing was written).
+var errMboxTorn = errors.New("crossnic: mailbox record incomplete")
+
+// decodeMboxRec decodes b (mboxRecLen bytes). A record that is not whole
+// yet is errMboxTorn; one that is whole but no record of this version (a
+// peer of another version, or memory someone else wrote) is another error.
+func decodeMboxRec(b []byte) (mboxRec, error) {
+	if binary.LittleEndian.Uint32(b[28:]) != crc32.Checksum(b[:28], mboxCRC) {
+		return mboxRec{}, errMboxTorn
+	}
+	r := mboxRec{kind: ctrlKind(b[1]), seq: binary.LittleEndian.Uint32(b[4:]), seen: binary.LittleEndian.Uint32(b[8:]),
+		psn: binary.LittleEndian.Uint32(b[12:]), counter: binary.LittleEndian.Uint64(b[16:]), fillers: binary.LittleEndian.Uint32(b[24:])}
+	switch {
+	case b[0] != mboxVersion:
+		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of version %d (this side speaks %d)", b[0], mboxVersion)
+	case b[2] != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
+		return mboxRec{}, fmt.Errorf("crossnic: mailbox record with reserved bits set")
+	case r.kind != ctrlNotify && r.kind != ctrlAck && r.kind != ctrlRefuse:
+		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of kind %d", r.kind)
+	case r.seq == 0:
+		// a zeroed inbox has a matching crc only by chance; seq 0 is
+		// never written
+		return mboxRec{}, errMboxTorn
+	}
+	return r, nil
+}
+
+// mailbox is a Conn's side of the channel.
+type mailbox struct {
+	mr   verbs.MR
+	buf  []byte // mboxLen bytes: inbox, then outbox
+	peer Mailbox
+	// peerSet: SetPeerMailbox gave the peer's inbox
+	peerSet bool
+	// seq: the last record this side wrote; seen: the last of the
+	// peer's it handled
+	seq, seen uint32
+	// via: the peer's notification being handled came through the
+	// mailbox: the answer goes back the same way
+	via bool
+	// awaiting: this side's notification went through the mailbox and
+	// waits for the answer to record seq
+	awaiting bool
+}
+
+// OpenMailbox registers this side's mailbox on the backup device and
+// returns its inbox, for the peer's SetPeerMailbox. Both sides need the
+// other's before a second fault during a switch back can be carried
+// (docs/CROSSNIC.md); a Conn without them surfaces the error there, as
+// before. A QP on an SRQ has no use for it (the SRQ path does not take
+// it). Calling it again returns the same inbox.
+func (c *Conn) OpenMailbox() (Mailbox, error) {
+	if c.mbox.mr != nil {
+		return Mailbox{Addr: c.mbox.mr.Addr(), RKey: c.mbox.mr.RKey()}, nil
+	}
+	if c.bak.QP == nil {
+		return Mailbox{}, fmt.Errorf("crossnic: open the mailbox: no backup QP")
+	}
+	mr, buf, err := regBackup(c.bak.QP.PD(), mboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		return Mailbox{}, fmt.Errorf("crossnic: open the mailbox: %w", err)
+	}
+	c.mbox.mr, c.mbox.buf = mr, buf
+	return Mailbox{Addr: mr.Addr(), RKey: mr.RKey()}, nil
+}
+
+// SetPeerMailbox gives the peer's inbox (its OpenMailbox), to which this
+// side writes its records.
+func (c *Conn) SetPeerMailbox(m Mailbox) error {
+	if m.Addr == 0 && m.RKey == 0 {
+		return fmt.Errorf("crossnic: the peer's mailbox: no address")
+	}
+	c.mbox.peer, c.mbox.peerSet = m, true
+	return nil
+}
+
+// mboxUsable reports whether the mailbox carries a handshake: both
+// inboxes known, the QP not on an SRQ.
+func (c *Conn) mboxUsable() bool {
+	return c.mbox.mr != nil && c.mbox.peerSet && c.srq == nil
+}
+
+// writeRecord writes r (its seq and seen filled in here) to the peer's
+// inbox with an RDMA WRITE on the backup QP.
+func (c *Conn) writeRecord(r mboxRec) error {
+	c.mbox.seq++
+	r.seq, r.seen = c.mbox.seq, c.mbox.seen
+	out := c.mbox.buf[mboxRecLen:mboxLen]
+	r.encode(out)
+	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWrite,
+		SGList:     []verbs.SGE{{Addr: c.mbox.mr.Addr() + mboxRecLen, Length: mboxRecLen, LKey: c.mbox.mr.LKey()}},
+		RemoteAddr: c.mbox.peer.Addr, RKey: c.mbox.peer.RKey}})
+	if err != nil {
+		return fmt.Errorf("crossnic: write the %v record to the peer's mailbox: %w", r.kind, err)
+	}
+	return nil
+}
+
+// checkMailbox handles a record the peer wrote since the last check.
+func (c *Conn) checkMailbox() {
+	if c.mbox.mr == nil {
+		return
+	}
+	in := c.mbox.buf[:mboxRecLen]
+	if binary.LittleEndian.Uint32(in[4:]) == c.mbox.seen {
+		return // nothing new (the common case: one load)
+	}
+	r, err := decodeMboxRec(in)
+	switch {
+	case errors.Is(err, errMboxTorn):
+		return // not whole yet: the next check sees it
+	case err != nil:
+		c.mbox.seen = binary.LittleEndian.Uint32(in[4:])
+		if c.m.SQ != fsm.SQSurfaced {
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+		}
+		return
+	case int32(r.seq-c.mbox.seen) <= 0:
+		return // an older record rewritten late: handled already
+	}
+	c.mbox.seen = r.seq
+	c.onMailbox(r)
+}
+
+// onMailbox handles the peer's record r.
+func (c *Conn) onMailbox(r mboxRec) {
+	switch r.kind {
+	case ctrlNotify:
+		c.onMailboxNotify(r)
+	case ctrlAck, ctrlRefuse:
+		if c.m.SQ != fsm.SQAwaitAck || !c.mbox.awaiting || r.seen != c.mbox.seq {
+			return // the answer to a notification this side no longer waits for
+		}
+		c.mbox.awaiting = false
+		if r.kind == ctrlRefuse {
+			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "the peer cannot fail over (its error surfaced, or its switch back had gone too far)"}))
+			return
+		}
+		c.stats.MailboxHandshakes++
+		c.peerPSNSet = false
+		c.fillersOwed = r.fillers
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerAck, PeerRecv: r.counter}))
+		if c.m.SQ != fsm.SQSurfaced {
+			c.peerAnnounced(r.psn)
+		}
+	}
+}
+
+// onMailboxNotify handles the peer's fallback notification through the
+// mailbox: the peer's sends had come home, its default path failed
+// again, and its backup's receive queue holds the application's live
+// receives (this side's sends still use the backup). This side's sends
+// must still be on the backup, none of its switch back on the default QP
+// yet (a switch-back notification posted there may have been taken or
+// not: ErrSwitchNotifyLost), and its receives home. Then:
+//
+//  1. the default QP goes to ERR, so that no packet of the peer's old
+//     stream lands in a receive from now on, and what it completed
+//     before is collected (the counter counts it);
+//  2. the receives move to the backup, behind the stale copies the last
+//     switch back left at the head of its queue;
+//  3. the answer carries the counter, this side's PSN and how many
+//     receives precede the moved ones: the peer sends as many zero-length
+//     SENDs (fillers) before its replay, and their completions are
+//     hidden here;
+//  4. the default QP is reset and connected with the two announced PSNs,
+//     as after any handshake.
+//
+// Anything else is refused: the error surfaces on both sides, as it did
+// before the mailbox.
+func (c *Conn) onMailboxNotify(r mboxRec) {
+	if !c.mbox.peerSet {
+		c.Surface("the peer's fallback notification came through the mailbox, and this side does not know the peer's to answer")
+		return
+	}
+	if c.m.SQ == fsm.SQSurfaced {
+		_ = c.answerMailbox(ctrlRefuse)
+		return
+	}
+	if c.m.SQ != fsm.SQFallback && c.m.SQ != fsm.SQWaitSignaled && c.m.SQ != fsm.SQWaitDrained {
+		c.refuseMailbox(fmt.Sprintf("the peer's fallback notification came through the mailbox with this side's send queue %v", c.m.SQ))
+		return
+	}
+	c.resetHeld = true
+	if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+		c.defDead = true
+	}
+	c.defErr = true
+	_ = c.drain(&c.def)
+	c.resetHeld = false
+	switch {
+	case c.m.SQ == fsm.SQSurfaced:
+		_ = c.answerMailbox(ctrlRefuse)
+		return
+	case c.m.RQ != fsm.RQDefault:
+		c.refuseMailbox("the peer's fallback notification came through the mailbox before its switch-back notification")
+		return
+	}
+	prior := c.m.SQ
+	c.peerPSNSet = false
+	c.newHandshakePSN()
+	c.mbox.via = true
+	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerNotify, PeerRecv: r.counter}))
+	c.mbox.via = false
+	if c.m.SQ == fsm.SQSurfaced {
+		return
+	}
+	c.stats.MailboxHandshakes++
+	c.peerFellBackAgain(prior)
+	if c.m.SQ != fsm.SQSurfaced {
+		c.peerAnnounced(r.psn)
+	}
+}
+
+// refuseMailbox answers the peer's notification with a refusal and
+// surfaces the error here too, for reason.
+func (c *Conn) refuseMailbox(reason string) {
+	_ = c.answerMailbox(ctrlRefuse)
+	c.Surface(reason)
+}
+
+// answerMailbox writes this side's answer to the peer's notification:
+// a refusal, or an acknowledgement with the receive counter, this side's
+// PSN and the fillers the peer sends first (the receives ahead of the
+// ones just moved to the backup: the stale copies of the last switch
+// back, and the control receives if they are still there).
+func (c *Conn) answerMailbox(k ctrlKind) error {
+	r := mboxRec{kind: k}
+	if k == ctrlAck {
+		n := c.bakStale
+		if c.bakCtrl {
+			n += ctrlRecvs
+		}
+		r.psn, r.counter, r.fillers = c.ownPSN, c.rring.Completed(), uint32(n)
+		c.fillersDue += n
+		c.bakStale, c.bakCtrl = 0, false
+	}
+	return c.writeRecord(r)
+}
+
+// notifyMailbox writes this side's fallback notification: its receive
+// counter and its PSN (the announcement travels in the record).
+func (c *Conn) notifyMailbox() error {
+	c.mbox.awaiting = true
+	return c.writeRecord(mboxRec{kind: ctrlNotify, psn: c.ownPSN, counter: c.rring.Completed()})
+}
+
+// postFillers sends, ahead of the replay, the zero-length SENDs the
+// peer's answer asked for: each consumes one receive ahead of the ones
+// the peer moved to its backup.
+func (c *Conn) postFillers() error {
+	for c.fillersOwed > 0 {
+		ch := &c.schain
+		ch.start(cap(c.sges))
+		for k := uint32(0); k < c.fillersOwed && !ch.full(); k++ {
+			w, _ := ch.next()
+			*w = verbs.SendWR{WRID: ctrlSendWRID, Opcode: verbs.WRSend}
+			ch.keep()
+		}
+		n, err := c.bak.QP.PostSend(ch.wrs)
+		c.fillersOwed -= uint32(n)
+		c.stats.Fillers += n
+		if err != nil {
+			return fmt.Errorf("crossnic: send the fillers the peer asked for on the backup QP: %w", err)
+		}
+	}
+	return nil
+}
+
+// closeMailbox releases the mailbox's registration and memory.
+func (c *Conn) closeMailbox() error {
+	mr, buf := c.mbox.mr, c.mbox.buf
+	if mr == nil {
+		return nil
+	}
+	c.mbox.mr, c.mbox.buf = nil, nil
+	return deregBackup(mr, buf)
+}
+
+// mboxFault reports whether a fault of the default QP can fail over
+// through the mailbox while the backup's control receives are gone: this
+// side's sends are home, its receives on the backup (the peer's sends
+// still use it) with no stale copy ahead of them, and both inboxes are
+// known.
+func (c *Conn) mboxFault() bool {
+	return c.mboxUsable() && c.m.SQ == fsm.SQDefault && c.m.RQ == fsm.RQFallback && !c.bakDirty && c.bakStale == 0
+}
+
+// aheadFlush reports whether an error completion of the backup QP is the
+// flush of a receive ahead of those moved there (a filler was due for
+// it): they flush first, in order. On a leg with one CQ a completion
+// that names none of the sends the backup holds is taken for one (the
+// opcode of an error completion is undefined).
+func (c *Conn) aheadFlush(wc *verbs.WC) bool {
+	switch {
+	case c.fillersDue == 0:
+		return false
+	case c.bak.split():
+		return isRecv(wc)
+	case wc.WRID == ctrlRecvWRID:
+		return true
+	case wc.WRID == ctrlSendWRID:
+		return false
+	}
+	sends, _ := c.holds(&c.bak)
+	return !sends || !c.sring.hasWRID(c.sendEnd(&c.bak), wc.WRID)
+}
