@@ -26,7 +26,9 @@ func (c *Conn) fault(reason string, wc *verbs.WC) {
 	if c.hs != nil {
 		c.faultAt = c.hs.clock.Now()
 	}
-	ready := c.bakReady && (c.bakCtrl || c.mboxFault())
+	c.mbox.use = c.bakReady && c.mboxFault()
+	ready := c.bakReady && (c.bakCtrl || c.mbox.use)
+	c.mbox.switchDone = true // (fault is called only in Default)
 	if c.bakReady && !ready {
 		// A second fault before the backup was purged after a switch
 		// back: the peer's answer would consume one of the application's
@@ -183,8 +185,8 @@ func (c *Conn) sendCtrl(k ctrlKind) error {
 	switch {
 	case c.mbox.via && k == ctrlAck:
 		return c.answerMailbox(ctrlAck) // the notification came through the mailbox
-	case k == ctrlNotify && !c.bakCtrl:
-		return c.notifyMailbox() // fault let it through only with the mailbox (mboxFault)
+	case k == ctrlNotify && c.mbox.use:
+		return c.notifyMailbox() // (fault or switchLost chose it)
 	}
 	imm := encodeRefusal()
 	if k != ctrlRefuse {
@@ -273,9 +275,6 @@ func (c *Conn) rewind(peerRecv uint64) error {
 	c.stats.Delivered += plan.Delivered
 	c.bakFrom = c.sring.head
 	c.faultWCSet = false // the WR it was of goes to the backup, which reports its own errors
-	if err := c.postFillers(); err != nil {
-		return err
-	}
 	return c.replayTail()
 }
 
@@ -288,6 +287,9 @@ func (c *Conn) rewind(peerRecv uint64) error {
 func (c *Conn) replayTail() error {
 	if c.replayHeld {
 		return nil // ReleaseReplay posts them
+	}
+	if err := c.postFillers(); err != nil {
+		return err // (the peer's answer through the mailbox asked for them first)
 	}
 	for {
 		start := max(c.bakFrom, c.sring.head)

@@ -25,7 +25,9 @@ import (
 //
 //	0  version u8 (mboxVersion)
 //	1  kind u8 (ctrlNotify, ctrlAck or ctrlRefuse)
-//	2  reserved u16, zero
+//	2  flags u8: mboxSwitchDone (notify): the writer's last switch-back
+//	   notification completed, so the reader took it
+//	3  reserved u8, zero
 //	4  seq u32: the writer's record number, from 1
 //	8  seen u32: the last seq of the reader's records the writer handled
 //	12 psn u32: the writer's announced send PSN (notify, ack)
@@ -45,6 +47,9 @@ const (
 	mboxRecLen  = 32
 	mboxLen     = 2 * mboxRecLen
 	mboxVersion = 1
+	// mboxSwitchDone: the flag of a notification whose writer's sends
+	// were home (its switch-back notification completed)
+	mboxSwitchDone = 1
 )
 
 var mboxCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -60,6 +65,7 @@ type Mailbox struct {
 // mboxRec is one decoded record.
 type mboxRec struct {
 	kind    ctrlKind
+	flags   uint8
 	seq     uint32
 	seen    uint32
 	psn     uint32
@@ -69,7 +75,7 @@ type mboxRec struct {
 
 // encode writes r into b (mboxRecLen bytes).
 func (r *mboxRec) encode(b []byte) {
-	b[0], b[1], b[2], b[3] = mboxVersion, byte(r.kind), 0, 0
+	b[0], b[1], b[2], b[3] = mboxVersion, byte(r.kind), r.flags, 0
 	binary.LittleEndian.PutUint32(b[4:], r.seq)
 	binary.LittleEndian.PutUint32(b[8:], r.seen)
 	binary.LittleEndian.PutUint32(b[12:], r.psn)
@@ -88,12 +94,12 @@ func decodeMboxRec(b []byte) (mboxRec, error) {
 	if binary.LittleEndian.Uint32(b[28:]) != crc32.Checksum(b[:28], mboxCRC) {
 		return mboxRec{}, errMboxTorn
 	}
-	r := mboxRec{kind: ctrlKind(b[1]), seq: binary.LittleEndian.Uint32(b[4:]), seen: binary.LittleEndian.Uint32(b[8:]),
+	r := mboxRec{kind: ctrlKind(b[1]), flags: b[2], seq: binary.LittleEndian.Uint32(b[4:]), seen: binary.LittleEndian.Uint32(b[8:]),
 		psn: binary.LittleEndian.Uint32(b[12:]), counter: binary.LittleEndian.Uint64(b[16:]), fillers: binary.LittleEndian.Uint32(b[24:])}
 	switch {
 	case b[0] != mboxVersion:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of version %d (this side speaks %d)", b[0], mboxVersion)
-	case b[2] != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
+	case b[2]&^mboxSwitchDone != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record with reserved bits set")
 	case r.kind != ctrlNotify && r.kind != ctrlAck && r.kind != ctrlRefuse:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of kind %d", r.kind)
@@ -121,6 +127,13 @@ type mailbox struct {
 	// awaiting: this side's notification went through the mailbox and
 	// waits for the answer to record seq
 	awaiting bool
+	// switchDone: this side's sends were home when it faulted (its
+	// notification says so: mboxSwitchDone)
+	switchDone bool
+	// use: this side's notification of the current fault goes through
+	// the mailbox (whenever it can: the control receives then take
+	// fillers like any receive ahead of the moved ones)
+	use bool
 }
 
 // OpenMailbox registers this side's mailbox on the backup device and
@@ -227,56 +240,109 @@ func (c *Conn) onMailbox(r mboxRec) {
 }
 
 // onMailboxNotify handles the peer's fallback notification through the
-// mailbox: the peer's sends had come home, its default path failed
-// again, and its backup's receive queue holds the application's live
-// receives (this side's sends still use the backup). This side's sends
-// must still be on the backup, none of its switch back on the default QP
-// yet (a switch-back notification posted there may have been taken or
-// not: ErrSwitchNotifyLost), and its receives home. Then:
+// mailbox. The peer's sends had come home and its default path failed
+// again; its receives are on its backup now, behind r.fillers receives
+// (stale copies, if this side's switch-back notification had brought
+// them home) for which this side sends fillers before anything else
+// goes there. What this side does depends on where its own sends are:
 //
-//  1. the default QP goes to ERR, so that no packet of the peer's old
-//     stream lands in a receive from now on, and what it completed
-//     before is collected (the counter counts it);
-//  2. the receives move to the backup, behind the stale copies the last
-//     switch back left at the head of its queue;
-//  3. the answer carries the counter, this side's PSN and how many
-//     receives precede the moved ones: the peer sends as many zero-length
-//     SENDs (fillers) before its replay, and their completions are
-//     hidden here;
-//  4. the default QP is reset and connected with the two announced PSNs,
-//     as after any handshake.
+//   - on the backup (fallback, wait-signaled, wait-drained: nothing of
+//     its switch back on the default QP yet). Its receives are home. Its
+//     default QP goes to ERR first, so that no packet of the peer's old
+//     stream lands in a receive from then on, and what it completed is
+//     collected (the counter counts it; no reset of the default QP
+//     happens in between, which would post the receives there again).
+//     The receives move to the backup, behind the stale copies of the
+//     last switch back, and the answer says how many precede them. The
+//     peer's fillers are none here: its receives were live on its
+//     backup, this side's sends landing in them.
+//   - switching back, its notification posted on the default QP
+//     (wait-notify). Whether the peer took it only the peer knew, and
+//     its fillers say what it did about it: the held WRs go to the
+//     backup behind them, then as above.
+//   - home too (both directions came home, neither purged yet): a
+//     failover as from the peer's first notification, the fillers
+//     before the replay.
+//   - waiting for the answer to its own notification through the
+//     mailbox (both faulted): the peer's notification is the answer.
 //
-// Anything else is refused: the error surfaces on both sides, as it did
-// before the mailbox.
+// Anything else is refused: the error surfaces on both sides. In every
+// case the default QP is reset and connected with the two announced
+// PSNs, as after any handshake.
 func (c *Conn) onMailboxNotify(r mboxRec) {
 	if !c.mbox.peerSet {
 		c.Surface("the peer's fallback notification came through the mailbox, and this side does not know the peer's to answer")
 		return
 	}
-	if c.m.SQ == fsm.SQSurfaced {
-		_ = c.answerMailbox(ctrlRefuse)
-		return
-	}
-	if c.m.SQ != fsm.SQFallback && c.m.SQ != fsm.SQWaitSignaled && c.m.SQ != fsm.SQWaitDrained {
-		c.refuseMailbox(fmt.Sprintf("the peer's fallback notification came through the mailbox with this side's send queue %v", c.m.SQ))
-		return
-	}
-	c.resetHeld = true
-	if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
-		c.defDead = true
-	}
-	c.defErr = true
-	_ = c.drain(&c.def)
-	c.resetHeld = false
-	switch {
-	case c.m.SQ == fsm.SQSurfaced:
-		_ = c.answerMailbox(ctrlRefuse)
-		return
-	case c.m.RQ != fsm.RQDefault:
-		c.refuseMailbox("the peer's fallback notification came through the mailbox before its switch-back notification")
-		return
-	}
 	prior := c.m.SQ
+	switch prior {
+	case fsm.SQSurfaced:
+		_ = c.answerMailbox(ctrlRefuse)
+		return
+	case fsm.SQAwaitAck:
+		if !c.mbox.awaiting {
+			c.refuseMailbox("the peer's fallback notification came through the mailbox during a handshake through the control receives")
+			return
+		}
+		c.mbox.awaiting = false
+		c.stats.MailboxHandshakes++
+		c.fillersOwed = r.fillers
+		c.peerPSNSet = false
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerNotify, PeerRecv: r.counter}))
+		if c.m.SQ != fsm.SQSurfaced {
+			c.peerAnnounced(r.psn)
+		}
+		return
+	case fsm.SQDefault:
+		// (the machine's failover flushes the default QP first) What
+		// the default QP completed counts against the peer's counter.
+		_ = c.drain(&c.def)
+		if c.m.SQ != fsm.SQDefault && c.m.SQ != fsm.SQSurfaced {
+			c.onMailboxNotify(r) // the drain found a fault of this side's: its handshake is under way
+			return
+		}
+		if c.unfollowable(r.counter) {
+			_ = c.answerMailbox(ctrlRefuse)
+			return
+		}
+	case fsm.SQWaitNotify:
+		c.fillersOwed = r.fillers
+		c.resetHeld = true // peerFellBackAgain resets it once the receives moved
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true,
+			Reason: "the peer fell back again through the mailbox during the switch back"}))
+		c.resetHeld = false
+		if c.m.SQ == fsm.SQSurfaced {
+			_ = c.answerMailbox(ctrlRefuse)
+			return
+		}
+	default: // fallback, wait-signaled, wait-drained
+		if r.fillers != 0 {
+			c.refuseMailbox(fmt.Sprintf("the peer's fallback notification through the mailbox asks for %d fillers while this side's sends use the backup", r.fillers))
+			return
+		}
+	}
+	if c.m.SQ != fsm.SQDefault {
+		c.resetHeld = true
+		if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+			c.defDead = true
+		}
+		c.defErr = true
+		_ = c.drain(&c.def)
+		c.resetHeld = false
+		switch {
+		case c.m.SQ == fsm.SQSurfaced:
+			_ = c.answerMailbox(ctrlRefuse)
+			return
+		case c.m.RQ != fsm.RQDefault && r.flags&mboxSwitchDone != 0:
+			// The peer's switch-back notification completed, and this
+			// side has not seen it.
+			c.refuseMailbox("the peer's fallback notification came through the mailbox before its switch-back notification")
+			return
+		}
+	}
+	if prior != fsm.SQWaitNotify {
+		c.fillersOwed = r.fillers // (in wait-notify the held WRs took them to the backup)
+	}
 	c.peerPSNSet = false
 	c.newHandshakePSN()
 	c.mbox.via = true
@@ -307,13 +373,9 @@ func (c *Conn) refuseMailbox(reason string) {
 func (c *Conn) answerMailbox(k ctrlKind) error {
 	r := mboxRec{kind: k}
 	if k == ctrlAck {
-		n := c.bakStale
-		if c.bakCtrl {
-			n += ctrlRecvs
-		}
+		n := c.fillersAhead()
 		r.psn, r.counter, r.fillers = c.ownPSN, c.rring.Completed(), uint32(n)
 		c.fillersDue += n
-		c.bakStale, c.bakCtrl = 0, false
 	}
 	return c.writeRecord(r)
 }
@@ -321,8 +383,39 @@ func (c *Conn) answerMailbox(k ctrlKind) error {
 // notifyMailbox writes this side's fallback notification: its receive
 // counter and its PSN (the announcement travels in the record).
 func (c *Conn) notifyMailbox() error {
+	if c.m.RQ == fsm.RQDefault {
+		// The peer's switch-back notification was in the default QP's
+		// CQ: the flush before this collected it, and it brought the
+		// receives home, onto a QP now in ERR. They go to the backup,
+		// behind the stale copies it left there. (The machine moved the
+		// receive queue to the backup at the fault; the notification
+		// moved it back, and the machine has no event for this.)
+		c.m.RQ = fsm.RQFallback
+		if err := c.repostRecvs(); err != nil {
+			return err
+		}
+	}
 	c.mbox.awaiting = true
-	return c.writeRecord(mboxRec{kind: ctrlNotify, psn: c.ownPSN, counter: c.rring.Completed()})
+	n := c.fillersAhead()
+	c.fillersDue += n
+	r := mboxRec{kind: ctrlNotify, psn: c.ownPSN, counter: c.rring.Completed(), fillers: uint32(n)}
+	if c.mbox.switchDone {
+		r.flags = mboxSwitchDone
+	}
+	return c.writeRecord(r)
+}
+
+// fillersAhead is how many receives precede the ones moved to the
+// backup QP (the stale copies of the last switch back, and the control
+// receives if they are still there), and forgets them: the peer's
+// fillers consume them.
+func (c *Conn) fillersAhead() int {
+	n := c.bakStale
+	if c.bakCtrl {
+		n += ctrlRecvs
+	}
+	c.bakStale, c.bakCtrl = 0, false
+	return n
 }
 
 // postFillers sends, ahead of the replay, the zero-length SENDs the
@@ -357,13 +450,18 @@ func (c *Conn) closeMailbox() error {
 	return deregBackup(mr, buf)
 }
 
-// mboxFault reports whether a fault of the default QP can fail over
-// through the mailbox while the backup's control receives are gone: this
-// side's sends are home, its receives on the backup (the peer's sends
-// still use it) with no stale copy ahead of them, and both inboxes are
-// known.
+// mboxFault reports whether a fault of the default QP fails over through
+// the mailbox: the backup's control receives are gone, this side's sends
+// are home, both inboxes are known, and its receives are on the backup
+// with nothing ahead of them: the peer's sends still use the backup.
+// Only then can the peer not have purged its backup (it purges once both
+// its queues are home). A purge starts its backup's streams over from
+// the last handshake's PSNs while this side's unpurged backup carries
+// on: a record written on it would meet a purged peer at a PSN it takes
+// for a gap or a duplicate. With the receives home the peer may have,
+// and the error surfaces as before (docs/CROSSNIC.md, "Limits").
 func (c *Conn) mboxFault() bool {
-	return c.mboxUsable() && c.m.SQ == fsm.SQDefault && c.m.RQ == fsm.RQFallback && !c.bakDirty && c.bakStale == 0
+	return c.mboxUsable() && !c.bakCtrl && c.m.SQ == fsm.SQDefault && c.m.RQ == fsm.RQFallback && c.bakStale == 0
 }
 
 // aheadFlush reports whether an error completion of the backup QP is the

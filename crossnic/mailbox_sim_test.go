@@ -8,6 +8,7 @@ import (
 
 	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
 
@@ -16,8 +17,13 @@ import (
 // brought its sends home, node1 took node0's switch-back notification
 // (its receives are home, their stale copies at the head of its backup's
 // queue) and still sends on the backup, its fence in flight (the backup
-// links are slow). Then node0's cable is pulled again.
-func midSwitchBack(t *testing.T, p sim.Profile, sendRx, noMbox bool) *world {
+// links are slow). Then node0's cable is pulled again. With peer
+// "held" or "taken", node1 is one step further: its fence completed and
+// its own switch-back notification is on the wire (wait-notify) when the
+// cable is pulled: held in the fabric (node0 never takes it), or taken
+// by node0, which polls only now and then and has not seen it yet, and
+// whose ACKs of it are lost.
+func midSwitchBack(t *testing.T, p sim.Profile, sendRx, noMbox bool, peer string) *world {
 	t.Helper()
 	dir := crossnic.NewMemDirectory()
 	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 61, Profile: p}, retry: 3, noMailbox: noMbox})
@@ -45,19 +51,53 @@ func midSwitchBack(t *testing.T, p sim.Profile, sendRx, noMbox bool) *world {
 	if !inWindow() {
 		t.Fatalf("the window never came: %s", w.states())
 	}
+	if peer != "" {
+		for k := 0; k < 20000; k++ {
+			if s1, _ := w.n[1].conn.State(); s1 == fsm.SQWaitDrained {
+				break
+			}
+			w.run(5*time.Microsecond, 0, 1)
+		}
+		// node1's next request on its default QP is its notification
+		if peer == "held" {
+			must(t, w.f.HoldNext(w.n[1].def.qp, w.f.Now()+50*time.Millisecond))
+		} else {
+			q, _, err := w.n[1].def.qp.Query(verbs.QPAttrSQPSN)
+			must(t, err)
+			for range 4 {
+				must(t, w.f.DropResponse(w.n[1].def.qp, q.SQPSN))
+			}
+			w.lazy[0] = 50
+		}
+		for k := 0; k < 20000; k++ {
+			if s1, _ := w.n[1].conn.State(); s1 == fsm.SQWaitNotify {
+				break
+			}
+			w.run(5*time.Microsecond, 0, 1)
+		}
+		s0, r0 := w.n[0].conn.State()
+		s1, r1 := w.n[1].conn.State()
+		if s0 != fsm.SQDefault || r0 != fsm.RQFallback || s1 != fsm.SQWaitNotify || r1 != fsm.RQDefault {
+			t.Fatalf("node1's notification is not on the wire in the window: %s", w.states())
+		}
+	}
 	// node1 polls only every 250 µs from now on, and the cable is
 	// pulled 100 µs after one of its polls: node0's last messages on
 	// the default QP completed there unpolled when its notification
 	// comes through the mailbox, and must be counted before the
 	// receives move
-	w.lazy[1] = 50
-	for w.pumps%50 != 0 {
-		w.run(5*time.Microsecond, 0, 1)
+	if peer == "taken" {
+		w.run(20*time.Microsecond, 0, 1) // node0's HCA takes it; node0 does not poll
+	} else {
+		w.lazy[1] = 50
+		for w.pumps%50 != 0 {
+			w.run(5*time.Microsecond, 0, 1)
+		}
+		w.run(100*time.Microsecond, 0, 1)
 	}
-	w.run(100*time.Microsecond, 0, 1)
 	must(t, w.f.SetLink(port, false))
 	w.run(3*time.Millisecond, 0, 1)
-	w.lazy[1] = 0
+	w.lazy = [2]int{}
 	must(t, w.f.SetLink(port, true))
 	w.run(20*time.Millisecond, 0, 1)
 	for k := 0; k < 100 && (!w.home() || w.delivered(0, 1) != nil); k++ {
@@ -79,7 +119,7 @@ func TestSecondFaultMidSwitchBack(t *testing.T) {
 	forProfiles(t, func(t *testing.T, p sim.Profile) {
 		for _, sendRx := range []bool{true, false} {
 			t.Run(fmt.Sprintf("sends %v", sendRx), func(t *testing.T) {
-				w := midSwitchBack(t, p, sendRx, false)
+				w := midSwitchBack(t, p, sendRx, false, "")
 				for _, n := range w.n {
 					if sq, _ := n.conn.State(); sq == fsm.SQSurfaced {
 						t.Fatalf("%s surfaced: %s (%s)", n.name, n.conn.Reason(), w.states())
@@ -99,7 +139,7 @@ func TestSecondFaultMidSwitchBack(t *testing.T) {
 						t.Fatalf("%s not home: %s", n.name, n.conn.AwayReason())
 					}
 				}
-				w2 := midSwitchBack(t, p, sendRx, true)
+				w2 := midSwitchBack(t, p, sendRx, true, "")
 				if sq, _ := w2.n[0].conn.State(); sq != fsm.SQSurfaced {
 					t.Fatalf("without the mailbox node0 did not surface: the schedule misses the window (%s)", w2.states())
 				}
@@ -125,4 +165,54 @@ func TestMailboxAnswerThenReplayRefused(t *testing.T) {
 	if err != nil && err != errReadSurfaced {
 		t.Fatalf("%s: %v", desc, err)
 	}
+}
+
+// TestSecondFaultPeerNotifying: as TestSecondFaultMidSwitchBack, with
+// node1 further on: its own switch-back notification is on the wire
+// (wait-notify) when node0's cable is pulled again.
+//   - held: held in the fabric. Node0 never took it (its receives are
+//     still on the backup), so its notification through the mailbox
+//     asks for no filler; node1 sends its held WRs to the backup
+//     instead and moves its receives behind the stale copies. Without
+//     the mailbox the error surfaces.
+//   - taken: node0's HCA took it (its ACKs are lost) and node0, polling
+//     lazily, finds it only in the flush that starts its own failover:
+//     its receives came home onto a QP now in ERR, and go to the backup
+//     behind the stale copies their move home left. Its notification
+//     asks node1 for that many fillers, which node1 sends before its
+//     held WRs, once.
+//
+// Both come home with every round delivered once, in order.
+func TestSecondFaultPeerNotifying(t *testing.T) {
+	forProfiles(t, func(t *testing.T, p sim.Profile) {
+		for _, peer := range []string{"held", "taken"} {
+			t.Run(peer, func(t *testing.T) {
+				w := midSwitchBack(t, p, true, false, peer)
+				for _, n := range w.n {
+					if sq, _ := n.conn.State(); sq == fsm.SQSurfaced || n.conn.Stats().MailboxHandshakes != 1 {
+						t.Fatalf("%s: %s, want failed over again through the mailbox", n.name, w.states())
+					}
+				}
+				if f := w.n[1].conn.Stats().Fillers; peer == "taken" && f == 0 {
+					t.Fatalf("node1 sent no fillers: node0 never took its notification (%s)", w.states())
+				}
+				if err := w.delivered(0, 1); err != nil {
+					t.Fatalf("%v (%s)", err, w.states())
+				}
+				if !w.home() {
+					t.Fatalf("not home: %s", w.states())
+				}
+				if peer == "taken" {
+					return
+				}
+				w2 := midSwitchBack(t, p, true, true, peer)
+				if sq, _ := w2.n[1].conn.State(); sq != fsm.SQSurfaced {
+					t.Fatalf("without the mailbox node1 did not surface: the schedule misses the window (%s)", w2.states())
+				}
+				if err := w2.checkSafe(0, 1); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	})
 }

@@ -410,28 +410,7 @@ func (c *Conn) onControl(imm uint32) {
 			// before counts against its counter.
 			_ = c.drain(&c.def)
 		}
-		if c.m.SQ == fsm.SQDefault {
-			// A notification no rewind can follow (an atomic outstanding
-			// here, or a counter behind what completed here or beyond
-			// what was posted) is refused before this side moves
-			// anything: its error surfaces as plain verbs report it, from
-			// the default QP, which still holds every WR, and the peer
-			// surfaces at once instead of replaying against an answer
-			// this side could not keep.
-			if _, err := c.sring.PlanRewind(peerRecv); err != nil {
-				c.Surface(fmt.Sprintf("the peer's fallback notification cannot be followed: %v", err))
-				// The peer's default QP went to ERR when it fell back:
-				// nothing on this one is acknowledged again. A provider
-				// that retransmits without end (rdma_rxe at retry_cnt 7)
-				// would hold the WRs for ever; in ERR they flush to the
-				// application now.
-				if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
-					c.defDead = true
-					c.completeGone(&c.def)
-				}
-			}
-		}
-		if c.m.SQ == fsm.SQSurfaced {
+		if c.unfollowable(peerRecv) {
 			c.refuse()
 			return
 		}
@@ -440,6 +419,32 @@ func (c *Conn) onControl(imm uint32) {
 	default:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: fmt.Sprintf("control message of kind %d on the backup QP", k)}))
 	}
+}
+
+// unfollowable reports, in Default, whether the peer's notification with
+// counter peerRecv can be followed by no rewind (an atomic outstanding
+// here, or a counter behind what completed here or beyond what was
+// posted), and then surfaces the error. It is refused before this side
+// moves anything: its error surfaces as plain verbs report it, from the
+// default QP, which still holds every WR, and the peer surfaces at once
+// instead of replaying against an answer this side could not keep. It
+// reports true too when the error surfaced already.
+func (c *Conn) unfollowable(peerRecv uint64) bool {
+	if c.m.SQ == fsm.SQDefault {
+		if _, err := c.sring.PlanRewind(peerRecv); err != nil {
+			c.Surface(fmt.Sprintf("the peer's fallback notification cannot be followed: %v", err))
+			// The peer's default QP went to ERR when it fell back:
+			// nothing on this one is acknowledged again. A provider that
+			// retransmits without end (rdma_rxe at retry_cnt 7) would
+			// hold the WRs for ever; in ERR they flush to the
+			// application now.
+			if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+				c.defDead = true
+				c.completeGone(&c.def)
+			}
+		}
+	}
+	return c.m.SQ == fsm.SQSurfaced
 }
 
 // HandleEvent reacts to an async event of the default device: PORT_ERR on

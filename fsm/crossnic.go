@@ -262,9 +262,16 @@ func (m *CrossNIC) peerNotify(ev CNEvent) []CNAction {
 		m.SQ = SQFallback
 		return []CNAction{{Kind: ActRewindSends, PeerRecv: ev.PeerRecv}, {Kind: ActResetDefault}}
 	case SQDefault:
-		m.SQ, m.RQ = SQFallback, RQFallback
-		return []CNAction{{Kind: ActFlushDefault}, {Kind: ActRepostRecvsBackup}, {Kind: ActSendAck},
+		acts := []CNAction{{Kind: ActFlushDefault}, {Kind: ActRepostRecvsBackup}, {Kind: ActSendAck},
 			{Kind: ActRewindSends, PeerRecv: ev.PeerRecv}, {Kind: ActResetDefault}}
+		if m.RQ == RQFallback {
+			// Our sends came home, the peer's not yet (its notification
+			// comes through a channel that consumes no receive): the
+			// receives are on the backup already.
+			acts = append(acts[:1], acts[2:]...)
+		}
+		m.SQ, m.RQ = SQFallback, RQFallback
+		return acts
 	}
 	// Already on the backup: the peer fell back again after a switch-back
 	// of its own direction; move receives over if they were back home.
