@@ -156,7 +156,8 @@ func (d *failingDirectory) LookupMR(def crossnic.MRRef) (uint32, bool) {
 func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	fault := rng.IntN(len(faultKinds))
-	o := worldOpts{cfg: sim.Config{Seed: seed, Profile: campaignProfile(seed)}, retry: 3, acrossSpines: fault == 7}
+	o := worldOpts{cfg: sim.Config{Seed: seed, Profile: campaignProfile(seed)}, retry: 3, acrossSpines: fault == 7,
+		noMailbox: drawNoMailbox(t, seed)}
 	if fault == 15 {
 		o.cqe = 8 // the peer's 16 rounds of credit overrun it
 	}
@@ -196,7 +197,7 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	run := func(d time.Duration, dirs ...int) { runAll(ws, d, dirs...) }
 	victim := rng.IntN(2)
 	peer := 1 - victim
-	desc := fmt.Sprintf("fault %d (%s) victim %d dirs %v sendRx %v load %v", fault, faultKinds[fault], victim, dirs, w.sendRx, w.load)
+	desc := fmt.Sprintf("fault %d (%s) victim %d dirs %v sendRx %v load %v mailbox %v", fault, faultKinds[fault], victim, dirs, w.sendRx, w.load, !o.noMailbox)
 	if shared {
 		desc += fmt.Sprintf(", a second connection on the same HCAs: sendRx %v load %v", ws[1].sendRx, ws[1].load)
 	}

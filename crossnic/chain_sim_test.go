@@ -59,10 +59,13 @@ func TestFailoverPostsInChains(t *testing.T) {
 	var logs [2][]postCall // each node's backup QP's, in node order
 	k := 0
 	dir := crossnic.NewMemDirectory()
-	w := newWorldWrap(t, 5, [2]crossnic.Directory{dir, dir}, func(q verbs.QP) verbs.QP {
-		k++
-		return countingQP{q, &logs[k-1]}
-	})
+	// (the handshake through the control receives: its answer and
+	// announcement go in one post)
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 5}, retry: 3, noMailbox: true,
+		wrapBak: func(q verbs.QP) verbs.QP {
+			k++
+			return countingQP{q, &logs[k-1]}
+		}})
 	w.run(300*time.Microsecond, 0)
 	for w.postRounds([]int{0}) { // a full window, none of it on the wire yet
 	}

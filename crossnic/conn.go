@@ -184,6 +184,9 @@ type Conn struct {
 	// side asked the peer for, whose receive completions it hides
 	fillersOwed uint32
 	fillersDue  int
+	// fillerFence: the signaled WRITE behind the fillers has not
+	// completed yet
+	fillerFence bool
 	// bakStale: the stale copies of receives at the head of the backup
 	// QP's receive queue (moved home at the last switch back, not purged)
 	bakStale int

@@ -422,6 +422,9 @@ func (c *Conn) fillersAhead() int {
 // peer's answer asked for: each consumes one receive ahead of the ones
 // the peer moved to its backup.
 func (c *Conn) postFillers() error {
+	if c.fillersOwed == 0 {
+		return nil
+	}
 	for c.fillersOwed > 0 {
 		ch := &c.schain
 		ch.start(cap(c.sges))
@@ -437,6 +440,13 @@ func (c *Conn) postFillers() error {
 			return fmt.Errorf("crossnic: send the fillers the peer asked for on the backup QP: %w", err)
 		}
 	}
+	// A signaled zero-length WRITE behind them: its completion says the
+	// peer took them all (a switch back with nothing else outstanding
+	// waits for it: switchIfIdle).
+	if _, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}}); err != nil {
+		return fmt.Errorf("crossnic: post the fillers' fence on the backup QP: %w", err)
+	}
+	c.fillerFence = true
 	return nil
 }
 
@@ -451,17 +461,13 @@ func (c *Conn) closeMailbox() error {
 }
 
 // mboxFault reports whether a fault of the default QP fails over through
-// the mailbox: the backup's control receives are gone, this side's sends
-// are home, both inboxes are known, and its receives are on the backup
-// with nothing ahead of them: the peer's sends still use the backup.
-// Only then can the peer not have purged its backup (it purges once both
-// its queues are home). A purge starts its backup's streams over from
-// the last handshake's PSNs while this side's unpurged backup carries
-// on: a record written on it would meet a purged peer at a PSN it takes
-// for a gap or a duplicate. With the receives home the peer may have,
-// and the error surfaces as before (docs/CROSSNIC.md, "Limits").
+// the mailbox: both inboxes are known (then every handshake goes through
+// it, the control receives ahead taking fillers like any other
+// receive), this side's sends are home, and its receives are home (they
+// move to the backup behind the stale copies there) or on the backup
+// with nothing ahead of them.
 func (c *Conn) mboxFault() bool {
-	return c.mboxUsable() && !c.bakCtrl && c.m.SQ == fsm.SQDefault && c.m.RQ == fsm.RQFallback && c.bakStale == 0
+	return c.mboxUsable() && c.m.SQ == fsm.SQDefault && (c.m.RQ == fsm.RQDefault || c.bakStale == 0)
 }
 
 // aheadFlush reports whether an error completion of the backup QP is the
@@ -477,9 +483,62 @@ func (c *Conn) aheadFlush(wc *verbs.WC) bool {
 		return isRecv(wc)
 	case wc.WRID == ctrlRecvWRID:
 		return true
-	case wc.WRID == ctrlSendWRID:
-		return false
+	case ownWRID(wc.WRID):
+		return false // (a control message, or the fillers' fence)
 	}
 	sends, _ := c.holds(&c.bak)
 	return !sends || !c.sring.hasWRID(c.sendEnd(&c.bak), wc.WRID)
+}
+
+// purgePSNs are the PSNs the purge connects the backup QP with.
+//
+// With the mailbox: where its two streams stand (ibv_query_qp reports
+// the live PSNs: docs/SIMULATOR.md rule 97), so that the peer, which
+// purges its own later, finds the stream where it left it, and a record
+// or a notification through the mailbox crosses the window in which one
+// backup is purged and the other not. Nothing of this side's is in
+// flight on the backup then (its fence drained it, or the fillers'
+// fence: postFillers), and the peer's sends are home: a packet delayed
+// across the purge carries a PSN before the one expected, a duplicate
+// acknowledged without effect.
+//
+// Without: the last handshake's PSNs (docs/CROSSNIC.md, "Reset PSNs").
+// Both ends must have a mailbox, or neither.
+func (c *Conn) purgePSNs() (rq, sq uint32, err error) {
+	if c.mboxUsable() {
+		a, _, qerr := c.bak.QP.Query(verbs.QPAttrRQPSN | verbs.QPAttrSQPSN | verbs.QPAttrState)
+		if qerr == nil && a.QPState != verbs.QPSReset && a.QPState != verbs.QPSInit {
+			return a.RQPSN & ctrlPSNMask, a.SQPSN & ctrlPSNMask, nil
+		}
+	}
+	if !c.peerPSNSet {
+		return 0, 0, errors.New("no starting PSN from the peer since the last handshake")
+	}
+	return c.peerPSN, c.ownPSN, nil
+}
+
+// switchLost: the switch-back notification on the default QP failed, or
+// got no answer; the peer may have taken it (its receives home then,
+// behind stale copies on its backup). With the mailbox this side asks
+// the peer, with a fallback notification through it: the answer's
+// fillers precede the held WRs, which the fsm keeps until the answer
+// (await-ack). It reports false without the mailbox: the caller
+// surfaces the error (ErrSwitchNotifyLost).
+func (c *Conn) switchLost(reason string) bool {
+	if c.m.SQ != fsm.SQWaitNotify || !c.bakReady || !c.mboxUsable() || c.m.RQ == fsm.RQFallback && c.bakStale != 0 {
+		return false
+	}
+	if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+		c.defDead = true // (in ERR the notification cannot arrive later)
+	}
+	c.defErr = true
+	c.stats.Faults++
+	c.newHandshakePSN()
+	if c.hs != nil {
+		c.faultAt = c.hs.clock.Now()
+	}
+	c.mbox.switchDone, c.mbox.use = false, true
+	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFault, ReplaySafe: true, BackupReady: true, Mailbox: true,
+		Reason: "the switch-back notification was lost: " + reason}))
+	return true
 }

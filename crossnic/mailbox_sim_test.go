@@ -124,8 +124,8 @@ func TestSecondFaultMidSwitchBack(t *testing.T) {
 					if sq, _ := n.conn.State(); sq == fsm.SQSurfaced {
 						t.Fatalf("%s surfaced: %s (%s)", n.name, n.conn.Reason(), w.states())
 					}
-					if m := n.conn.Stats().MailboxHandshakes; m != 1 {
-						t.Fatalf("%s: %d handshakes through the mailbox, want 1 (%s)", n.name, m, w.states())
+					if m := n.conn.Stats().MailboxHandshakes; m != 2 {
+						t.Fatalf("%s: %d handshakes through the mailbox, want 2: the first fault's and the second's (%s)", n.name, m, w.states())
 					}
 				}
 				if f := w.n[0].conn.Stats().Fillers; f == 0 {
@@ -161,7 +161,7 @@ func TestSecondFaultMidSwitchBack(t *testing.T) {
 // of each. They are hidden now (the fillers the peer owed).
 func TestMailboxAnswerThenReplayRefused(t *testing.T) {
 	var carried, stale atomic.Int64
-	desc, err := flapSchedule(t, 1017, &carried, &stale)
+	desc, err := flapScheduleWith(t, 1017, &campaignCounts{carried: &carried, stale: &stale}, false)
 	if err != nil && err != errReadSurfaced {
 		t.Fatalf("%s: %v", desc, err)
 	}
@@ -189,8 +189,8 @@ func TestSecondFaultPeerNotifying(t *testing.T) {
 			t.Run(peer, func(t *testing.T) {
 				w := midSwitchBack(t, p, true, false, peer)
 				for _, n := range w.n {
-					if sq, _ := n.conn.State(); sq == fsm.SQSurfaced || n.conn.Stats().MailboxHandshakes != 1 {
-						t.Fatalf("%s: %s, want failed over again through the mailbox", n.name, w.states())
+					if sq, _ := n.conn.State(); sq == fsm.SQSurfaced || n.conn.Stats().MailboxHandshakes != 2 {
+						t.Fatalf("%s: %s, want both faults' handshakes through the mailbox", n.name, w.states())
 					}
 				}
 				if f := w.n[1].conn.Stats().Fillers; peer == "taken" && f == 0 {
@@ -213,6 +213,89 @@ func TestSecondFaultPeerNotifying(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
+		}
+	})
+}
+
+// TestSwitchNotifyLostAsked: a switch-back notification fails, and its
+// sender asks the peer through the mailbox instead of surfacing
+// (TestSwitchNotifyAckLost and TestSwitchNotifyNeverAnswered without
+// mailboxes).
+//   - ack lost: the peer took it (its receives came home, and, both its
+//     queues home, it purged its backup), every ACK of it was lost. The
+//     peer's answer asks for fillers for its control receives and it
+//     fails its own sends over, with fillers for the stale copies this
+//     side's receives left on the way home; both come home again.
+//   - never answered: the path stays down on a provider that
+//     retransmits without end; the peer never took it. Both fail over
+//     again and stay on the backup.
+//
+// Every round is delivered once, in order.
+func TestSwitchNotifyLostAsked(t *testing.T) {
+	t.Run("ack lost", func(t *testing.T) {
+		dir := crossnic.NewMemDirectory()
+		w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3})
+		w.sendRx = [2]bool{true, true}
+		a := w.n[0]
+		for _, n := range w.n {
+			must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, PathUp: portUp(n)}))
+		}
+		port := a.hca.Port(1)
+		w.run(300*time.Microsecond, 0)
+		must(t, w.f.SetLink(port, false))
+		w.run(5*time.Millisecond, 0)
+		must(t, w.f.SetLink(port, true))
+		for k := 0; k < 200000; k++ {
+			if sq, _ := a.conn.State(); sq == fsm.SQWaitDrained {
+				break
+			}
+			w.run(time.Microsecond, 0)
+		}
+		qa, _, err := a.def.qp.Query(verbs.QPAttrSQPSN)
+		must(t, err)
+		for range 4 { // retry_cnt 3: the notification's first send and three retries
+			must(t, w.f.DropResponse(a.def.qp, qa.SQPSN))
+		}
+		w.run(100*time.Millisecond, 0)
+		for _, n := range w.n {
+			if st := n.conn.Stats(); st.MailboxHandshakes != 2 || st.Fillers == 0 {
+				t.Fatalf("%s: %+v, want the second handshake through the mailbox with fillers both ways (%s)", n.name, st, w.states())
+			}
+		}
+		if st := w.n[1].conn.Stats(); st.BackupResets == 0 {
+			t.Fatalf("node1 never purged its backup: the schedule misses its case (%s)", w.states())
+		}
+		w.run(20 * time.Millisecond)
+		if err := w.delivered(0); err != nil {
+			t.Fatalf("%v (%s)", err, w.states())
+		}
+		if !w.home() {
+			t.Fatalf("not home: %s", w.states())
+		}
+	})
+	t.Run("never answered", func(t *testing.T) {
+		dir := crossnic.NewMemDirectory()
+		w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7})
+		a := w.n[0]
+		followerOf(w, 0)
+		must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: time.Millisecond}))
+		port := a.hca.Port(1)
+		w.run(300*time.Microsecond, 0)
+		must(t, w.f.SetLink(port, false))
+		w.run(5*time.Millisecond, 0)
+		must(t, w.f.SetLink(port, true))
+		untilWaitNotify(t, w, a)
+		must(t, w.f.SetLink(port, false))
+		bound := verbs.TimeoutDuration(10) * 8 * 5 / 4
+		w.run(3*bound+20*time.Millisecond, 0)
+		w.run(20 * time.Millisecond)
+		for _, n := range w.n {
+			if sq, _ := n.conn.State(); sq == fsm.SQSurfaced || n.conn.Stats().MailboxHandshakes != 2 {
+				t.Fatalf("%s: %s, want failed over again through the mailbox", n.name, w.states())
+			}
+		}
+		if err := w.delivered(0); err != nil {
+			t.Fatalf("%v (%s)", err, w.states())
 		}
 	})
 }

@@ -204,8 +204,10 @@ func (c *Conn) onDefault(wc verbs.WC) {
 			// held WRs to the backup then would land them in receives the
 			// peer no longer reads (data lost without an error). The
 			// error surfaces instead, as for a second fault before the
-			// purge.
-			c.Surface(fmt.Sprintf("completion error %v on the default QP: %v", wc.Status, ErrSwitchNotifyLost))
+			// purge. Through the mailbox the peer is asked instead.
+			if !c.switchLost(fmt.Sprintf("completion error %v on the default QP", wc.Status)) {
+				c.Surface(fmt.Sprintf("completion error %v on the default QP: %v", wc.Status, ErrSwitchNotifyLost))
+			}
 			return
 		}
 		c.stats.HiddenFlushes++
@@ -289,7 +291,7 @@ func (c *Conn) onBackup(wc verbs.WC) {
 			// filler did not come: a stale copy, or a control receive
 			c.fillersDue--
 			c.stats.HiddenFlushes++
-		case wc.WRID != ctrlSendWRID && wc.WRID != ctrlRecvWRID && !c.bakGone:
+		case !ownWRID(wc.WRID) && !c.bakGone:
 			// The application's WR, retired before the error surfaces
 			// (so that no ring completes it again). A flush that is none
 			// of the WRs the backup holds, on a backup that holds no
@@ -326,6 +328,8 @@ func (c *Conn) onBackup(wc verbs.WC) {
 		// was not purged yet. Replaying onto it could corrupt memory.
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "control message on a backup QP not purged since the last switch back"}))
 	case wc.WRID == ctrlSendWRID:
+	case wc.WRID == probeWRID && !isRecv(&wc):
+		c.fillerFence = false // the peer took the fillers
 	case isRecv(&wc):
 		c.recvSucceeded(&wc)
 		wc.QPNum, wc.SrcQP = c.defQPN, c.peerQPN

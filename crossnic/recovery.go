@@ -216,8 +216,11 @@ func (c *Conn) Tick() {
 				// for ever on a provider that retransmits without end.
 				c.notifyWaits++
 				if c.notifyWaits >= maxNotifyWaits {
-					c.Surface(fmt.Sprintf("the switch-back notification on QP %#x got no answer within %v",
-						c.def.QP.QPN(), time.Duration(maxNotifyWaits)*c.notifyBound))
+					why := fmt.Sprintf("the switch-back notification on QP %#x got no answer within %v",
+						c.def.QP.QPN(), time.Duration(maxNotifyWaits)*c.notifyBound)
+					if !c.switchLost(why) {
+						c.Surface(why)
+					}
 					break
 				}
 				c.probeErr = fmt.Errorf("switch-back notification on QP %#x: no answer within %v (still waiting for it)",
@@ -234,8 +237,10 @@ func (c *Conn) Tick() {
 			// notification cannot arrive later either).
 			_ = c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState)
 			c.defErr = true
-			c.Surface(fmt.Sprintf("the switch-back notification on QP %#x got no answer within %v: %v",
-				c.def.QP.QPN(), c.notifyBound, ErrSwitchNotifyLost))
+			why := fmt.Sprintf("the switch-back notification on QP %#x got no answer within %v", c.def.QP.QPN(), c.notifyBound)
+			if !c.switchLost(why) {
+				c.Surface(fmt.Sprintf("%s: %v", why, ErrSwitchNotifyLost))
+			}
 		}
 	case fsm.SQFallback:
 		if c.probing && now-c.probeAt > c.rec.ProbeTimeout {
@@ -533,7 +538,7 @@ func (c *Conn) ResetErr() error { return c.resetErr }
 // fence, so a direction whose application posts nothing switches back
 // without waiting for a signaled WR that may never come.
 func (c *Conn) switchIfIdle() {
-	if c.m.SQ != fsm.SQWaitSignaled || c.sring.Len() != 0 {
+	if c.m.SQ != fsm.SQWaitSignaled || c.sring.Len() != 0 || c.fillerFence {
 		return
 	}
 	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFencePosted}))
@@ -668,10 +673,10 @@ func (c *Conn) purgeBackup() {
 		return // a failed purge is tried again every ProbeInterval, not at every poll
 	}
 	_ = c.drain(&c.bak)
-	err := errors.New("no starting PSN from the peer since the last handshake")
-	if c.peerPSNSet {
+	rq, sq, err := c.purgePSNs()
+	if err == nil {
 		if err = initQP(c.bak.QP, c.bakAttr, ctrlRecvs); err == nil {
-			err = connectQP(c.bak.QP, c.bakAttr, c.peerPSN, c.ownPSN)
+			err = connectQP(c.bak.QP, c.bakAttr, rq, sq)
 		}
 	}
 	if err != nil {

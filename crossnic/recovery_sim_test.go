@@ -552,10 +552,11 @@ func followerOf(w *world, i int) {
 // timeouts the error surfaces, instead of holding the application's sends
 // for ever, and every WR still completes exactly once. (Node0 switches
 // back second, so the peer's sends are home on the QP when its
-// notification goes out.)
+// notification goes out.) Without mailboxes: with them the peer is asked
+// (TestSwitchNotifyLostAsked).
 func TestSwitchNotifyNeverAnswered(t *testing.T) {
 	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7})
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7, noMailbox: true})
 	a := w.n[0]
 	followerOf(w, 0)
 	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: time.Millisecond}))
@@ -588,12 +589,14 @@ func TestSwitchNotifyNeverAnswered(t *testing.T) {
 // lost, so the notification completes with RETRY_EXC_ERR. The error does
 // not say whether the peer took it; here it did. Sending the held WRs to
 // the backup would land them where the peer no longer reads (lost
-// without an error): the error surfaces instead (ErrSwitchNotifyLost),
+// without an error): without mailboxes the error surfaces instead
+// (ErrSwitchNotifyLost; with them the peer is asked:
+// TestSwitchNotifyLostAsked),
 // and every message either arrives once, in order, or completes with an
 // error.
 func TestSwitchNotifyAckLost(t *testing.T) {
 	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3})
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3, noMailbox: true})
 	w.sendRx = [2]bool{true, true}
 	a := w.n[0]
 	for _, n := range w.n {
@@ -643,7 +646,8 @@ func TestSwitchNotifyAckLost(t *testing.T) {
 // completes with an error.
 func TestSwitchNotifyTimeoutPeerTook(t *testing.T) {
 	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 31, EndlessRetry7: true}, retry: 7, noRecovery: true})
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 31, EndlessRetry7: true}, retry: 7, noRecovery: true,
+		noMailbox: true}) // (with mailboxes the peer is asked: TestSwitchNotifyLostAsked)
 	w.sendRx = [2]bool{true, true}
 	a, b := w.n[0], w.n[1]
 	for _, n := range w.n {
@@ -715,7 +719,7 @@ func (q stepFailQP) Modify(a *verbs.QPAttr, m verbs.QPAttrMask) error {
 func stepFailWorld(t *testing.T, seed uint64) (w *world, fail map[verbs.QPState]bool, tries *int) {
 	fail, tries = map[verbs.QPState]bool{}, new(int)
 	dir := crossnic.NewMemDirectory()
-	w = newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed}, retry: 3,
+	w = newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed}, retry: 3, noMailbox: true,
 		wrapDefQP: func(i int, qp verbs.QP) verbs.QP {
 			if i == 1 {
 				return stepFailQP{qp, fail, tries}

@@ -19,7 +19,7 @@ import (
 var (
 	switchRuns = flag.Int("crossnic.switchruns", 300, "flap schedules in TestSwitchBackCampaign")
 	switchSeed = flag.Uint64("crossnic.switchseed", 0, "run only this flap schedule")
-	noMailbox  = flag.Bool("crossnic.nomailbox", false, "TestSwitchBackCampaign without the mailbox (for comparison)")
+	mailboxes  = flag.String("crossnic.mailbox", "mixed", "mailboxes in the campaigns' schedules: mixed (one schedule in four without), on, or off")
 )
 
 // portUp is the PathUp of a node: its default port is ACTIVE (the shim
@@ -47,7 +47,7 @@ func portUp(n *node) func() bool {
 // may have an effect (noStaleEffect).
 // The seeds take the simulator's profiles in turn (campaignProfile).
 func flapSchedule(t testing.TB, seed uint64, carried, stale *atomic.Int64) (string, error) {
-	return flapScheduleWith(t, seed, &campaignCounts{carried: carried, stale: stale}, *noMailbox)
+	return flapScheduleWith(t, seed, &campaignCounts{carried: carried, stale: stale}, drawNoMailbox(t, seed))
 }
 
 // campaignCounts are what the switch-back campaign counts across its
@@ -96,7 +96,7 @@ func flapScheduleWith(t testing.TB, seed uint64, n *campaignCounts, noMbox bool)
 	if rng.IntN(3) == 0 {
 		w.lazy[rng.IntN(2)] = 2 + rng.IntN(30)
 	}
-	desc := fmt.Sprintf("profile %s endless %v probe timeout %v dirs %v sendRx %v lazy %v", profile, endless, probeTO, dirs, w.sendRx, w.lazy)
+	desc := fmt.Sprintf("profile %s endless %v probe timeout %v dirs %v sendRx %v lazy %v mailbox %v", profile, endless, probeTO, dirs, w.sendRx, w.lazy, !noMbox)
 	twice := rng.IntN(2) == 0 // a second flap follows
 	desc += drawTraffic(t, rand.New(rand.NewPCG(seed, 12)), w)
 	ports := func(k int) []*sim.Port {
@@ -257,6 +257,23 @@ func (w *world) states() string {
 	return b.String()
 }
 
+// drawNoMailbox says whether a campaign's schedule runs without
+// mailboxes (-crossnic.mailbox): with "mixed", one in four, drawn from a
+// stream of its own, so that the handshake through the control receives
+// (the shim's, and an SRQ's) stays covered beside the mailbox's.
+func drawNoMailbox(t testing.TB, seed uint64) bool {
+	switch *mailboxes {
+	case "on":
+		return false
+	case "off":
+		return true
+	case "mixed":
+		return rand.New(rand.NewPCG(seed, 14)).IntN(4) == 0
+	}
+	t.Fatalf("-crossnic.mailbox %q: want mixed, on or off", *mailboxes)
+	return false
+}
+
 // errSurfaced: a schedule with two flaps ended with the error surfaced,
 // cleanly; the campaign counts these.
 var errSurfaced = errors.New("surfaced after the second flap")
@@ -282,7 +299,7 @@ func TestSwitchBackCampaign(t *testing.T) {
 			t.SkipNow()
 		}
 		ok := t.Run(fmt.Sprint(s), func(t *testing.T) {
-			desc, err := flapScheduleWith(t, s, counts, *noMailbox)
+			desc, err := flapScheduleWith(t, s, counts, drawNoMailbox(t, s))
 			if strings.Contains(desc, "then after") {
 				twice.Add(1)
 			}
@@ -322,7 +339,8 @@ func TestSwitchBackCampaign(t *testing.T) {
 // both ends come home.
 func TestAnnouncementAfterPeerPurge(t *testing.T) {
 	var carried, stale atomic.Int64
-	if desc, err := flapSchedule(t, 22436, &carried, &stale); err != nil {
+	// (without mailboxes: the handshake through the control receives)
+	if desc, err := flapScheduleWith(t, 22436, &campaignCounts{carried: &carried, stale: &stale}, true); err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}
 }

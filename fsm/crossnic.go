@@ -93,8 +93,13 @@ type CNEvent struct {
 	ReplaySafe  bool   // CNFault
 	Unsafe      string // CNFault, when !ReplaySafe: why ("" : an atomic is outstanding)
 	BackupReady bool   // CNFault
-	PeerRecv    uint64 // CNPeerNotify, CNPeerAck: the peer's completed-receive counter
-	Reason      string
+	// Mailbox (CNFault in wait-notify): the switch-back notification
+	// failed, and the driver asks the peer what became of it through a
+	// channel that consumes no receive (crossnic's mailbox) instead of
+	// sending the held WRs to the backup
+	Mailbox  bool
+	PeerRecv uint64 // CNPeerNotify, CNPeerAck: the peer's completed-receive counter
+	Reason   string
 }
 
 // CNActionKind is work the driver must do.
@@ -246,9 +251,24 @@ func (m *CrossNIC) fault(ev CNEvent) []CNAction {
 		// The default failed again before the switch: stay on the backup.
 		m.SQ = SQFallback
 		return []CNAction{{Kind: ActResetDefault}}
-	case SQWaitDrained, SQWaitNotify:
+	case SQWaitNotify:
+		if ev.Mailbox {
+			// The notification failed, and the peer may have taken it
+			// (its receives home then, behind stale copies on its
+			// backup): a handshake as from Default, whose answer says
+			// where the held WRs may go. The receives go to the backup.
+			acts := []CNAction{{Kind: ActFlushDefault}, {Kind: ActRepostRecvsBackup}, {Kind: ActSendNotify}}
+			if m.RQ == RQFallback {
+				acts = []CNAction{{Kind: ActFlushDefault}, {Kind: ActSendNotify}}
+			}
+			m.SQ, m.RQ = SQAwaitAck, RQFallback
+			return acts
+		}
 		// The default failed during the switch: the held WRs (and the
 		// notification) never executed; they go to the backup, in order.
+		m.SQ = SQFallback
+		return []CNAction{{Kind: ActRedirectHeld}, {Kind: ActResetDefault}}
+	case SQWaitDrained:
 		m.SQ = SQFallback
 		return []CNAction{{Kind: ActRedirectHeld}, {Kind: ActResetDefault}}
 	}

@@ -48,7 +48,7 @@ func parseCN(t *testing.T, n int, f []string) CNEvent {
 	}
 	switch ev.Kind {
 	case CNFault:
-		ev.ReplaySafe, ev.BackupReady = arg != "atomic", arg != "nobackup"
+		ev.ReplaySafe, ev.BackupReady, ev.Mailbox = arg != "atomic", arg != "nobackup", arg == "mailbox"
 		ev.Reason = arg
 	case CNPeerNotify, CNPeerAck:
 		v, err := strconv.ParseUint(arg, 10, 64)
