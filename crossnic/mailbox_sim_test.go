@@ -233,30 +233,7 @@ func TestSecondFaultPeerNotifying(t *testing.T) {
 // Every round is delivered once, in order.
 func TestSwitchNotifyLostAsked(t *testing.T) {
 	t.Run("ack lost", func(t *testing.T) {
-		dir := crossnic.NewMemDirectory()
-		w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3})
-		w.sendRx = [2]bool{true, true}
-		a := w.n[0]
-		for _, n := range w.n {
-			must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, PathUp: portUp(n)}))
-		}
-		port := a.hca.Port(1)
-		w.run(300*time.Microsecond, 0)
-		must(t, w.f.SetLink(port, false))
-		w.run(5*time.Millisecond, 0)
-		must(t, w.f.SetLink(port, true))
-		for k := 0; k < 200000; k++ {
-			if sq, _ := a.conn.State(); sq == fsm.SQWaitDrained {
-				break
-			}
-			w.run(time.Microsecond, 0)
-		}
-		qa, _, err := a.def.qp.Query(verbs.QPAttrSQPSN)
-		must(t, err)
-		for range 4 { // retry_cnt 3: the notification's first send and three retries
-			must(t, w.f.DropResponse(a.def.qp, qa.SQPSN))
-		}
-		w.run(100*time.Millisecond, 0)
+		w := ackLost(t, false)
 		for _, n := range w.n {
 			if st := n.conn.Stats(); st.MailboxHandshakes != 2 || st.Fillers == 0 {
 				t.Fatalf("%s: %+v, want the second handshake through the mailbox with fillers both ways (%s)", n.name, st, w.states())
@@ -274,19 +251,7 @@ func TestSwitchNotifyLostAsked(t *testing.T) {
 		}
 	})
 	t.Run("never answered", func(t *testing.T) {
-		dir := crossnic.NewMemDirectory()
-		w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7})
-		a := w.n[0]
-		followerOf(w, 0)
-		must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: time.Millisecond}))
-		port := a.hca.Port(1)
-		w.run(300*time.Microsecond, 0)
-		must(t, w.f.SetLink(port, false))
-		w.run(5*time.Millisecond, 0)
-		must(t, w.f.SetLink(port, true))
-		untilWaitNotify(t, w, a)
-		must(t, w.f.SetLink(port, false))
-		bound := verbs.TimeoutDuration(10) * 8 * 5 / 4
+		w, bound := neverAnswered(t, false)
 		w.run(3*bound+20*time.Millisecond, 0)
 		w.run(20 * time.Millisecond)
 		for _, n := range w.n {

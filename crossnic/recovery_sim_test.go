@@ -538,6 +538,60 @@ func TestStaleFlushAfterSwitchBack(t *testing.T) {
 	}
 }
 
+// ackLost runs the world of TestSwitchNotifyAckLost (with mailboxes or
+// without) until 100 ms after node0's switch-back notification, every ACK
+// of which is lost.
+func ackLost(t *testing.T, noMbox bool) *world {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3, noMailbox: noMbox})
+	w.sendRx = [2]bool{true, true}
+	a := w.n[0]
+	for _, n := range w.n {
+		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, PathUp: portUp(n)}))
+	}
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(port, true))
+	deadline := w.f.Now() + 200*time.Millisecond
+	for sq, _ := a.conn.State(); sq != fsm.SQWaitDrained; sq, _ = a.conn.State() {
+		if w.f.Now() > deadline {
+			t.Fatalf("never in wait-drained: %v %+v", sq, a.conn.Stats())
+		}
+		w.run(time.Microsecond, 0)
+	}
+	// The notification is the next packet of A's default QP.
+	qa, _, err := a.def.qp.Query(verbs.QPAttrSQPSN)
+	must(t, err)
+	for range 4 { // retry_cnt 3: the first send and three retries
+		must(t, w.f.DropResponse(a.def.qp, qa.SQPSN))
+	}
+	w.run(100*time.Millisecond, 0)
+	return w
+}
+
+// neverAnswered builds the world of TestSwitchNotifyNeverAnswered (with
+// mailboxes or without) up to node0's switch-back notification on the
+// wire and its path down again, and returns it with the bound of one wait
+// for the notification's answer: the QP's own give-up time, longer than
+// HandshakeTimeout here (retry_cnt+1 local ACK timeouts, a quarter more).
+func neverAnswered(t *testing.T, noMbox bool) (*world, time.Duration) {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7, noMailbox: noMbox})
+	a := w.n[0]
+	followerOf(w, 0)
+	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: time.Millisecond}))
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0)
+	must(t, w.f.SetLink(port, true))
+	untilWaitNotify(t, w, a)
+	must(t, w.f.SetLink(port, false))
+	return w, verbs.TimeoutDuration(10) * 8 * 5 / 4
+}
+
 // followerOf makes node i the follower of its next handshake (the end
 // that switches back second, follow.go): its PSNs drawn high, the peer's
 // low.
@@ -555,21 +609,8 @@ func followerOf(w *world, i int) {
 // notification goes out.) Without mailboxes: with them the peer is asked
 // (TestSwitchNotifyLostAsked).
 func TestSwitchNotifyNeverAnswered(t *testing.T) {
-	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7, noMailbox: true})
+	w, bound := neverAnswered(t, true)
 	a := w.n[0]
-	followerOf(w, 0)
-	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: time.Millisecond}))
-	port := a.hca.Port(1)
-	w.run(300*time.Microsecond, 0)
-	must(t, w.f.SetLink(port, false))
-	w.run(5*time.Millisecond, 0)
-	must(t, w.f.SetLink(port, true))
-	untilWaitNotify(t, w, a)
-	must(t, w.f.SetLink(port, false))
-	// Each wait lasts the QP's own give-up time when that is longer than
-	// HandshakeTimeout: retry_cnt+1 local ACK timeouts, a quarter more.
-	bound := verbs.TimeoutDuration(10) * 8 * 5 / 4
 	w.run(2*bound+bound/2, 0)
 	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify {
 		t.Fatalf("after two timeouts: %v, want still waiting", sq)
@@ -595,32 +636,8 @@ func TestSwitchNotifyNeverAnswered(t *testing.T) {
 // and every message either arrives once, in order, or completes with an
 // error.
 func TestSwitchNotifyAckLost(t *testing.T) {
-	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3, noMailbox: true})
-	w.sendRx = [2]bool{true, true}
+	w := ackLost(t, true)
 	a := w.n[0]
-	for _, n := range w.n {
-		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, PathUp: portUp(n)}))
-	}
-	port := a.hca.Port(1)
-	w.run(300*time.Microsecond, 0)
-	must(t, w.f.SetLink(port, false))
-	w.run(5*time.Millisecond, 0)
-	must(t, w.f.SetLink(port, true))
-	deadline := w.f.Now() + 200*time.Millisecond
-	for sq, _ := a.conn.State(); sq != fsm.SQWaitDrained; sq, _ = a.conn.State() {
-		if w.f.Now() > deadline {
-			t.Fatalf("never in wait-drained: %v %+v", sq, a.conn.Stats())
-		}
-		w.run(time.Microsecond, 0)
-	}
-	// The notification is the next packet of A's default QP.
-	qa, _, err := a.def.qp.Query(verbs.QPAttrSQPSN)
-	must(t, err)
-	for range 4 { // retry_cnt 3: the first send and three retries
-		must(t, w.f.DropResponse(a.def.qp, qa.SQPSN))
-	}
-	w.run(100*time.Millisecond, 0)
 	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), crossnic.ErrSwitchNotifyLost.Error()) {
 		t.Fatalf("A after its notification's ACKs were lost: %v %q, want surfaced with %v", sq, a.conn.Reason(), crossnic.ErrSwitchNotifyLost)
 	}
