@@ -7,6 +7,7 @@
 // to skip what the peer already consumed and refuses to replay while an
 // atomic is outstanding, and the key translation of replayed WRs; and
 // SRQGroup, which moves the receives of a shared receive queue to the
-// backup device when its QPs fail over, together. The per-QP decisions
-// are the pure machine fsm.CrossNIC.
+// backup device when its QPs fail over, together; and the mailbox, a
+// control channel on the backup QP that consumes no receive. The per-QP
+// decisions are the pure machine fsm.CrossNIC.
 package crossnic

@@ -14,12 +14,13 @@ import (
 // registers a small region on its backup device, and the peer writes its
 // control records there with a plain RDMA WRITE on the backup QP, which
 // executes at the responder without a receive or a completion. The owner
-// reads its inbox when it polls (Poll, Tick). It carries the fallback
-// handshake where the receive-based one cannot: a second fault while one
-// direction of a switch back is home and the other is not, where the
-// backup's receive queue holds the application's live receives on one
-// side and stale copies on the other (docs/CROSSNIC.md, "A second fault
-// in the middle of a switch back").
+// reads its inbox when it polls (Poll, Tick). When both ends have one it
+// carries every fallback handshake, including where the receive-based
+// one cannot: a second fault while one direction of a switch back is
+// home and the other is not (the backup's receive queue holds the
+// application's live receives on one side and stale copies on the
+// other), and a switch-back notification whose fate is unknown
+// (docs/CROSSNIC.md, "The mailbox").
 //
 // A record is 32 bytes, little endian:
 //
@@ -137,11 +138,13 @@ type mailbox struct {
 }
 
 // OpenMailbox registers this side's mailbox on the backup device and
-// returns its inbox, for the peer's SetPeerMailbox. Both sides need the
-// other's before a second fault during a switch back can be carried
-// (docs/CROSSNIC.md); a Conn without them surfaces the error there, as
-// before. A QP on an SRQ has no use for it (the SRQ path does not take
-// it). Calling it again returns the same inbox.
+// returns its inbox, for the peer's SetPeerMailbox. With both inboxes
+// known every fallback handshake goes through the mailbox, and the purge
+// of the backup carries its streams on; both ends must have one or
+// neither (the purge's PSNs follow it). Without, the handshake goes
+// through the control receives, and a second fault in the middle of a
+// switch back surfaces the error. A QP on an SRQ has no use for it (the
+// SRQ path does not take it). Calling it again returns the same inbox.
 func (c *Conn) OpenMailbox() (Mailbox, error) {
 	if c.mbox.mr != nil {
 		return Mailbox{Addr: c.mbox.mr.Addr(), RKey: c.mbox.mr.RKey()}, nil
