@@ -105,6 +105,15 @@ func (c *Conn) flushDefault() {
 	_ = c.drain(&c.def)
 }
 
+// defaultToErr moves the default QP to ERR (a device that refuses with
+// EIO is dead) and notes that its flushes are the Conn's doing.
+func (c *Conn) defaultToErr() {
+	if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
+		c.defDead = true
+	}
+	c.defErr = true
+}
+
 // repostRecvs moves the outstanding receives to the backup QP, after the
 // control receive already there.
 func (c *Conn) repostRecvs() error {

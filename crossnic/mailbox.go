@@ -326,10 +326,7 @@ func (c *Conn) onMailboxNotify(r mboxRec) {
 	}
 	if c.m.SQ != fsm.SQDefault {
 		c.resetHeld = true
-		if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
-			c.defDead = true
-		}
-		c.defErr = true
+		c.defaultToErr()
 		_ = c.drain(&c.def)
 		c.resetHeld = false
 		switch {
@@ -531,10 +528,7 @@ func (c *Conn) switchLost(reason string) bool {
 	if c.m.SQ != fsm.SQWaitNotify || !c.bakReady || !c.mboxUsable() || c.m.RQ == fsm.RQFallback && c.bakStale != 0 {
 		return false
 	}
-	if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
-		c.defDead = true // (in ERR the notification cannot arrive later)
-	}
-	c.defErr = true
+	c.defaultToErr() // (in ERR the notification cannot arrive later)
 	c.stats.Faults++
 	c.newHandshakePSN()
 	if c.hs != nil {

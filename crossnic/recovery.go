@@ -512,10 +512,7 @@ func (c *Conn) peerFellBackAgain(prior fsm.SQState) {
 	default:
 		return // the fsm resets it (Default), or reset it already (AwaitAck)
 	}
-	if err := c.def.QP.Modify(&verbs.QPAttr{QPState: verbs.QPSErr}, verbs.QPAttrState); errors.Is(err, verbs.EIO) {
-		c.defDead = true
-	}
-	c.defErr = true
+	c.defaultToErr()
 	if c.m.SQ == fsm.SQFallback {
 		c.resetDefault()
 		return
