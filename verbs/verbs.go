@@ -53,6 +53,20 @@ type MemAllocator interface {
 	FreeMem(b []byte) error
 }
 
+// DeviceMem is implemented by a region whose device accesses it
+// concurrently with the program in a way the program's memory model must
+// see (the simulator, whose device runs under its own lock). Code that
+// reads or writes a region the peer's device writes at any time, with no
+// completion to order the two (a mailbox), goes through it when the
+// region offers it; on a real device plain loads and stores are the
+// device's view (with a checksum to catch a torn record).
+type DeviceMem interface {
+	// LoadMem copies len(dst) bytes of the region from offset off.
+	LoadMem(dst []byte, off int)
+	// StoreMem copies src into the region at offset off.
+	StoreMem(off int, src []byte)
+}
+
 // DmabufRegistrar is implemented by a PD that registers dma-buf memory
 // (ibv_reg_dmabuf_mr): device memory, a GPU's, exported as a dma-buf
 // file descriptor, which the CPU may be unable to read. The MR's Addr is

@@ -105,6 +105,25 @@ type MR struct {
 
 var _ verbs.MR = (*MR)(nil)
 
+var _ verbs.DeviceMem = (*MR)(nil)
+
+// LoadMem implements verbs.DeviceMem: the bytes as the fabric, under
+// its lock, last left them.
+func (m *MR) LoadMem(dst []byte, off int) {
+	f := m.pd.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	copy(dst, m.buf[off:])
+}
+
+// StoreMem implements verbs.DeviceMem.
+func (m *MR) StoreMem(off int, src []byte) {
+	f := m.pd.ctx.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	copy(m.buf[off:], src)
+}
+
 // RegMR implements ibv_reg_mr.
 func (pd *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
 	f := pd.ctx.fab()
