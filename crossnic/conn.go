@@ -178,7 +178,7 @@ type Conn struct {
 	following             bool
 	followFrom, probeOKAt time.Duration
 	// mbox: the control channel that consumes no receive (mailbox.go)
-	mbox mailbox
+	mbox *mailbox
 	// fillersOwed: zero-length SENDs the peer's answer through the
 	// mailbox asked for, sent before the replay; fillersDue: those this
 	// side asked the peer for, whose receive completions it hides
@@ -252,7 +252,7 @@ func NewConn(def, bak Leg, keys *KeyMap, sqSigAll bool) (*Conn, error) {
 // number given (a dead device cannot be queried).
 func newConn(def, bak Leg, keys *KeyMap, sqSigAll bool, qc verbs.QPCap, peerQPN uint32) (*Conn, error) {
 	c := &Conn{def: def, bak: bak, defQPN: def.QP.QPN(), peerQPN: peerQPN, keys: keys, defHolds: true,
-		buf: make([]verbs.WC, 64), sges: make([]verbs.SGE, 0, max(qc.MaxSendSGE, qc.MaxRecvSGE, 1))}
+		buf: make([]verbs.WC, 64), sges: make([]verbs.SGE, 0, max(qc.MaxSendSGE, qc.MaxRecvSGE, 1)), mbox: &mailbox{}}
 	var err error
 	if c.sring, err = NewSendRing(qc, sqSigAll); err != nil {
 		return nil, err

@@ -24,13 +24,15 @@ func (e Endpoint) String() string {
 	return fmt.Sprintf("gid %v qpn %#x", e.GID, e.QPN)
 }
 
-// Backup is the backup QP that stands in for a default one.
+// Backup is the backup QP that stands in for a default one, and the
+// inbox of its mailbox (zero: it has none; Shadow.SetMailboxes).
 type Backup struct {
-	Device string
-	Port   uint8
-	GID    verbs.GID
-	LID    uint16
-	QPN    uint32
+	Device  string
+	Port    uint8
+	GID     verbs.GID
+	LID     uint16
+	QPN     uint32
+	Mailbox Mailbox
 }
 
 // MRRef names a registered region by the port it is reached through

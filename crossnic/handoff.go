@@ -26,11 +26,15 @@ type Lane struct {
 
 // Settled reports whether the Conn's traffic can be handed over: both
 // queues in Fallback with every WR on the backup, no switch back
-// configured, no completion waiting for the application, and no replay
-// held (HoldReplay).
+// configured, no completion waiting for the application, no replay held
+// (HoldReplay), and nothing of a handshake through the mailbox left on
+// the backup: the fillers owed sent and their fence completed (whose
+// completion names none of the application's WRs), the peer's fillers
+// taken (their receive completions name stale receives, hidden here).
 func (c *Conn) Settled() bool {
 	return c.m.SQ == fsm.SQFallback && c.m.RQ == fsm.RQFallback && c.rec == nil && c.bakReady && !c.bakDirty &&
-		len(c.ready) == 0 && c.bakFrom >= c.sring.tail && !c.replayHeld
+		len(c.ready) == 0 && c.bakFrom >= c.sring.tail && !c.replayHeld &&
+		c.fillersOwed == 0 && !c.fillerFence && c.fillersDue == 0
 }
 
 // Lane describes the settled Conn's data path (call Settled first). From

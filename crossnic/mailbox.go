@@ -135,6 +135,31 @@ type mailbox struct {
 	// the mailbox (whenever it can: the control receives then take
 	// fillers like any receive ahead of the moved ones)
 	use bool
+	// watched: the peer reads its inbox without being woken. A side
+	// with no Conn (its QP never failed over, or was given back to the
+	// application after a switch back) reads it only when the caller
+	// asks (Shadow.MailboxPending); a record there wakes nothing. So a
+	// first failover notifies through the control receives, whose
+	// completion wakes the peer, and this side takes the peer for
+	// watching once it had a handshake with it: the peer had a Conn
+	// then, and keeps reading (the Conn's Poll and Tick, and after its
+	// give-back the caller's MailboxPending).
+	watched bool
+	// in, out: where a record is read into and encoded in (kept here:
+	// a local array passed to verbs.DeviceMem would be allocated on
+	// every poll)
+	in, out [mboxRecLen]byte
+	// owned: OpenMailbox made it, and Close releases it; the Shadow's
+	// mailboxes outlive the Conns it builds (their seq and seen carry
+	// on from one failover of the QP to the next)
+	owned bool
+}
+
+// attach makes m, which a Conn of the same QP used before (or none
+// did), this Conn's: what a failover left of the last handshake goes.
+func (m *mailbox) attach() *mailbox {
+	m.via, m.awaiting, m.switchDone, m.use = false, false, false, false
+	return m
 }
 
 // OpenMailbox registers this side's mailbox on the backup device and
@@ -147,17 +172,69 @@ type mailbox struct {
 // SRQ path does not take it). Calling it again returns the same inbox.
 func (c *Conn) OpenMailbox() (Mailbox, error) {
 	if c.mbox.mr != nil {
-		return Mailbox{Addr: c.mbox.mr.Addr(), RKey: c.mbox.mr.RKey()}, nil
+		return c.mbox.inbox(), nil
 	}
 	if c.bak.QP == nil {
 		return Mailbox{}, fmt.Errorf("crossnic: open the mailbox: no backup QP")
 	}
-	mr, buf, err := regBackup(c.bak.QP.PD(), mboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	m, err := newMailbox(c.bak.QP.PD())
 	if err != nil {
 		return Mailbox{}, fmt.Errorf("crossnic: open the mailbox: %w", err)
 	}
-	c.mbox.mr, c.mbox.buf = mr, buf
-	return Mailbox{Addr: mr.Addr(), RKey: mr.RKey()}, nil
+	c.mbox.mr, c.mbox.buf, c.mbox.owned = m.mr, m.buf, true
+	return c.mbox.inbox(), nil
+}
+
+// newMailbox registers a mailbox on the backup PD pd.
+func newMailbox(pd verbs.PD) (*mailbox, error) {
+	mr, buf, err := regBackup(pd, mboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		return nil, err
+	}
+	return &mailbox{mr: mr, buf: buf}, nil
+}
+
+// inbox is where the peer writes to m.
+func (m *mailbox) inbox() Mailbox { return Mailbox{Addr: m.mr.Addr(), RKey: m.mr.RKey()} }
+
+// pending reports whether the inbox holds a record newer than the last
+// handled (whole or not yet).
+func (m *mailbox) pending() bool {
+	if m.mr == nil {
+		return false
+	}
+	m.load(m.in[4:8], 4)
+	return binary.LittleEndian.Uint32(m.in[4:8]) != m.seen
+}
+
+// load copies len(dst) bytes of the mailbox from offset off: through the
+// region's verbs.DeviceMem when it has one (the simulator), else with
+// plain loads, the device's view.
+func (m *mailbox) load(dst []byte, off int) {
+	if d, ok := m.mr.(verbs.DeviceMem); ok {
+		d.LoadMem(dst, off)
+		return
+	}
+	copy(dst, m.buf[off:])
+}
+
+// store copies src into the mailbox at offset off (load's counterpart).
+func (m *mailbox) store(off int, src []byte) {
+	if d, ok := m.mr.(verbs.DeviceMem); ok {
+		d.StoreMem(off, src)
+		return
+	}
+	copy(m.buf[off:], src)
+}
+
+// release deregisters m and frees its memory.
+func (m *mailbox) release() error {
+	mr, buf := m.mr, m.buf
+	if mr == nil {
+		return nil
+	}
+	m.mr, m.buf = nil, nil
+	return deregBackup(mr, buf)
 }
 
 // SetPeerMailbox gives the peer's inbox (its OpenMailbox), to which this
@@ -170,6 +247,12 @@ func (c *Conn) SetPeerMailbox(m Mailbox) error {
 	return nil
 }
 
+// Mailboxed reports whether the Conn's handshakes can go through the
+// mailbox: both ends have one (the QP not on an SRQ). A QP given back
+// after a switch back with one is notified of the peer's next fault
+// there (Shadow.MailboxPending).
+func (c *Conn) Mailboxed() bool { return c.mboxUsable() }
+
 // mboxUsable reports whether the mailbox carries a handshake: both
 // inboxes known, the QP not on an SRQ.
 func (c *Conn) mboxUsable() bool {
@@ -181,8 +264,8 @@ func (c *Conn) mboxUsable() bool {
 func (c *Conn) writeRecord(r mboxRec) error {
 	c.mbox.seq++
 	r.seq, r.seen = c.mbox.seq, c.mbox.seen
-	out := c.mbox.buf[mboxRecLen:mboxLen]
-	r.encode(out)
+	r.encode(c.mbox.out[:])
+	c.mbox.store(mboxRecLen, c.mbox.out[:])
 	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWrite,
 		SGList:     []verbs.SGE{{Addr: c.mbox.mr.Addr() + mboxRecLen, Length: mboxRecLen, LKey: c.mbox.mr.LKey()}},
 		RemoteAddr: c.mbox.peer.Addr, RKey: c.mbox.peer.RKey}})
@@ -197,10 +280,11 @@ func (c *Conn) checkMailbox() {
 	if c.mbox.mr == nil {
 		return
 	}
-	in := c.mbox.buf[:mboxRecLen]
-	if binary.LittleEndian.Uint32(in[4:]) == c.mbox.seen {
+	if !c.mbox.pending() {
 		return // nothing new (the common case: one load)
 	}
+	in := c.mbox.in[:]
+	c.mbox.load(in, 0)
 	r, err := decodeMboxRec(in)
 	switch {
 	case errors.Is(err, errMboxTorn):
@@ -215,6 +299,7 @@ func (c *Conn) checkMailbox() {
 		return // an older record rewritten late: handled already
 	}
 	c.mbox.seen = r.seq
+	c.mbox.watched = true // (it had a Conn to write this)
 	c.onMailbox(r)
 }
 
@@ -450,24 +535,24 @@ func (c *Conn) postFillers() error {
 	return nil
 }
 
-// closeMailbox releases the mailbox's registration and memory.
+// closeMailbox releases the mailbox's registration and memory, when
+// the Conn opened it (the Shadow releases its own: DestroyQP).
 func (c *Conn) closeMailbox() error {
-	mr, buf := c.mbox.mr, c.mbox.buf
-	if mr == nil {
+	if !c.mbox.owned {
 		return nil
 	}
-	c.mbox.mr, c.mbox.buf = nil, nil
-	return deregBackup(mr, buf)
+	return c.mbox.release()
 }
 
 // mboxFault reports whether a fault of the default QP fails over through
 // the mailbox: both inboxes are known (then every handshake goes through
 // it, the control receives ahead taking fillers like any other
-// receive), this side's sends are home, and its receives are home (they
-// move to the backup behind the stale copies there) or on the backup
-// with nothing ahead of them.
+// receive), the peer watches its own (a handshake was had with it), this
+// side's sends are home, and its receives are home (they move to the
+// backup behind the stale copies there) or on the backup with nothing
+// ahead of them.
 func (c *Conn) mboxFault() bool {
-	return c.mboxUsable() && c.m.SQ == fsm.SQDefault && (c.m.RQ == fsm.RQDefault || c.bakStale == 0)
+	return c.mboxUsable() && c.mbox.watched && c.m.SQ == fsm.SQDefault && (c.m.RQ == fsm.RQDefault || c.bakStale == 0)
 }
 
 // aheadFlush reports whether an error completion of the backup QP is the
@@ -525,7 +610,7 @@ func (c *Conn) purgePSNs() (rq, sq uint32, err error) {
 // (await-ack). It reports false without the mailbox: the caller
 // surfaces the error (ErrSwitchNotifyLost).
 func (c *Conn) switchLost(reason string) bool {
-	if c.m.SQ != fsm.SQWaitNotify || !c.bakReady || !c.mboxUsable() || c.m.RQ == fsm.RQFallback && c.bakStale != 0 {
+	if c.m.SQ != fsm.SQWaitNotify || !c.bakReady || !c.mboxUsable() || !c.mbox.watched || c.m.RQ == fsm.RQFallback && c.bakStale != 0 {
 		return false
 	}
 	c.defaultToErr() // (in ERR the notification cannot arrive later)

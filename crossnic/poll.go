@@ -378,6 +378,9 @@ func (c *Conn) onSRQControl(wc *verbs.WC) {
 // PSN announcement.
 func (c *Conn) onControl(imm uint32) {
 	k, peerRecv, err := decodeCtrl(imm, c.sring.NotifsDone())
+	if err == nil && (k == ctrlNotify || k == ctrlAck) {
+		c.mbox.watched = true // the peer has a Conn, which reads its inbox from now on
+	}
 	switch {
 	case err != nil:
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))

@@ -31,6 +31,8 @@ type Shadow struct {
 	ch      verbs.CompChannel       // of the backup CQs; nil: none
 	byCQ    map[verbs.CQ]*shadowQP  // by backup CQ
 	srqs    map[verbs.SRQ]verbs.SRQ // the application's SRQs -> their backups
+	// mailboxes: each QP not on an SRQ gets a mailbox (SetMailboxes)
+	mailboxes bool
 }
 
 type shadowQP struct {
@@ -47,6 +49,9 @@ type shadowQP struct {
 	remotePort pathsel.Port // identity of the peer's default port, for its rkeys
 	attr       verbs.QPAttr // what the backup was connected with (INIT, RTR and RTS fields)
 	srq        verbs.SRQ    // the application's SRQ the QP receives through (nil: none)
+	// mbox: the QP's mailbox (nil: none), published with the backup and
+	// handed to every Conn the shadow builds for the QP
+	mbox *mailbox
 }
 
 // NewShadow prepares shadow resources of def on bak (chosen with
@@ -206,6 +211,15 @@ func (s *Shadow) DeregMR(lkey uint32) error {
 	return nil
 }
 
+// SetMailboxes gives every QP the shadow creates from now on, unless it
+// receives through an SRQ, a mailbox on the backup device (64 bytes,
+// registered for remote write): its inbox is published with the backup
+// QP, the peer's looked up with the peer's, and the Conns the shadow
+// builds carry every handshake after the first through it when both
+// ends have one (docs/CROSSNIC.md, "The mailbox"). Both ends must agree:
+// the purge of the backup follows it.
+func (s *Shadow) SetMailboxes(on bool) { s.mailboxes = on }
+
 // SetCompChannel gives the backup CQs created from now on the completion
 // channel ch (of the backup device): each is armed (ReqNotify) when its
 // backup QP is connected, so a watcher learns from ch that the peer's
@@ -271,6 +285,16 @@ func (s *Shadow) CreateQP(defPD verbs.PD, defQP verbs.QP, init verbs.QPInitAttr)
 	// On an SRQ, the group's control receive on the backup SRQ serves
 	// every QP (CreateSRQ posted it).
 	sq := &shadowQP{def: defQP, bak: qp, bakCQ: cq, cap: init.Cap, sigAll: init.SQSigAll, attr: ia, ctrlPosted: bsrq != nil, srq: init.SRQ}
+	if s.mailboxes && bsrq == nil {
+		if sq.mbox, err = newMailbox(bpd); err != nil {
+			_ = qp.Destroy()
+			if split {
+				_ = rcq.Destroy()
+			}
+			_ = cq.Destroy()
+			return fmt.Errorf("crossnic: shadow: the mailbox on %s: %w", s.bakDesc.Name, err)
+		}
+	}
 	s.byCQ[cq] = sq
 	if split {
 		sq.bakRecvCQ = rcq
@@ -308,6 +332,11 @@ func (s *Shadow) DestroyQP(defQP verbs.QP) error {
 	}
 	if err := sq.bakCQ.Destroy(); err != nil {
 		errs = append(errs, fmt.Errorf("crossnic: shadow ibv_destroy_cq on %s: %w", s.bakDesc.Name, err))
+	}
+	if sq.mbox != nil {
+		if err := sq.mbox.release(); err != nil {
+			errs = append(errs, fmt.Errorf("crossnic: shadow: release the mailbox on %s: %w", s.bakDesc.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -367,7 +396,11 @@ func (s *Shadow) Connected(defQP verbs.QP) error {
 	sq.remoteSet = true
 	bp, _ := s.bakDesc.Port(s.bakPort)
 	blid, bgid := portID(bp)
-	if err := s.dir.PublishQP(sq.local, Backup{Device: s.bakDesc.Name, Port: s.bakPort, LID: blid, GID: bgid, QPN: sq.bak.QPN()}); err != nil {
+	pub := Backup{Device: s.bakDesc.Name, Port: s.bakPort, LID: blid, GID: bgid, QPN: sq.bak.QPN()}
+	if sq.mbox != nil {
+		pub.Mailbox = sq.mbox.inbox()
+	}
+	if err := s.dir.PublishQP(sq.local, pub); err != nil {
 		return err
 	}
 	s.Scan()
@@ -388,6 +421,9 @@ func (s *Shadow) Scan() int {
 		}
 		if err := s.connectBackup(sq, b); err != nil {
 			continue // try again on the next scan
+		}
+		if sq.mbox != nil && b.Mailbox != (Mailbox{}) {
+			sq.mbox.peer, sq.mbox.peerSet = b.Mailbox, true
 		}
 		sq.connected = true
 		n++
@@ -513,8 +549,24 @@ func (s *Shadow) Conn(defQP verbs.QP, defCQ verbs.CQ) (*Conn, error) {
 	}}
 	// What the Conn needs of the default QP was known at its creation and
 	// connect: a default HCA that died cannot be queried any more.
-	return newConn(Leg{Ctx: s.def, QP: defQP, CQ: defCQ}, Leg{Ctx: s.bak, QP: sq.bak, CQ: sq.bakCQ, RecvCQ: sq.bakRecvCQ},
+	c, err := newConn(Leg{Ctx: s.def, QP: defQP, CQ: defCQ}, Leg{Ctx: s.bak, QP: sq.bak, CQ: sq.bakCQ, RecvCQ: sq.bakRecvCQ},
 		keys, sq.sigAll, sq.cap, sq.remote.QPN)
+	if err == nil && sq.mbox != nil {
+		c.mbox = sq.mbox.attach()
+	}
+	return c, err
+}
+
+// MailboxPending reports whether the peer wrote a record to defQP's
+// mailbox that no Conn has read: the caller builds the QP's Conn
+// (Adopt), whose next Poll or Tick handles it. Ask it of a QP that has
+// no Conn, and has had one (given back after a switch back): the peer
+// notifies such a QP through its mailbox, which wakes nothing (the
+// first failover notifies through the control receives instead). One
+// load of the inbox; false for a QP without a mailbox.
+func (s *Shadow) MailboxPending(defQP verbs.QP) bool {
+	sq := s.qps[defQP]
+	return sq != nil && sq.mbox != nil && sq.mbox.pending()
 }
 
 // BackupOf returns the backup QP of defQP (device, port and number) and
