@@ -12,6 +12,8 @@ import (
 //	key MR:     GID[16] LID u16 RKey u32                        (22 bytes)
 //	key tomb:   kind u8 (1 QP, 2 MR), the entry's key           (23 bytes)
 //	value QP:   ver=3 u8, devLen u8, dev, port u8, GID[16], LID u16, QPN u32, owner, version u64, crc u32
+//	            or, for a backup with a mailbox, ver=4 u8 and the same
+//	            fields with mailboxAddr u64, mailboxRKey u32 after QPN
 //	value MR:   ver=3 u8, RKey u32, Addr u64, Length u64, owner, version u64, crc u32
 //	value tomb: ver=2 u8, owner, version u64, crc u32
 //	owner:      nodeLen u8, node, PID i64, Incarnation u64
@@ -31,14 +33,19 @@ import (
 // same bytes.
 
 const (
-	valueVersion   = 3
-	valueVersionV2 = 2
-	valueVersionV1 = 1
-	tombVersion    = 2
-	tombVersionV2  = 1
-	keyLen         = 16 + 2 + 4
-	refLen         = 1 + keyLen
-	crcLen         = 4
+	valueVersion = 3
+	// valueVersionMbox: a schema-3 QP value with a mailbox. A value
+	// without one keeps version 3, so that a file (or a peer) of a
+	// version that knows no mailbox reads every entry of a QP without
+	// one.
+	valueVersionMbox = 4
+	valueVersionV2   = 2
+	valueVersionV1   = 1
+	tombVersion      = 2
+	tombVersionV2    = 1
+	keyLen           = 16 + 2 + 4
+	refLen           = 1 + keyLen
+	crcLen           = 4
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -217,6 +224,9 @@ func (r *reader) mrFields() MRBackup {
 }
 
 func encodeQPBackup(key []byte, v QPBackup, o Owner, ver uint64) ([]byte, error) {
+	if v.HasMailbox() {
+		return encodeQPBackupMbox(key, v, o, ver)
+	}
 	b, err := encodeQPBackupV2(v, o, ver)
 	if err != nil {
 		return nil, err
@@ -225,14 +235,56 @@ func encodeQPBackup(key []byte, v QPBackup, o Owner, ver uint64) ([]byte, error)
 	return seal(key, b), nil
 }
 
+// encodeQPBackupMbox is encodeQPBackup's layout for a backup with a
+// mailbox (valueVersionMbox).
+func encodeQPBackupMbox(key []byte, v QPBackup, o Owner, ver uint64) ([]byte, error) {
+	if err := checkName("device name", v.Device); err != nil {
+		return nil, err
+	}
+	if err := checkName("node name", o.Node); err != nil {
+		return nil, err
+	}
+	b := appendQPFields([]byte{valueVersionMbox}, v)
+	b = binary.BigEndian.AppendUint64(b, v.MailboxAddr)
+	b = binary.BigEndian.AppendUint32(b, v.MailboxRKey)
+	b = appendOwner(b, o)
+	b = binary.BigEndian.AppendUint64(b, ver)
+	return seal(key, b), nil
+}
+
 func decodeQPBackup(key, b []byte) (QPBackup, Owner, uint64, error) {
 	body, err := unseal("QP", key, b)
 	if err != nil {
 		return QPBackup{}, Owner{}, 0, err
 	}
-	v, o, ver, err := parseQPBackup(body, valueVersion)
+	var v QPBackup
+	var o Owner
+	var ver uint64
+	if len(body) > 0 && body[0] == valueVersionMbox {
+		v, o, ver, err = parseQPBackupMbox(body)
+	} else {
+		v, o, ver, err = parseQPBackup(body, valueVersion)
+	}
 	if err != nil {
 		return QPBackup{}, Owner{}, 0, damaged("QP", err)
+	}
+	return v, o, ver, nil
+}
+
+// parseQPBackupMbox parses a valueVersionMbox body. A mailbox of zeros
+// is refused: that value is written with version 3.
+func parseQPBackupMbox(b []byte) (QPBackup, Owner, uint64, error) {
+	r := &reader{b: b}
+	r.version(valueVersionMbox)
+	v := r.qpFields()
+	v.MailboxAddr, v.MailboxRKey = r.u64(), r.u32()
+	o := r.owner()
+	ver := r.u64()
+	if err := r.end(); err != nil {
+		return QPBackup{}, Owner{}, 0, err
+	}
+	if !v.HasMailbox() {
+		return QPBackup{}, Owner{}, 0, fmt.Errorf("%w: QP value of version %d without a mailbox", ErrInvalid, valueVersionMbox)
 	}
 	return v, o, ver, nil
 }

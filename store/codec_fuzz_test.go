@@ -55,14 +55,17 @@ var fuzzOwners = []Owner{{}, alice, {Node: "n", PID: -1, Incarnation: ^uint64(0)
 func FuzzDecodeQPBackup(f *testing.F) {
 	key := encodeQPKey(qpKey(1))
 	for _, o := range fuzzOwners {
-		b, err := encodeQPBackup(key, qpVal(3), o, 0x1234<<16|7)
-		if err != nil {
-			f.Fatal(err)
+		for _, v := range []QPBackup{qpVal(3), qpMbox(3)} {
+			b, err := encodeQPBackup(key, v, o, 0x1234<<16|7)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(key, b)
+			f.Add(key, b[:len(b)-crcLen])
 		}
-		f.Add(key, b)
-		f.Add(key, b[:len(b)-crcLen])
 	}
 	f.Add(key, []byte{3, 255})
+	f.Add(key, []byte{4, 255})
 	f.Add([]byte{}, []byte{})
 	f.Fuzz(func(t *testing.T, key, b []byte) {
 		for _, in := range sealed(key, b) {

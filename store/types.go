@@ -22,7 +22,15 @@ type QPBackup struct {
 	GID    verbs.GID
 	LID    uint16
 	QPN    uint32
+	// MailboxAddr and MailboxRKey name the inbox of the backup QP's
+	// mailbox on the backup device (docs/CROSSNIC.md, "The mailbox");
+	// both zero when it has none.
+	MailboxAddr uint64 `json:",omitempty"`
+	MailboxRKey uint32 `json:",omitempty"`
 }
+
+// HasMailbox reports whether v names a mailbox.
+func (v QPBackup) HasMailbox() bool { return v.MailboxAddr != 0 || v.MailboxRKey != 0 }
 
 // MRKey names a default memory region by the port it is reached through
 // (GID or LID) and its default rkey.

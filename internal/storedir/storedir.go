@@ -39,9 +39,23 @@ func conflict(err error) error {
 	return err
 }
 
+// QPValue is the store's value of a crossnic backup, mailbox included:
+// the one conversion of the two, for every directory over the store
+// (this one, and the shim's through ibpathd).
+func QPValue(b crossnic.Backup) store.QPBackup {
+	return store.QPBackup{Device: b.Device, Port: b.Port, GID: b.GID, LID: b.LID, QPN: b.QPN,
+		MailboxAddr: b.Mailbox.Addr, MailboxRKey: b.Mailbox.RKey}
+}
+
+// BackupOf is QPValue's inverse.
+func BackupOf(v store.QPBackup) crossnic.Backup {
+	return crossnic.Backup{Device: v.Device, Port: v.Port, GID: v.GID, LID: v.LID, QPN: v.QPN,
+		Mailbox: crossnic.Mailbox{Addr: v.MailboxAddr, RKey: v.MailboxRKey}}
+}
+
 // PublishQP records that def is backed by b.
 func (d *Directory) PublishQP(def crossnic.Endpoint, b crossnic.Backup) error {
-	return conflict(d.st.PutQP(d.owner, qpKey(def), store.QPBackup{Device: b.Device, Port: b.Port, GID: b.GID, LID: b.LID, QPN: b.QPN}))
+	return conflict(d.st.PutQP(d.owner, qpKey(def), QPValue(b)))
 }
 
 // LookupQP returns the backup of def, from memory.
@@ -50,7 +64,7 @@ func (d *Directory) LookupQP(def crossnic.Endpoint) (crossnic.Backup, bool) {
 	if err != nil {
 		return crossnic.Backup{}, false
 	}
-	return crossnic.Backup{Device: b.Device, Port: b.Port, GID: b.GID, LID: b.LID, QPN: b.QPN}, true
+	return BackupOf(b), true
 }
 
 // PublishMR records the backup rkey of a default region; its address and

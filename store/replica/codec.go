@@ -28,10 +28,12 @@ import (
 //	ref:     kind u8 (1 QP, 2 MR), GID[16], LID u16, N u32
 //	owner:   str node, PID i64, incarnation u64
 //	stamp:   ref, owner, version u64, deleted u8 (0 or 1)
-//	record:  tag u8 (1 QP, 2 MR, 3 QP tombstone, 4 MR tombstone), GID[16],
-//	         LID u16, N u32, owner, version u64, then for tag 1 the QP
-//	         backup (device str, port u8, GID[16], LID u16, QPN u32) and
-//	         for tag 2 the MR backup (rkey u32, addr u64, length u64)
+//	record:  tag u8 (1 QP, 2 MR, 3 QP tombstone, 4 MR tombstone, 5 QP
+//	         with a mailbox), GID[16], LID u16, N u32, owner, version
+//	         u64, then for tag 1 the QP backup (device str, port u8,
+//	         GID[16], LID u16, QPN u32), for tag 5 the same followed by
+//	         the mailbox (addr u64, rkey u32, not both zero) and for tag
+//	         2 the MR backup (rkey u32, addr u64, length u64)
 //	refs, records: n u32 × item
 //	hca:     name str, GUID u64, APM u8 (0 or 1), n u8 × port
 //	port:    num u8, state u8, link layer u8, LID u16, LMC u8,
@@ -43,7 +45,10 @@ import (
 // same bytes.
 
 // codecVersion 2 added to, sentAt and seq to the header; version 1
-// messages are refused (they cannot be told from replays).
+// messages are refused (they cannot be told from replays). Tag 5 came
+// later within version 2: a QP without a mailbox still travels as tag
+// 1, so a node that knows no tag 5 refuses only the messages that carry
+// a mailbox.
 const codecVersion = 2
 
 var magic = [2]byte{'I', 'R'}
@@ -117,13 +122,20 @@ func appendOwner(b []byte, o store.Owner) ([]byte, error) {
 	return binary.BigEndian.AppendUint64(b, o.Incarnation), nil
 }
 
+// tagQPMbox is the record tag of a QP backup with a mailbox.
+const tagQPMbox = 5
+
 func appendRecord(b []byte, r store.Record) ([]byte, error) {
 	tag := byte(r.Ref.Kind)
 	if r.Ref.Kind != store.KindQP && r.Ref.Kind != store.KindMR {
 		return nil, fmt.Errorf("replica: encode: record kind %d", r.Ref.Kind)
 	}
-	if r.Deleted {
+	mbox := !r.Deleted && r.Ref.Kind == store.KindQP && r.QP.HasMailbox()
+	switch {
+	case r.Deleted:
 		tag += 2
+	case mbox:
+		tag = tagQPMbox
 	}
 	b = appendRefBody(append(b, tag), r.Ref)
 	b, err := appendOwner(b, r.Owner)
@@ -141,6 +153,10 @@ func appendRecord(b []byte, r store.Record) ([]byte, error) {
 		b = append(b, r.QP.GID[:]...)
 		b = binary.BigEndian.AppendUint16(b, r.QP.LID)
 		b = binary.BigEndian.AppendUint32(b, r.QP.QPN)
+		if mbox {
+			b = binary.BigEndian.AppendUint64(b, r.QP.MailboxAddr)
+			b = binary.BigEndian.AppendUint32(b, r.QP.MailboxRKey)
+		}
 	default:
 		b = binary.BigEndian.AppendUint32(b, r.MR.RKey)
 		b = binary.BigEndian.AppendUint64(b, r.MR.Addr)
@@ -298,9 +314,13 @@ func (r *reader) owner() store.Owner {
 
 func (r *reader) record() store.Record {
 	tag := r.u8()
-	if r.err == nil && (tag < 1 || tag > 4) {
+	if r.err == nil && (tag < 1 || tag > tagQPMbox) {
 		r.fail("record tag %d", tag)
 		return store.Record{}
+	}
+	mbox := tag == tagQPMbox
+	if mbox {
+		tag = 1
 	}
 	var rec store.Record
 	rec.Deleted = tag > 2
@@ -315,6 +335,12 @@ func (r *reader) record() store.Record {
 		copy(rec.QP.GID[:], r.take(16))
 		rec.QP.LID = r.u16()
 		rec.QP.QPN = r.u32()
+		if mbox {
+			rec.QP.MailboxAddr, rec.QP.MailboxRKey = r.u64(), r.u32()
+			if r.err == nil && !rec.QP.HasMailbox() {
+				r.fail("record tag %d without a mailbox", tagQPMbox)
+			}
+		}
 	default:
 		rec.MR = store.MRBackup{RKey: r.u32(), Addr: r.u64(), Length: r.u64()}
 	}

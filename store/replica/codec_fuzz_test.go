@@ -14,9 +14,12 @@ func sampleMessages() []message {
 	qp := store.QPEntry{Key: qpOn(1, 1), Value: backup(1), Owner: owner(1), Version: 1 << 40}.Record()
 	mr := store.MREntry{Key: store.MRKey{LID: 3, RKey: 4}, Value: store.MRBackup{RKey: 5, Addr: 6, Length: 7}, Owner: owner(2), Version: 9}.Record()
 	tomb := store.Tombstone{Ref: store.MRRef(store.MRKey{RKey: 1}), Owner: store.Owner{Node: "n", PID: -1}, Version: ^uint64(0)}.Record()
+	mb := backup(2)
+	mb.MailboxAddr, mb.MailboxRKey = 0x7f0000001000, 0x1234
+	qpm := store.QPEntry{Key: qpOn(2, 3), Value: mb, Owner: owner(1), Version: 1<<40 + 1}.Record()
 	refs := []store.Ref{store.QPRef(qpOn(2, 2)), store.MRRef(store.MRKey{LID: 1})}
 	return []message{
-		{Type: msgPush, From: "node1", WrittenAt: 1700000000000000000, Records: []store.Record{qp, mr, tomb}},
+		{Type: msgPush, From: "node1", WrittenAt: 1700000000000000000, Records: []store.Record{qp, mr, tomb, qpm}},
 		{Type: msgPull, From: "a", ID: 42, Refs: refs},
 		{Type: msgPulled, From: "b", ID: 42, Records: []store.Record{qp}},
 		{Type: msgPulled, From: "b", ID: 43, Records: []store.Record{}},
@@ -28,6 +31,43 @@ func sampleMessages() []message {
 		{Type: msgDescribed, From: "h", ID: 7, HCA: sampleHCA()},
 		{Type: msgDescribed, From: "h", ID: 8, HCA: &HCA{Name: "x"}},
 		{Type: msgDescribed, From: "i", ID: 9, Reason: "no adapter holds LID 5"},
+	}
+}
+
+// TestCodecMailbox: a QP backup with a mailbox travels as tag 5 and
+// comes back whole; one without stays tag 1 (which a node that knows no
+// mailbox reads); a tag-5 record whose mailbox is zero is refused.
+func TestCodecMailbox(t *testing.T) {
+	m := sampleMessages()[0]
+	b, err := encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range m.Records {
+		if got.Records[i].QP != r.QP {
+			t.Fatalf("record %d: %+v, sent %+v", i, got.Records[i].QP, r.QP)
+		}
+	}
+	one := func(r store.Record) []byte {
+		b, err := encode(message{Type: msgPulled, From: "b", ID: 1, Records: []store.Record{r}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	plain, mbox := one(m.Records[0]), one(m.Records[3])
+	tagAt := len(one(m.Records[0])) - len(m.Records[0].QP.Device) - 1 - 1 - 16 - 2 - 4 - 8 - 8 - 8 - len(m.Records[0].Owner.Node) - 1 - 4 - 2 - 16 - 1
+	if plain[tagAt] != 1 || mbox[tagAt] != tagQPMbox {
+		t.Fatalf("tags %d and %d, want 1 and %d", plain[tagAt], mbox[tagAt], tagQPMbox)
+	}
+	zero := bytes.Clone(mbox)
+	clear(zero[len(zero)-12:])
+	if _, err := decode(zero); !errors.Is(err, errDecode) {
+		t.Fatalf("a tag-5 record without a mailbox decoded: %v", err)
 	}
 }
 
