@@ -79,6 +79,7 @@ type l2qp struct {
 	fatal            bool      // its default device died: no switch back
 	polledAt         time.Time // when runConn last began polling its Conn
 	staleBefore      time.Time // backup events read earlier announce what its last Conn drained
+	watchInbox       bool      // given back after a switch back: its mailbox is read every tick (watchInboxes)
 	gone             bool
 	destroying       bool           // the application's ibv_destroy_qp is under way: layer 2 leaves the QP alone (destroy.go)
 	heldEventAt      time.Time      // when a backup event read while it was being destroyed was read (DestroyFailed takes it up)
@@ -370,6 +371,14 @@ func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
 		return
 	}
 	for _, q := range r.fo.qps {
+		if fatal && q.diverted && q.conn != nil && !q.gone && q.set.backup == dev && q.set.dev != dev {
+			// Its backup died: a Conn that waits for the peer's answer
+			// (which can no longer arrive) or whose traffic runs there
+			// surfaces now, as plain verbs would report the fault.
+			q.conn.HandleEvent(q.set.bak, ev, q.port)
+			r.runConn(q)
+			continue
+		}
 		if !q.armed || q.diverted || q.intercepted || q.gone || q.destroying || q.set.dev != dev || (!fatal && q.port != ev.Port) {
 			continue
 		}
@@ -457,7 +466,7 @@ func (r *Runtime) observe(q *l2qp) {
 		now := r.now()
 		r.log.Info("libibpath: layer 2 failover", "qpn", q.key.qpn, "device", q.set.dev, "backup", to, "reason", q.reason,
 			"replayed", st.Replayed, "delivered", st.Delivered, "synthesized", st.Synthesized, "recvs_moved", st.RecvsMoved,
-			"since_fault", now.Sub(q.faultAt))
+			"via_mailbox", st.MailboxHandshakes > 0, "since_fault", now.Sub(q.faultAt))
 		r.setStatus(q, func(s *status.QP) { s.Failovers++ })
 		r.fo.events = append(r.fo.events, status.Event{Kind: status.EvFailover, At: now, Device: q.set.dev,
 			Port: q.port, QPN: q.key.qpn, From: from, To: to, Reason: q.reason, Took: now.Sub(q.faultAt)})

@@ -10,6 +10,7 @@ import (
 	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/internal/storedir"
 	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/store"
 	"github.com/ibpath/ibpath/verbs"
@@ -111,6 +112,10 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 		r.log.Warn("libibpath: layer 2 shadow", "device", dev, "backup", name, "err", err)
 		return
 	}
+	// With switch back on, every QP not on an SRQ gets a mailbox: a
+	// second fault during or after a switch back is handed over through
+	// it (docs/CROSSNIC.md, "The mailbox"; watchInboxes).
+	sh.SetMailboxes(r.cfg.SwitchBack)
 	set := &shadowSet{ctx: ctx, dev: dev, backup: name, def: def, bak: bak, sh: sh, dir: dir, qps: map[uint32]verbs.QP{}, express: map[uint32]bool{}}
 	r.l2mu.Lock()
 	r.startNotify(set) // before any backup CQ exists
@@ -119,6 +124,9 @@ func (r *Runtime) setupShadow(ctx uintptr, dev string, def verbs.Context) {
 	r.scanning = true
 	r.l2mu.Unlock()
 	r.log.Info("libibpath: layer 2 shadow resources", "device", dev, "backup", name)
+	// The backup's DEVICE_FATAL surfaces the Conns that run (or wait
+	// for the peer's answer) there (deviceFault).
+	r.watchOnce(name)
 	if start {
 		if r.st != nil {
 			r.st.startScan()
@@ -658,7 +666,7 @@ func (d *sessionDir) PublishQP(def crossnic.Endpoint, b crossnic.Backup) error {
 		return err
 	}
 	pub := ownerproto.PublishQP{Key: store.QPKey{GID: def.GID, LID: def.LID, QPN: def.QPN},
-		Backup: store.QPBackup{Device: b.Device, Port: b.Port, GID: b.GID, LID: b.LID, QPN: b.QPN}, Remote: d.r.remoteOf(def.QPN)}
+		Backup: storedir.QPValue(b), Remote: d.r.remoteOf(def.QPN)}
 	d.mu.Lock()
 	d.qps = append(d.qps, pub)
 	d.mu.Unlock()
@@ -726,7 +734,7 @@ func (d *sessionDir) LookupQP(def crossnic.Endpoint) (crossnic.Backup, bool) {
 		d.r.log.Debug("libibpath: peer's backup QP not known yet", "peer", def.String(), "err", err)
 		return crossnic.Backup{}, false
 	}
-	b := crossnic.Backup{Device: v.Device, Port: v.Port, GID: v.GID, LID: v.LID, QPN: v.QPN}
+	b := storedir.BackupOf(v)
 	_ = d.mem.PublishQP(def, b) // cache: failover never waits on the network
 	return b, true
 }

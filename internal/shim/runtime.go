@@ -215,22 +215,30 @@ func (r *Runtime) Opened(ctx uintptr, name string, ports []Port, def verbs.Conte
 	}
 	r.mu.Lock()
 	r.devs[ctx] = d
-	watch := r.prov != nil && !r.closed && r.watchers[name] == nil
-	if watch {
-		r.watchers[name] = &watcher{} // claimed; filled in by watch
-	}
 	r.mu.Unlock()
 	r.log.Info("libibpath: device opened", "device", name, "ports", len(ports))
-	if watch {
-		// Opened now, before the application's ibv_open_device returns,
-		// so no port event after it is missed; pumped in the background.
-		r.watch(name)
-	}
+	// Opened now, before the application's ibv_open_device returns, so
+	// no port event after it is missed; pumped in the background.
+	r.watchOnce(name)
 	r.mu.Lock()
 	l2 := def != nil && r.cfg.Record && r.prov != nil && !r.closed
 	r.mu.Unlock()
 	if l2 {
 		r.setupShadow(ctx, name, def)
+	}
+}
+
+// watchOnce follows dev's events on a context of the shim's own
+// (watch), unless it does already.
+func (r *Runtime) watchOnce(dev string) {
+	r.mu.Lock()
+	watch := r.prov != nil && !r.closed && r.watchers[dev] == nil
+	if watch {
+		r.watchers[dev] = &watcher{} // claimed; filled in by watch
+	}
+	r.mu.Unlock()
+	if watch {
+		r.watch(dev)
 	}
 }
 

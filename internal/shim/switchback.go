@@ -160,6 +160,7 @@ func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	r.fo.tickAgain = false
+	away = r.watchInboxes()
 	for _, q := range r.fo.qps {
 		if q.gone || !q.diverted || q.conn == nil || q.express {
 			continue
@@ -193,6 +194,54 @@ func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 		r.fo.ticking = false
 	}
 	return away, home
+}
+
+// watchInboxes reads the mailbox of every QP given back after a switch
+// back. Its peer, once a handshake was had, notifies a later fault
+// through the mailbox, which consumes no receive and so raises no
+// completion here: a QP with no Conn learns of it only so. A record
+// there diverts the QP, as a notification on the backup CQ does, and its
+// Conn handles it. One load per QP per tick; the switch back's ticker
+// runs for as long as such a QP lives. It reports whether any is
+// watched. Called with fo.mu held.
+func (r *Runtime) watchInboxes() (watching bool) {
+	var held []*l2qp
+	for _, q := range r.fo.qps {
+		if !q.watchInbox || q.diverted || q.intercepted || q.gone {
+			continue // (an intercepted QP is diverted by settle, its Conn reading the inbox)
+		}
+		if q.destroying || q.left != "" {
+			continue // leaves layer 2: its peer's record is refused by the handshake bound
+		}
+		watching = true
+		r.l2mu.Lock()
+		pending := q.set.sh.MailboxPending(q.qp)
+		r.l2mu.Unlock()
+		if !pending {
+			continue
+		}
+		q.startFault("the peer's fallback notification in the mailbox", r.now())
+		if !r.divert(q) {
+			continue
+		}
+		if c := q.conn; c != nil && !c.ReplayHeld() {
+			c.HoldReplay()
+			held = append(held, q)
+		}
+		if err := r.runConn(q); err != nil {
+			r.log.Debug("libibpath: layer 2 after the peer's record in the mailbox", "qpn", q.key.qpn, "err", err)
+		}
+	}
+	for _, q := range held {
+		if q.conn == nil {
+			continue
+		}
+		q.conn.ReleaseReplay()
+		if err := r.runConn(q); err != nil {
+			r.log.Debug("libibpath: layer 2 after releasing a replay", "qpn", q.key.qpn, "err", err)
+		}
+	}
+	return watching
 }
 
 // tickHandshake ticks q's Conn, without recovery, while its fallback
@@ -312,6 +361,9 @@ func (r *Runtime) undivert(q *l2qp) bool {
 // then its completions polled here are retired in the hot path's rings).
 // Called with fo.mu held.
 func (r *Runtime) giveBack(q *l2qp) {
+	if q.watchInbox = q.conn.Mailboxed(); q.watchInbox {
+		r.tickLater() // the ticker reads its inbox from now on (watchInboxes)
+	}
 	if err := q.conn.Close(); err != nil {
 		r.log.Warn("libibpath: layer 2 release", "qpn", q.key.qpn, "err", err)
 	}

@@ -201,6 +201,59 @@ func TestSwitchBackAfterRepair(t *testing.T) {
 	}
 }
 
+// TestSwitchBackThenMailbox: after a failover and a switch back both
+// QPs are in their hot paths again, with no Conn. From then on only A
+// sends. A's cable is pulled again: A's failover notifies B through the
+// mailbox (a handshake was had with B), which raises no completion at
+// B, whose QP sends nothing and so sees no fault of its own. B's runtime
+// reads the inbox of the QP it gave back, diverts it, and its Conn
+// answers. Both fail over through the mailbox, come home once the cable
+// is back, and every message arrives once, in order.
+func TestSwitchBackThenMailbox(t *testing.T) {
+	f, hosts, qa, qb := switchedBackWorld(t, 73)
+	a, b := hosts[0], hosts[1]
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("A log:\n%s\nB log:\n%s", a.log, b.log)
+		}
+	})
+	qb.total = qb.sent
+	drive(t, f, hosts, 5*time.Microsecond, finished(qb))
+	// A backup event read late diverts a QP for an instant (see
+	// TestSwitchBackAfterRepair): past it, only the mailbox can tell B.
+	settled(t, f, hosts...)
+	waitFor(t, "B in its hot path", func() bool { return !qb.diverted() })
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 5*time.Microsecond, func() bool {
+		qa.total = max(qa.total, qa.sent+l2Window)
+		return qa.status().Failovers == 2 && qb.status().Failovers == 2 && qa.status().CrossNIC == "fallback"
+	})
+	if l := b.logLine("layer 2 failover", qpnAttr(qb), "the peer's fallback notification in the mailbox", "via_mailbox=true"); l == "" {
+		t.Fatalf("B's second failover was not started by the mailbox:\n%s", b.log)
+	}
+	n := 0
+	for _, l := range strings.Split(a.log.String(), "\n") {
+		if strings.Contains(l, "layer 2 failover") && strings.Contains(l, qpnAttr(qa)) && strings.Contains(l, "via_mailbox=true") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("A: %d failovers through the mailbox, want 1 (the second; the first went through the control receives):\n%s", n, a.log)
+	}
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	homeAgain(t, f, hosts, qa, qb)
+	sendMoreClean(t, f, hosts, qa, qb, 100)
+	for _, q := range []*appQP{qa, qb} {
+		if s := q.status(); s.Failovers != 2 || s.Switchbacks != 2 {
+			t.Fatalf("%s: status %+v", q.x.name, s)
+		}
+	}
+}
+
 // TestSwitchBackHotPathRefuses: the hot path cannot take the QP back
 // (Undivert fails). The traffic is home on the default QP all the same,
 // carried by the runtime, and the status says so.
