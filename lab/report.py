@@ -367,6 +367,37 @@ def drain_verdict(m, r):
     return ""
 
 
+def flap_verdict(m, client, server, r):
+    """A flap2 row with the shim switching back (the link pulled, restored,
+    pulled again once the traffic came home, restored) is correct only
+    when the second failover was handed over through the mailbox on both
+    ends (a "layer 2 failover" line with via_mailbox=true in each
+    guest's log: the first goes through the control receives) and the
+    QPs came home after each pull (two switch backs per end). Returns
+    the reason it is not, or "".
+
+    >>> fo = 'level=INFO msg="libibpath: layer 2 failover" qpn=17 via_mailbox=%s'
+    >>> sb = 'level=INFO msg="libibpath: layer 2 switched back" qpn=17'
+    >>> side = chr(10).join([fo % "false", sb, fo % "true", sb])
+    >>> flap_verdict({"shim": "sb"}, side, side, {"home_qps": 4})
+    ''
+    >>> flap_verdict({"shim": "sb"}, side, side.replace("true", "false"), {"home_qps": 4})
+    'g2: no failover handed over through the mailbox'
+    >>> flap_verdict({"shim": "sb"}, side, side, {"home_qps": 3})
+    'the QPs came home 3 times, want 4 (each end after each pull)'
+    >>> flap_verdict({"shim": "on"}, "", "", {"home_qps": 0})
+    ''
+    """
+    if m["shim"] != "sb":
+        return ""
+    for guest, out in (("g1", client), ("g2", server)):
+        if not any("layer 2 failover" in l and "via_mailbox=true" in l for l in out.splitlines()):
+            return "%s: no failover handed over through the mailbox" % guest
+    if r.get("home_qps", 0) < 4:
+        return "the QPs came home %d times, want 4 (each end after each pull)" % r.get("home_qps", 0)
+    return ""
+
+
 def parse(m, client, server):
     r = {"finished": False, "correct": "no", "tput_MBps": None, "lat_us": None, "lat_avg_us": None,
          "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
@@ -466,7 +497,12 @@ def parse(m, client, server):
             why = drain_verdict(m, r)
             if why and r["correct"] == "yes":
                 r["correct"], r["detail"] = "no", why
-        if r.get("backup_qps", 0) > 1 and not r["detail"]:
+        if m["cut"].startswith("flap2-"):
+            why = flap_verdict(m, client, server, r)
+            if why and r["correct"] == "yes":
+                r["correct"], r["detail"] = "no", why
+        # (a flap2 row's two pulls each fail the QPs over: no spread)
+        if r.get("backup_qps", 0) > 1 and not r["detail"] and not m["cut"].startswith("flap2-"):
             r["detail"] = "%d QPs on the backup, the last %.0f ms after the first" % (r["backup_qps"], r["backup_spread_ms"])
     shimlines = len([l for l in (client + server).splitlines() if "ibpath" in l.lower()])
     r["shim_log_lines"] = shimlines

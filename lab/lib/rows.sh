@@ -24,6 +24,12 @@
 #                             command (shim rows only; the report
 #                             requires both to succeed, a failover, and with
 #                             sb the QPs home again)
+#   flap2-g1                  setlink-g1 twice: LAB_FLAP_GAP s after the
+#                             first restore (the traffic home by then),
+#                             the link goes down again for LAB_CUT_FOR s
+#                             (with sb the report requires the second
+#                             failover handed over through the mailbox on
+#                             both ends, and the QPs home after each pull)
 #
 # Shim rows run with an ibpathd in each guest (lab/guest/daemon.sh): the
 # shim attaches to it, its backup QPs on rxe1 get connected through it,
@@ -33,6 +39,9 @@
 
 LAB_CUT_AT=${LAB_CUT_AT:-1}
 LAB_CUT_FOR=${LAB_CUT_FOR:-2}
+# flap2 cuts: seconds from the first restore to the second pull (the
+# switch back took 0.1 to 3.3 s after PORT_ACTIVE in the sb rows)
+LAB_FLAP_GAP=${LAB_FLAP_GAP:-10}
 LAB_BW_SECONDS=${LAB_BW_SECONDS:-3}
 LAB_LAT_ITERS=${LAB_LAT_ITERS:-4000}
 LAB_PERF_REPS=${LAB_PERF_REPS:-3}
@@ -101,6 +110,7 @@ srq_pingpong ipdown-g2
 ucx_put_bw ipdown-g1
 mpi-ucx ipdown-g2
 pingpong-ev drain-g1
+pingpong-ev flap2-g1
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
@@ -132,9 +142,12 @@ prog_cmds() {
 		# to come home: four times the cut rows' iterations, and the
 		# program sleeping (-ev) leaves the guests' vCPU to the ibpath
 		# commands (a busy pingpong held them up for tens of seconds)
-		[[ "$3" == drain-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 8)) -p $p -e"
+		# a flap2 cut pulls the cable twice, the second time once the
+		# traffic came home (LAB_FLAP_GAP after the first restore): as
+		# long a run as a drain's
+		[[ "$3" == drain-* || "$3" == flap2-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 8)) -p $p -e"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60
-		[[ "$3" == drain-* ]] && LIMIT=150 CUT_CAP=150 ;;
+		[[ "$3" == drain-* || "$3" == flap2-* ]] && LIMIT=150 CUT_CAP=150 ;;
 	write_bw | send_bw | read_bw)
 		common="ib_$1 -d rxe0 -x 1 -F --use_old_post_send -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
@@ -254,7 +267,7 @@ stamp $common 10.77.1.2"
 cut_apply() {
 	local g=${1#*-} state=$2
 	case $1 in
-	setlink-*) monitor "$g" "set_link n0 $state" ;;
+	setlink-* | flap2-*) monitor "$g" "set_link n0 $state" ;;
 	ipdown-*) gexec "$g" 10 "echo CUT_NS \$(date +%s%N); ip link set eth0 $([ "$state" = off ] && echo down || echo up)" ;;
 	drain-*)
 		# the guest's ibpathd (lab/guest/daemon.sh) on its default socket.
@@ -323,6 +336,7 @@ row_run() {
 	# unlucky run, not the typical times)
 	local need=$((LIMIT + 20))
 	[ "$cut" != none ] && need=$((need + 40))
+	[[ "$cut" == flap2-* ]] && need=$((need + LAB_FLAP_GAP + LAB_CUT_FOR + 20))
 	# an ip-down cut's rdma_cm check, and its repair when it fails
 	[[ "$cut" == ipdown-* ]] && need=$((need + 60))
 	if ! budget_check "$need"; then
@@ -401,6 +415,19 @@ $CLIENT")
 		meta restore_ns_g1 "$(gexec g1 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
 		meta restore_ns_g2 "$(gexec g2 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
 		log "row $name: link A restored after $(echo "$trest - $tcut" | bc) s"
+		if [[ "$cut" == flap2-* ]]; then
+			# the second pull, once the first one's traffic came home:
+			# its failover hands over through the mailbox
+			sleep "$LAB_FLAP_GAP"
+			cut_apply "$cut" off >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: second cut failed (see cut.log)"
+			meta cut2_time "$(elapsed "$t0")"
+			log "row $name: link A cut again"
+			sleep "$LAB_CUT_FOR"
+			cut_apply "$cut" on >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: second restore failed (see cut.log)"
+			meta restore2_time "$(elapsed "$t0")"
+			meta restore2_ns_g1 "$(gexec g1 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
+			log "row $name: link A restored again"
+		fi
 		job_wait "$jw" 5 || job_kill "$jw"
 		meta "cut_seen_$cg" "$(awk '/^CUT_SEEN/ {print $2}' "$jw.out" 2>/dev/null)"
 		meta "cut_seen_ns_$cg" "$(awk '/^CUT_SEEN/ {print $3}' "$jw.out" 2>/dev/null)"
@@ -625,7 +652,7 @@ rows_plan() {
 	if [ -n "${LAB_ROW_NAMES:-}" ]; then
 		for n in $LAB_ROW_NAMES; do
 			line=$(awk -v n="$n" '$1 "." $2 "." $3 == n' <<<"$all")
-			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]] || [[ "$n" == *.off.drain-* ]]; then
+			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]] || [[ "$n" == *.off.drain-* ]] || { [[ "$n" == *.flap2-* ]] && [[ "$n" != *.sb.* ]]; }; then
 				log "LAB_ROW_NAMES: no row named '$n' (names are program.off|on|sb.cut, e.g. pingpong.on.setlink-g1; the programs and cuts are LAB_ROW_LIST's in lab/lib/rows.sh)"
 				return 2
 			fi
@@ -636,10 +663,13 @@ rows_plan() {
 	while read -r prog shim cut port; do
 		[ -n "$prog" ] || continue
 		# sb (the shim switching back) runs only when LAB_ROWS names it,
-		# but for a drain, whose undrain is what brings the QPs home
-		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* ]]; }; }; then
+		# but for a drain, whose undrain is what brings the QPs home, and
+		# a flap2 cut, whose second pull is what it is for (and which
+		# runs in that arm alone)
+		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* && "$cut" != flap2-* ]]; }; }; then
 			continue
 		fi
+		if [[ "$cut" == flap2-* ]] && [ "$shim" != sb ]; then continue; fi
 		[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
 		# the daemon row runs its pingpong under the shim itself
 		[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue

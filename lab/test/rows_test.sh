@@ -32,7 +32,10 @@ check "an unknown row name is a usage error (2)" same "$?" 2
 check "  and the log names it" grep -q "no row named 'pingpong.maybe.none'" "$tmp/log"
 LAB_ROW_NAMES='ibpathd.off.none' rows_plan >/dev/null
 check "the ibpathd row has no arm without the shim" same "$?" 2
-check "LAB_ROWS: sb only when it is set (but for a drain)" same "$(rows_plan | awk '$2 == "sb" {print $1 "." $2 "." $3}' | tr '\n' ' ')" "pingpong-ev.sb.drain-g1 "
+check "LAB_ROWS: sb only when it is set (but for a drain and a flap2)" same "$(rows_plan | awk '$2 == "sb" {print $1 "." $2 "." $3}' | tr '\n' ' ')" "pingpong-ev.sb.drain-g1 pingpong-ev.sb.flap2-g1 "
+check "a flap2 cut runs in the sb arm alone" same "$(rows_plan | awk '$3 == "flap2-g1" {print $2}' | tr '\n' ' ')" "sb "
+LAB_ROW_NAMES='pingpong-ev.on.flap2-g1' rows_plan >/dev/null
+check "  and names no other" same "$?" 2
 check "a drain runs only with the shim" same "$(rows_plan | awk '$3 ~ /^drain-/ {print $1 "." $2 "." $3}' | tr '\n' ' ')" \
 	"pingpong-ev.on.drain-g1 pingpong-ev.sb.drain-g1 "
 LAB_ROW_NAMES='pingpong-ev.off.drain-g1' rows_plan >/dev/null
