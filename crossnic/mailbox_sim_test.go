@@ -2,6 +2,7 @@ package crossnic_test
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,4 +264,45 @@ func TestSwitchNotifyLostAsked(t *testing.T) {
 			t.Fatalf("%v (%s)", err, w.states())
 		}
 	})
+}
+
+// TestMailboxNotifyUnfollowableRefused: a notification through the
+// mailbox whose counter no rewind can follow is refused before anything
+// moves, as through the control receives: beyond what this side ever
+// sent, or behind what completed here (the peer's HCA acknowledged
+// messages whose receives' completions it lost: the counter-behind
+// case). The error surfaces here from the default QP, which still holds
+// every WR, and the refusal goes back through the mailbox, answering
+// that record. The peer, whose sends then fail, is refused in turn, and
+// both end as plain verbs would.
+func TestMailboxNotifyUnfollowableRefused(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		counter uint64
+	}{{"beyond", 1 << 40}, {"behind", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := crossnic.NewMemDirectory()
+			w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 62}, retry: 3})
+			a, b := w.n[0], w.n[1]
+			w.run(300*time.Microsecond, 0, 1)
+			if len(w.done[0]) == 0 {
+				t.Fatal("node0 completed no send: no counter can be behind")
+			}
+			a.conn.MailboxNotifyForTest(7, c.counter)
+			w.run(200*time.Microsecond, 0, 1)
+			if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), "cannot be followed") {
+				t.Fatalf("node0 took a notification no rewind can follow: %s", w.states())
+			}
+			if st := a.conn.Stats(); st.RecvsMoved != 0 || st.Replayed != 0 || st.MailboxHandshakes != 0 {
+				t.Fatalf("node0 moved something before refusing: %+v", st)
+			}
+			if kind, seen, ok := b.conn.InboxForTest(); !ok || kind != "refuse" || seen != 7 {
+				t.Fatalf("node1's inbox: %q answering %d (whole %v), want the refusal of record 7", kind, seen, ok)
+			}
+			w.run(50*time.Millisecond, 0, 1)
+			if err := w.checkSafe(0, 1); err != nil {
+				t.Fatalf("%v (%s)", err, w.states())
+			}
+		})
+	}
 }
