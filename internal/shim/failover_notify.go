@@ -190,6 +190,14 @@ func (r *Runtime) onBackupEvents(s *shadowSet, evs []backupEvent, reread bool) (
 			break
 		}
 	}
+	r.releaseReplays(held)
+	r.settle()
+	return read
+}
+
+// releaseReplays lets the replays of held go, once every peer among them
+// was answered, and runs their Conns. Called with fo.mu held.
+func (r *Runtime) releaseReplays(held []*l2qp) {
 	for _, q := range held {
 		if q.conn == nil {
 			continue
@@ -199,8 +207,6 @@ func (r *Runtime) onBackupEvents(s *shadowSet, evs []backupEvent, reread bool) (
 			r.log.Debug("libibpath: layer 2 after releasing a replay", "qpn", q.key.qpn, "err", err)
 		}
 	}
-	r.settle()
-	return read
 }
 
 // wakeLane wakes the application for the CQs of q, on the lane. Called

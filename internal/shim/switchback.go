@@ -232,15 +232,7 @@ func (r *Runtime) watchInboxes() (watching bool) {
 			r.log.Debug("libibpath: layer 2 after the peer's record in the mailbox", "qpn", q.key.qpn, "err", err)
 		}
 	}
-	for _, q := range held {
-		if q.conn == nil {
-			continue
-		}
-		q.conn.ReleaseReplay()
-		if err := r.runConn(q); err != nil {
-			r.log.Debug("libibpath: layer 2 after releasing a replay", "qpn", q.key.qpn, "err", err)
-		}
-	}
+	r.releaseReplays(held)
 	return watching
 }
 
