@@ -15,8 +15,10 @@ import (
 // control records there with a plain RDMA WRITE on the backup QP, which
 // executes at the responder without a receive or a completion. The owner
 // reads its inbox when it polls (Poll, Tick). When both ends have one it
-// carries every fallback handshake, including where the receive-based
-// one cannot: a second fault while one direction of a switch back is
+// carries every fallback handshake after a connection's first (which
+// goes through the control receives: their completion wakes a peer
+// with no Conn, a record wakes nothing), including where the
+// receive-based one cannot: a second fault while one direction of a switch back is
 // home and the other is not (the backup's receive queue holds the
 // application's live receives on one side and stale copies on the
 // other), and a switch-back notification whose fate is unknown
@@ -164,7 +166,8 @@ func (m *mailbox) attach() *mailbox {
 
 // OpenMailbox registers this side's mailbox on the backup device and
 // returns its inbox, for the peer's SetPeerMailbox. With both inboxes
-// known every fallback handshake goes through the mailbox, and the purge
+// known every fallback handshake after the first goes through the
+// mailbox, and the purge
 // of the backup carries its streams on; both ends must have one or
 // neither (the purge's PSNs follow it). Without, the handshake goes
 // through the control receives, and a second fault in the middle of a
@@ -545,9 +548,9 @@ func (c *Conn) closeMailbox() error {
 }
 
 // mboxFault reports whether a fault of the default QP fails over through
-// the mailbox: both inboxes are known (then every handshake goes through
-// it, the control receives ahead taking fillers like any other
-// receive), the peer watches its own (a handshake was had with it), this
+// the mailbox: both inboxes are known (then every handshake after the
+// first goes through it, the control receives ahead taking fillers like
+// any other receive), the peer watches its own (a handshake was had with it), this
 // side's sends are home, and its receives are home (they move to the
 // backup behind the stale copies there) or on the backup with nothing
 // ahead of them.
