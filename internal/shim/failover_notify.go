@@ -229,6 +229,13 @@ func (r *Runtime) onBackupEvent(s *shadowSet, qp verbs.QP, readAt time.Time) {
 // returns q when q went home at once (its caller gives it back to layer
 // 1 once fo.mu is released). Called with fo.mu held.
 func (r *Runtime) backupEventLocked(q *l2qp, readAt time.Time, held *[]*l2qp) (home *l2qp) {
+	return r.peerEventLocked(q, readAt, "the peer's fallback notification on the backup QP", held)
+}
+
+// peerEventLocked is backupEventLocked for a sign of the peer's failover
+// read at readAt, reason saying which (a backup CQ's event, or a record
+// in the mailbox: watchInboxes). Called with fo.mu held.
+func (r *Runtime) peerEventLocked(q *l2qp, readAt time.Time, reason string, held *[]*l2qp) (home *l2qp) {
 	was := q.diverted
 	if q.destroying {
 		// What completed stays in the backup CQ, which raises no
@@ -256,7 +263,7 @@ func (r *Runtime) backupEventLocked(q *l2qp, readAt time.Time, held *[]*l2qp) (h
 			r.log.Debug("libibpath: layer 2 ignores a backup event older than the switch back", "qpn", q.key.qpn)
 			return nil
 		}
-		q.startFault("the peer's fallback notification on the backup QP", r.now())
+		q.startFault(reason, r.now())
 		if !r.divert(q) {
 			return nil
 		}

@@ -160,7 +160,7 @@ func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 	r.fo.mu.Lock()
 	defer r.unlockFO()
 	r.fo.tickAgain = false
-	away = r.watchInboxes()
+	away, home = r.watchInboxes()
 	for _, q := range r.fo.qps {
 		if q.gone || !q.diverted || q.conn == nil || q.express {
 			continue
@@ -200,18 +200,18 @@ func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 // back. Its peer, once a handshake was had, notifies a later fault
 // through the mailbox, which consumes no receive and so raises no
 // completion here: a QP with no Conn learns of it only so. A record
-// there diverts the QP, as a notification on the backup CQ does, and its
-// Conn handles it. One load per QP per tick; the switch back's ticker
+// there is handled as a notification on the backup CQ is
+// (peerEventLocked). One load per QP per tick; the switch back's ticker
 // runs for as long as such a QP lives. It reports whether any is
-// watched. Called with fo.mu held.
-func (r *Runtime) watchInboxes() (watching bool) {
+// watched, and the QPs given back at once (for layer 1, outside fo.mu).
+// Called with fo.mu held.
+func (r *Runtime) watchInboxes() (watching bool, homes []*l2qp) {
 	var held []*l2qp
 	for _, q := range r.fo.qps {
-		if !q.watchInbox || q.diverted || q.intercepted || q.gone {
-			continue // (an intercepted QP is diverted by settle, its Conn reading the inbox)
-		}
-		if q.destroying || q.left != "" {
-			continue // leaves layer 2: its peer's record is refused by the handshake bound
+		if !q.watchInbox || q.diverted || q.intercepted || q.destroying || q.gone {
+			// (an intercepted QP is diverted by settle, its Conn reading
+			// the inbox; a QP being destroyed leaves layer 2)
+			continue
 		}
 		watching = true
 		r.l2mu.Lock()
@@ -220,20 +220,14 @@ func (r *Runtime) watchInboxes() (watching bool) {
 		if !pending {
 			continue
 		}
-		q.startFault("the peer's fallback notification in the mailbox", r.now())
-		if !r.divert(q) {
-			continue
-		}
-		if c := q.conn; c != nil && !c.ReplayHeld() {
-			c.HoldReplay()
-			held = append(held, q)
-		}
-		if err := r.runConn(q); err != nil {
-			r.log.Debug("libibpath: layer 2 after the peer's record in the mailbox", "qpn", q.key.qpn, "err", err)
+		// (read now, on the wall clock the staleness of backup events
+		// is judged on: never before the last Conn's drain)
+		if home := r.peerEventLocked(q, time.Now(), "the peer's fallback notification in the mailbox", &held); home != nil {
+			homes = append(homes, home)
 		}
 	}
 	r.releaseReplays(held)
-	return watching
+	return watching, homes
 }
 
 // tickHandshake ticks q's Conn, without recovery, while its fallback
