@@ -95,9 +95,13 @@ type Stats struct {
 	RetryTimeouts uint64 // local ACK timeouts that fired
 	// StaleExecuted counts requests a responder executed after their
 	// requester QP was reset or destroyed (StaleExecution);
-	// StaleEffective those of them that did something (Effective).
+	// StaleEffective those of them that did something (Effective);
+	// StaleCrossed those taken by a responder reset (or another QP)
+	// since they were sent: packets of an earlier connection at both
+	// ends (Crossed).
 	StaleExecuted  uint64
 	StaleEffective uint64
+	StaleCrossed   uint64
 }
 
 // New returns an empty fabric.

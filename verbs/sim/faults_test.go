@@ -3,6 +3,7 @@ package sim_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -483,8 +484,9 @@ func TestHoldRequestDeliversStaleCopy(t *testing.T) {
 // TestStaleZeroLengthWriteHasNoEffect: a zero-length RDMA WRITE held
 // across a reset of both QPs and taken by the new incarnation at its PSN
 // executes (the responder's expected PSN moves on) but touches nothing:
-// the fabric records it as stale, not effective. A SEND held the same way
-// consumes a receive of the new incarnation: effective.
+// the fabric records it as stale, not effective, and as crossed (the
+// responder was reset too). A SEND held the same way consumes a receive
+// of the new incarnation: effective.
 func TestStaleZeroLengthWriteHasNoEffect(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -521,6 +523,9 @@ func TestStaleZeroLengthWriteHasNoEffect(t *testing.T) {
 			if st.StaleExecuted != 1 || len(stale) != 1 || stale[0].Effected != tc.effective {
 				t.Fatalf("stale executions %v (stats %d/%d), want one, effective %v", stale, st.StaleExecuted, st.StaleEffective, tc.effective)
 			}
+			if !stale[0].Crossed || st.StaleCrossed != 1 {
+				t.Fatalf("stale execution %v (StaleCrossed %d): both QPs were reset since it was sent, want it crossed", stale[0], st.StaleCrossed)
+			}
 			if want := map[bool]uint64{true: 1}[tc.effective]; st.StaleEffective != want {
 				t.Fatalf("StaleEffective %d, want %d", st.StaleEffective, want)
 			}
@@ -552,4 +557,43 @@ func TestProcessTeardown(t *testing.T) {
 		t.Fatalf("the torn-down end completed %+v", got)
 	}
 	c.b.ctx.(*sim.Context).Teardown() // a second teardown is harmless
+}
+
+// TestStaleNotCrossed: a zero-length WRITE held in the fabric while its
+// requester's retransmissions are lost (its link down) until the QP fails
+// and is reset, and reconnected at the same PSN. The held copy executes at
+// the responder, whose incarnation ran beside the requester's that sent
+// it: stale (its requester was reset), not crossed. So with the
+// responder never reset, and with the responder reset and connected again
+// while the requester's incarnation still ran (as at a handshake, before
+// the requester's own reset).
+func TestStaleNotCrossed(t *testing.T) {
+	for _, respReset := range []bool{false, true} {
+		t.Run(fmt.Sprintf("responder reset %v", respReset), func(t *testing.T) {
+			c := newConn(t, connOpts{retry: 1})
+			until := c.f.Now() + 40*time.Millisecond
+			must(t, c.f.HoldRequest(c.a.qp, 100, until))
+			c.a.post(t, verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled})
+			c.run(10 * time.Microsecond)
+			must(t, c.f.SetLink(c.a.hca.Port(1), false))
+			if respReset {
+				c.run(time.Millisecond)
+				must(t, c.b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState))
+				connectRC(t, c.b, c.a, defaults(connOpts{}))
+			}
+			c.run(30 * time.Millisecond)
+			if wcs := c.a.poll(t); len(wcs) != 1 || wcs[0].Status != verbs.WCRetryExcErr {
+				t.Fatalf("requester: %+v, want RETRY_EXC_ERR", wcs)
+			}
+			must(t, c.f.SetLink(c.a.hca.Port(1), true))
+			c.run(5 * time.Millisecond) // the port ACTIVE again
+			must(t, c.a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSReset}, verbs.QPAttrState))
+			connectRC(t, c.a, c.b, defaults(connOpts{}))
+			c.run(until - c.f.Now() + time.Millisecond)
+			st, stale := c.f.Stats(), c.f.StaleExecutions()
+			if st.StaleExecuted != 1 || len(stale) != 1 || stale[0].Crossed || st.StaleCrossed != 0 {
+				t.Fatalf("stale executions %v (stats %d, crossed %d), want the held WRITE, not crossed", stale, st.StaleExecuted, st.StaleCrossed)
+			}
+		})
+	}
 }

@@ -53,6 +53,11 @@ type packet struct {
 	// made when the requester is reset or destroyed with the packet in flight.
 	owner  *QP
 	resets uint32 // owner's resets when it was sent (staleExec)
+	// gone: the requester was reset or destroyed while the packet was
+	// in flight, at goneAt (staleExec: whether the responder that takes
+	// it began its incarnation after that)
+	gone   bool
+	goneAt time.Duration
 	wqe    *sendWQE
 	data   []byte
 
@@ -258,6 +263,9 @@ func (f *Fabric) detachInflight(q *QP) {
 		p := f.events[i].pkt
 		if p == nil || p.owner != q || p.kind != pktRequest {
 			continue
+		}
+		if !p.gone {
+			p.gone, p.goneAt = true, f.now
 		}
 		detach(p)
 	}

@@ -108,6 +108,9 @@ type QP struct {
 	// request sent before the last of them is of an earlier connection
 	// (staleExec).
 	resets uint32
+	// resetAt is when the current incarnation began: the last modify to
+	// RESET, or the QP's creation (staleExec)
+	resetAt time.Duration
 
 	// requester
 	sq           []sendWQE
@@ -205,7 +208,7 @@ func (pd *PD) CreateQP(init verbs.QPInitAttr) (verbs.QP, error) {
 	q := &QP{
 		pd: pd, ctx: c, hca: c.hca, sendCQ: scq, recvCQ: rcq, cap: cp,
 		sqSigAll: init.SQSigAll, userCtx: init.UserCtx, state: verbs.QPSReset, mig: verbs.MigMigrated,
-		sq: make([]sendWQE, cp.MaxSendWR), sqMask: uint64(cp.MaxSendWR - 1),
+		sq: make([]sendWQE, cp.MaxSendWR), sqMask: uint64(cp.MaxSendWR - 1), resetAt: c.fab().now,
 	}
 	for i := range q.sq {
 		q.sq[i].sges = make([]verbs.SGE, 0, cp.MaxSendSGE)
@@ -355,9 +358,11 @@ func (q *QP) destroyLocked() {
 
 // reset discards all queue contents without completions (modify to RESET).
 func (q *QP) reset() {
-	q.ctx.fab().detachInflight(q)
+	f := q.ctx.fab()
+	f.detachInflight(q)
 	q.incarn++
 	q.resets++
+	q.resetAt = f.now
 	q.state = verbs.QPSReset
 	q.attr = verbs.QPAttr{}
 	q.prim, q.alt = path{}, path{}

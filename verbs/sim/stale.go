@@ -22,6 +22,13 @@ type StaleExecution struct {
 	Imm      uint32
 	Resets   uint32 // how many resets of its requester it outlived
 	Effected bool   // it did something (Effective)
+	// Crossed: the responder's incarnation that took it began (a reset,
+	// or the QP's creation) when or after the requester's that sent it
+	// ended:
+	// the two never ran together, so the packet is of an earlier
+	// connection at both ends, not one its sender left behind while
+	// the responder still ran the connection it was sent on
+	Crossed bool
 }
 
 func (s StaleExecution) String() string {
@@ -29,8 +36,12 @@ func (s StaleExecution) String() string {
 	if s.Effected {
 		eff = "effective"
 	}
-	return fmt.Sprintf("at %v qp %#x took %v psn %d len %d imm %#x from qp %#x, %d reset(s) old (%s)",
-		s.At, s.QPN, s.Op, s.PSN, s.Length, s.Imm, s.SrcQPN, s.Resets, eff)
+	cross := ""
+	if s.Crossed {
+		cross = ", the responder reset since"
+	}
+	return fmt.Sprintf("at %v qp %#x took %v psn %d len %d imm %#x from qp %#x, %d reset(s) old%s (%s)",
+		s.At, s.QPN, s.Op, s.PSN, s.Length, s.Imm, s.SrcQPN, s.Resets, cross, eff)
 }
 
 // Effective reports whether executing the request does anything at the
@@ -52,10 +63,13 @@ func (q *QP) staleExec(p *packet) {
 	}
 	f := q.ctx.fab()
 	e := StaleExecution{At: f.now, QPN: q.qpn, SrcQPN: p.sqpn, PSN: p.psn, Op: p.op, Length: p.length, Imm: p.imm,
-		Resets: p.owner.resets - p.resets, Effected: Effective(p.op, p.length)}
+		Resets: p.owner.resets - p.resets, Effected: Effective(p.op, p.length), Crossed: p.gone && q.resetAt >= p.goneAt}
 	f.stats.StaleExecuted++
 	if e.Effected {
 		f.stats.StaleEffective++
+	}
+	if e.Crossed {
+		f.stats.StaleCrossed++
 	}
 	if len(f.stale) < maxStaleKept {
 		f.stale = append(f.stale, e)
