@@ -438,7 +438,7 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 // home after a healed fault, and that every invariant holds; safeOnly:
 // rounds may still be pending (a killed peer, 4.3 s tries).
 func verdict(w *world, dirs []int, fault int, atomic, comesBack, safeOnly bool) (surfaced, readRefused bool, err error) {
-	if _, err := noStaleEffect(w.f); err != nil {
+	if _, err := noStaleEffect(w); err != nil {
 		return false, false, err
 	}
 	switchLost := false

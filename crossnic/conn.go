@@ -149,8 +149,8 @@ type Conn struct {
 	// waits for the peer's answer (announceOwed)
 	annOwed bool
 	// defSQ and defRQ are the PSNs the next reset of the default QP
-	// connects it with. After a handshake: ownPSN and peerPSN. A reset
-	// without one (a probe or a switch-back notification that failed)
+	// connects it with. After a handshake, or a reset paired through the
+	// mailbox (askReset): ownPSN and peerPSN. A reset without either
 	// carries on where the two ends' streams stand: defSQ counts the
 	// control WRs (one packet each) the default QP completed since,
 	// defRQ is the receive PSN the QP had reached (resetPSNs).
@@ -211,8 +211,14 @@ type ConnStats struct {
 	ResetsSkipped int // resets of the default QP not done: the peer's sends arrive on it
 	// ResetsCarried counts resets of the default QP without a handshake
 	// since it was last connected: the two streams' PSNs carried on
-	// (resetPSNs), not started over.
+	// (resetPSNs), not started over. With mailboxes only a reset under
+	// the peer's sends (they came home onto the QP) carries on.
 	ResetsCarried int
+	// ResetsPaired counts the resets of the default QP without a
+	// handshake that took fresh PSNs through the mailbox, on both ends:
+	// those this side asked for (askReset) and those the peer's request
+	// made (onMailboxAnnounce).
+	ResetsPaired int
 	// BackupCompletions counts the successful completions of application
 	// WRs delivered from the backup leg (synthesized ones not included):
 	// the first one ends "fault to first good completion on the backup".

@@ -86,6 +86,7 @@ type world struct {
 	sendRx  [2]bool     // two-sided SEND workload (else NCCL-Simple WRITEs)
 	refused [2]bool     // a post failed (EIO): the sender stopped
 	lazy    [2]int      // poll that node only every lazy-th pump (0: every pump)
+	mailbox bool        // the Conns have mailboxes (worldOpts.noMailbox clear)
 	pumps   int
 	wc      [32]verbs.WC // pump's poll buffer
 	polled  int          // completions the last pump delivered
@@ -295,6 +296,7 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		must(t, err)
 	}
 	if !o.noMailbox {
+		w.mailbox = true
 		var boxes [2]crossnic.Mailbox
 		for i, me := range w.n {
 			var err error

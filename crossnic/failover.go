@@ -243,13 +243,17 @@ func (c *Conn) postCtrl(imm uint32) error {
 	return nil
 }
 
-// newHandshakePSN draws the PSN this side announces at a handshake: the
-// send PSN of the default QP's next reset and of the backup's purge. A
-// follower's wait (follow.go) belonged to the handshake before.
+// newHandshakePSN draws the PSN this side announces at a handshake (or
+// at a reset paired through the mailbox): the send PSN of the default
+// QP's next reset and of the backup's purge. A follower's wait
+// (follow.go) belonged to the handshake before, and so did a paired
+// reset's wait for the peer's answer.
 func (c *Conn) newHandshakePSN() {
 	c.ownPSN = c.drawPSN()
 	c.defSQ = c.ownPSN
 	c.following = false
+	// the handshake's announcements connect both ends
+	c.mbox.resetAsk, c.mbox.deferredSet = 0, false
 }
 
 // drawPSN draws a starting PSN: from the source SetPSNSource or

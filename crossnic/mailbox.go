@@ -27,13 +27,15 @@ import (
 // A record is 32 bytes, little endian:
 //
 //	0  version u8 (mboxVersion)
-//	1  kind u8 (ctrlNotify, ctrlAck or ctrlRefuse)
+//	1  kind u8 (ctrlNotify, ctrlAck, ctrlRefuse, or ctrlAnnounce: a
+//	   reset of the default QP paired through the mailbox, resetpair.go)
 //	2  flags u8: mboxSwitchDone (notify): the writer's last switch-back
-//	   notification completed, so the reader took it
+//	   notification completed, so the reader took it; mboxAnswer
+//	   (announce): the announcement answers the reader's
 //	3  reserved u8, zero
 //	4  seq u32: the writer's record number, from 1
 //	8  seen u32: the last seq of the reader's records the writer handled
-//	12 psn u32: the writer's announced send PSN (notify, ack)
+//	12 psn u32: the writer's announced send PSN (notify, ack, announce)
 //	16 counter u64: the writer's completed receives (notify, ack)
 //	24 fillers u32: receives at the head of the writer's backup queue
 //	   that precede the ones it moved there (ack): the reader sends that
@@ -41,18 +43,29 @@ import (
 //	   completions
 //	28 crc u32: CRC-32C of bytes 0-27
 //
-// The region holds the inbox (bytes 0-31, where the peer writes) and the
-// outbox (bytes 32-63, the source of this side's writes). A record whose
-// crc does not match (a write torn by the read, or the peer's outbox
-// rewritten while its HCA read it) is ignored until it is whole; one whose
-// seq is not newer than the last handled is old.
+// The region holds two slots of 64 bytes, each an inbox, where the peer
+// writes, then an outbox, the source of this side's writes to the
+// peer's inbox of the same slot. Slot 0 carries the handshake (notify,
+// ack, refuse), slot 1 the announcements of paired resets
+// (resetpair.go), so that neither kind overwrites a record of the other
+// the reader has not read yet. (A peer whose region is slot 0 alone, an
+// earlier version, refuses the write to slot 1 with a remote access
+// error: the backup QP fails, and the error surfaces.) The seq numbers one sequence across the two slots: the
+// reader handles what is new in them oldest first. A record whose crc
+// does not match (a write torn by the read, or the peer's outbox
+// rewritten while its HCA read it) is waited for until it is whole; one
+// whose seq is not newer than the last handled is old.
 const (
 	mboxRecLen  = 32
-	mboxLen     = 2 * mboxRecLen
+	mboxSlots   = 2
+	mboxLen     = 2 * mboxSlots * mboxRecLen
 	mboxVersion = 1
 	// mboxSwitchDone: the flag of a notification whose writer's sends
 	// were home (its switch-back notification completed)
 	mboxSwitchDone = 1
+	// mboxAnswer: the flag of an announcement that answers the reader's
+	// (a paired reset: resetpair.go)
+	mboxAnswer = 2
 )
 
 var mboxCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -102,9 +115,9 @@ func decodeMboxRec(b []byte) (mboxRec, error) {
 	switch {
 	case b[0] != mboxVersion:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of version %d (this side speaks %d)", b[0], mboxVersion)
-	case b[2]&^mboxSwitchDone != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
+	case b[2]&^(mboxSwitchDone|mboxAnswer) != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record with reserved bits set")
-	case r.kind != ctrlNotify && r.kind != ctrlAck && r.kind != ctrlRefuse:
+	case r.kind != ctrlNotify && r.kind != ctrlAck && r.kind != ctrlRefuse && r.kind != ctrlAnnounce:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of kind %d", r.kind)
 	case r.seq == 0:
 		// a zeroed inbox has a matching crc only by chance; seq 0 is
@@ -117,7 +130,7 @@ func decodeMboxRec(b []byte) (mboxRec, error) {
 // mailbox is a Conn's side of the channel.
 type mailbox struct {
 	mr   verbs.MR
-	buf  []byte // mboxLen bytes: inbox, then outbox
+	buf  []byte // mboxLen bytes: per slot, the inbox then the outbox
 	peer Mailbox
 	// peerSet: SetPeerMailbox gave the peer's inbox
 	peerSet bool
@@ -147,10 +160,18 @@ type mailbox struct {
 	// then, and keeps reading (the Conn's Poll and Tick, and after its
 	// give-back the caller's MailboxPending).
 	watched bool
-	// in, out: where a record is read into and encoded in (kept here:
-	// a local array passed to verbs.DeviceMem would be allocated on
-	// every poll)
-	in, out [mboxRecLen]byte
+	// in: where the inbox slots are read into; seqs: a slot's seq field
+	// (kept here: a local array passed to verbs.DeviceMem would be
+	// allocated on every poll)
+	in   [mboxSlots * mboxRecLen]byte
+	seqs [4]byte
+	// resetAsk: this side's announcement of a paired reset (askReset)
+	// is record resetAsk, and waits for the peer's
+	resetAsk uint32
+	// deferred: the peer's announcement of a paired reset, read before
+	// the announcement of the last handshake it follows was (onAnnounce)
+	deferred    mboxRec
+	deferredSet bool
 	// owned: OpenMailbox made it, and Close releases it; the Shadow's
 	// mailboxes outlive the Conns it builds (their seq and seen carry
 	// on from one failover of the QP to the next)
@@ -161,6 +182,7 @@ type mailbox struct {
 // did), this Conn's: what a failover left of the last handshake goes.
 func (m *mailbox) attach() *mailbox {
 	m.via, m.awaiting, m.switchDone, m.use = false, false, false, false
+	m.resetAsk, m.deferredSet = 0, false
 	return m
 }
 
@@ -200,14 +222,40 @@ func newMailbox(pd verbs.PD) (*mailbox, error) {
 // inbox is where the peer writes to m.
 func (m *mailbox) inbox() Mailbox { return Mailbox{Addr: m.mr.Addr(), RKey: m.mr.RKey()} }
 
-// pending reports whether the inbox holds a record newer than the last
-// handled (whole or not yet).
+// pending reports whether an inbox slot holds a record newer than the
+// last handled (whole or not yet): one load per slot.
 func (m *mailbox) pending() bool {
 	if m.mr == nil {
 		return false
 	}
-	m.load(m.in[4:8], 4)
-	return binary.LittleEndian.Uint32(m.in[4:8]) != m.seen
+	for i := range mboxSlots {
+		if m.newer(m.slotSeq(i)) {
+			return true
+		}
+	}
+	return false
+}
+
+// slotSeq loads the seq field of inbox slot i.
+func (m *mailbox) slotSeq(i int) uint32 {
+	m.load(m.seqs[:], inboxOff(i)+4)
+	return binary.LittleEndian.Uint32(m.seqs[:])
+}
+
+// inboxOff and outboxOff are the offsets of slot i's inbox and outbox
+// in the region.
+func inboxOff(i int) int  { return 2 * i * mboxRecLen }
+func outboxOff(i int) int { return inboxOff(i) + mboxRecLen }
+
+// newer reports whether seq is after the last record handled.
+func (m *mailbox) newer(seq uint32) bool { return int32(seq-m.seen) > 0 }
+
+// slot is the inbox slot a record of kind k goes to.
+func slot(k ctrlKind) int {
+	if k == ctrlAnnounce {
+		return 1
+	}
+	return 0
 }
 
 // load copies len(dst) bytes of the mailbox from offset off: through the
@@ -267,11 +315,13 @@ func (c *Conn) mboxUsable() bool {
 func (c *Conn) writeRecord(r mboxRec) error {
 	c.mbox.seq++
 	r.seq, r.seen = c.mbox.seq, c.mbox.seen
-	r.encode(c.mbox.out[:])
-	c.mbox.store(mboxRecLen, c.mbox.out[:])
+	var out [mboxRecLen]byte
+	r.encode(out[:])
+	i := slot(r.kind)
+	c.mbox.store(outboxOff(i), out[:])
 	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWrite,
-		SGList:     []verbs.SGE{{Addr: c.mbox.mr.Addr() + mboxRecLen, Length: mboxRecLen, LKey: c.mbox.mr.LKey()}},
-		RemoteAddr: c.mbox.peer.Addr, RKey: c.mbox.peer.RKey}})
+		SGList:     []verbs.SGE{{Addr: c.mbox.mr.Addr() + uint64(outboxOff(i)), Length: mboxRecLen, LKey: c.mbox.mr.LKey()}},
+		RemoteAddr: c.mbox.peer.Addr + uint64(inboxOff(i)), RKey: c.mbox.peer.RKey}})
 	if err != nil {
 		return fmt.Errorf("crossnic: write the %v record to the peer's mailbox: %w", r.kind, err)
 	}
@@ -283,27 +333,55 @@ func (c *Conn) checkMailbox() {
 	if c.mbox.mr == nil {
 		return
 	}
+	if c.mbox.deferredSet && c.peerPSNSet {
+		c.mbox.deferredSet = false
+		c.onMailboxAnnounce(c.mbox.deferred)
+	}
 	if !c.mbox.pending() {
-		return // nothing new (the common case: one load)
+		return // nothing new (the common case: a load per slot)
 	}
 	in := c.mbox.in[:]
-	c.mbox.load(in, 0)
-	r, err := decodeMboxRec(in)
-	switch {
-	case errors.Is(err, errMboxTorn):
-		return // not whole yet: the next check sees it
-	case err != nil:
-		c.mbox.seen = binary.LittleEndian.Uint32(in[4:])
-		if c.m.SQ != fsm.SQSurfaced {
-			c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
-		}
-		return
-	case int32(r.seq-c.mbox.seen) <= 0:
-		return // an older record rewritten late: handled already
+	for i := range mboxSlots {
+		c.mbox.load(in[i*mboxRecLen:(i+1)*mboxRecLen], inboxOff(i))
 	}
-	c.mbox.seen = r.seq
-	c.mbox.watched = true // (it had a Conn to write this)
-	c.onMailbox(r)
+	var recs [mboxSlots]mboxRec
+	n := 0 // recs[:n] are new, whole records
+	for i := range mboxSlots {
+		b := in[i*mboxRecLen : (i+1)*mboxRecLen]
+		if !c.mbox.newer(binary.LittleEndian.Uint32(b[4:])) {
+			continue // old, or never written
+		}
+		r, err := decodeMboxRec(b)
+		switch {
+		case errors.Is(err, errMboxTorn):
+			return // not whole yet: the next check sees it, before anything newer
+		case err != nil:
+			c.mbox.seen = binary.LittleEndian.Uint32(b[4:])
+			if c.m.SQ != fsm.SQSurfaced {
+				c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+			}
+			return
+		case slot(r.kind) != i:
+			c.mbox.seen = r.seq
+			if c.m.SQ != fsm.SQSurfaced {
+				c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: fmt.Sprintf("crossnic: mailbox record of kind %d in slot %d", r.kind, i)}))
+			}
+			return
+		}
+		recs[n] = r
+		n++
+	}
+	if n == 2 && int32(recs[1].seq-recs[0].seq) < 0 {
+		recs[0], recs[1] = recs[1], recs[0] // the older first
+	}
+	for _, r := range recs[:n] {
+		if !c.mbox.newer(r.seq) {
+			continue // handled already (by a check nested in the handling of the first)
+		}
+		c.mbox.seen = r.seq
+		c.mbox.watched = true // (it had a Conn to write this)
+		c.onMailbox(r)
+	}
 }
 
 // onMailbox handles the peer's record r.
@@ -311,6 +389,8 @@ func (c *Conn) onMailbox(r mboxRec) {
 	switch r.kind {
 	case ctrlNotify:
 		c.onMailboxNotify(r)
+	case ctrlAnnounce:
+		c.onMailboxAnnounce(r)
 	case ctrlAck, ctrlRefuse:
 		if c.m.SQ != fsm.SQAwaitAck || !c.mbox.awaiting || r.seen != c.mbox.seq {
 			return // the answer to a notification this side no longer waits for

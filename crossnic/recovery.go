@@ -88,7 +88,7 @@ var errPathDown = errors.New("the default port is down")
 
 // errAwaitPSN: the reset default QP waits in INIT for the peer's
 // announcement of its starting PSN.
-var errAwaitPSN = errors.New("reset to INIT; waiting for the peer's starting PSN (its announcement on the backup QP)")
+var errAwaitPSN = errors.New("reset to INIT; waiting for the peer's starting PSN (its announcement on the backup QP or through the mailbox)")
 
 // EnableRecovery turns on switching back: after a failover the default QP
 // is reset and probed; when a probe succeeds, the next signaled WR becomes
@@ -393,13 +393,16 @@ func (c *Conn) resetDefault() {
 		c.defUsable, c.resetErr = false, errPathDown
 		return
 	}
-	c.resetPSNs()
 	// The peer's sends came home onto this QP (its switch-back
 	// notification arrived): no control message comes on it, and the
 	// application's receives it held, flushed and hidden by the error,
 	// are posted on it again, in order, for the messages the peer
 	// resends into the reset QP (resetPSNs).
 	rqHome := c.m.RQ == fsm.RQDefault
+	paired := c.pairedReset()
+	if !paired {
+		c.resetPSNs()
+	}
 	ctrl := 1
 	if rqHome {
 		ctrl = 0
@@ -431,6 +434,10 @@ func (c *Conn) resetDefault() {
 	c.defUsable, c.defErr, c.defInit = false, false, true
 	c.resetErr = errAwaitPSN
 	c.probesOut = 0 // the reset discarded them
+	if paired {
+		c.askReset()
+		return
+	}
 	if c.peerPSNSet {
 		c.connectDefault()
 	}
@@ -471,8 +478,8 @@ func (c *Conn) connectDefault() {
 // without being executed): the switch-back campaign's delayed links found
 // it. A QP that cannot be queried (a dead device) keeps defRQ.
 func (c *Conn) resetPSNs() {
-	if !c.defPaired {
-		return // never connected since the handshake: the announced PSNs
+	if !c.defPaired || !c.peerPSNSet {
+		return // never connected since the handshake, or one under way: the announced PSNs
 	}
 	a, _, err := c.def.QP.Query(verbs.QPAttrRQPSN | verbs.QPAttrState)
 	if err == nil && a.QPState != verbs.QPSReset && a.QPState != verbs.QPSInit {

@@ -212,7 +212,7 @@ func (s *Shadow) DeregMR(lkey uint32) error {
 }
 
 // SetMailboxes gives every QP the shadow creates from now on, unless it
-// receives through an SRQ, a mailbox on the backup device (64 bytes,
+// receives through an SRQ, a mailbox on the backup device (128 bytes,
 // registered for remote write): its inbox is published with the backup
 // QP, the peer's looked up with the peer's, and the Conns the shadow
 // builds carry every handshake after the first through it when both

@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/ibpath/ibpath/verbs/sim"
 )
 
 // noStaleEffect checks that no request of an earlier connection did
@@ -16,14 +14,23 @@ import (
 // carry; resets without one carry the streams on, and what a side sends
 // on the default QP until its switch-back notification is acknowledged
 // is zero-length WRITEs (probes), which execute without effect: either
-// way nothing stale may write, read, or consume a receive
-// (docs/CROSSNIC.md, "Reset PSNs"). It returns the stale executions,
+// way nothing stale may write, read, or consume a receive. With
+// mailboxes a reset without a handshake is paired, both ends taking
+// fresh PSNs, unless the peer's sends use the QP (then only this end is
+// reset): no request executes at all at a responder that was reset
+// since it was sent, its requester reset too (sim.Stats.StaleCrossed).
+// (docs/CROSSNIC.md, "Reset PSNs".) It returns the stale executions,
 // all without effect.
-func noStaleEffect(f *sim.Fabric) (uint64, error) {
+func noStaleEffect(w *world) (uint64, error) {
+	f := w.f
 	st := f.Stats()
 	if st.StaleEffective > 0 {
 		return st.StaleExecuted, fmt.Errorf("%d stale requests executed with effect (of %d stale): %v",
 			st.StaleEffective, st.StaleExecuted, f.StaleExecutions())
+	}
+	if w.mailbox && st.StaleCrossed > 0 {
+		return st.StaleExecuted, fmt.Errorf("%d requests executed after both their QP and the responder were reset since they were sent (of %d stale): %v",
+			st.StaleCrossed, st.StaleExecuted, f.StaleExecutions())
 	}
 	return st.StaleExecuted, nil
 }

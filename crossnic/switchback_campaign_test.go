@@ -54,6 +54,7 @@ func flapSchedule(t testing.TB, seed uint64, carried, stale *atomic.Int64) (stri
 // schedules.
 type campaignCounts struct {
 	carried, stale, mailbox *atomic.Int64
+	paired                  *atomic.Int64 // nil: not counted
 }
 
 // flapScheduleWith is flapSchedule, counting into n, with the Conns'
@@ -75,6 +76,9 @@ func flapScheduleWith(t testing.TB, seed uint64, n *campaignCounts, noMbox bool)
 			carried.Add(int64(nd.conn.Stats().ResetsCarried))
 			if n.mailbox != nil {
 				n.mailbox.Add(int64(nd.conn.Stats().MailboxHandshakes))
+			}
+			if n.paired != nil {
+				n.paired.Add(int64(nd.conn.Stats().ResetsPaired))
 			}
 		}
 	}()
@@ -147,7 +151,7 @@ func flapScheduleWith(t testing.TB, seed uint64, n *campaignCounts, noMbox bool)
 	for i := 0; i < 150 && (!home() || w.delivered(dirs...) != nil); i++ {
 		w.run(10 * time.Millisecond)
 	}
-	nStale, err := noStaleEffect(w.f)
+	nStale, err := noStaleEffect(w)
 	if err != nil {
 		return desc, err
 	}
@@ -292,8 +296,8 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if testing.Short() {
 		runs = 40
 	}
-	var failed, surfaced, twice, reads, carried, stale, mailbox atomic.Int64
-	counts := &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox}
+	var failed, surfaced, twice, reads, carried, stale, mailbox, paired atomic.Int64
+	counts := &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}
 	seedWorkers(t, runs, *switchSeed, func(t *testing.T, s uint64) {
 		if failed.Load() >= 5 {
 			t.SkipNow()
@@ -319,10 +323,13 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if *switchSeed != 0 {
 		runs = 1
 	}
-	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets carried the PSNs on; %d stale requests executed, none with effect; %d handshakes through the mailbox",
-		runs, twice.Load(), surfaced.Load(), reads.Load(), carried.Load(), stale.Load(), mailbox.Load())
+	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets carried the PSNs on, %d paired through the mailbox (both ends counted); %d stale requests executed, none with effect; %d handshakes through the mailbox",
+		runs, twice.Load(), surfaced.Load(), reads.Load(), carried.Load(), paired.Load(), stale.Load(), mailbox.Load())
 	if runs >= 1000 && *switchSeed == 0 && carried.Load() == 0 {
 		t.Error("no reset without a handshake carried the PSNs on: the schedules no longer reach resetPSNs")
+	}
+	if runs >= 1000 && *switchSeed == 0 && *mailboxes != "off" && paired.Load() == 0 {
+		t.Error("no reset without a handshake was paired through the mailbox: the schedules no longer reach askReset")
 	}
 }
 
@@ -342,5 +349,24 @@ func TestAnnouncementAfterPeerPurge(t *testing.T) {
 	// (without mailboxes: the handshake through the control receives)
 	if desc, err := flapScheduleWith(t, 22436, &campaignCounts{carried: &carried, stale: &stale}, true); err != nil {
 		t.Fatalf("%s: %v", desc, err)
+	}
+}
+
+// TestResetRequestAfterUnreadAck pins switch-back schedule 4104 (with
+// mailboxes): node0, polling lazily, falls back through the mailbox
+// while node1's traffic runs on the backup; node1 answers with an
+// acknowledgement, and before node0 reads it node1's probe fails and
+// node1 asks for a paired reset. With one inbox slot the request
+// overwrote the acknowledgement: node0 never read it, waited out its
+// handshake bound and surfaced. Each kind has its slot, and node0 reads
+// the two oldest first: both ends come home.
+func TestResetRequestAfterUnreadAck(t *testing.T) {
+	var carried, stale, mailbox, paired atomic.Int64
+	desc, err := flapScheduleWith(t, 4104, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
+	if err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
+	if mailbox.Load() == 0 || paired.Load() < 3 {
+		t.Fatalf("%s: %d handshakes through the mailbox, %d paired resets: the schedule no longer reaches the case", desc, mailbox.Load(), paired.Load())
 	}
 }

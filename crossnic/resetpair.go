@@ -1,0 +1,114 @@
+package crossnic
+
+import "github.com/ibpath/ibpath/fsm"
+
+// A reset of the default QP without a handshake (a probe failed while
+// both ends' traffic runs on the backup) is paired through the mailbox:
+// both ends reset their default QPs and connect them with send PSNs drawn
+// for it, so that no packet sent before the reset is taken after it
+// (docs/CROSSNIC.md, "Reset PSNs"). The side whose QP failed resets it to
+// INIT, draws its PSN and writes it to the peer as an announcement
+// (askReset); the peer moves its own default QP to ERR, resets it, draws
+// its PSN, connects with the two, and answers with an announcement of its
+// own (flag mboxAnswer), which connects the asking side. Two requests
+// that cross are each the other's answer.
+//
+// Only a QP the peer's sends do not use is paired: one that carries them
+// (they came home onto it) is reset under the peer's live stream, which
+// its PSNs carry on (resetPSNs), as without a mailbox.
+
+// pairedReset reports whether the reset of the default QP about to be
+// done is paired: it was connected since the last handshake (else the
+// announced PSNs apply), the peer's sends do not use it, both ends have
+// a mailbox and the peer reads its own.
+func (c *Conn) pairedReset() bool {
+	return c.defPaired && c.peerPSNSet && c.m.SQ == fsm.SQFallback && c.m.RQ != fsm.RQDefault &&
+		c.mboxUsable() && c.mbox.watched
+}
+
+// askReset draws this side's PSN for the paired reset of the default QP,
+// now in INIT, and writes it to the peer's mailbox; the QP waits in INIT
+// for the answer.
+func (c *Conn) askReset() {
+	c.newHandshakePSN()
+	c.peerPSNSet, c.defPaired = false, false
+	if err := c.writeRecord(mboxRec{kind: ctrlAnnounce, psn: c.ownPSN}); err != nil {
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+		return
+	}
+	c.mbox.resetAsk = c.mbox.seq
+	c.stats.ResetsPaired++
+}
+
+// onMailboxAnnounce handles the peer's announcement through the mailbox:
+// the answer to this side's request, or the peer's own request.
+func (c *Conn) onMailboxAnnounce(r mboxRec) {
+	if r.flags&mboxAnswer != 0 {
+		if c.mbox.resetAsk == 0 || int32(r.seen-c.mbox.resetAsk) < 0 {
+			return // the answer to a request this side no longer waits for
+		}
+		c.mbox.resetAsk = 0
+		c.peerAnnounced(r.psn)
+		return
+	}
+	asked := c.mbox.resetAsk != 0
+	if asked {
+		ask := c.mbox.resetAsk
+		c.mbox.resetAsk = 0
+		if int32(r.seen-ask) < 0 {
+			// Both asked, neither having read the other's request:
+			// the peer's is the answer to this side's, and this
+			// side's the answer to the peer's.
+			c.peerAnnounced(r.psn)
+			return
+		}
+		// The peer handled this side's request and asks anew (its
+		// probe failed too): its answer, in the same slot, went unread.
+		// This side answers the new one (its QP waits in INIT).
+	}
+	switch c.m.SQ {
+	case fsm.SQSurfaced, fsm.SQAwaitAck:
+		// Surfaced: nothing comes home. A handshake under way: its
+		// announcements connect both ends' default QPs.
+		return
+	case fsm.SQDefault:
+		// The peer reset the QP its receives were on, not having seen
+		// this side's switch-back notification arrive, which completed
+		// here: the default path is lost under this side's sends.
+		c.fault("the peer reset its default QP under this side's sends (its request through the mailbox)", nil)
+		return
+	}
+	if c.rec == nil {
+		return // (only a Conn with recovery resets its default QP)
+	}
+	if !c.peerPSNSet && !asked {
+		// The announcement of the last handshake precedes the request
+		// on the backup QP: it may wait in the CQ yet. (A side that
+		// asked itself forgot the peer's PSN for the answer.)
+		_ = c.drain(&c.bak)
+		if c.m.SQ == fsm.SQSurfaced || c.m.SQ == fsm.SQAwaitAck {
+			return
+		}
+		if !c.peerPSNSet {
+			c.mbox.deferred, c.mbox.deferredSet = r, true // checkMailbox takes it up once it came
+			return
+		}
+	}
+	// Fallback, wait-signaled, wait-drained, wait-notify. In wait-notify
+	// the switch-back notification posted on the default QP was not
+	// taken: the peer's receives were not home when it reset its QP
+	// (its flush before the reset would have found the notification),
+	// and its QP took nothing since. The held WRs go to the backup.
+	prior := c.m.SQ
+	c.newHandshakePSN()
+	c.peerPSNSet, c.defPaired = false, false
+	c.peerFellBackAgain(prior) // ERR; a switch back under way fails over to the backup; the reset
+	if c.m.SQ == fsm.SQSurfaced {
+		return
+	}
+	c.peerAnnounced(r.psn)
+	c.stats.ResetsPaired++
+	if err := c.writeRecord(mboxRec{kind: ctrlAnnounce, flags: mboxAnswer, psn: c.ownPSN}); err != nil {
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
+	}
+}
