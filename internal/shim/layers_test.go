@@ -368,8 +368,18 @@ func TestLayersArmInApplicationModify(t *testing.T) {
 	if !a.rt.l1Protects(lyDev, qa.qp.QPN()) {
 		t.Fatal("layer 1 does not protect the armed QP")
 	}
-	// What ibpathd was told last is what the runtime shows.
-	if r := lastReport(a.sess, qa.qp.QPN()); r.Layer != status.LayerAPM || r.APM != "armed" || r.Alternate.String() != "port 2" {
+	// What ibpathd was told last is what the runtime shows. The report
+	// goes out once the goroutine that changed the status lets go of the
+	// runtime's lock (unlockFO), which under load can be a moment after
+	// the status reads armed.
+	armed := func(r status.QP) bool {
+		return r.Layer == status.LayerAPM && r.APM == "armed" && r.Alternate.String() == "port 2"
+	}
+	r := lastReport(a.sess, qa.qp.QPN())
+	for deadline := time.Now().Add(2 * time.Second); !armed(r) && time.Now().Before(deadline); r = lastReport(a.sess, qa.qp.QPN()) {
+		time.Sleep(time.Millisecond)
+	}
+	if !armed(r) {
 		t.Fatalf("last report to ibpathd %+v", r)
 	}
 
