@@ -46,7 +46,7 @@ import sys
 # the programs whose QPs receive through an SRQ): with the shim their
 # cut rows must finish with correct results.
 PROTECTED = ("pingpong", "write_bw", "write_bw-q4", "write_bw-bi", "send_bw", "read_bw", "write_lat", "pingpong-ev", "send_bw-ev",
-             "pingpong-wr", "mpi-verbs", "rping", "nccl", "srq_pingpong", "ucx_put_bw", "mpi-ucx")
+             "pingpong-wr", "mpi-verbs", "rping", "nccl", "nccl-r3", "srq_pingpong", "ucx_put_bw", "mpi-ucx")
 
 
 # the arms with the shim: on, and sb (the shim switching back, cut rows only)
@@ -57,12 +57,13 @@ def kind(prog):
     """The program a row runs, without the suffix of its variant: -ev (the
     same program sleeping on its completion channel), -wr (the same
     program posting through the ibv_wr_* API), -q4 (the same program on
-    four QPs), -bi (the same program writing both ways).
+    four QPs), -bi (the same program writing both ways), -r3 (the same
+    program at retry_cnt 3).
 
-    >>> kind("write_bw-q4"), kind("pingpong-ev"), kind("write_bw"), kind("write_bw-bi")
-    ('write_bw', 'pingpong', 'write_bw', 'write_bw')
+    >>> kind("write_bw-q4"), kind("pingpong-ev"), kind("write_bw"), kind("write_bw-bi"), kind("nccl-r3")
+    ('write_bw', 'pingpong', 'write_bw', 'write_bw', 'nccl')
     """
-    return prog[:-3] if prog.endswith(("-ev", "-wr", "-q4", "-bi")) else prog
+    return prog[:-3] if prog.endswith(("-ev", "-wr", "-q4", "-bi", "-r3")) else prog
 
 
 def median_ci(v, level=0.95):
@@ -398,6 +399,36 @@ def flap_verdict(m, client, server, r):
     return ""
 
 
+PAIRED = re.compile(r"resets_paired=(\d+)")
+
+
+def paired_verdict(m, client, server, r):
+    """A -r3 row with the shim switching back (the program at retry_cnt 3,
+    so that a probe of the default path still down fails with an error)
+    is correct only if a reset of the default QP was paired through the
+    mailbox (a "layer 2 send queue" line with resets_paired above 0, on
+    either end) and the QPs came home. Returns the reason it is not, or
+    "".
+
+    >>> sq = 'level=INFO msg="libibpath: layer 2 send queue" qpn=17 from=fallback to=wait-signaled probes=9 reset_failures=0 resets_paired=%d resets_carried=0'
+    >>> paired_verdict({"shim": "sb"}, sq % 2, sq % 0, {"home_qps": 4})
+    ''
+    >>> paired_verdict({"shim": "sb"}, sq % 0, sq % 0, {"home_qps": 4})
+    'no reset of the default QP was paired through the mailbox'
+    >>> paired_verdict({"shim": "sb"}, sq % 1, "", {"home_qps": 0})
+    'no QP came home'
+    >>> paired_verdict({"shim": "on"}, "", "", {})
+    ''
+    """
+    if m["shim"] != "sb":
+        return ""
+    if not any(int(n) > 0 for n in PAIRED.findall(client + "\n" + server)):
+        return "no reset of the default QP was paired through the mailbox"
+    if not r.get("home_qps"):
+        return "no QP came home"
+    return ""
+
+
 def parse(m, client, server):
     r = {"finished": False, "correct": "no", "tput_MBps": None, "lat_us": None, "lat_avg_us": None,
          "pause_ms": None, "pause_kind": "", "work": None, "detail": ""}
@@ -448,7 +479,7 @@ def parse(m, client, server):
             r["pause_ms"], r["pause_kind"] = float(mm.group(5)), "measured"
         r["finished"] = rc_ok and mm is not None
         r["correct"] = "yes" if (mm and mm.group(3) == "0" and rc_ok) else "no"
-    elif prog == "nccl":
+    elif prog == "nccl":  # (nccl-r3 too)
         srv = "\n".join(GLUED_LOG.sub("", STAMP.sub("", l)) for l in server.splitlines())
         r.update(nccl_summary(c, srv, rc_ok))
     elif prog == "rping":
@@ -499,6 +530,10 @@ def parse(m, client, server):
                 r["correct"], r["detail"] = "no", why
         if m["cut"].startswith("flap2-"):
             why = flap_verdict(m, client, server, r)
+            if why and r["correct"] == "yes":
+                r["correct"], r["detail"] = "no", why
+        if m["prog"].endswith("-r3"):
+            why = paired_verdict(m, client, server, r)
             if why and r["correct"] == "yes":
                 r["correct"], r["detail"] = "no", why
         # (a flap2 row's two pulls each fail the QPs over: no spread)

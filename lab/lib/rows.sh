@@ -111,6 +111,7 @@ ucx_put_bw ipdown-g1
 mpi-ucx ipdown-g2
 pingpong-ev drain-g1
 pingpong-ev flap2-g1
+nccl-r3 setlink-g1
 "
 
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
@@ -236,13 +237,18 @@ stamp $common 10.77.1.2"
 		SERVER="stamp rping -s -a 10.77.0.2 -p $p -C $LAB_RPING_COUNT"
 		CLIENT="stamp rping -c -a 10.77.0.2 -p $p -C $LAB_RPING_COUNT -v"
 		MARKER="ping data" SMARKER="" LIMIT=60 ;;
-	nccl)
+	nccl | nccl-r3)
 		# a program of NCCL's shape (lab/nccl/nccl_pattern.c): libibverbs
 		# opened with dlopen and every verb from dlvsym, a send and a
 		# receive QP each way, Simple protocol's FIFO of clear-to-sends
 		# and RDMA WRITE + WRITE_WITH_IMM, every byte checked, an async
-		# thread that aborts on the events NCCL takes as fatal
+		# thread that aborts on the events NCCL takes as fatal. -r3: with
+		# NCCL_IB_RETRY_CNT=3, a count at which rdma_rxe gives up, as
+		# every count does on hardware (at 7 it retransmits without end),
+		# so a probe of the default path still down fails with an error
+		# and the reset that follows is paired through the mailbox
 		common="\$LAB_BUILD/nccl_pattern -d rxe0 -g 1 -p $p -D $LAB_BW_SECONDS"
+		[ "$1" = nccl-r3 ] && common="env NCCL_IB_RETRY_CNT=3 $common"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2"
 		MARKER="NCCL_PATTERN traffic started" SMARKER="listening on port" LIMIT=$((LAB_BW_SECONDS + 30)) ;;
 	ibpathd)
@@ -652,7 +658,7 @@ rows_plan() {
 	if [ -n "${LAB_ROW_NAMES:-}" ]; then
 		for n in $LAB_ROW_NAMES; do
 			line=$(awk -v n="$n" '$1 "." $2 "." $3 == n' <<<"$all")
-			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]] || [[ "$n" == *.off.drain-* ]] || { [[ "$n" == *.flap2-* ]] && [[ "$n" != *.sb.* ]]; }; then
+			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]] || [[ "$n" == *.off.drain-* ]] || { [[ "$n" == *.flap2-* || "$n" == *-r3.* ]] && [[ "$n" != *.sb.* ]]; }; then
 				log "LAB_ROW_NAMES: no row named '$n' (names are program.off|on|sb.cut, e.g. pingpong.on.setlink-g1; the programs and cuts are LAB_ROW_LIST's in lab/lib/rows.sh)"
 				return 2
 			fi
@@ -663,13 +669,14 @@ rows_plan() {
 	while read -r prog shim cut port; do
 		[ -n "$prog" ] || continue
 		# sb (the shim switching back) runs only when LAB_ROWS names it,
-		# but for a drain, whose undrain is what brings the QPs home, and
-		# a flap2 cut, whose second pull is what it is for (and which
-		# runs in that arm alone)
-		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* && "$cut" != flap2-* ]]; }; }; then
+		# but for a drain, whose undrain is what brings the QPs home, a
+		# flap2 cut, whose second pull is what it is for, and a -r3
+		# program, whose paired resets are (the last two run in that arm
+		# alone)
+		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* && "$cut" != flap2-* && "$prog" != *-r3 ]]; }; }; then
 			continue
 		fi
-		if [[ "$cut" == flap2-* ]] && [ "$shim" != sb ]; then continue; fi
+		if { [[ "$cut" == flap2-* ]] || [[ "$prog" == *-r3 ]]; } && [ "$shim" != sb ]; then continue; fi
 		[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
 		# the daemon row runs its pingpong under the shim itself
 		[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue

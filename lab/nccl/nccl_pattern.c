@@ -26,6 +26,7 @@
  *   and received everything. Prints "NCCL_PATTERN traffic started" after
  *   the first step each way, and at the end
  *   NCCL_PATTERN sent=N received=N bytes=N bad=N elapsed_s=.. max_gap_ms=.. MBps=..
+ *   NCCL_IB_RETRY_CNT (0 to 7, as NCCL's; default 7) is the QPs' retry_cnt.
  * exit status: 0 when every byte of every step arrived intact; 1 usage or
  * setup; 2 a completion with an error; 3 no progress for STALL_S (60);
  * 4 bad data; abort() (134) on a fatal async event. */
@@ -149,6 +150,7 @@ struct wire {
 };
 
 static struct ibv_context *ctx;
+static int retry_cnt = 7; /* NCCL_IB_RETRY_CNT */
 
 /* the async thread: NCCL's ncclIbAsyncThreadMain ends on these */
 static void *async_thread(void *arg)
@@ -253,7 +255,7 @@ static void connect_qp(struct ibv_qp *qp, uint32_t my_psn, uint32_t qpn, uint32_
 		die("ibv_modify_qp RTR");
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = 14;
-	a.retry_cnt = 7;
+	a.retry_cnt = retry_cnt;
 	a.rnr_retry = 7;
 	a.sq_psn = my_psn;
 	a.max_rd_atomic = 1;
@@ -294,6 +296,16 @@ int main(int argc, char **argv)
 	if (bytes == 0 || bytes > (64u << 20) || seconds <= 0 || stall <= 0) {
 		fprintf(stderr, "nccl_pattern: -b must be 1 to 64 MiB, -D and -T positive\n");
 		return 1;
+	}
+	const char *rc = getenv("NCCL_IB_RETRY_CNT");
+	if (rc) {
+		char *end;
+		long v = strtol(rc, &end, 10);
+		if (*rc == '\0' || *end != '\0' || v < 0 || v > 7) {
+			fprintf(stderr, "nccl_pattern: NCCL_IB_RETRY_CNT=%s: want 0 to 7\n", rc);
+			return 1;
+		}
+		retry_cnt = (int)v;
 	}
 	load_verbs();
 	struct ibv_device **l = ibv.get_device_list(NULL);
