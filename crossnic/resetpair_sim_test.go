@@ -9,21 +9,18 @@ import (
 	"github.com/ibpath/ibpath/verbs"
 )
 
-// TestPairedResetRejectsStale: after a failover both ends probe their
-// default QPs. Node0's first probe is held in the fabric and every
-// retransmission of it lost, so it fails (RETRY_EXC_ERR) while node1,
-// the follower, waits for node0 to switch back first: both ends' traffic
-// is on the backup, and node0's reset of its default QP is paired through
-// the mailbox. Node1 resets its own, both connect with PSNs drawn for the
-// reset, and the held probe, arriving after that at node1's new
-// incarnation, is not taken. Carrying the streams on (node1's QP not
-// reset, still expecting the probe's PSN) took it: a packet of node0's
-// earlier incarnation. Then both switch back, and every message arrives
-// once, in order.
-func TestPairedResetRejectsStale(t *testing.T) {
-	w := newWorld(t, 71)
-	a, b := w.n[0], w.n[1]
-	rng := rand.New(rand.NewPCG(71, 2))
+// probeLost builds a world in which both ends failed over (node0's
+// cable pulled for 5 ms, then back), node1 follows (switches back after
+// node0), and node0's first probe after the repair is held in the fabric
+// until hold after the cable's return, every retransmission of it lost:
+// it fails with RETRY_EXC_ERR while both ends' traffic runs on the
+// backup. It returns once node0 sent the probe, with the time the held
+// copy arrives.
+func probeLost(t *testing.T, seed uint64, hold time.Duration) (w *world, a, b *node, until time.Duration) {
+	t.Helper()
+	w = newWorld(t, seed)
+	a, b = w.n[0], w.n[1]
+	rng := rand.New(rand.NewPCG(seed, 2))
 	a.conn.SetPSNSource(func() uint32 { return rng.Uint32() & 0x7fffff })          // the leader
 	b.conn.SetPSNSource(func() uint32 { return 0x800000 | rng.Uint32()&0x7fffff }) // the follower
 	for _, n := range w.n {
@@ -34,10 +31,7 @@ func TestPairedResetRejectsStale(t *testing.T) {
 	must(t, w.f.SetLink(port, false))
 	w.run(5*time.Millisecond, 0)
 	must(t, w.f.SetLink(port, true))
-	// The held copy arrives 3 ms after the probe failed (below), before
-	// node0's next probe would go out on a QP that carried on (one
-	// ProbeInterval after the reset).
-	until := w.f.Now() + 35*time.Millisecond
+	until = w.f.Now() + hold
 	must(t, w.f.HoldNext(a.def.qp, until))
 	deadline := w.f.Now() + 100*time.Millisecond
 	for a.conn.Stats().Probes == 0 {
@@ -51,6 +45,42 @@ func TestPairedResetRejectsStale(t *testing.T) {
 	for range 3 { // retry_cnt 3: the three retransmissions
 		must(t, w.f.DropRequest(a.def.qp, (qa.SQPSN-1)&0xffffff))
 	}
+	return w, a, b, until
+}
+
+// bothHome runs the world until both ends should be home and checks
+// that they are, with every message of node0's delivered once, in order.
+func bothHome(t *testing.T, w *world) {
+	t.Helper()
+	w.run(100*time.Millisecond, 0)
+	w.run(20 * time.Millisecond)
+	for _, n := range w.n {
+		if !n.conn.Home() {
+			sq, rq := n.conn.State()
+			t.Fatalf("%s %v/%v not home: %s (%+v)", n.name, sq, rq, n.conn.AwayReason(), n.conn.Stats())
+		}
+	}
+	if err := w.delivered(0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPairedResetRejectsStale: after a failover both ends probe their
+// default QPs. Node0's first probe is held in the fabric and every
+// retransmission of it lost, so it fails (RETRY_EXC_ERR) while node1,
+// the follower, waits for node0 to switch back first: both ends' traffic
+// is on the backup, and node0's reset of its default QP is paired through
+// the mailbox. Node1 resets its own, both connect with PSNs drawn for the
+// reset, and the held probe, arriving after that at node1's new
+// incarnation, is not taken. Carrying the streams on (node1's QP not
+// reset, still expecting the probe's PSN) took it: a packet of node0's
+// earlier incarnation. Then both switch back, and every message arrives
+// once, in order.
+func TestPairedResetRejectsStale(t *testing.T) {
+	// The held copy arrives 3 ms after the probe failed (below), before
+	// node0's next probe would go out on a QP that carried on (one
+	// ProbeInterval after the reset).
+	w, a, _, until := probeLost(t, 71, 35*time.Millisecond)
 	w.run(until-w.f.Now()-2*time.Millisecond, 0)
 	if a.conn.Stats().ProbeFailures != 1 {
 		t.Fatalf("node0's probe has not failed 2 ms before the held copy arrives: %+v", a.conn.Stats())
@@ -64,17 +94,7 @@ func TestPairedResetRejectsStale(t *testing.T) {
 			t.Fatalf("node%d: %d paired resets, %d carried, want one paired", i, st.ResetsPaired, st.ResetsCarried)
 		}
 	}
-	w.run(100*time.Millisecond, 0)
-	w.run(20 * time.Millisecond)
-	for _, n := range w.n {
-		if !n.conn.Home() {
-			sq, rq := n.conn.State()
-			t.Fatalf("%s %v/%v not home: %s", n.name, sq, rq, n.conn.AwayReason())
-		}
-	}
-	if err := w.delivered(0); err != nil {
-		t.Fatal(err)
-	}
+	bothHome(t, w)
 }
 
 // TestPairedResetAskedAnew: node0's probe fails and node0 asks for a
@@ -87,32 +107,8 @@ func TestPairedResetRejectsStale(t *testing.T) {
 // new one, which node0 answers. Taken for a crossing, it went unanswered
 // and node1 waited in INIT for ever. Both come home.
 func TestPairedResetAskedAnew(t *testing.T) {
-	w := newWorld(t, 73)
-	a, b := w.n[0], w.n[1]
-	rng := rand.New(rand.NewPCG(73, 2))
-	a.conn.SetPSNSource(func() uint32 { return rng.Uint32() & 0x7fffff })          // the leader
-	b.conn.SetPSNSource(func() uint32 { return 0x800000 | rng.Uint32()&0x7fffff }) // the follower
-	for _, n := range w.n {
-		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 10 * time.Millisecond, PathUp: portUp(n)}))
-	}
-	port := a.hca.Port(1)
-	w.run(300*time.Microsecond, 0)
-	must(t, w.f.SetLink(port, false))
-	w.run(5*time.Millisecond, 0)
-	must(t, w.f.SetLink(port, true))
-	must(t, w.f.HoldNext(a.def.qp, w.f.Now()+time.Second)) // (arrives after the test)
+	w, a, b, _ := probeLost(t, 73, time.Second) // (the held copy arrives after the test)
 	deadline := w.f.Now() + 100*time.Millisecond
-	for a.conn.Stats().Probes == 0 {
-		if w.f.Now() > deadline {
-			t.Fatalf("node0 never probed: %+v", a.conn.Stats())
-		}
-		w.run(10*time.Microsecond, 0)
-	}
-	qa, _, err := a.def.qp.Query(verbs.QPAttrSQPSN)
-	must(t, err)
-	for range 3 { // retry_cnt 3: the three retransmissions
-		must(t, w.f.DropRequest(a.def.qp, (qa.SQPSN-1)&0xffffff))
-	}
 	for a.conn.Stats().ResetsPaired == 0 {
 		if w.f.Now() > deadline {
 			t.Fatalf("node0 never asked for a paired reset: %+v", a.conn.Stats())
@@ -127,15 +123,5 @@ func TestPairedResetAskedAnew(t *testing.T) {
 		w.run(10*time.Microsecond, 0)
 	}
 	w.stopped[0] = false
-	w.run(100*time.Millisecond, 0)
-	w.run(20 * time.Millisecond)
-	for _, n := range w.n {
-		if !n.conn.Home() {
-			sq, rq := n.conn.State()
-			t.Fatalf("%s %v/%v not home: %s (%+v)", n.name, sq, rq, n.conn.AwayReason(), n.conn.Stats())
-		}
-	}
-	if err := w.delivered(0); err != nil {
-		t.Fatal(err)
-	}
+	bothHome(t, w)
 }
