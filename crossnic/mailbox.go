@@ -352,6 +352,9 @@ func (c *Conn) checkMailbox() {
 			continue // old, or never written
 		}
 		r, err := decodeMboxRec(b)
+		if err == nil && slot(r.kind) != i {
+			err = fmt.Errorf("crossnic: mailbox record of kind %d in slot %d", r.kind, i)
+		}
 		switch {
 		case errors.Is(err, errMboxTorn):
 			return // not whole yet: the next check sees it, before anything newer
@@ -359,12 +362,6 @@ func (c *Conn) checkMailbox() {
 			c.mbox.seen = binary.LittleEndian.Uint32(b[4:])
 			if c.m.SQ != fsm.SQSurfaced {
 				c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
-			}
-			return
-		case slot(r.kind) != i:
-			c.mbox.seen = r.seq
-			if c.m.SQ != fsm.SQSurfaced {
-				c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: fmt.Sprintf("crossnic: mailbox record of kind %d in slot %d", r.kind, i)}))
 			}
 			return
 		}
