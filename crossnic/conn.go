@@ -211,8 +211,8 @@ type ConnStats struct {
 	ResetsSkipped int // resets of the default QP not done: the peer's sends arrive on it
 	// ResetsCarried counts resets of the default QP without a handshake
 	// since it was last connected: the two streams' PSNs carried on
-	// (resetPSNs), not started over. With mailboxes only a reset under
-	// the peer's sends (they came home onto the QP) carries on.
+	// (resetPSNs), not started over: only without mailboxes (with them
+	// every such reset is paired: ResetsPaired).
 	ResetsCarried int
 	// ResetsPaired counts the resets of the default QP without a
 	// handshake that took fresh PSNs through the mailbox, on both ends:

@@ -31,7 +31,9 @@ import (
 //	   reset of the default QP paired through the mailbox, resetpair.go)
 //	2  flags u8: mboxSwitchDone (notify): the writer's last switch-back
 //	   notification completed, so the reader took it; mboxAnswer
-//	   (announce): the announcement answers the reader's
+//	   (announce): the announcement answers the reader's; mboxTookNotify
+//	   (announce): the writer's receives were on the default QP it reset,
+//	   where the reader's sends came home
 //	3  reserved u8, zero
 //	4  seq u32: the writer's record number, from 1
 //	8  seen u32: the last seq of the reader's records the writer handled
@@ -66,6 +68,10 @@ const (
 	// mboxAnswer: the flag of an announcement that answers the reader's
 	// (a paired reset: resetpair.go)
 	mboxAnswer = 2
+	// mboxTookNotify: the flag of a request for a paired reset whose
+	// writer had taken the reader's switch-back notification: the
+	// reader's sends use the QP reset under them (resetpair.go)
+	mboxTookNotify = 4
 )
 
 var mboxCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -115,7 +121,7 @@ func decodeMboxRec(b []byte) (mboxRec, error) {
 	switch {
 	case b[0] != mboxVersion:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of version %d (this side speaks %d)", b[0], mboxVersion)
-	case b[2]&^(mboxSwitchDone|mboxAnswer) != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
+	case b[2]&^(mboxSwitchDone|mboxAnswer|mboxTookNotify) != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record with reserved bits set")
 	case r.kind != ctrlNotify && r.kind != ctrlAck && r.kind != ctrlRefuse && r.kind != ctrlAnnounce:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of kind %d", r.kind)

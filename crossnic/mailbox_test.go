@@ -11,7 +11,7 @@ import (
 // changed anywhere (a write torn by the read) is incomplete, not a
 // record; one of another version, with reserved bits, of an unknown
 // kind or never written is refused. An announcement (a paired reset)
-// reads back with its answer flag.
+// reads back with its flags.
 func TestMailboxRecord(t *testing.T) {
 	want := mboxRec{kind: ctrlAck, seq: 7, seen: 3, psn: 0xabcdef, counter: 1<<40 + 5, fillers: 12}
 	b := make([]byte, mboxRecLen)
@@ -34,7 +34,7 @@ func TestMailboxRecord(t *testing.T) {
 		"kind":    {kind: ctrlSwitch, seq: 1},
 		"psn":     {kind: ctrlNotify, seq: 1, psn: 1 << 24},
 		"seq 0":   {kind: ctrlNotify},
-		"flag":    {kind: ctrlAnnounce, seq: 1, flags: 4},
+		"flag":    {kind: ctrlAnnounce, seq: 1, flags: 8},
 		"refusal": {kind: ctrlRefuse + 5, seq: 1},
 	} {
 		r.encode(b)
@@ -42,10 +42,14 @@ func TestMailboxRecord(t *testing.T) {
 			t.Errorf("%s: decoded", name)
 		}
 	}
-	ann := mboxRec{kind: ctrlAnnounce, flags: mboxAnswer, seq: 2, seen: 9, psn: 0x123456}
-	ann.encode(b)
-	if got, err := decodeMboxRec(b); err != nil || got != ann {
-		t.Fatalf("announcement decoded %+v, %v: want %+v", got, err, ann)
+	for _, ann := range []mboxRec{
+		{kind: ctrlAnnounce, flags: mboxAnswer, seq: 2, seen: 9, psn: 0x123456},
+		{kind: ctrlAnnounce, flags: mboxTookNotify, seq: 3, seen: 9, psn: 0x654321},
+	} {
+		ann.encode(b)
+		if got, err := decodeMboxRec(b); err != nil || got != ann {
+			t.Fatalf("announcement decoded %+v, %v: want %+v", got, err, ann)
+		}
 	}
 	want.encode(b)
 	b[0] = mboxVersion + 1

@@ -511,8 +511,17 @@ func (c *Conn) peerAnnounced(psn uint32) {
 // (a switch back under way on it fails over to the backup first) and
 // connected with the new PSNs.
 func (c *Conn) peerFellBackAgain(prior fsm.SQState) {
-	if c.rec == nil || c.defInit || c.m.SQ == fsm.SQSurfaced {
+	if c.rec == nil || c.m.SQ == fsm.SQSurfaced {
 		return
+	}
+	if c.defInit {
+		if !c.defErr {
+			return // it waits in INIT for the announcement that follows
+		}
+		// Reset for a paired reset, then moved to ERR for the peer's
+		// notification (onMailboxNotify): its receives flushed, it is
+		// reset again for the handshake's PSNs.
+		c.defInit = false
 	}
 	switch prior {
 	case fsm.SQFallback, fsm.SQWaitSignaled, fsm.SQWaitDrained, fsm.SQWaitNotify:

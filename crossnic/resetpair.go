@@ -1,9 +1,13 @@
 package crossnic
 
-import "github.com/ibpath/ibpath/fsm"
+import (
+	"fmt"
+
+	"github.com/ibpath/ibpath/fsm"
+)
 
 // A reset of the default QP without a handshake (a probe failed while
-// both ends' traffic runs on the backup) is paired through the mailbox:
+// this side's sends run on the backup) is paired through the mailbox:
 // both ends reset their default QPs and connect them with send PSNs drawn
 // for it, so that no packet sent before the reset is taken after it
 // (docs/CROSSNIC.md, "Reset PSNs"). The side whose QP failed resets it to
@@ -13,17 +17,19 @@ import "github.com/ibpath/ibpath/fsm"
 // own (flag mboxAnswer), which connects the asking side. Two requests
 // that cross are each the other's answer.
 //
-// Only a QP the peer's sends do not use is paired: one that carries them
-// (they came home onto it) is reset under the peer's live stream, which
-// its PSNs carry on (resetPSNs), as without a mailbox.
+// A QP that carries the peer's sends (they came home onto it) is paired
+// too: the request says so (flag mboxTookNotify), and the peer, whose
+// sends lost their QP, fails over through the mailbox instead of
+// answering; that handshake's announcements connect both ends. (Carrying
+// the two streams on instead, resetPSNs, let a packet sent before the
+// reset be taken after it.)
 
 // pairedReset reports whether the reset of the default QP about to be
 // done is paired: it was connected since the last handshake (else the
-// announced PSNs apply), the peer's sends do not use it, both ends have
-// a mailbox and the peer reads its own.
+// announced PSNs apply), both ends have a mailbox and the peer reads its
+// own.
 func (c *Conn) pairedReset() bool {
-	return c.defPaired && c.peerPSNSet && c.m.SQ == fsm.SQFallback && c.m.RQ != fsm.RQDefault &&
-		c.mboxUsable() && c.mbox.watched
+	return c.defPaired && c.peerPSNSet && c.m.SQ == fsm.SQFallback && c.mboxUsable() && c.mbox.watched
 }
 
 // askReset draws this side's PSN for the paired reset of the default QP,
@@ -32,7 +38,11 @@ func (c *Conn) pairedReset() bool {
 func (c *Conn) askReset() {
 	c.newHandshakePSN()
 	c.peerPSNSet, c.defPaired = false, false
-	if err := c.writeRecord(mboxRec{kind: ctrlAnnounce, psn: c.ownPSN}); err != nil {
+	r := mboxRec{kind: ctrlAnnounce, psn: c.ownPSN}
+	if c.m.RQ == fsm.RQDefault {
+		r.flags = mboxTookNotify
+	}
+	if err := c.writeRecord(r); err != nil {
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
 		return
 	}
@@ -66,15 +76,29 @@ func (c *Conn) onMailboxAnnounce(r mboxRec) {
 		// probe failed too): its answer, in the same slot, went unread.
 		// This side answers the new one (its QP waits in INIT).
 	}
+	if r.flags&mboxTookNotify != 0 && c.m.SQ == fsm.SQWaitNotify {
+		// The peer took this side's switch-back notification (its ACK
+		// is what did not come yet) and reset the QP the held WRs were
+		// to go on: the switch back is lost after the notification, the
+		// peer's receives home. The handshake through the mailbox sorts
+		// out where they stand.
+		why := "the peer took the switch-back notification and reset its default QP (its request through the mailbox)"
+		if !c.switchLost(why) {
+			c.Surface(fmt.Sprintf("%s: %v", why, ErrSwitchNotifyLost))
+		}
+		return
+	}
 	switch c.m.SQ {
 	case fsm.SQSurfaced, fsm.SQAwaitAck:
 		// Surfaced: nothing comes home. A handshake under way: its
 		// announcements connect both ends' default QPs.
 		return
 	case fsm.SQDefault:
-		// The peer reset the QP its receives were on, not having seen
-		// this side's switch-back notification arrive, which completed
-		// here: the default path is lost under this side's sends.
+		// The peer reset the QP this side's sends came home onto (flag
+		// mboxTookNotify; without it, the peer's flush before its reset
+		// did not find this side's notification, which completed here):
+		// the default path is lost under this side's sends, which fail
+		// over, and the handshake's announcements connect both QPs.
 		c.fault("the peer reset its default QP under this side's sends (its request through the mailbox)", nil)
 		return
 	}

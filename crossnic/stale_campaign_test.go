@@ -15,12 +15,11 @@ import (
 // on the default QP until its switch-back notification is acknowledged
 // is zero-length WRITEs (probes), which execute without effect: either
 // way nothing stale may write, read, or consume a receive. With
-// mailboxes a reset without a handshake is paired, both ends taking
-// fresh PSNs, unless the peer's sends use the QP (then only this end is
-// reset): no request executes at all at a responder that was reset
-// since it was sent, its requester reset too (sim.Stats.StaleCrossed).
-// (docs/CROSSNIC.md, "Reset PSNs".) It returns the stale executions,
-// all without effect.
+// mailboxes every reset without a handshake is paired, both ends taking
+// fresh PSNs (none carries the streams on): no request executes at all
+// at a responder that was reset since it was sent, its requester reset
+// too (sim.Stats.StaleCrossed). (docs/CROSSNIC.md, "Reset PSNs".) It
+// returns the stale executions, all without effect.
 func noStaleEffect(w *world) (uint64, error) {
 	f := w.f
 	st := f.Stats()
@@ -31,6 +30,13 @@ func noStaleEffect(w *world) (uint64, error) {
 	if w.mailbox && st.StaleCrossed > 0 {
 		return st.StaleExecuted, fmt.Errorf("%d requests executed after both their QP and the responder were reset since they were sent (of %d stale): %v",
 			st.StaleCrossed, st.StaleExecuted, f.StaleExecutions())
+	}
+	if w.mailbox {
+		for i, nd := range w.n {
+			if n := nd.conn.Stats().ResetsCarried; n > 0 {
+				return st.StaleExecuted, fmt.Errorf("node%d: %d resets of the default QP carried the PSNs on with mailboxes at both ends", i, n)
+			}
+		}
 	}
 	return st.StaleExecuted, nil
 }
