@@ -542,6 +542,12 @@ func TestStaleFlushAfterSwitchBack(t *testing.T) {
 // without) until 100 ms after node0's switch-back notification, every ACK
 // of which is lost.
 func ackLost(t *testing.T, noMbox bool) *world {
+	return ackLostWith(t, noMbox, nil)
+}
+
+// ackLostWith is ackLost, calling also (unless nil) once the
+// notification's ACKs are set to be lost.
+func ackLostWith(t *testing.T, noMbox bool, also func(w *world)) *world {
 	dir := crossnic.NewMemDirectory()
 	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3, noMailbox: noMbox})
 	w.sendRx = [2]bool{true, true}
@@ -566,6 +572,9 @@ func ackLost(t *testing.T, noMbox bool) *world {
 	must(t, err)
 	for range 4 { // retry_cnt 3: the first send and three retries
 		must(t, w.f.DropResponse(a.def.qp, qa.SQPSN))
+	}
+	if also != nil {
+		also(w)
 	}
 	w.run(100*time.Millisecond, 0)
 	return w
