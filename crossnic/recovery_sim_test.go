@@ -293,9 +293,11 @@ func TestSwitchNotifyTimeout(t *testing.T) {
 	untilWaitNotify(t, w, a)
 	must(t, w.f.SetLink(port, false))
 	w.run(5500*time.Microsecond, 0) // past one timeout; the HCA retransmits every 4 ms
-	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify || a.conn.ProbeErr() == nil ||
-		!strings.Contains(a.conn.ProbeErr().Error(), "still waiting") {
-		t.Fatalf("switch notification unanswered on a QP the peer's sends use: %v (%v), want still waiting for it", sq, a.conn.ProbeErr())
+	qa, _, err := a.def.qp.Query(verbs.QPAttrState)
+	must(t, err)
+	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify || qa.QPState != verbs.QPSRTS {
+		t.Fatalf("switch notification unanswered on a QP the peer's sends use: %v, QP %v (%v), want still waiting for it on the QP as it was",
+			sq, qa.QPState, a.conn.ProbeErr())
 	}
 	must(t, w.f.SetLink(port, true))
 	w.run(200*time.Millisecond, 0)

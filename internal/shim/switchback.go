@@ -32,7 +32,9 @@ const (
 	switchTick = 10 * time.Millisecond
 	// switchProbe bounds the wait for a probe's answer. A probe sent
 	// before the peer reset its QP may be retransmitted without end
-	// (rxe does so); past this the QP is reset and probed again.
+	// (rxe does so); past this it is reported failed (ProbeErr), and
+	// left outstanding: only an error completion resets the QP
+	// (docs/CROSSNIC.md).
 	switchProbe = time.Second
 )
 
