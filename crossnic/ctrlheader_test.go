@@ -25,6 +25,11 @@ func ctrlHeader() string {
 #define LIP_CTRL_SEND_WRID 0x%016xull
 #define LIP_CTRL_RECV_WRID 0x%016xull
 
+/* Layer 2's own WRs (control messages, probes and fences, switch-back
+ * notifications) carry the wr_ids from LIP_OWN_WRID_MIN to
+ * LIP_CTRL_SEND_WRID: never the application's. */
+#define LIP_OWN_WRID_MIN 0x%016xull
+
 /* Reserved wr_id of layer 1's nudge on the application's QP (never
  * passed to the application or to layer 2). */
 #define LIP_NUDGE_WRID 0x%016xull
@@ -43,7 +48,7 @@ func ctrlHeader() string {
 #define LIP_CTRL_PSN_MASK 0x%08xu
 
 #endif
-`, ctrlSendWRID, ctrlRecvWRID, NudgeWRID, uint64(replayableOps), uint32(ctrlRefuseMask), uint32(ctrlRefuseBits), uint32(ctrlAnnounceBit), uint32(ctrlPSNMask))
+`, ctrlSendWRID, ctrlRecvWRID, ctrlSwitchWRID, NudgeWRID, uint64(replayableOps), uint32(ctrlRefuseMask), uint32(ctrlRefuseBits), uint32(ctrlAnnounceBit), uint32(ctrlPSNMask))
 }
 
 // TestShimControlHeader: cmd/libibpath/ctrl.h says what control.go says

@@ -9,6 +9,11 @@
 #define LIP_CTRL_SEND_WRID 0xfffffffffffffffeull
 #define LIP_CTRL_RECV_WRID 0xfffffffffffffffdull
 
+/* Layer 2's own WRs (control messages, probes and fences, switch-back
+ * notifications) carry the wr_ids from LIP_OWN_WRID_MIN to
+ * LIP_CTRL_SEND_WRID: never the application's. */
+#define LIP_OWN_WRID_MIN 0xfffffffffffffffbull
+
 /* Reserved wr_id of layer 1's nudge on the application's QP (never
  * passed to the application or to layer 2). */
 #define LIP_NUDGE_WRID 0xffffffffffffffffull

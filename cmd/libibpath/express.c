@@ -508,7 +508,10 @@ static int backup_wcs(struct lip_qp *q, struct ibv_wc *wc, int k, struct xl_surf
 	int kept = 0;
 	for (int i = 0; i < k; i++) {
 		struct ibv_wc w = wc[i];
-		int ctrl = w.wr_id == LIP_CTRL_SEND_WRID || w.wr_id == LIP_CTRL_RECV_WRID;
+		/* any of layer 2's own WRs, not only the control messages:
+		 * none is the application's (a fence's completion, were one
+		 * to reach the lane, would otherwise go to the application) */
+		int ctrl = w.wr_id >= LIP_OWN_WRID_MIN && w.wr_id <= LIP_CTRL_SEND_WRID;
 		if (w.status != IBV_WC_SUCCESS) {
 			surface(q, &w, s);
 			if (ctrl)

@@ -70,7 +70,7 @@ func TestHotPathRings(t *testing.T) {
 // miss handed to layer 2 for the WRs not posted yet (never twice), an
 // unresolved miss failing with EIO, a provider's refusal mapped to the
 // application's WR, receives; polls that drain the backup CQ with the
-// default QP's numbers, drop control WRs, hide the default QP's flushes
+// default QP's numbers, drop layer 2's own WRs, hide the default QP's flushes
 // and pass other QPs' completions; surfacing on a backup error or the
 // peer's refusal (layer 2 told once, posts then on the default QP); off
 // the lane again; key tables that grow.

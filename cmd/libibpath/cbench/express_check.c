@@ -276,6 +276,10 @@ static void check_polls(void)
 	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(LIP_CTRL_ANNOUNCE | 0));
 	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(LIP_CTRL_ANNOUNCE | (0xabcdefu & LIP_CTRL_PSN_MASK)));
 	complete(&bak, 40, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0);
+	/* layer 2's other own WRs: a fence (the probe's wr_id) and the
+	 * lowest reserved one, dropped as the control messages are */
+	complete(&bak, LIP_OWN_WRID_MIN + 1, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0);
+	complete(&bak, LIP_OWN_WRID_MIN, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0);
 	complete(&app, 1, qp.qp_num, IBV_WC_WR_FLUSH_ERR, 0, 0);         /* the default QP's flush */
 	complete(&app, 50, other.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0); /* another QP on the CQ */
 	hook_polls = 0;
