@@ -158,6 +158,10 @@ type Conn struct {
 	// defPaired: the default QP was connected with defSQ/defRQ since the
 	// last handshake (a reset then carries on rather than start over)
 	defPaired bool
+	// defLate: a reset of the default QP was put off (its port down), so
+	// its connect comes late, after the peer's QP may have run the same
+	// PSNs and been reset since (pairedReset pairs it)
+	defLate bool
 	// defInit: the default QP is reset and waits in INIT (its control
 	// receive posted) for the peer's announcement before RTR
 	defInit  bool

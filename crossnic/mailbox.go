@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"time"
 
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
@@ -175,9 +176,17 @@ type mailbox struct {
 	// is record resetAsk, and waits for the peer's
 	resetAsk uint32
 	// deferred: the peer's announcement of a paired reset, read before
-	// the announcement of the last handshake it follows was (onAnnounce)
+	// the announcement of the last handshake it follows was, or while
+	// this side's default port was down (onMailboxAnnounce)
 	deferred    mboxRec
 	deferredSet bool
+	// deferredPath: deferred waits for the port, not the announcement
+	deferredPath bool
+	// timeoutAsks: the paired resets asked for timed-out probes since a
+	// probe was last answered, the last at askedAt (probeTimedOut backs
+	// off)
+	timeoutAsks int
+	askedAt     time.Duration
 	// owned: OpenMailbox made it, and Close releases it; the Shadow's
 	// mailboxes outlive the Conns it builds (their seq and seen carry
 	// on from one failover of the QP to the next)
@@ -339,7 +348,7 @@ func (c *Conn) checkMailbox() {
 	if c.mbox.mr == nil {
 		return
 	}
-	if c.mbox.deferredSet && c.peerPSNSet {
+	if c.mbox.deferredSet && (c.mbox.deferredPath && c.pathUp() || !c.mbox.deferredPath && c.peerPSNSet) {
 		c.mbox.deferredSet = false
 		c.onMailboxAnnounce(c.mbox.deferred)
 	}

@@ -214,9 +214,18 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		return
 	}
 	switch {
+	case wc.WRID == probeWRID && c.defErr:
+		// Answered, but polled after this side moved the QP to ERR
+		// (a timed-out probe, the peer's request for a paired reset,
+		// its notification): a switch back on it would only flush. It
+		// is reset.
+		c.probing = false
+		c.probesOut = max(c.probesOut-1, 0)
+		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeFailed}))
 	case wc.WRID == probeWRID:
 		c.probing = false
 		c.probesOut = max(c.probesOut-1, 0)
+		c.mbox.timeoutAsks = 0
 		c.defSQ = (c.defSQ + 1) & ctrlPSNMask // acknowledged: the peer's QP took its PSN
 		if c.m.SQ == fsm.SQFallback && c.holdForPeer(c.rec.Clock.Now()) {
 			break // the peer switches first (follow.go)

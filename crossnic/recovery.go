@@ -286,21 +286,60 @@ func (c *Conn) settleRoom() {
 }
 
 // probeTimedOut: the outstanding probe got no answer within ProbeTimeout.
-// It stays outstanding, and no other is posted behind it: the QP is not
-// in error, so the path may answer yet. The peer's QP may not be reset
-// yet (its port still down), and takes the probe once it is. A reset
-// here could come after the peer took the probe, or after the peer's
-// sends came home onto the QP, and put the two ends' PSNs apart for good
-// on a provider that retransmits without end (the switch-back campaign
-// shows both); a second probe could fill a send queue of one WR (the
-// application's own depth: ib_write_lat's is 1) and leave no room for the
-// switch-back notification. A probe that fails with an error completion
-// resets the QP (onDefault).
+//
+// With mailboxes at both ends, on a QP the peer's sends do not use, the
+// probe is failed: the QP goes to ERR, and the probe's flush resets it,
+// paired with the peer's reset (resetpair.go), so the next probe goes
+// out at once instead of at the HCA's next retransmission (one local ACK
+// timeout after the path came back: 67 ms at timeout 14, 4.3 s at
+// timeout 20). The fresh PSNs of both ends make it safe whatever became
+// of the probe; a copy of it still in the fabric meets a PSN the peer's
+// new incarnation does not carry. (A peer whose QP connects late with
+// the last handshake's PSNs, which this side's QP used, pairs that
+// connect too: pairedReset.) Past repeated timeouts on a path that
+// stays broken with both ports up, the resets back off (maxAskBackoff).
+//
+// Otherwise it stays outstanding, and no other is posted behind it: the
+// QP is not in error, so the path may answer yet. The peer's QP may not
+// be reset yet (its port still down), and takes the probe once it is. A
+// reset that carried the PSNs on here could come after the peer took
+// the probe, or after the peer's sends came home onto the QP, and put
+// the two ends' PSNs apart for good on a provider that retransmits
+// without end (the switch-back campaign shows both); a second probe
+// could fill a send queue of one WR (the application's own depth:
+// ib_write_lat's is 1) and leave no room for the switch-back
+// notification. A probe that fails with an error completion resets the
+// QP (onDefault).
 func (c *Conn) probeTimedOut(now time.Duration) {
+	c.probeAt = now // the next failure is counted one ProbeTimeout later
+	if c.m.RQ != fsm.RQDefault && c.pairedReset() &&
+		(c.mbox.timeoutAsks == 0 || now-c.mbox.askedAt >= c.rec.ProbeTimeout<<min(c.mbox.timeoutAsks, maxAskBackoff)) {
+		if _ = c.drain(&c.def); !c.probing || c.m.SQ != fsm.SQFallback {
+			return // answered after all (or the drain moved things on)
+		}
+		c.mbox.timeoutAsks++
+		c.mbox.askedAt = now
+		c.defaultToErr()
+		_ = c.drain(&c.def) // the probe's flush: CNProbeFailed resets the QP, paired
+		if c.probing && c.m.SQ == fsm.SQFallback {
+			// The flush is not in the CQ yet (a provider that writes it
+			// later: it meets the reset QP, and is hidden as a stale
+			// flush).
+			c.stats.ProbeFailures++
+			c.resetDefault()
+		}
+		c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v (failed: the QP is reset, paired with the peer's)", c.def.QP.QPN(), c.rec.ProbeTimeout)
+		return
+	}
 	c.stats.ProbeFailures++
 	c.probeErr = fmt.Errorf("probe on QP %#x: no answer within %v (still waiting for it, not reset)", c.def.QP.QPN(), c.rec.ProbeTimeout)
-	c.probeAt = now // the next failure is counted one ProbeTimeout later
 }
+
+// maxAskBackoff bounds the backoff of paired resets asked for timed-out
+// probes on a path that stays broken with both ports up (a switch in
+// between): the n-th waits ProbeTimeout<<n after the one before, n at
+// most this (64 ProbeTimeouts: about a minute in the shim).
+const maxAskBackoff = 6
 
 // errNotReset: initQP failed at its first step, the modify to RESET: the
 // QP holds what it held (its receives among it).
@@ -390,7 +429,7 @@ func (c *Conn) resetDefault() {
 		return
 	}
 	if c.rec.PathUp != nil && !c.rec.PathUp() {
-		c.defUsable, c.resetErr = false, errPathDown
+		c.defUsable, c.resetErr, c.defLate = false, errPathDown, true
 		return
 	}
 	// The peer's sends came home onto this QP (its switch-back
@@ -460,7 +499,7 @@ func (c *Conn) connectDefault() {
 		}
 		return
 	}
-	c.defUsable, c.resetErr, c.defPaired = true, nil, true
+	c.defUsable, c.resetErr, c.defPaired, c.defLate = true, nil, true, false
 }
 
 // resetPSNs is called before the default QP is reset. One connected since

@@ -25,11 +25,18 @@ import (
 // reset be taken after it.)
 
 // pairedReset reports whether the reset of the default QP about to be
-// done is paired: it was connected since the last handshake (else the
-// announced PSNs apply), both ends have a mailbox and the peer reads its
-// own.
+// done is paired: it was connected since the last handshake, or its
+// connect was put off (else the announced PSNs apply), both ends have a
+// mailbox and the peer reads its own.
+//
+// A connect put off (defLate: this side's port was down when the
+// handshake's announcement came) is paired because the peer's QP may
+// have run the announced PSNs meanwhile and been reset since (its probe
+// timed out): connected with them late, this side's QP took a copy of
+// the peer's probe, sent by the incarnation that had ended, by its PSN
+// alone (switch-back schedule 6177).
 func (c *Conn) pairedReset() bool {
-	return c.defPaired && c.peerPSNSet && c.m.SQ == fsm.SQFallback && c.mboxUsable() && c.mbox.watched
+	return (c.defPaired || c.defLate) && c.peerPSNSet && c.m.SQ == fsm.SQFallback && c.mboxUsable() && c.mbox.watched
 }
 
 // askReset draws this side's PSN for the paired reset of the default QP,
@@ -60,6 +67,18 @@ func (c *Conn) onMailboxAnnounce(r mboxRec) {
 		c.mbox.resetAsk = 0
 		c.peerAnnounced(r.psn)
 		return
+	}
+	if c.rec != nil && !c.pathUp() && r.flags&mboxTookNotify == 0 {
+		switch c.m.SQ {
+		case fsm.SQFallback, fsm.SQWaitSignaled, fsm.SQWaitDrained:
+			// This side's default port is down: its QP could not be
+			// connected. The request (or the crossing) is handled once
+			// the port is back, and the asking side waits for it (one
+			// whose probe timed out keeps it outstanding meanwhile,
+			// instead of asking again every ProbeTimeout).
+			c.mbox.deferred, c.mbox.deferredSet, c.mbox.deferredPath = r, true, true
+			return
+		}
 	}
 	asked := c.mbox.resetAsk != 0
 	if asked {
@@ -114,7 +133,7 @@ func (c *Conn) onMailboxAnnounce(r mboxRec) {
 			return
 		}
 		if !c.peerPSNSet {
-			c.mbox.deferred, c.mbox.deferredSet = r, true // checkMailbox takes it up once it came
+			c.mbox.deferred, c.mbox.deferredSet, c.mbox.deferredPath = r, true, false // checkMailbox takes it up once it came
 			return
 		}
 	}
@@ -135,4 +154,10 @@ func (c *Conn) onMailboxAnnounce(r mboxRec) {
 	if err := c.writeRecord(mboxRec{kind: ctrlAnnounce, flags: mboxAnswer, psn: c.ownPSN}); err != nil {
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
 	}
+}
+
+// pathUp reports what Recovery.PathUp says of the default port (up when
+// none was given).
+func (c *Conn) pathUp() bool {
+	return c.rec == nil || c.rec.PathUp == nil || c.rec.PathUp()
 }

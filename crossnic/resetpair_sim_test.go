@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/crossnic"
+	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
+	"github.com/ibpath/ibpath/verbs/sim"
 )
 
 // probeLost builds a world in which both ends failed over (node0's
@@ -83,6 +85,7 @@ func TestPairedResetRejectsStale(t *testing.T) {
 	// node0's next probe would go out on a QP that carried on (one
 	// ProbeInterval after the reset).
 	w, a, _, until := probeLost(t, 71, 35*time.Millisecond, 0, 0)
+	base := pairedResets(w) // (node0's connect after the repair, put off while its port was down)
 	w.run(until-w.f.Now()-2*time.Millisecond, 0)
 	if a.conn.Stats().ProbeFailures != 1 {
 		t.Fatalf("node0's probe has not failed 2 ms before the held copy arrives: %+v", a.conn.Stats())
@@ -92,11 +95,17 @@ func TestPairedResetRejectsStale(t *testing.T) {
 		t.Fatalf("stale requests executed: %v", w.f.StaleExecutions())
 	}
 	for i, n := range w.n {
-		if st := n.conn.Stats(); st.ResetsPaired != 1 || st.ResetsCarried != 0 {
-			t.Fatalf("node%d: %d paired resets, %d carried, want one paired", i, st.ResetsPaired, st.ResetsCarried)
+		if st := n.conn.Stats(); st.ResetsPaired != base[i]+1 || st.ResetsCarried != 0 {
+			t.Fatalf("node%d: %d paired resets (%d before the probe failed), %d carried, want one more paired",
+				i, st.ResetsPaired, base[i], st.ResetsCarried)
 		}
 	}
 	bothHome(t, w, 0)
+}
+
+// pairedResets is each node's ConnStats.ResetsPaired.
+func pairedResets(w *world) [2]int {
+	return [2]int{w.n[0].conn.Stats().ResetsPaired, w.n[1].conn.Stats().ResetsPaired}
 }
 
 // TestPairedResetAskedAnew: node0's probe fails and node0 asks for a
@@ -143,6 +152,7 @@ func TestPairedResetAskedAnew(t *testing.T) {
 // in order.
 func TestPairedResetUnderPeerSends(t *testing.T) {
 	w, a, b, until := probeLost(t, 71, 35*time.Millisecond, 1, 0, 1)
+	base := pairedResets(w)
 	w.run(until-w.f.Now()-2*time.Millisecond, 0, 1)
 	if st := a.conn.Stats(); st.ProbeFailures != 1 {
 		t.Fatalf("node0's probe has not failed 2 ms before the held copy arrives: %+v", st)
@@ -151,11 +161,132 @@ func TestPairedResetUnderPeerSends(t *testing.T) {
 	if st := w.f.Stats(); st.StaleExecuted != 0 {
 		t.Fatalf("stale requests executed: %v", w.f.StaleExecutions())
 	}
-	if st := a.conn.Stats(); st.ResetsPaired != 1 || st.ResetsCarried != 0 || st.ResetFailures != 0 {
-		t.Fatalf("node0: %d paired resets, %d carried, %d failed, want one paired", st.ResetsPaired, st.ResetsCarried, st.ResetFailures)
+	if st := a.conn.Stats(); st.ResetsPaired != base[0]+1 || st.ResetsCarried != 0 || st.ResetFailures != 0 {
+		t.Fatalf("node0: %d paired resets (%d before the probe failed), %d carried, %d failed, want one more paired",
+			st.ResetsPaired, base[0], st.ResetsCarried, st.ResetFailures)
 	}
 	if st := b.conn.Stats(); st.MailboxHandshakes == 0 || st.ResetsCarried != 0 {
 		t.Fatalf("node1 did not fail over through the mailbox, or carried its PSNs on: %+v", st)
 	}
 	bothHome(t, w, 0, 1)
+}
+
+// TestProbeTimeoutPairedReset: at local ACK timeout 14 (67 ms), node0's
+// cable is pulled until both ends failed over, and repaired; node0's
+// first probe after the repair is held in the fabric for a second. The
+// HCA would send it again only one local ACK timeout later. Unanswered
+// past ProbeTimeout (5 ms), it is failed, and node0's reset is paired
+// with node1's: the next probe goes out at once, and node0 switches back
+// well before the HCA's retransmission would have been answered. The
+// held copy, arriving at node1's new incarnation, is not taken; both
+// come home with every message delivered once, in order.
+func TestProbeTimeoutPairedReset(t *testing.T) {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 75}, retry: 3, timeout: 14})
+	a := w.n[0]
+	followerOf(w, 1) // node0 switches back first
+	for _, n := range w.n {
+		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond,
+			ProbeTimeout: 5 * time.Millisecond, PathUp: portUp(n)}))
+	}
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(400*time.Millisecond, 0) // (retry_cnt+1) local ACK timeouts: both fail over
+	for _, n := range w.n {
+		if sq, _ := n.conn.State(); sq != fsm.SQFallback {
+			t.Fatalf("%s: %v, want failed over (%s)", n.name, sq, w.states())
+		}
+	}
+	must(t, w.f.SetLink(port, true))
+	repaired := w.f.Now()
+	base := pairedResets(w)
+	must(t, w.f.HoldNext(a.def.qp, repaired+time.Second))
+	deadline := repaired + 60*time.Millisecond
+	for a.conn.Stats().SwitchBacks == 0 {
+		if w.f.Now() > deadline {
+			t.Fatalf("node0 not switched back 60 ms after the repair, before the HCA's retransmission (67 ms): %+v", a.conn.Stats())
+		}
+		w.run(10*time.Microsecond, 0)
+	}
+	t.Logf("node0 switched back %v after the repair", w.f.Now()-repaired)
+	if n := pairedResets(w); n[0] < base[0]+2 {
+		t.Fatalf("paired resets %v (%v at the repair), want node0's late connect and its timed-out probe each paired", n, base)
+	}
+	w.run(time.Second, 0) // the held copy arrives
+	if st := w.f.Stats(); st.StaleExecuted != 0 {
+		t.Fatalf("stale requests executed: %v", w.f.StaleExecutions())
+	}
+	bothHome(t, w, 0)
+}
+
+// TestPeerPortDownDefersReset: node1's cable is pulled and stays out
+// for 150 ms on a provider that retransmits without end. Both fail over;
+// node0's port is up, so it probes, and its probes go unanswered. The
+// first that times out asks node1 for a paired reset, which node1, its
+// port down, puts off: node0 waits in INIT, and asks nothing more while
+// the port stays down. Answered at once instead, node0 connected, probed
+// into the dead path and asked again at every timeout (backing off).
+// Once the cable is back node1 answers, and both come home.
+func TestPeerPortDownDefersReset(t *testing.T) {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 77, EndlessRetry7: true}, retry: 7})
+	a, b := w.n[0], w.n[1]
+	for _, n := range w.n {
+		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond,
+			ProbeTimeout: time.Millisecond, PathUp: portUp(n)}))
+	}
+	port := b.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false))
+	w.run(20*time.Millisecond, 0)
+	for _, n := range w.n {
+		if sq, _ := n.conn.State(); sq != fsm.SQFallback {
+			t.Fatalf("%s: %v, want failed over (%s)", n.name, sq, w.states())
+		}
+	}
+	start := a.conn.Stats().ResetsPaired
+	w.run(130*time.Millisecond, 0)
+	if st := a.conn.Stats(); st.ResetsPaired > start+1 {
+		t.Fatalf("node0 asked for %d paired resets while node1's port was down, want at most one: %+v",
+			st.ResetsPaired-start, st)
+	}
+	must(t, w.f.SetLink(port, true))
+	bothHome(t, w, 0)
+}
+
+// TestProbeTimeoutResetsBackOff: node0's default link loses every
+// packet while both ports stay up (a broken switch between them), on a
+// provider that retransmits without end. Both fail over; every probe
+// of either end times out, and the paired resets back off: node0 makes
+// a few in 200 ms at ProbeTimeout 1 ms (its own and its answers to
+// node1's), not one per millisecond. Once the link carries packets
+// again, both come home.
+func TestProbeTimeoutResetsBackOff(t *testing.T) {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 79, EndlessRetry7: true}, retry: 7})
+	a := w.n[0]
+	for _, n := range w.n {
+		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond,
+			ProbeTimeout: time.Millisecond, HandshakeTimeout: 5 * time.Millisecond, PathUp: portUp(n)}))
+	}
+	port := a.hca.Port(1)
+	w.run(300*time.Microsecond, 0)
+	must(t, w.f.SetLink(port, false)) // the failover
+	w.run(10*time.Millisecond, 0)
+	must(t, w.f.SetLoss(port, 1, 1))
+	must(t, w.f.SetLink(port, true))
+	start := a.conn.Stats().ResetsPaired
+	w.run(200*time.Millisecond, 0)
+	if sq, _ := a.conn.State(); sq != fsm.SQFallback {
+		t.Fatalf("node0: %v, want on the backup, probing (%s)", sq, w.states())
+	}
+	n := a.conn.Stats().ResetsPaired - start
+	// (each end asks at 1, 3, 7, 15, ... ms, and answers the other's)
+	if n < 2 || n > 30 {
+		t.Fatalf("node0 made %d paired resets in 200 ms of lost probes, want a few, backing off: %+v", n, a.conn.Stats())
+	}
+	t.Logf("%d paired resets in 200 ms", n)
+	must(t, w.f.SetLoss(port, 0, 0))
+	bothHome(t, w, 0)
 }

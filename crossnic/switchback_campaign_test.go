@@ -352,17 +352,17 @@ func TestAnnouncementAfterPeerPurge(t *testing.T) {
 	}
 }
 
-// TestResetRequestAfterUnreadAck pins switch-back schedule 4104 (with
-// mailboxes): node0, polling lazily, falls back through the mailbox
-// while node1's traffic runs on the backup; node1 answers with an
-// acknowledgement, and before node0 reads it node1's probe fails and
-// node1 asks for a paired reset. With one inbox slot the request
-// overwrote the acknowledgement: node0 never read it, waited out its
-// handshake bound and surfaced. Each kind has its slot, and node0 reads
-// the two oldest first: both ends come home.
+// TestResetRequestAfterUnreadAck pins switch-back schedule 1830 (with
+// mailboxes): an end writes a request for a paired reset while a record
+// of its handshake through the mailbox waits in the peer's inbox unread.
+// With one inbox slot the request overwrote it: the peer never read it,
+// the handshake waited out its bound and the error surfaced (schedule
+// 4104 showed it first, before probe timeouts reset the QP). Each kind
+// has its slot, and the reader takes the two oldest first: both ends
+// come home.
 func TestResetRequestAfterUnreadAck(t *testing.T) {
 	var carried, stale, mailbox, paired atomic.Int64
-	desc, err := flapScheduleWith(t, 4104, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
+	desc, err := flapScheduleWith(t, 1830, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
 	if err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}
@@ -388,5 +388,45 @@ func TestResetRequestAfterTakenNotify(t *testing.T) {
 	}
 	if mailbox.Load() == 0 || paired.Load() == 0 {
 		t.Fatalf("%s: %d handshakes through the mailbox, %d paired resets: the schedule no longer reaches the case", desc, mailbox.Load(), paired.Load())
+	}
+}
+
+// TestLateConnectPaired pins switch-back schedule 6177 (with mailboxes,
+// probe timeout 4 ms): node1's cable is out when the handshake's
+// announcement comes, so its default QP is connected late, once the
+// port is back. Node0's QP ran the announced PSNs meanwhile, and its
+// probe timed out the moment node1's port came back: node0 reset its QP
+// and asked for a paired reset, while the HCA's last retransmission of
+// the probe was on the wire. Connected then with the announced PSNs,
+// node1's new QP took that probe, of node0's incarnation that had ended
+// (a request of an earlier connection at both ends). A late connect is
+// now paired too, and nothing stale executes.
+func TestLateConnectPaired(t *testing.T) {
+	var carried, stale, mailbox, paired atomic.Int64
+	desc, err := flapScheduleWith(t, 6177, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
+	if err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
+	if paired.Load() == 0 {
+		t.Fatalf("%s: no paired reset: the schedule no longer reaches the case", desc)
+	}
+}
+
+// TestProbeAnsweredAfterErr pins switch-back schedule 950 (with
+// mailboxes, both cables pulled): an end moves its default QP to ERR for
+// a paired reset, and the drain before the reset finds its probe
+// answered just before. Taken as answered, it switched back on the QP in
+// ERR: the switch-back notification flushed, the end asked its peer
+// through the mailbox what became of it, that handshake went unanswered,
+// and node0 surfaced after a single flap. A probe polled after the QP
+// went to ERR now counts as failed, and both come home.
+func TestProbeAnsweredAfterErr(t *testing.T) {
+	var carried, stale, mailbox, paired atomic.Int64
+	desc, err := flapScheduleWith(t, 950, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
+	if err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
+	if paired.Load() == 0 {
+		t.Fatalf("%s: no paired reset: the schedule no longer reaches the case", desc)
 	}
 }

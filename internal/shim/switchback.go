@@ -32,8 +32,8 @@ const (
 	switchTick = 10 * time.Millisecond
 	// switchProbe bounds the wait for a probe's answer. A probe sent
 	// before the peer reset its QP may be retransmitted without end
-	// (rxe does so); past this it is reported failed (ProbeErr), and
-	// left outstanding: only an error completion resets the QP
+	// (rxe does so); past this, with mailboxes at both ends, it is
+	// failed and the QP reset, paired with the peer's, and probed again
 	// (docs/CROSSNIC.md).
 	switchProbe = time.Second
 )
