@@ -602,3 +602,20 @@ func TestCrossNICCampaign(t *testing.T) {
 		t.Fatalf("the campaign did not exercise failover fully: %+v", tl)
 	}
 }
+
+// TestPurgeWaitsForRecords pins cross-NIC schedule 3917 (mailboxes,
+// retry_cnt 7, local ACK timeout 20: 4.3 s): a side writes a record to
+// its peer's mailbox and, its queues home, purges its backup before the
+// record was acknowledged (records are unsignaled). The HCA's
+// retransmission of it, already in the fabric, wrote the peer's inbox
+// after the purge: a request of the backup's earlier incarnation that
+// executed. The purge now waits for a fence behind the records.
+func TestPurgeWaitsForRecords(t *testing.T) {
+	var tl tally
+	if desc, err := schedule(t, 3917, &tl); err != nil {
+		t.Fatalf("%s: %v", desc, err)
+	}
+	if tl.switchBacks == 0 {
+		t.Fatal("no switch back: the schedule no longer reaches the purge")
+	}
+}

@@ -188,9 +188,11 @@ type Conn struct {
 	// side asked the peer for, whose receive completions it hides
 	fillersOwed uint32
 	fillersDue  int
-	// fillerFence: the signaled WRITE behind the fillers has not
-	// completed yet
-	fillerFence bool
+	// bakFence: a signaled zero-length WRITE posted on the backup
+	// (postBakFence: behind the fillers, or behind the mailbox records
+	// before a purge) has not completed yet; its completion says the
+	// peer took everything posted before it
+	bakFence bool
 	// bakStale: the stale copies of receives at the head of the backup
 	// QP's receive queue (moved home at the last switch back, not purged)
 	bakStale int

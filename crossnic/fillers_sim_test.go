@@ -10,14 +10,13 @@ import (
 // TestFillersFenceBeforePurge: in the world of TestSwitchNotifyLostAsked
 // ("ack lost"), node1, which posts nothing of its own, owes node0 64
 // fillers after the handshake through the mailbox, and the first of
-// them is lost twice on the wire (the third try arrives, 12 ms on). A
-// switch back with nothing else outstanding waits for the fillers'
-// fence, so node1's backup is purged only once node0's took them all:
-// the two backups' streams agree (each one's send PSN is the other's
-// receive PSN), and a third cable pull fails both over through the
-// mailbox again, and they come home again, every message delivered once,
-// in order. Switching back at once, node1 purged its backup with the
-// fillers unanswered: its stream went on past them while node0's
+// them is lost twice on the wire (the third try arrives, 12 ms on). The
+// purge waits for the fence behind them, so node1's backup is purged only
+// once node0's took them all: the two backups' streams agree (each one's
+// send PSN is the other's receive PSN), and a third cable pull fails
+// both over through the mailbox again, and they come home again, every
+// message delivered once, in order. Purged at once, node1's backup had
+// the fillers unanswered: its stream went on past them while node0's
 // backup still expected the first, and node1's next record through the
 // mailbox could not reach node0.
 func TestFillersFenceBeforePurge(t *testing.T) {

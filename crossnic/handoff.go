@@ -34,7 +34,7 @@ type Lane struct {
 func (c *Conn) Settled() bool {
 	return c.m.SQ == fsm.SQFallback && c.m.RQ == fsm.RQFallback && c.rec == nil && c.bakReady && !c.bakDirty &&
 		len(c.ready) == 0 && c.bakFrom >= c.sring.tail && !c.replayHeld &&
-		c.fillersOwed == 0 && !c.fillerFence && c.fillersDue == 0
+		c.fillersOwed == 0 && !c.bakFence && c.fillersDue == 0
 }
 
 // Lane describes the settled Conn's data path (call Settled first). From

@@ -141,6 +141,10 @@ type mailbox struct {
 	peer Mailbox
 	// peerSet: SetPeerMailbox gave the peer's inbox
 	peerSet bool
+	// unfenced: a record was written since the last backup fence
+	// (postBakFence) was posted: records are unsignaled, so nothing
+	// else says the peer took it
+	unfenced bool
 	// seq: the last record this side wrote; seen: the last of the
 	// peer's it handled
 	seq, seen uint32
@@ -340,6 +344,7 @@ func (c *Conn) writeRecord(r mboxRec) error {
 	if err != nil {
 		return fmt.Errorf("crossnic: write the %v record to the peer's mailbox: %w", r.kind, err)
 	}
+	c.mbox.unfenced = true
 	return nil
 }
 
@@ -622,11 +627,22 @@ func (c *Conn) postFillers() error {
 	}
 	// A signaled zero-length WRITE behind them: its completion says the
 	// peer took them all (a switch back with nothing else outstanding
-	// waits for it: switchIfIdle).
-	if _, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}}); err != nil {
+	// waits for it: switchIfIdle; so does the purge: purgeBackup).
+	if err := c.postBakFence(); err != nil {
 		return fmt.Errorf("crossnic: post the fillers' fence on the backup QP: %w", err)
 	}
-	c.fillerFence = true
+	return nil
+}
+
+// postBakFence posts a signaled zero-length WRITE on the backup QP (wr_id
+// probeWRID): RC completes it after everything posted before it, so its
+// completion says the peer took the mailbox records and fillers written
+// so far.
+func (c *Conn) postBakFence() error {
+	if _, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: probeWRID, Opcode: verbs.WRRDMAWrite, SendFlags: verbs.SendSignaled}}); err != nil {
+		return err
+	}
+	c.bakFence, c.mbox.unfenced = true, false
 	return nil
 }
 
@@ -664,7 +680,7 @@ func (c *Conn) aheadFlush(wc *verbs.WC) bool {
 	case wc.WRID == ctrlRecvWRID:
 		return true
 	case ownWRID(wc.WRID):
-		return false // (a control message, or the fillers' fence)
+		return false // (a control message, or a fence on the backup)
 	}
 	sends, _ := c.holds(&c.bak)
 	return !sends || !c.sring.hasWRID(c.sendEnd(&c.bak), wc.WRID)
@@ -677,9 +693,11 @@ func (c *Conn) aheadFlush(wc *verbs.WC) bool {
 // purges its own later, finds the stream where it left it, and a record
 // or a notification through the mailbox crosses the window in which one
 // backup is purged and the other not. Nothing of this side's is in
-// flight on the backup then (its fence drained it, or the fillers'
-// fence: postFillers), and the peer's sends are home: a packet delayed
-// across the purge carries a PSN before the one expected, a duplicate
+// flight on the backup then (its switch-back fence drained it, and the
+// fence behind the fillers or the one the purge posts behind the
+// mailbox records: postBakFence, purgeBackup), and the peer's sends are
+// home: a packet delayed across
+// the purge carries a PSN before the one expected, a duplicate
 // acknowledged without effect.
 //
 // Without: the last handshake's PSNs (docs/CROSSNIC.md, "Reset PSNs").

@@ -338,7 +338,7 @@ func (c *Conn) onBackup(wc verbs.WC) {
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: "control message on a backup QP not purged since the last switch back"}))
 	case wc.WRID == ctrlSendWRID:
 	case wc.WRID == probeWRID && !isRecv(&wc):
-		c.fillerFence = false // the peer took the fillers
+		c.bakFence = false // the peer took the records and fillers before it
 	case isRecv(&wc):
 		c.recvSucceeded(&wc)
 		wc.QPNum, wc.SrcQP = c.defQPN, c.peerQPN

@@ -590,7 +590,7 @@ func (c *Conn) ResetErr() error { return c.resetErr }
 // fence, so a direction whose application posts nothing switches back
 // without waiting for a signaled WR that may never come.
 func (c *Conn) switchIfIdle() {
-	if c.m.SQ != fsm.SQWaitSignaled || c.sring.Len() != 0 || c.fillerFence {
+	if c.m.SQ != fsm.SQWaitSignaled || c.sring.Len() != 0 || c.bakFence {
 		return
 	}
 	c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNFencePosted}))
@@ -725,6 +725,22 @@ func (c *Conn) purgeBackup() {
 		return // a failed purge is tried again every ProbeInterval, not at every poll
 	}
 	_ = c.drain(&c.bak)
+	if c.mbox.unfenced || c.bakFence {
+		// A record written to the peer's mailbox may not be
+		// acknowledged yet (records are unsignaled), nor the fillers
+		// (their fence outstanding). The purge would drop them from
+		// the QP, and a retransmission already in the fabric could
+		// still reach the peer's backup after it, or be lost, leaving
+		// the peer's stream short of the one the purge carries on
+		// (purgePSNs). The purge waits for a fence behind them.
+		if !c.bakFence {
+			if err := c.postBakFence(); err != nil {
+				c.purgeErr = fmt.Errorf("purge the backup QP: post the fence behind the mailbox records: %w", err)
+				c.nextPurge = now + c.rec.ProbeInterval
+			}
+		}
+		return
+	}
 	rq, sq, err := c.purgePSNs()
 	if err == nil {
 		if err = initQP(c.bak.QP, c.bakAttr, ctrlRecvs); err == nil {
