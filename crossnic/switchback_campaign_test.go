@@ -361,14 +361,7 @@ func TestAnnouncementAfterPeerPurge(t *testing.T) {
 // has its slot, and the reader takes the two oldest first: both ends
 // come home.
 func TestResetRequestAfterUnreadAck(t *testing.T) {
-	var carried, stale, mailbox, paired atomic.Int64
-	desc, err := flapScheduleWith(t, 1830, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
-	if err != nil {
-		t.Fatalf("%s: %v", desc, err)
-	}
-	if mailbox.Load() == 0 || paired.Load() < 3 {
-		t.Fatalf("%s: %d handshakes through the mailbox, %d paired resets: the schedule no longer reaches the case", desc, mailbox.Load(), paired.Load())
-	}
+	pinnedSchedule(t, 1830, 1, 3)
 }
 
 // TestResetRequestAfterTakenNotify pins switch-back schedule 985 (with
@@ -381,14 +374,7 @@ func TestResetRequestAfterUnreadAck(t *testing.T) {
 // from a side that never took the notification, the held WRs went to
 // the backup, where the peer no longer read, and the error surfaced.
 func TestResetRequestAfterTakenNotify(t *testing.T) {
-	var carried, stale, mailbox, paired atomic.Int64
-	desc, err := flapScheduleWith(t, 985, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
-	if err != nil {
-		t.Fatalf("%s: %v", desc, err)
-	}
-	if mailbox.Load() == 0 || paired.Load() == 0 {
-		t.Fatalf("%s: %d handshakes through the mailbox, %d paired resets: the schedule no longer reaches the case", desc, mailbox.Load(), paired.Load())
-	}
+	pinnedSchedule(t, 985, 1, 1)
 }
 
 // TestLateConnectPaired pins switch-back schedule 6177 (with mailboxes,
@@ -402,14 +388,7 @@ func TestResetRequestAfterTakenNotify(t *testing.T) {
 // (a request of an earlier connection at both ends). A late connect is
 // now paired too, and nothing stale executes.
 func TestLateConnectPaired(t *testing.T) {
-	var carried, stale, mailbox, paired atomic.Int64
-	desc, err := flapScheduleWith(t, 6177, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
-	if err != nil {
-		t.Fatalf("%s: %v", desc, err)
-	}
-	if paired.Load() == 0 {
-		t.Fatalf("%s: no paired reset: the schedule no longer reaches the case", desc)
-	}
+	pinnedSchedule(t, 6177, 0, 1)
 }
 
 // TestProbeAnsweredAfterErr pins switch-back schedule 950 (with
@@ -421,12 +400,21 @@ func TestLateConnectPaired(t *testing.T) {
 // and node0 surfaced after a single flap. A probe polled after the QP
 // went to ERR now counts as failed, and both come home.
 func TestProbeAnsweredAfterErr(t *testing.T) {
-	var carried, stale, mailbox, paired atomic.Int64
-	desc, err := flapScheduleWith(t, 950, &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}, false)
+	pinnedSchedule(t, 950, 0, 1)
+}
+
+// pinnedSchedule runs switch-back schedule seed with mailboxes, which
+// must end without an error, and checks that it still reaches its case:
+// at least mailbox handshakes through the mailbox and paired resets.
+func pinnedSchedule(t *testing.T, seed uint64, mailbox, paired int64) {
+	t.Helper()
+	var c, s, m, p atomic.Int64
+	desc, err := flapScheduleWith(t, seed, &campaignCounts{carried: &c, stale: &s, mailbox: &m, paired: &p}, false)
 	if err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}
-	if paired.Load() == 0 {
-		t.Fatalf("%s: no paired reset: the schedule no longer reaches the case", desc)
+	if m.Load() < mailbox || p.Load() < paired {
+		t.Fatalf("%s: %d handshakes through the mailbox, %d paired resets (want %d and %d): the schedule no longer reaches the case",
+			desc, m.Load(), p.Load(), mailbox, paired)
 	}
 }
