@@ -290,3 +290,53 @@ func TestProbeTimeoutResetsBackOff(t *testing.T) {
 	must(t, w.f.SetLoss(port, 0, 0))
 	bothHome(t, w, 0)
 }
+
+// TestResetRequestAfterTakenNotify: node1 leads the switch back; node0's
+// default QP takes its switch-back notification, but every ACK of it is
+// lost, so node1 waits in wait-notify; node0's own probe, held in the
+// fabric and every retransmission of it lost, fails, and node0's
+// request for a paired reset says it took node1's notification. Node1,
+// its switch back lost after the notification, asks through the
+// mailbox what became of it (a handshake), and both come home, every
+// message of both directions delivered once, in order. Answered as a
+// request from a side that never took the notification, node1's held
+// WRs went to the backup, where node0 no longer read, and node0's error
+// surfaced. (Switch-back schedule 985 reached this first; it no longer
+// does since timed-out probes reset the QP.)
+func TestResetRequestAfterTakenNotify(t *testing.T) {
+	w, a, b, _ := probeLost(t, 71, time.Second, 1, 0, 1)
+	deadline := w.f.Now() + 50*time.Millisecond
+	for sq, _ := b.conn.State(); sq != fsm.SQWaitDrained; sq, _ = b.conn.State() {
+		if w.f.Now() > deadline {
+			t.Fatalf("node1 never in wait-drained: %s", w.states())
+		}
+		w.run(time.Microsecond, 0, 1)
+	}
+	q, _, err := b.def.qp.Query(verbs.QPAttrSQPSN)
+	must(t, err)
+	for range 4 { // the notification's ACKs, at every try
+		must(t, w.f.DropResponse(b.def.qp, q.SQPSN))
+	}
+	for sq, _ := b.conn.State(); sq != fsm.SQWaitNotify; sq, _ = b.conn.State() {
+		if w.f.Now() > deadline {
+			t.Fatalf("node1 never in wait-notify: %s", w.states())
+		}
+		w.run(time.Microsecond, 0, 1)
+	}
+	for a.conn.Stats().ProbeFailures == 0 {
+		if w.f.Now() > deadline+50*time.Millisecond {
+			t.Fatalf("node0's probe never failed: %s", w.states())
+		}
+		if sq, _ := b.conn.State(); sq != fsm.SQWaitNotify {
+			t.Fatalf("node1 left wait-notify (%v) before node0's probe failed: the test no longer reaches its case (%s)", sq, w.states())
+		}
+		w.run(10*time.Microsecond, 0, 1)
+	}
+	if _, rq := a.conn.State(); rq != fsm.RQDefault {
+		t.Fatalf("node0's receives are not home (%v): it did not take node1's notification", rq)
+	}
+	bothHome(t, w, 0, 1)
+	if st := b.conn.Stats(); st.MailboxHandshakes == 0 {
+		t.Fatalf("node1 did not ask through the mailbox: %+v", st)
+	}
+}

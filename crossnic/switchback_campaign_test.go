@@ -364,19 +364,6 @@ func TestResetRequestAfterUnreadAck(t *testing.T) {
 	pinnedSchedule(t, 1830, 1, 3)
 }
 
-// TestResetRequestAfterTakenNotify pins switch-back schedule 985 (with
-// mailboxes): one end's switch-back notification reached the other,
-// whose probe then failed, before the first saw the notification
-// acknowledged. The request for a paired reset says its writer took the
-// notification (its receives were on the QP it reset), and the end in
-// the middle of its switch back, which lost it after the notification,
-// asks through the mailbox; both ends come home. Answered as a request
-// from a side that never took the notification, the held WRs went to
-// the backup, where the peer no longer read, and the error surfaced.
-func TestResetRequestAfterTakenNotify(t *testing.T) {
-	pinnedSchedule(t, 985, 1, 1)
-}
-
 // TestLateConnectPaired pins switch-back schedule 6177 (with mailboxes,
 // probe timeout 4 ms): node1's cable is out when the handshake's
 // announcement comes, so its default QP is connected late, once the
