@@ -167,6 +167,11 @@ type Conn struct {
 	defInit  bool
 	probeErr error         // why the last probe failed
 	probeAt  time.Duration // when the outstanding probe was posted
+	// timeoutAsks: the paired resets asked for timed-out probes since a
+	// probe was last answered, the last at askedAt (probeTimedOut backs
+	// off)
+	timeoutAsks int
+	askedAt     time.Duration
 	// unposted*: the error surfaced with WRs no QP holds; they complete
 	// once the backup's older ones did (flushUnpostedDue)
 	unpostedFW                  verbs.WC

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"time"
 
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/verbs"
@@ -186,11 +185,6 @@ type mailbox struct {
 	deferredSet bool
 	// deferredPath: deferred waits for the port, not the announcement
 	deferredPath bool
-	// timeoutAsks: the paired resets asked for timed-out probes since a
-	// probe was last answered, the last at askedAt (probeTimedOut backs
-	// off)
-	timeoutAsks int
-	askedAt     time.Duration
 	// owned: OpenMailbox made it, and Close releases it; the Shadow's
 	// mailboxes outlive the Conns it builds (their seq and seen carry
 	// on from one failover of the QP to the next)

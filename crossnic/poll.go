@@ -225,7 +225,7 @@ func (c *Conn) onDefault(wc verbs.WC) {
 	case wc.WRID == probeWRID:
 		c.probing = false
 		c.probesOut = max(c.probesOut-1, 0)
-		c.mbox.timeoutAsks = 0
+		c.timeoutAsks = 0
 		c.defSQ = (c.defSQ + 1) & ctrlPSNMask // acknowledged: the peer's QP took its PSN
 		if c.m.SQ == fsm.SQFallback && c.holdForPeer(c.rec.Clock.Now()) {
 			break // the peer switches first (follow.go)

@@ -313,12 +313,12 @@ func (c *Conn) settleRoom() {
 func (c *Conn) probeTimedOut(now time.Duration) {
 	c.probeAt = now // the next failure is counted one ProbeTimeout later
 	if c.m.RQ != fsm.RQDefault && c.pairedReset() &&
-		(c.mbox.timeoutAsks == 0 || now-c.mbox.askedAt >= c.rec.ProbeTimeout<<min(c.mbox.timeoutAsks, maxAskBackoff)) {
+		(c.timeoutAsks == 0 || now-c.askedAt >= c.rec.ProbeTimeout<<min(c.timeoutAsks, maxAskBackoff)) {
 		if _ = c.drain(&c.def); !c.probing || c.m.SQ != fsm.SQFallback {
 			return // answered after all (or the drain moved things on)
 		}
-		c.mbox.timeoutAsks++
-		c.mbox.askedAt = now
+		c.timeoutAsks++
+		c.askedAt = now
 		c.defaultToErr()
 		_ = c.drain(&c.def) // the probe's flush: CNProbeFailed resets the QP, paired
 		if c.probing && c.m.SQ == fsm.SQFallback {
@@ -428,7 +428,7 @@ func (c *Conn) resetDefault() {
 		c.stats.ResetsSkipped++
 		return
 	}
-	if c.rec.PathUp != nil && !c.rec.PathUp() {
+	if !c.pathUp() {
 		c.defUsable, c.resetErr, c.defLate = false, errPathDown, true
 		return
 	}
@@ -778,4 +778,10 @@ func (c *Conn) AwayReason() string {
 		return fmt.Sprintf("%d probes outstanding on the default QP", c.probesOut)
 	}
 	return ""
+}
+
+// pathUp reports what Recovery.PathUp says of the default port (up when
+// none was given).
+func (c *Conn) pathUp() bool {
+	return c.rec == nil || c.rec.PathUp == nil || c.rec.PathUp()
 }

@@ -155,9 +155,3 @@ func (c *Conn) onMailboxAnnounce(r mboxRec) {
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNBackupFault, Reason: err.Error()}))
 	}
 }
-
-// pathUp reports what Recovery.PathUp says of the default port (up when
-// none was given).
-func (c *Conn) pathUp() bool {
-	return c.rec == nil || c.rec.PathUp == nil || c.rec.PathUp()
-}
