@@ -146,6 +146,24 @@ func (d *failingDirectory) LookupMR(def crossnic.MRRef) (uint32, bool) {
 	return d.MemDirectory.LookupMR(def)
 }
 
+// drawNoMailbox says whether a cross-NIC campaign's schedule runs
+// without mailboxes, and so without switch back (-crossnic.mailbox):
+// with "mixed", one in four, drawn from a stream of its own, so that a
+// Conn whose peer published no mailbox (an older version, switch back
+// off there, or an SRQ) stays covered beside the mailbox's.
+func drawNoMailbox(t testing.TB, seed uint64) bool {
+	switch *mailboxes {
+	case "on":
+		return false
+	case "off":
+		return true
+	case "mixed":
+		return rand.New(rand.NewPCG(seed, 14)).IntN(4) == 0
+	}
+	t.Fatalf("-crossnic.mailbox %q: want mixed, on or off", *mailboxes)
+	return false
+}
+
 // schedule runs one seeded fault schedule and returns what it did. Beside
 // the fault kind (faultKinds) a schedule draws the workload of each
 // direction (SENDs or NCCL-Simple WRITEs; multi-SGE, inline, with
@@ -156,8 +174,13 @@ func (d *failingDirectory) LookupMR(def crossnic.MRRef) (uint32, bool) {
 func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	fault := rng.IntN(len(faultKinds))
-	o := worldOpts{cfg: sim.Config{Seed: seed, Profile: campaignProfile(seed)}, retry: 3, acrossSpines: fault == 7,
-		noMailbox: drawNoMailbox(t, seed)}
+	o := worldOpts{cfg: sim.Config{Seed: seed, Profile: campaignProfile(seed)}, retry: 3, acrossSpines: fault == 7}
+	o.noMailbox = drawNoMailbox(t, seed)
+	if o.noMailbox {
+		// A switch back needs mailboxes. The fallback handshake is
+		// bounded as with recovery (the shim bounds it either way).
+		o.noRecovery, o.handshake = true, time.Second
+	}
 	if fault == 15 {
 		o.cqe = 8 // the peer's 16 rounds of credit overrun it
 	}
@@ -197,7 +220,7 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 	run := func(d time.Duration, dirs ...int) { runAll(ws, d, dirs...) }
 	victim := rng.IntN(2)
 	peer := 1 - victim
-	desc := fmt.Sprintf("fault %d (%s) victim %d dirs %v sendRx %v load %v mailbox %v", fault, faultKinds[fault], victim, dirs, w.sendRx, w.load, !o.noMailbox)
+	desc := fmt.Sprintf("fault %d (%s) victim %d dirs %v sendRx %v load %v mailbox and switch back %v", fault, faultKinds[fault], victim, dirs, w.sendRx, w.load, !o.noMailbox)
 	if shared {
 		desc += fmt.Sprintf(", a second connection on the same HCAs: sendRx %v load %v", ws[1].sendRx, ws[1].load)
 	}
@@ -384,7 +407,7 @@ func schedule(t testing.TB, seed uint64, tl *tally) (string, error) {
 		}
 	}
 	for k, x := range ws {
-		surfaced, readRefused, err := verdict(x, dirs, fault, k == 0 && atomic, comesBack, killed || long)
+		surfaced, readRefused, err := verdict(x, dirs, fault, k == 0 && atomic, comesBack && !o.noRecovery, killed || long)
 		if err != nil {
 			if k > 0 {
 				err = fmt.Errorf("the second connection: %w", err)

@@ -61,7 +61,7 @@ func TestFailoverPostsInChains(t *testing.T) {
 	dir := crossnic.NewMemDirectory()
 	// (the handshake through the control receives: its answer and
 	// announcement go in one post)
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 5}, retry: 3, noMailbox: true,
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 5}, retry: 3, noMailbox: true, noRecovery: true,
 		wrapBak: func(q verbs.QP) verbs.QP {
 			k++
 			return countingQP{q, &logs[k-1]}

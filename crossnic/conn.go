@@ -148,15 +148,9 @@ type Conn struct {
 	// annOwed: this side's notification went out and its announcement
 	// waits for the peer's answer (announceOwed)
 	annOwed bool
-	// defSQ and defRQ are the PSNs the next reset of the default QP
-	// connects it with. After a handshake, or a reset paired through the
-	// mailbox (askReset): ownPSN and peerPSN. A reset without either
-	// carries on where the two ends' streams stand: defSQ counts the
-	// control WRs (one packet each) the default QP completed since,
-	// defRQ is the receive PSN the QP had reached (resetPSNs).
-	defSQ, defRQ uint32
-	// defPaired: the default QP was connected with defSQ/defRQ since the
-	// last handshake (a reset then carries on rather than start over)
+	// defPaired: the default QP was connected with ownPSN and peerPSN
+	// (its responder at least: RTR) since the last handshake or paired
+	// reset, so that its next reset takes fresh PSNs (pairedReset)
 	defPaired bool
 	// defLate: a reset of the default QP was put off (its port down), so
 	// its connect comes late, after the peer's QP may have run the same
@@ -220,11 +214,6 @@ type ConnStats struct {
 	ResetFailures int // resets of the default QP for a switch back that failed (retried)
 	ProbeFailures int // probes of the default path that completed in error
 	ResetsSkipped int // resets of the default QP not done: the peer's sends arrive on it
-	// ResetsCarried counts resets of the default QP without a handshake
-	// since it was last connected: the two streams' PSNs carried on
-	// (resetPSNs), not started over: only without mailboxes (with them
-	// every such reset is paired: ResetsPaired).
-	ResetsCarried int
 	// ResetsPaired counts the resets of the default QP without a
 	// handshake that took fresh PSNs through the mailbox, on both ends:
 	// those this side asked for (askReset) and those the peer's request

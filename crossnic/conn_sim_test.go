@@ -159,8 +159,9 @@ type worldOpts struct {
 	// fabric, when set, is an existing world's: the new world's
 	// connection shares its hosts' HCAs (its QPs, CQs and MRs its own)
 	fabric *sim.Fabric
-	// noMailbox: the Conns open no mailbox (mailbox.go), so a second
-	// fault in the middle of a switch back surfaces the error
+	// noMailbox: the Conns open no mailbox (mailbox.go): the handshake
+	// goes through the control receives, and there is no switch back
+	// (noRecovery must be set too)
 	noMailbox bool
 }
 
@@ -278,6 +279,22 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 		me.conn.SetMemReader(me.read)
 		psns := rand.New(rand.NewPCG(o.cfg.Seed, uint64(i)+uint64(me.def.qp.QPN())<<1))
 		me.conn.SetPSNSource(psns.Uint32) // a seed replays the same PSNs
+	}
+	if !o.noMailbox {
+		w.mailbox = true
+		var boxes [2]crossnic.Mailbox
+		for i, me := range w.n {
+			var err error
+			boxes[i], err = me.conn.OpenMailbox()
+			must(t, err)
+		}
+		for i, me := range w.n {
+			must(t, me.conn.SetPeerMailbox(boxes[1-i]))
+		}
+	} else if !o.noRecovery {
+		t.Fatal("worldOpts: noMailbox without noRecovery: a switch back needs mailboxes (crossnic.ErrNoMailbox)")
+	}
+	for i, me := range w.n {
 		switch {
 		case !o.noRecovery:
 			must(t, me.conn.EnableRecovery(crossnic.Recovery{Clock: f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: o.handshake}))
@@ -292,20 +309,8 @@ func newWorldWith(t testing.TB, dirs [2]crossnic.Directory, o worldOpts) *world 
 			recvs[k] = verbs.RecvWR{WRID: recvWRID + uint64(k), SGList: []verbs.SGE{me.recvSGE(k)}}
 			w.rposted[i] = append(w.rposted[i], recvs[k].WRID)
 		}
-		_, err = me.conn.PostRecv(recvs)
+		_, err := me.conn.PostRecv(recvs)
 		must(t, err)
-	}
-	if !o.noMailbox {
-		w.mailbox = true
-		var boxes [2]crossnic.Mailbox
-		for i, me := range w.n {
-			var err error
-			boxes[i], err = me.conn.OpenMailbox()
-			must(t, err)
-		}
-		for i, me := range w.n {
-			must(t, me.conn.SetPeerMailbox(boxes[1-i]))
-		}
 	}
 	return w
 }

@@ -63,7 +63,7 @@ func TestCounterBehindSurfaces(t *testing.T) {
 					return forgeCtrl{QP: qp, kind: tc.kind, forge: func() uint64 { return uint64(len(w.done[0])) - 1 }}
 				}
 				dir := crossnic.NewMemDirectory()
-				w = newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 41, Profile: p}, retry: 3, wrapBak: wrap, noMailbox: true})
+				w = newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 41, Profile: p}, retry: 3, wrapBak: wrap, noMailbox: true, noRecovery: true})
 				w.run(300*time.Microsecond, 0)
 				if len(w.done[0]) < 2 {
 					t.Fatalf("%d rounds completed before the fault", len(w.done[0]))

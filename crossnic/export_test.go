@@ -22,3 +22,10 @@ func (c *Conn) InboxForTest() (kind string, seen uint32, ok bool) {
 	}
 	return [...]string{ctrlRefuse: "refuse", ctrlNotify: "notify", ctrlAck: "ack"}[r.kind], r.seen, true
 }
+
+// UnwatchedForTest makes c take its peer for one that does not read its
+// inbox (no Conn there yet): nothing is asked through the mailbox until
+// the peer's next notification or acknowledgement says otherwise. The
+// tests of what a switch back does when it cannot ask (the error
+// surfaces: ErrSwitchNotifyLost) reach that state with it.
+func (c *Conn) UnwatchedForTest() { c.mbox.watched = false }

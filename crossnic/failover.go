@@ -179,7 +179,10 @@ func (c *Conn) postRecvChain() error {
 // announcement's PSN for a duplicate and acknowledge it without a
 // completion, and the new one then gets the notification (held in the
 // fabric) and waits in INIT for an announcement that never comes
-// (switch-back campaign seed 22436 of 30,000). The peer's answer comes
+// (switch-back campaign seed 22436 of 30,000, before a switch back
+// needed mailboxes: with them a handshake after a purge goes through the
+// mailbox, and a notification through the control receives is a first
+// one, with no purge before it). The peer's answer comes
 // from the incarnation that took the notification, and the peer does not
 // purge in the middle of a handshake. Nothing else may follow the
 // notification before the answer either: whatever the old incarnation
@@ -250,7 +253,6 @@ func (c *Conn) postCtrl(imm uint32) error {
 // reset's wait for the peer's answer.
 func (c *Conn) newHandshakePSN() {
 	c.ownPSN = c.drawPSN()
-	c.defSQ = c.ownPSN
 	c.following = false
 	// the handshake's announcements connect both ends
 	c.mbox.resetAsk, c.mbox.deferredSet = 0, false

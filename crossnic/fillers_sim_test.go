@@ -20,7 +20,7 @@ import (
 // backup still expected the first, and node1's next record through the
 // mailbox could not reach node0.
 func TestFillersFenceBeforePurge(t *testing.T) {
-	w := ackLostWith(t, false, func(w *world) {
+	w := ackLostWith(t, func(w *world) {
 		b := w.n[1]
 		q, _, err := b.bak.qp.Query(verbs.QPAttrSQPSN)
 		must(t, err)

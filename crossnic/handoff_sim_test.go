@@ -1,6 +1,7 @@
 package crossnic_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -144,7 +145,20 @@ func TestConnSettlesAndHandsOver(t *testing.T) {
 		t.Fatal("an unknown lkey has a backup")
 	}
 
-	// A Conn that may switch back is never handed over.
+	// A Conn that may switch back is never handed over. (A switch back
+	// needs mailboxes at both ends.)
+	if err := a.conn.EnableRecovery(crossnic.Recovery{Clock: f}); !errors.Is(err, crossnic.ErrNoMailbox) {
+		t.Fatalf("recovery without mailboxes: %v, want %v", err, crossnic.ErrNoMailbox)
+	}
+	if !a.conn.Settled() {
+		t.Fatal("not settled after a refused recovery")
+	}
+	ma, err := a.conn.OpenMailbox()
+	must(t, err)
+	mb, err := b.conn.OpenMailbox()
+	must(t, err)
+	must(t, a.conn.SetPeerMailbox(mb))
+	must(t, b.conn.SetPeerMailbox(ma))
 	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: f}))
 	if a.conn.Settled() {
 		t.Fatal("settled with recovery configured")

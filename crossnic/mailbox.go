@@ -680,9 +680,8 @@ func (c *Conn) aheadFlush(wc *verbs.WC) bool {
 	return !sends || !c.sring.hasWRID(c.sendEnd(&c.bak), wc.WRID)
 }
 
-// purgePSNs are the PSNs the purge connects the backup QP with.
-//
-// With the mailbox: where its two streams stand (ibv_query_qp reports
+// purgePSNs are the PSNs the purge connects the backup QP with: where its
+// two streams stand (ibv_query_qp reports
 // the live PSNs: docs/SIMULATOR.md rule 97), so that the peer, which
 // purges its own later, finds the stream where it left it, and a record
 // or a notification through the mailbox crosses the window in which one
@@ -694,14 +693,15 @@ func (c *Conn) aheadFlush(wc *verbs.WC) bool {
 // the purge carries a PSN before the one expected, a duplicate
 // acknowledged without effect.
 //
-// Without: the last handshake's PSNs (docs/CROSSNIC.md, "Reset PSNs").
-// Both ends must have a mailbox, or neither.
+// A backup QP whose last purge failed after its reset lost its PSNs: it
+// takes the last handshake's, as the peer's does after a handshake.
 func (c *Conn) purgePSNs() (rq, sq uint32, err error) {
-	if c.mboxUsable() {
-		a, _, qerr := c.bak.QP.Query(verbs.QPAttrRQPSN | verbs.QPAttrSQPSN | verbs.QPAttrState)
-		if qerr == nil && a.QPState != verbs.QPSReset && a.QPState != verbs.QPSInit {
-			return a.RQPSN & ctrlPSNMask, a.SQPSN & ctrlPSNMask, nil
-		}
+	a, _, err := c.bak.QP.Query(verbs.QPAttrRQPSN | verbs.QPAttrSQPSN | verbs.QPAttrState)
+	if err != nil {
+		return 0, 0, fmt.Errorf("query the backup QP's PSNs: %w", err)
+	}
+	if a.QPState != verbs.QPSReset && a.QPState != verbs.QPSInit {
+		return a.RQPSN & ctrlPSNMask, a.SQPSN & ctrlPSNMask, nil
 	}
 	if !c.peerPSNSet {
 		return 0, 0, errors.New("no starting PSN from the peer since the last handshake")

@@ -226,14 +226,12 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		c.probing = false
 		c.probesOut = max(c.probesOut-1, 0)
 		c.timeoutAsks = 0
-		c.defSQ = (c.defSQ + 1) & ctrlPSNMask // acknowledged: the peer's QP took its PSN
 		if c.m.SQ == fsm.SQFallback && c.holdForPeer(c.rec.Clock.Now()) {
 			break // the peer switches first (follow.go)
 		}
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNProbeOK}))
 		c.switchIfIdle()
 	case wc.WRID == ctrlSwitchWRID && !isRecv(&wc):
-		c.defSQ = (c.defSQ + 1) & ctrlPSNMask
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNNotifyCompleted}))
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
 		if k, n, err := decodeCtrl(wc.ImmData, c.rring.Completed()); err == nil && k == ctrlSwitch {

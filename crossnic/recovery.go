@@ -83,6 +83,13 @@ var errNoRoom = errors.New("no room in the application's CQs for the switch back
 // cannot go to the backup, and the error surfaces.
 var ErrSwitchNotifyLost = errors.New("crossnic: the switch-back notification failed after it was posted: the peer may have taken it")
 
+// ErrNoMailbox: EnableRecovery on a Conn without a mailbox at both ends.
+// A switch back needs them: the resets of the default QP it makes take
+// fresh PSNs through them (docs/CROSSNIC.md, "Reset PSNs"), and a fault
+// in the middle of it hands over through them ("The mailbox"). Without,
+// the Conn stays on the backup after a failover.
+var ErrNoMailbox = errors.New("switch back needs a mailbox at both ends (OpenMailbox and SetPeerMailbox; a peer that published none runs an older version, or has switch back off)")
+
 // errPathDown: the default QP is not reset while its port is down.
 var errPathDown = errors.New("the default port is down")
 
@@ -102,6 +109,9 @@ var errAwaitPSN = errors.New("reset to INIT; waiting for the peer's starting PSN
 func (c *Conn) EnableRecovery(r Recovery) error {
 	if c.srq != nil {
 		return fmt.Errorf("crossnic: enable recovery on QP %#x: it receives through an SRQ, whose receives cannot come home (%w)", c.defQPN, ErrSRQMoved)
+	}
+	if !c.mboxUsable() {
+		return fmt.Errorf("crossnic: enable recovery on QP %#x: %w", c.defQPN, ErrNoMailbox)
 	}
 	if r.Clock == nil {
 		return fmt.Errorf("crossnic: enable recovery: a clock is required")
@@ -439,9 +449,6 @@ func (c *Conn) resetDefault() {
 	// resends into the reset QP (resetPSNs).
 	rqHome := c.m.RQ == fsm.RQDefault
 	paired := c.pairedReset()
-	if !paired {
-		c.resetPSNs()
-	}
 	ctrl := 1
 	if rqHome {
 		ctrl = 0
@@ -482,19 +489,20 @@ func (c *Conn) resetDefault() {
 	}
 }
 
-// connectDefault takes the default QP waiting in INIT to RTS with defRQ
-// and defSQ: after a handshake the peer's announced PSN and this side's.
+// connectDefault takes the default QP waiting in INIT to RTS with the
+// peer's announced PSN and this side's, of the last handshake or paired
+// reset.
 // Probes and notifications go on it only from then on. A QP that cannot
 // be connected is reset again every ProbeInterval.
 func (c *Conn) connectDefault() {
 	c.defInit = false
-	if err := connectQP(c.def.QP, c.defAttr, c.defRQ, c.defSQ); err != nil {
+	if err := connectQP(c.def.QP, c.defAttr, c.peerPSN, c.ownPSN); err != nil {
 		c.stats.ResetFailures++
 		c.resetErr = err
 		if a, _, qerr := c.def.QP.Query(verbs.QPAttrState); qerr == nil && a.QPState == verbs.QPSRTR {
-			// Its responder runs from defRQ: it may take the peer's
-			// packets before the next reset, which carries on from
-			// where it got to (resetPSNs).
+			// Its responder runs from the peer's PSN: it may take the
+			// peer's packets before the next reset, which takes
+			// fresh PSNs then (pairedReset).
 			c.defPaired = true
 		}
 		return
@@ -502,38 +510,11 @@ func (c *Conn) connectDefault() {
 	c.defUsable, c.resetErr, c.defPaired, c.defLate = true, nil, true, false
 }
 
-// resetPSNs is called before the default QP is reset. One connected since
-// the last handshake is reset without the peer resetting its own: the two
-// streams carry on where they stand, not from the announced PSNs. The
-// peer's stream stands at the receive PSN this QP reached (queried before
-// the reset clears it): a packet of the peer's that this QP took is not
-// expected again (the peer saw it acknowledged, and sends the next), one
-// it did not take comes again with the PSN expected. This side's stream
-// stands after the last control WR the QP completed (defSQ): the peer's
-// QP took everything up to it, and whatever it took after it (an
-// acknowledgement lost) it acknowledges again as a duplicate. Starting
-// over from the announced PSNs instead put the two ends apart (the peer's
-// sends taken for a gap, or a later WR for a duplicate and acknowledged
-// without being executed): the switch-back campaign's delayed links found
-// it. A QP that cannot be queried (a dead device) keeps defRQ.
-func (c *Conn) resetPSNs() {
-	if !c.defPaired || !c.peerPSNSet {
-		return // never connected since the handshake, or one under way: the announced PSNs
-	}
-	a, _, err := c.def.QP.Query(verbs.QPAttrRQPSN | verbs.QPAttrState)
-	if err == nil && a.QPState != verbs.QPSReset && a.QPState != verbs.QPSInit {
-		// (a QP a failed reset left in RESET or INIT has lost its PSNs)
-		c.defRQ = a.RQPSN & ctrlPSNMask
-		c.stats.ResetsCarried++
-	}
-}
-
 // peerAnnounced: the peer announced the send PSN its QPs start from at
 // their next resets (it follows its fallback notification or
 // acknowledgement). A default QP waiting in INIT for it is connected now.
 func (c *Conn) peerAnnounced(psn uint32) {
-	c.peerPSN, c.peerPSNSet = psn, true
-	c.defRQ, c.defPaired = psn, false
+	c.peerPSN, c.peerPSNSet, c.defPaired = psn, true, false
 	if c.rec != nil && c.defInit {
 		c.connectDefault()
 	}

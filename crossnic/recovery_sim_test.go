@@ -1,6 +1,7 @@
 package crossnic_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,44 @@ func TestHomeAndOutstanding(t *testing.T) {
 		}
 	}
 	w.run(20*time.Millisecond, 0, 1)
+	if err := w.delivered(0, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecoveryNeedsMailboxes: a Conn without a mailbox at both ends (a
+// peer of an older version, or with switch back off) takes no recovery
+// (ErrNoMailbox): with its own mailbox alone neither. After a cable cut
+// and its repair it stays on the backup, every message delivered once,
+// in order, without a probe of the default path: none of its resets
+// could take fresh PSNs with the peer's.
+func TestRecoveryNeedsMailboxes(t *testing.T) {
+	dir := crossnic.NewMemDirectory()
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 9}, retry: 3, noMailbox: true, noRecovery: true})
+	w.sendRx = [2]bool{true, true}
+	a := w.n[0]
+	rec := crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond}
+	if err := a.conn.EnableRecovery(rec); !errors.Is(err, crossnic.ErrNoMailbox) {
+		t.Fatalf("recovery without mailboxes: %v, want %v", err, crossnic.ErrNoMailbox)
+	}
+	_, err := a.conn.OpenMailbox()
+	must(t, err)
+	if err := a.conn.EnableRecovery(rec); !errors.Is(err, crossnic.ErrNoMailbox) {
+		t.Fatalf("recovery without the peer's mailbox: %v, want %v", err, crossnic.ErrNoMailbox)
+	}
+	w.run(300*time.Microsecond, 0, 1)
+	port := a.hca.Port(1)
+	must(t, w.f.SetLink(port, false))
+	w.run(5*time.Millisecond, 0, 1)
+	must(t, w.f.SetLink(port, true))
+	w.run(50*time.Millisecond, 0, 1)
+	w.run(10 * time.Millisecond)
+	for _, n := range w.n {
+		sq, rq := n.conn.State()
+		if st := n.conn.Stats(); sq != fsm.SQFallback || rq != fsm.RQFallback || st.Probes != 0 || st.ResetsPaired != 0 {
+			t.Fatalf("%s: %v/%v %+v, want on the backup, never probing", n.name, sq, rq, st)
+		}
+	}
 	if err := w.delivered(0, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -409,23 +448,23 @@ func TestPurgeRetried(t *testing.T) {
 // go to ERR and the probe flushes on the default QP, but the application
 // sees only its own WRs, each once, in order, then errors, as plain verbs
 // would show; whether the dead backup HCA flushes what it held (rdmavt)
-// or not (strict, mlx5), every WR and receive completes. (Without
-// mailboxes: with them a timed-out probe asks the peer for a paired
-// reset, which resets the QP under it.)
+// or not (strict, mlx5), every WR and receive completes. (The probe
+// timeout is long: a timed-out probe asks the peer for a paired reset,
+// which resets the QP under it.)
 func TestSurfacedKeepsOwnWRs(t *testing.T) {
 	forProfiles(t, func(t *testing.T, p sim.Profile) {
 		dir := crossnic.NewMemDirectory()
 		w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 16, EndlessRetry7: true, Profile: p}, retry: 7,
-			noMailbox: true})
+			noRecovery: true})
 		w.sendRx = [2]bool{true, true}
 		a := w.n[0]
-		must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: time.Millisecond}))
+		must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, ProbeTimeout: time.Hour}))
 		port := a.hca.Port(1)
 		w.run(300*time.Microsecond, 0, 1)
 		must(t, w.f.SetLink(port, false))
 		w.run(20*time.Millisecond, 0, 1)
-		if st := a.conn.Stats(); st.Probes != 1 || st.ProbeFailures < 2 || st.SwitchBacks != 0 {
-			t.Fatalf("probes on a dead path: %+v, want one outstanding, timed out again and again", st)
+		if st := a.conn.Stats(); st.Probes != 1 || st.ProbeFailures != 0 || st.SwitchBacks != 0 {
+			t.Fatalf("probes on a dead path: %+v, want one outstanding, never answered", st)
 		}
 		must(t, w.f.KillHCA(w.f.Host("node0").HCA("mlx5_1")))
 		must(t, w.f.SetLink(port, true))
@@ -543,18 +582,17 @@ func TestStaleFlushAfterSwitchBack(t *testing.T) {
 	}
 }
 
-// ackLost runs the world of TestSwitchNotifyAckLost (with mailboxes or
-// without) until 100 ms after node0's switch-back notification, every ACK
-// of which is lost.
-func ackLost(t *testing.T, noMbox bool) *world {
-	return ackLostWith(t, noMbox, nil)
+// ackLost runs the world of TestSwitchNotifyAckLost until 100 ms after
+// node0's switch-back notification, every ACK of which is lost.
+func ackLost(t *testing.T) *world {
+	return ackLostWith(t, nil)
 }
 
 // ackLostWith is ackLost, calling also (unless nil) once the
 // notification's ACKs are set to be lost.
-func ackLostWith(t *testing.T, noMbox bool, also func(w *world)) *world {
+func ackLostWith(t *testing.T, also func(w *world)) *world {
 	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3, noMailbox: noMbox})
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 23}, retry: 3})
 	w.sendRx = [2]bool{true, true}
 	a := w.n[0]
 	for _, n := range w.n {
@@ -585,14 +623,14 @@ func ackLostWith(t *testing.T, noMbox bool, also func(w *world)) *world {
 	return w
 }
 
-// neverAnswered builds the world of TestSwitchNotifyNeverAnswered (with
-// mailboxes or without) up to node0's switch-back notification on the
-// wire and its path down again, and returns it with the bound of one wait
-// for the notification's answer: the QP's own give-up time, longer than
-// HandshakeTimeout here (retry_cnt+1 local ACK timeouts, a quarter more).
-func neverAnswered(t *testing.T, noMbox bool) (*world, time.Duration) {
+// neverAnswered builds the world of TestSwitchNotifyNeverAnswered up to
+// node0's switch-back notification on the wire and its path down again,
+// and returns it with the bound of one wait for the notification's
+// answer: the QP's own give-up time, longer than HandshakeTimeout here
+// (retry_cnt+1 local ACK timeouts, a quarter more).
+func neverAnswered(t *testing.T) (*world, time.Duration) {
 	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7, noMailbox: noMbox})
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 18, EndlessRetry7: true}, retry: 7})
 	a := w.n[0]
 	followerOf(w, 0)
 	must(t, a.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond, HandshakeTimeout: time.Millisecond}))
@@ -620,11 +658,12 @@ func followerOf(w *world, i int) {
 // timeouts the error surfaces, instead of holding the application's sends
 // for ever, and every WR still completes exactly once. (Node0 switches
 // back second, so the peer's sends are home on the QP when its
-// notification goes out.) Without mailboxes: with them the peer is asked
-// (TestSwitchNotifyLostAsked).
+// notification goes out.) Node0 cannot ask the peer through the mailbox
+// (UnwatchedForTest; when it can, it asks: TestSwitchNotifyLostAsked).
 func TestSwitchNotifyNeverAnswered(t *testing.T) {
-	w, bound := neverAnswered(t, true)
+	w, bound := neverAnswered(t)
 	a := w.n[0]
+	a.conn.UnwatchedForTest()
 	w.run(2*bound+bound/2, 0)
 	if sq, _ := a.conn.State(); sq != fsm.SQWaitNotify {
 		t.Fatalf("after two timeouts: %v, want still waiting", sq)
@@ -644,13 +683,12 @@ func TestSwitchNotifyNeverAnswered(t *testing.T) {
 // lost, so the notification completes with RETRY_EXC_ERR. The error does
 // not say whether the peer took it; here it did. Sending the held WRs to
 // the backup would land them where the peer no longer reads (lost
-// without an error): without mailboxes the error surfaces instead
-// (ErrSwitchNotifyLost; with them the peer is asked:
-// TestSwitchNotifyLostAsked),
-// and every message either arrives once, in order, or completes with an
-// error.
+// without an error): when node0 cannot ask the peer through the mailbox
+// (UnwatchedForTest) the error surfaces instead (ErrSwitchNotifyLost;
+// when it can, it asks: TestSwitchNotifyLostAsked), and every message
+// either arrives once, in order, or completes with an error.
 func TestSwitchNotifyAckLost(t *testing.T) {
-	w := ackLost(t, true)
+	w := ackLostWith(t, func(w *world) { w.n[0].conn.UnwatchedForTest() })
 	a := w.n[0]
 	if sq, _ := a.conn.State(); sq != fsm.SQSurfaced || !strings.Contains(a.conn.Reason(), crossnic.ErrSwitchNotifyLost.Error()) {
 		t.Fatalf("A after its notification's ACKs were lost: %v %q, want surfaced with %v", sq, a.conn.Reason(), crossnic.ErrSwitchNotifyLost)
@@ -673,17 +711,18 @@ func TestSwitchNotifyAckLost(t *testing.T) {
 // sends are still on the backup (its probe gets no answer). A timeout
 // does not say whether the peer took the notification; here it did, and
 // sending the held WRs to the backup would land them where the peer no
-// longer reads. Every message either arrives once, in order, or
-// completes with an error.
+// longer reads. Node0 cannot ask the peer through the mailbox
+// (UnwatchedForTest; when it can, it asks: TestSwitchNotifyLostAsked).
+// Every message either arrives once, in order, or completes with an
+// error.
 func TestSwitchNotifyTimeoutPeerTook(t *testing.T) {
 	dir := crossnic.NewMemDirectory()
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 31, EndlessRetry7: true}, retry: 7, noRecovery: true,
-		noMailbox: true}) // (with mailboxes the peer is asked: TestSwitchNotifyLostAsked)
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: 31, EndlessRetry7: true}, retry: 7, noRecovery: true})
 	w.sendRx = [2]bool{true, true}
 	a, b := w.n[0], w.n[1]
 	for _, n := range w.n {
 		must(t, n.conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: 2 * time.Millisecond,
-			HandshakeTimeout: time.Millisecond, PathUp: portUp(n)}))
+			HandshakeTimeout: time.Millisecond, ProbeTimeout: time.Hour, PathUp: portUp(n)})) // (B's probe stays unanswered, never reset)
 	}
 	until := func(what string, ok func() bool) {
 		t.Helper()
@@ -699,16 +738,26 @@ func TestSwitchNotifyTimeoutPeerTook(t *testing.T) {
 	}
 	w.run(300*time.Microsecond, 0)
 	must(t, w.f.SetLink(a.hca.Port(1), false))
-	until("B probing", func() bool { return b.conn.Stats().Probes > 0 })
-	// B's probe goes unanswered for long: its sends stay on the backup.
-	qb, _, err := b.def.qp.Query(verbs.QPAttrSQPSN)
-	must(t, err)
-	for range 200 {
-		must(t, w.f.DropResponse(b.def.qp, (qb.SQPSN-1)&0xffffff))
+	// B's probes go unanswered for long: its sends stay on the backup.
+	muteB := func() {
+		t.Helper()
+		qb, _, err := b.def.qp.Query(verbs.QPAttrSQPSN)
+		must(t, err)
+		for range 200 {
+			must(t, w.f.DropResponse(b.def.qp, (qb.SQPSN-1)&0xffffff))
+		}
 	}
+	until("B probing", func() bool { return b.conn.Stats().Probes > 0 })
+	muteB()
 	w.run(5*time.Millisecond, 0)
 	must(t, w.f.SetLink(a.hca.Port(1), true))
+	// A's connect, put off while its port was down, is paired: B's QP
+	// is reset, and its next probe goes out with a fresh PSN.
+	probes := b.conn.Stats().Probes
+	until("B probing its QP reset for A's late connect", func() bool { return b.conn.Stats().Probes > probes })
+	muteB()
 	until("A about to notify", func() bool { sa, _ := a.conn.State(); return sa == fsm.SQWaitDrained })
+	a.conn.UnwatchedForTest()
 	qa, _, err := a.def.qp.Query(verbs.QPAttrSQPSN)
 	must(t, err)
 	for range 200 {
@@ -746,17 +795,22 @@ func (q stepFailQP) Modify(a *verbs.QPAttr, m verbs.QPAttrMask) error {
 
 // stepFailWorld is a world of two-sided traffic run 300 µs, node1's
 // default QP failing the modifies to the states set in fail; tries counts
-// them.
+// them. Node0 probes every 500 µs, node1 resets and probes every 5 ms: a
+// reset of node1's QP is paired, and resets node0's too, so node0's
+// probe and switch-back notification get through between two of them.
 func stepFailWorld(t *testing.T, seed uint64) (w *world, fail map[verbs.QPState]bool, tries *int) {
 	fail, tries = map[verbs.QPState]bool{}, new(int)
 	dir := crossnic.NewMemDirectory()
-	w = newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed}, retry: 3, noMailbox: true,
+	w = newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed}, retry: 3, noRecovery: true,
 		wrapDefQP: func(i int, qp verbs.QP) verbs.QP {
 			if i == 1 {
 				return stepFailQP{qp, fail, tries}
 			}
 			return qp
 		}})
+	for i, d := range []time.Duration{500 * time.Microsecond, 5 * time.Millisecond} {
+		must(t, w.n[i].conn.EnableRecovery(crossnic.Recovery{Clock: w.f, ProbeInterval: d}))
+	}
 	w.sendRx = [2]bool{true, true}
 	w.run(300*time.Microsecond, 0)
 	return w, fail, tries
@@ -804,14 +858,15 @@ func TestResetHalfDoneKeepsRecvs(t *testing.T) {
 	}
 }
 
-// TestRTRWithoutRTSCarriesPSNs: node1's default QP reaches RTR after a
+// TestRTRWithoutRTSPairsPSNs: node1's default QP reaches RTR after a
 // failover but its RTS fails (injected) for a while, so it is reset again
 // and again while node0's sends come home into it. Its responder took
-// node0's packets from the announced PSN on: each reset carries on from
-// where it got to, not from the announcement (node0's next packets would
-// be taken for a gap or for duplicates). Once RTS works both ends come
-// home with every message delivered once, in order.
-func TestRTRWithoutRTSCarriesPSNs(t *testing.T) {
+// node0's packets from the announced PSN on: each reset is paired, both
+// ends taking fresh PSNs, not connected with the announced ones again
+// (node0's next packets would be taken for a gap or for duplicates).
+// Once RTS works both ends come home with every message delivered once,
+// in order.
+func TestRTRWithoutRTSPairsPSNs(t *testing.T) {
 	w, fail, tries := stepFailWorld(t, 47)
 	a, b := w.n[0], w.n[1]
 	fail[verbs.QPSRTS] = true
@@ -821,6 +876,10 @@ func TestRTRWithoutRTSCarriesPSNs(t *testing.T) {
 	w.run(30*time.Millisecond, 0) // node0 home, node1's QP reset every ProbeInterval
 	if _, rq := b.conn.State(); rq != fsm.RQDefault || *tries < 5 {
 		t.Fatalf("node1's receives %v after %d failed RTS, want home after several", rq, *tries)
+	}
+	if n := b.conn.Stats().ResetsPaired; n < *tries-1 {
+		// (the reset after the last failed RTS may not have come yet)
+		t.Fatalf("node1: %d paired resets after %d failed RTS, want each reset of its QP in RTR paired", n, *tries)
 	}
 	delete(fail, verbs.QPSRTS)
 	w.run(50*time.Millisecond, 0)

@@ -21,13 +21,19 @@ import (
 // too: the request says so (flag mboxTookNotify), and the peer, whose
 // sends lost their QP, fails over through the mailbox instead of
 // answering; that handshake's announcements connect both ends. (Carrying
-// the two streams on instead, resetPSNs, let a packet sent before the
-// reset be taken after it.)
+// the two streams on instead let a packet sent before the reset be taken
+// after it.)
 
 // pairedReset reports whether the reset of the default QP about to be
-// done is paired: it was connected since the last handshake, or its
-// connect was put off (else the announced PSNs apply), both ends have a
-// mailbox and the peer reads its own.
+// done is paired: it was connected since the last handshake or paired
+// reset, or its connect was put off. Otherwise it was never connected
+// with the PSNs announced last, and is connected with them (or waits in
+// INIT for the peer's, a handshake under way).
+//
+// A Conn with recovery has a mailbox at both ends (EnableRecovery), and
+// resets its default QP only on the backup (SQFallback), after a
+// handshake the peer answered: the peer has a Conn, which reads its
+// inbox.
 //
 // A connect put off (defLate: this side's port was down when the
 // handshake's announcement came) is paired because the peer's QP may
@@ -36,7 +42,7 @@ import (
 // the peer's probe, sent by the incarnation that had ended, by its PSN
 // alone (switch-back schedule 6177).
 func (c *Conn) pairedReset() bool {
-	return (c.defPaired || c.defLate) && c.peerPSNSet && c.m.SQ == fsm.SQFallback && c.mboxUsable() && c.mbox.watched
+	return (c.defPaired || c.defLate) && c.peerPSNSet
 }
 
 // askReset draws this side's PSN for the paired reset of the default QP,

@@ -19,7 +19,7 @@ import (
 var (
 	switchRuns = flag.Int("crossnic.switchruns", 300, "flap schedules in TestSwitchBackCampaign")
 	switchSeed = flag.Uint64("crossnic.switchseed", 0, "run only this flap schedule")
-	mailboxes  = flag.String("crossnic.mailbox", "mixed", "mailboxes in the campaigns' schedules: mixed (one schedule in four without), on, or off")
+	mailboxes  = flag.String("crossnic.mailbox", "mixed", "mailboxes in the cross-NIC campaign's schedules: mixed (one schedule in four without, and without switch back), on, or off")
 )
 
 // portUp is the PathUp of a node: its default port is ACTIVE (the shim
@@ -29,6 +29,13 @@ func portUp(n *node) func() bool {
 		pa, err := n.def.ctx.QueryPort(1)
 		return err == nil && pa.State == verbs.PortActive
 	}
+}
+
+// campaignCounts are what the switch-back campaign counts across its
+// schedules.
+type campaignCounts struct {
+	stale, mailbox *atomic.Int64
+	paired         *atomic.Int64 // nil: not counted
 }
 
 // flapSchedule runs one seeded schedule of link flaps with recovery on
@@ -46,21 +53,9 @@ func portUp(n *node) func() bool {
 // request held in the fabric past a flap (drawHold): no stale request
 // may have an effect (noStaleEffect).
 // The seeds take the simulator's profiles in turn (campaignProfile).
-func flapSchedule(t testing.TB, seed uint64, carried, stale *atomic.Int64) (string, error) {
-	return flapScheduleWith(t, seed, &campaignCounts{carried: carried, stale: stale}, drawNoMailbox(t, seed))
-}
-
-// campaignCounts are what the switch-back campaign counts across its
-// schedules.
-type campaignCounts struct {
-	carried, stale, mailbox *atomic.Int64
-	paired                  *atomic.Int64 // nil: not counted
-}
-
-// flapScheduleWith is flapSchedule, counting into n, with the Conns'
-// mailboxes or without.
-func flapScheduleWith(t testing.TB, seed uint64, n *campaignCounts, noMbox bool) (string, error) {
-	carried, stale := n.carried, n.stale
+// Both ends have mailboxes (a switch back needs them). It counts into n.
+func flapSchedule(t testing.TB, seed uint64, n *campaignCounts) (string, error) {
+	stale := n.stale
 	rng := rand.New(rand.NewPCG(seed, 11))
 	endless := rng.IntN(2) == 0
 	retry := uint8(3)
@@ -69,11 +64,9 @@ func flapScheduleWith(t testing.TB, seed uint64, n *campaignCounts, noMbox bool)
 	}
 	dir := crossnic.NewMemDirectory()
 	profile := campaignProfile(seed)
-	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, EndlessRetry7: endless, Profile: profile}, retry: retry,
-		noMailbox: noMbox})
+	w := newWorldWith(t, [2]crossnic.Directory{dir, dir}, worldOpts{cfg: sim.Config{Seed: seed, EndlessRetry7: endless, Profile: profile}, retry: retry})
 	defer func() {
 		for _, nd := range w.n {
-			carried.Add(int64(nd.conn.Stats().ResetsCarried))
 			if n.mailbox != nil {
 				n.mailbox.Add(int64(nd.conn.Stats().MailboxHandshakes))
 			}
@@ -100,7 +93,7 @@ func flapScheduleWith(t testing.TB, seed uint64, n *campaignCounts, noMbox bool)
 	if rng.IntN(3) == 0 {
 		w.lazy[rng.IntN(2)] = 2 + rng.IntN(30)
 	}
-	desc := fmt.Sprintf("profile %s endless %v probe timeout %v dirs %v sendRx %v lazy %v mailbox %v", profile, endless, probeTO, dirs, w.sendRx, w.lazy, !noMbox)
+	desc := fmt.Sprintf("profile %s endless %v probe timeout %v dirs %v sendRx %v lazy %v", profile, endless, probeTO, dirs, w.sendRx, w.lazy)
 	twice := rng.IntN(2) == 0 // a second flap follows
 	desc += drawTraffic(t, rand.New(rand.NewPCG(seed, 12)), w)
 	ports := func(k int) []*sim.Port {
@@ -261,23 +254,6 @@ func (w *world) states() string {
 	return b.String()
 }
 
-// drawNoMailbox says whether a campaign's schedule runs without
-// mailboxes (-crossnic.mailbox): with "mixed", one in four, drawn from a
-// stream of its own, so that the handshake through the control receives
-// (the shim's, and an SRQ's) stays covered beside the mailbox's.
-func drawNoMailbox(t testing.TB, seed uint64) bool {
-	switch *mailboxes {
-	case "on":
-		return false
-	case "off":
-		return true
-	case "mixed":
-		return rand.New(rand.NewPCG(seed, 14)).IntN(4) == 0
-	}
-	t.Fatalf("-crossnic.mailbox %q: want mixed, on or off", *mailboxes)
-	return false
-}
-
 // errSurfaced: a schedule with two flaps ended with the error surfaced,
 // cleanly; the campaign counts these.
 var errSurfaced = errors.New("surfaced after the second flap")
@@ -296,14 +272,14 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if testing.Short() {
 		runs = 40
 	}
-	var failed, surfaced, twice, reads, carried, stale, mailbox, paired atomic.Int64
-	counts := &campaignCounts{carried: &carried, stale: &stale, mailbox: &mailbox, paired: &paired}
+	var failed, surfaced, twice, reads, stale, mailbox, paired atomic.Int64
+	counts := &campaignCounts{stale: &stale, mailbox: &mailbox, paired: &paired}
 	seedWorkers(t, runs, *switchSeed, func(t *testing.T, s uint64) {
 		if failed.Load() >= 5 {
 			t.SkipNow()
 		}
 		ok := t.Run(fmt.Sprint(s), func(t *testing.T) {
-			desc, err := flapScheduleWith(t, s, counts, drawNoMailbox(t, s))
+			desc, err := flapSchedule(t, s, counts)
 			if strings.Contains(desc, "then after") {
 				twice.Add(1)
 			}
@@ -323,31 +299,26 @@ func TestSwitchBackCampaign(t *testing.T) {
 	if *switchSeed != 0 {
 		runs = 1
 	}
-	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets carried the PSNs on, %d paired through the mailbox (both ends counted); %d stale requests executed, none with effect; %d handshakes through the mailbox",
-		runs, twice.Load(), surfaced.Load(), reads.Load(), carried.Load(), paired.Load(), stale.Load(), mailbox.Load())
-	if runs >= 1000 && *switchSeed == 0 && *mailboxes != "on" && carried.Load() == 0 {
-		t.Error("no reset without a handshake carried the PSNs on: the schedules no longer reach resetPSNs")
-	}
-	if runs >= 1000 && *switchSeed == 0 && *mailboxes != "off" && paired.Load() == 0 {
+	t.Logf("%d schedules, %d with a second flap during the switch back; %d of those surfaced; %d surfaced for a READ whose response a flap lost; %d resets paired through the mailbox (both ends counted); %d stale requests executed, none with effect; %d handshakes through the mailbox",
+		runs, twice.Load(), surfaced.Load(), reads.Load(), paired.Load(), stale.Load(), mailbox.Load())
+	if runs >= 1000 && *switchSeed == 0 && paired.Load() == 0 {
 		t.Error("no reset without a handshake was paired through the mailbox: the schedules no longer reach askReset")
 	}
 }
 
-// TestAnnouncementAfterPeerPurge pins switch-back schedule 22436 (of
+// TestAnnouncementAfterPeerPurge runs switch-back schedule 22436 (of
 // 30,000, beyond the 10,000 the suite runs): node1 faults again right
-// after purging its backup (resetting it after the switch back) while
-// node0, polling lazily, has not purged its own yet, and node1's
-// notification is held in the fabric until after node0's purge. With
-// the announcement posted right behind the notification, node0's old
-// incarnation took its PSN for a duplicate and acknowledged it without a
-// completion, the new one got the notification, and node0 waited in INIT
-// for an announcement that never came: its traffic never came home. The
-// announcement now waits for node0's answer (Conn.announceOwed), and
-// both ends come home.
+// after purging its backup while node0, polling lazily, has not purged
+// its own yet. Through the control receives, with the announcement
+// posted right behind the notification, node0's old incarnation took its
+// PSN for a duplicate, the new one got the notification, and node0
+// waited in INIT for an announcement that never came (the announcement
+// now waits for the answer: Conn.announceOwed). With mailboxes, as a
+// switch back needs, that handshake goes through the mailbox; both ends
+// must still come home.
 func TestAnnouncementAfterPeerPurge(t *testing.T) {
-	var carried, stale atomic.Int64
-	// (without mailboxes: the handshake through the control receives)
-	if desc, err := flapScheduleWith(t, 22436, &campaignCounts{carried: &carried, stale: &stale}, true); err != nil {
+	var stale atomic.Int64
+	if desc, err := flapSchedule(t, 22436, &campaignCounts{stale: &stale}); err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}
 }
@@ -395,8 +366,8 @@ func TestProbeAnsweredAfterErr(t *testing.T) {
 // at least mailbox handshakes through the mailbox and paired resets.
 func pinnedSchedule(t *testing.T, seed uint64, mailbox, paired int64) {
 	t.Helper()
-	var c, s, m, p atomic.Int64
-	desc, err := flapScheduleWith(t, seed, &campaignCounts{carried: &c, stale: &s, mailbox: &m, paired: &p}, false)
+	var s, m, p atomic.Int64
+	desc, err := flapSchedule(t, seed, &campaignCounts{stale: &s, mailbox: &m, paired: &p})
 	if err != nil {
 		t.Fatalf("%s: %v", desc, err)
 	}

@@ -410,7 +410,7 @@ def paired_verdict(m, client, server, r):
     either end) and the QPs came home. Returns the reason it is not, or
     "".
 
-    >>> sq = 'level=INFO msg="libibpath: layer 2 send queue" qpn=17 from=fallback to=wait-signaled probes=9 reset_failures=0 resets_paired=%d resets_carried=0'
+    >>> sq = 'level=INFO msg="libibpath: layer 2 send queue" qpn=17 from=fallback to=wait-signaled probes=9 reset_failures=0 resets_paired=%d'
     >>> paired_verdict({"shim": "sb"}, sq % 2, sq % 0, {"home_qps": 4})
     ''
     >>> paired_verdict({"shim": "sb"}, sq % 0, sq % 0, {"home_qps": 4})

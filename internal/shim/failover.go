@@ -450,7 +450,7 @@ func (r *Runtime) observe(q *l2qp) {
 		if q.recovery && q.failedOver {
 			// the steps of a switch back (probe answered, fence, release)
 			r.log.Info("libibpath: layer 2 send queue", "qpn", q.key.qpn, "from", q.lastSQ.String(), "to", sq.String(),
-				"probes", st.Probes, "reset_failures", st.ResetFailures, "resets_paired", st.ResetsPaired, "resets_carried", st.ResetsCarried)
+				"probes", st.Probes, "reset_failures", st.ResetFailures, "resets_paired", st.ResetsPaired)
 		}
 		q.lastSQ = sq
 		r.setStatus(q, func(s *status.QP) { s.CrossNIC = sq.String() })

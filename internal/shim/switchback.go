@@ -50,6 +50,11 @@ func (r *Runtime) enableRecovery(q *l2qp) {
 		r.log.Info("libibpath: no switch back for a QP on an SRQ: its receives stay on the backup", "qpn", q.key.qpn)
 		return
 	}
+	if !q.conn.Mailboxed() {
+		r.log.Warn("libibpath: no switch back for a QP whose peer published no mailbox (an older ibpath there, or switch back off): "+
+			"it stays on the backup after a failover", "qpn", q.key.qpn)
+		return
+	}
 	def, ok := r.connectAttr(q.key)
 	if !ok {
 		r.log.Warn("libibpath: no switch back for a QP whose connect attributes are not known", "qpn", q.key.qpn)

@@ -454,6 +454,43 @@ func TestSwitchBackNoHeadroom(t *testing.T) {
 	}
 }
 
+// TestSwitchBackPeerWithoutMailbox: A switches back, B (switch back
+// off) publishes no mailbox with its backups, as a peer of an older
+// version does. A's QP does not switch back: it says so when it fails
+// over, and stays on the backup after the repair, still working (a
+// switch back needs mailboxes at both ends: crossnic.ErrNoMailbox).
+func TestSwitchBackPeerWithoutMailbox(t *testing.T) {
+	f := railFabric(t, 83)
+	c := shimtest.NewCluster()
+	a := newL2Host(t, f, "node0", 0, c, l2opts{})
+	b := newL2Host(t, f, "node1", 1, c, l2opts{env: map[string]string{EnvSwitch: "off"}})
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "the QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total, qb.total = 40, 40
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 })
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	failedOverBoth(t, f, hosts, qa, qb, 1)
+	if a.logLine("no switch back for a QP whose peer published no mailbox", qpnAttr(qa)) == "" {
+		t.Fatalf("no line says why the QP does not switch back:\n%s", a.log)
+	}
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	sendMoreClean(t, f, hosts, qa, qb, 60)
+	qa.l2(func(l *l2qp) {
+		if l.recovery {
+			t.Fatal("A's QP took recovery without the peer's mailbox")
+		}
+	})
+	if s := qa.status(); s.CrossNIC != "fallback" || s.Switchbacks != 0 {
+		t.Fatalf("A's QP after the repair: status %+v, want it on the backup", s)
+	}
+}
+
 // backupQuiet waits until no backup completion event of r's set is pending or
 // being handled: the notifier has had time to read and handle what the
 // switch back left (settled lasts twice notifyMax), and whatever it has
