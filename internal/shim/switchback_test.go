@@ -432,26 +432,7 @@ func TestSwitchBackNoHeadroom(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.rt.CQCreated(bare, 0)
-	qa, qb := a.addQP(t, qpOpts{cq: bare}), b.addQP(t, qpOpts{})
-	connectPair(t, qa, qb)
-	waitFor(t, "the QPs armed", func() bool { return qa.armed() && qb.armed() })
-	hosts := []*l2host{a, b}
-	qa.total, qb.total = 40, 40
-	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 })
-	if err := f.SetLink(a.port, false); err != nil {
-		t.Fatal(err)
-	}
-	failedOverBoth(t, f, hosts, qa, qb, 1)
-	if a.logLine("no switch back for a QP whose CQs have no headroom", qpnAttr(qa)) == "" {
-		t.Fatalf("no line says why the QP does not switch back:\n%s", a.log)
-	}
-	if err := f.SetLink(a.port, true); err != nil {
-		t.Fatal(err)
-	}
-	sendMoreClean(t, f, hosts, qa, qb, 60)
-	if s := qa.status(); s.CrossNIC != "fallback" || s.Switchbacks != 0 {
-		t.Fatalf("A's QP after the repair: status %+v, want it on the backup", s)
-	}
+	staysOnBackup(t, f, a, b, qpOpts{cq: bare}, "no switch back for a QP whose CQs have no headroom")
 }
 
 // TestSwitchBackPeerWithoutMailbox: A switches back, B (switch back
@@ -464,7 +445,21 @@ func TestSwitchBackPeerWithoutMailbox(t *testing.T) {
 	c := shimtest.NewCluster()
 	a := newL2Host(t, f, "node0", 0, c, l2opts{})
 	b := newL2Host(t, f, "node1", 1, c, l2opts{env: map[string]string{EnvSwitch: "off"}})
-	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	qa := staysOnBackup(t, f, a, b, qpOpts{}, "no switch back for a QP whose peer published no mailbox")
+	qa.l2(func(l *l2qp) {
+		if l.recovery {
+			t.Fatal("A's QP took recovery without the peer's mailbox")
+		}
+	})
+}
+
+// staysOnBackup connects a QP of a (made with qo) to one of b, cuts A's
+// cable under traffic, and checks that A's log says why its QP does not
+// switch back (a line with why) and that after the repair the QP stays
+// on the backup, still working. It returns A's QP.
+func staysOnBackup(t *testing.T, f *sim.Fabric, a, b *l2host, qo qpOpts, why string) *appQP {
+	t.Helper()
+	qa, qb := a.addQP(t, qo), b.addQP(t, qpOpts{})
 	connectPair(t, qa, qb)
 	waitFor(t, "the QPs armed", func() bool { return qa.armed() && qb.armed() })
 	hosts := []*l2host{a, b}
@@ -474,21 +469,17 @@ func TestSwitchBackPeerWithoutMailbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	failedOverBoth(t, f, hosts, qa, qb, 1)
-	if a.logLine("no switch back for a QP whose peer published no mailbox", qpnAttr(qa)) == "" {
-		t.Fatalf("no line says why the QP does not switch back:\n%s", a.log)
+	if a.logLine(why, qpnAttr(qa)) == "" {
+		t.Fatalf("no line says why the QP does not switch back (%q):\n%s", why, a.log)
 	}
 	if err := f.SetLink(a.port, true); err != nil {
 		t.Fatal(err)
 	}
 	sendMoreClean(t, f, hosts, qa, qb, 60)
-	qa.l2(func(l *l2qp) {
-		if l.recovery {
-			t.Fatal("A's QP took recovery without the peer's mailbox")
-		}
-	})
 	if s := qa.status(); s.CrossNIC != "fallback" || s.Switchbacks != 0 {
 		t.Fatalf("A's QP after the repair: status %+v, want it on the backup", s)
 	}
+	return qa
 }
 
 // backupQuiet waits until no backup completion event of r's set is pending or
