@@ -443,17 +443,15 @@ func (c *Conn) resetDefault() {
 		return
 	}
 	// The peer's sends came home onto this QP (its switch-back
-	// notification arrived): no control message comes on it, and the
-	// application's receives it held, flushed and hidden by the error,
-	// are posted on it again, in order, for the messages the peer
-	// resends into the reset QP (resetPSNs).
+	// notification arrived): the reset is paired with a flag that says
+	// so (askReset), and the peer, whose sends lose their QP, fails over
+	// through the mailbox instead of sending into the reset QP. The
+	// application's receives the QP held (flushed and hidden by an
+	// error, or discarded by the reset) are on no QP until that failover
+	// moves them to the backup.
 	rqHome := c.m.RQ == fsm.RQDefault
 	paired := c.pairedReset()
-	ctrl := 1
-	if rqHome {
-		ctrl = 0
-	}
-	if err := initQP(c.def.QP, c.defAttr, ctrl); err != nil {
+	if err := initQP(c.def.QP, c.defAttr, 1); err != nil {
 		c.defUsable = false
 		c.stats.ResetFailures++
 		c.resetErr = err
@@ -464,18 +462,8 @@ func (c *Conn) resetDefault() {
 		}
 		return
 	}
-	switch {
-	case rqHome:
-		// A reset empties the receive queue whether the receives
-		// flushed (an error) or not (a reset after a failed connect).
-		if err := c.postRecvsDefault(); err != nil {
-			c.recvsOffEnd = c.rring.tail // on no QP now
-			c.Surface(fmt.Sprintf("post the application's receives on the reset default QP %#x: %v", c.def.QP.QPN(), err))
-			return
-		}
-		c.recvsOffEnd = 0
-	case c.defErr && !c.recvsOnBak:
-		c.recvsOffEnd = c.rring.tail // flushed, hidden: on no QP now
+	if (c.defErr || rqHome) && !c.recvsOnBak {
+		c.recvsOffEnd = c.rring.tail // flushed and hidden, or discarded: on no QP now
 	}
 	c.defUsable, c.defErr, c.defInit = false, false, true
 	c.resetErr = errAwaitPSN

@@ -2,6 +2,7 @@ package crossnic_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -818,43 +819,61 @@ func stepFailWorld(t *testing.T, seed uint64) (w *world, fail map[verbs.QPState]
 
 // TestResetHalfDoneKeepsRecvs: node1's default QP takes the peer's sends
 // home (it reached RTR; its own RTS failed), then a reset of it discards
-// the application's receives there and fails at INIT (injected). The
+// the application's receives there: it fails at INIT (injected), or it
+// gets through and the QP waits in INIT for the peer's answer. The
 // receives are on no QP: when node1's error surfaces they complete, each
 // once and in order, as a plain QP in error completes every receive it
 // was given. (They were left on no QP, never to complete, when only a QP
 // in error was taken to have lost them.)
 func TestResetHalfDoneKeepsRecvs(t *testing.T) {
-	w, fail, tries := stepFailWorld(t, 43)
-	a, b := w.n[0], w.n[1]
-	fail[verbs.QPSRTS] = true // node1's default QP connects to RTR only
-	must(t, w.f.SetLink(a.hca.Port(1), false))
-	w.run(5*time.Millisecond, 0)
-	must(t, w.f.SetLink(a.hca.Port(1), true))
-	home := false
-	for k := 0; k < 2000 && !home; k++ {
-		w.run(50*time.Microsecond, 0)
-		sq, rq := b.conn.State()
-		home = rq == fsm.RQDefault && sq == fsm.SQFallback
-	}
-	if !home {
-		sq, rq := b.conn.State()
-		t.Fatalf("node1 %v/%v (%v), want its receives home and its sends on the backup", sq, rq, b.conn.ResetErr())
-	}
-	fail[verbs.QPSInit] = true // the next reset gets through RESET only
-	before := *tries
-	for k := 0; k < 200 && *tries == before; k++ {
-		w.run(50*time.Microsecond, 0)
-	}
-	if *tries == before || b.conn.ResetErr() == nil {
-		t.Fatalf("no reset of node1's default QP failed at INIT (%d tries, %v)", *tries, b.conn.ResetErr())
-	}
-	b.conn.Surface("test: node1's error surfaces")
-	w.run(10 * time.Millisecond)
-	if len(w.recvSeq[1]) != len(w.rposted[1]) {
-		t.Fatalf("node1: %d receives posted, %d completed: the ones the reset discarded never complete", len(w.rposted[1]), len(w.recvSeq[1]))
-	}
-	if err := w.inOrder(1, true); err != nil {
-		t.Fatal(err)
+	for _, atInit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fails at INIT %v", atInit), func(t *testing.T) {
+			w, fail, tries := stepFailWorld(t, 43)
+			a, b := w.n[0], w.n[1]
+			fail[verbs.QPSRTS] = true // node1's default QP connects to RTR only
+			must(t, w.f.SetLink(a.hca.Port(1), false))
+			w.run(5*time.Millisecond, 0)
+			must(t, w.f.SetLink(a.hca.Port(1), true))
+			home := false
+			for k := 0; k < 2000 && !home; k++ {
+				w.run(50*time.Microsecond, 0)
+				sq, rq := b.conn.State()
+				home = rq == fsm.RQDefault && sq == fsm.SQFallback
+			}
+			if !home {
+				sq, rq := b.conn.State()
+				t.Fatalf("node1 %v/%v (%v), want its receives home and its sends on the backup", sq, rq, b.conn.ResetErr())
+			}
+			if atInit {
+				fail[verbs.QPSInit] = true // the next reset gets through RESET only
+				before := *tries
+				for k := 0; k < 200 && *tries == before; k++ {
+					w.run(50*time.Microsecond, 0)
+				}
+				if *tries == before || b.conn.ResetErr() == nil {
+					t.Fatalf("no reset of node1's default QP failed at INIT (%d tries, %v)", *tries, b.conn.ResetErr())
+				}
+			} else {
+				waiting := func() bool {
+					_, rq := b.conn.State()
+					return rq == fsm.RQDefault && strings.Contains(fmt.Sprint(b.conn.ResetErr()), "waiting for the peer's starting PSN")
+				}
+				for k := 0; k < 20000 && !waiting(); k++ {
+					w.run(time.Microsecond, 0)
+				}
+				if !waiting() {
+					t.Fatalf("node1's QP never waited in INIT with its receives home (%v)", b.conn.ResetErr())
+				}
+			}
+			b.conn.Surface("test: node1's error surfaces")
+			w.run(10 * time.Millisecond)
+			if len(w.recvSeq[1]) != len(w.rposted[1]) {
+				t.Fatalf("node1: %d receives posted, %d completed: the ones the reset discarded never complete", len(w.rposted[1]), len(w.recvSeq[1]))
+			}
+			if err := w.inOrder(1, true); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

@@ -119,22 +119,33 @@ func pairedResets(w *world) [2]int {
 // and node1 waited in INIT for ever. Both come home.
 func TestPairedResetAskedAnew(t *testing.T) {
 	w, a, b, _ := probeLost(t, 73, time.Second, 0, 0) // (the held copy arrives after the test)
+	// (node0's connect after the repair, put off while its port was
+	// down, was paired already)
+	base := pairedResets(w)
 	deadline := w.f.Now() + 100*time.Millisecond
-	for a.conn.Stats().ResetsPaired == 0 {
+	for a.conn.Stats().ResetsPaired == base[0] {
 		if w.f.Now() > deadline {
 			t.Fatalf("node0 never asked for a paired reset: %+v", a.conn.Stats())
 		}
 		w.run(10*time.Microsecond, 0)
 	}
 	w.stopped[0] = true
-	for b.conn.Stats().ResetsPaired < 2 { // its answer, then its own request
+	for b.conn.Stats().ResetsPaired < base[1]+2 { // its answer, then its own request
 		if w.f.Now() > deadline+100*time.Millisecond {
 			t.Fatalf("node1 did not ask anew: %+v", b.conn.Stats())
 		}
 		w.run(10*time.Microsecond, 0)
 	}
 	w.stopped[0] = false
+	failed := a.conn.Stats().ProbeFailures
 	bothHome(t, w, 0)
+	if st := a.conn.Stats(); st.ResetsPaired != base[0]+2 || st.ProbeFailures != failed {
+		// Taken for a crossing, the request went unanswered: node1
+		// waited in INIT until node0's probe of it failed and node0
+		// asked again.
+		t.Fatalf("node0: %d paired resets (%d before), %d probe failures (%d before), want its request and its answer, and no probe failed",
+			st.ResetsPaired, base[0], st.ProbeFailures, failed)
+	}
 }
 
 // TestPairedResetUnderPeerSends: node1 leads the switch back, and its
