@@ -120,7 +120,7 @@ nccl-r3 setlink-g1
 # start), MWAIT (seconds to wait for MARKER before cutting anyway) and
 # LIMIT (seconds the client may take).
 prog_cmds() {
-	local p=$2 common
+	local p=$2 common secs
 	local LAB_BW_SECONDS=$LAB_BW_SECONDS LAB_LAT_ITERS=$LAB_LAT_ITERS LAB_PP_ITERS=$LAB_PP_ITERS LAB_MPI_SECONDS=$LAB_MPI_SECONDS
 	local LAB_RPING_COUNT=$LAB_RPING_COUNT LAB_SRQ_ITERS=$LAB_SRQ_ITERS LAB_UCX_ITERS=$LAB_UCX_ITERS
 	if [ "$3" != none ]; then
@@ -246,11 +246,15 @@ stamp $common 10.77.1.2"
 		# NCCL_IB_RETRY_CNT=3, a count at which rdma_rxe gives up, as
 		# every count does on hardware (at 7 it retransmits without end),
 		# so a probe of the default path still down fails with an error
-		# and the reset that follows is paired through the mailbox
-		common="\$LAB_BUILD/nccl_pattern -d rxe0 -g 1 -p $p -D $LAB_BW_SECONDS"
+		# and the reset that follows is paired through the mailbox; it
+		# runs 15 s longer, so that the QPs can come home after a cut
+		# that takes 15 to 17 s under TCG (its verdict wants them home)
+		secs=$LAB_BW_SECONDS
+		[ "$1" = nccl-r3 ] && secs=$((LAB_BW_SECONDS + 15))
+		common="\$LAB_BUILD/nccl_pattern -d rxe0 -g 1 -p $p -D $secs"
 		[ "$1" = nccl-r3 ] && common="env NCCL_IB_RETRY_CNT=3 $common"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2"
-		MARKER="NCCL_PATTERN traffic started" SMARKER="listening on port" LIMIT=$((LAB_BW_SECONDS + 30)) ;;
+		MARKER="NCCL_PATTERN traffic started" SMARKER="listening on port" LIMIT=$((secs + 30)) ;;
 	ibpathd)
 		# ibpathd on the real rxe devices of both guests, replicating over
 		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
