@@ -324,7 +324,8 @@ func (c *Conn) probeTimedOut(now time.Duration) {
 	c.probeAt = now // the next failure is counted one ProbeTimeout later
 	if c.m.RQ != fsm.RQDefault && c.pairedReset() &&
 		(c.timeoutAsks == 0 || now-c.askedAt >= c.rec.ProbeTimeout<<min(c.timeoutAsks, maxAskBackoff)) {
-		if _ = c.drain(&c.def); !c.probing || c.m.SQ != fsm.SQFallback {
+		_ = c.drain(&c.def)
+		if !c.probing || c.m.SQ != fsm.SQFallback {
 			return // answered after all (or the drain moved things on)
 		}
 		c.timeoutAsks++
