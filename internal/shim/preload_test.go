@@ -43,11 +43,9 @@ func buildBed(t testing.TB, tags ...string) preloadBed {
 			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 		}
 	}
-	args := []string{"build", "-buildmode=c-shared", "-o", b.shim}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
+	if err := linkShim(sharedShim(t, tags), b.shim); err != nil {
+		t.Fatal(err)
 	}
-	run("go", append(args, "./cmd/libibpath")...)
 	td, _ := filepath.Abs("testdata")
 	run("gcc", "-shared", "-fPIC", "-O2", "-o", filepath.Join(dir, "libibverbs.so.1"), "-Wl,-soname,libibverbs.so.1",
 		"-Wl,--version-script="+filepath.Join(td, "fakeverbs.map"), filepath.Join(td, "fakeverbs.c"))

@@ -1,0 +1,89 @@
+package shim
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The shim library is built once per set of build tags for the whole test
+// binary: a c-shared link takes seconds, and some twenty preload tests
+// each need the library. Each test still gets a bed of its own
+// (buildBed), with the library linked (or copied) into its directory.
+var shims struct {
+	sync.Mutex
+	dir   string            // made on first use, removed by TestMain
+	built map[string]string // tags -> library
+}
+
+// TestMain removes the libraries built for the preload tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shims.Lock()
+	if shims.dir != "" {
+		os.RemoveAll(shims.dir)
+	}
+	shims.Unlock()
+	os.Exit(code)
+}
+
+// sharedShim is the shim built with tags (go build -buildmode=c-shared
+// ./cmd/libibpath), built on the first call for those tags.
+func sharedShim(t testing.TB, tags []string) string {
+	t.Helper()
+	key := strings.Join(tags, ",")
+	shims.Lock()
+	defer shims.Unlock()
+	if lib, ok := shims.built[key]; ok {
+		return lib
+	}
+	if shims.dir == "" {
+		dir, err := os.MkdirTemp("", "ibpath-shim-test-")
+		if err != nil {
+			t.Fatalf("os.MkdirTemp: %v", err)
+		}
+		shims.dir, shims.built = dir, map[string]string{}
+	}
+	lib := filepath.Join(shims.dir, fmt.Sprintf("libibpath-%d.so", len(shims.built)))
+	args := []string{"build", "-buildmode=c-shared", "-o", lib}
+	if key != "" {
+		args = append(args, "-tags", key)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/libibpath")...)
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	shims.built[key] = lib
+	return lib
+}
+
+// linkShim puts the library lib at path: a hard link, or a copy where the
+// two directories are on different file systems.
+func linkShim(lib, path string) error {
+	if os.Link(lib, path) == nil {
+		return nil
+	}
+	in, err := os.Open(lib)
+	if err != nil {
+		return fmt.Errorf("open the built shim: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return fmt.Errorf("create the bed's shim: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy the shim into the bed: %w", err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("close the bed's shim: %w", err)
+	}
+	return nil
+}
