@@ -383,7 +383,8 @@ static int ndestroying;
  * answered yet. Meanwhile a poll that finds no QP for a successful
  * completion retires it in q's rings (find_destroying), so that after a
  * refused destroy (lip_qp_restore) the rings hold what the application
- * has not seen complete, and a later failover replays nothing it saw.
+ * has not seen complete, and a later failover replays nothing it saw;
+ * a post to q meanwhile is recorded in them (destroying_qp).
  * An error in that window reaches the application as plain verbs report
  * it (layer 2 takes none: the runtime's Destroying). Forgotten before q
  * is freed: a poller that found it is inside the hot path, which
@@ -809,12 +810,37 @@ static inline int send_locked(struct lip_qp *q, struct ibv_send_wr *wr, struct i
 	return ret;
 }
 
+/* destroying_qp is the lip_qp of qp, out of the tables for a destroy the
+ * provider has not answered yet (lip_qp_destroying), or NULL. A post that
+ * races that destroy is recorded in its rings, as a successful
+ * completion polled meanwhile is retired there: if the provider refuses
+ * the destroy (EBUSY: rdma_rxe's uverbs takes the QP for each post), the
+ * rings hold what the QP holds, and a later failover replays it. Not for
+ * a QP on the backup: layer 2 makes no call on a QP being destroyed, so
+ * such a post goes to the provider, as it did before the destroy began
+ * to a QP in error. */
+static struct lip_qp *destroying_qp(struct lip_ctx *c, struct ibv_qp *qp)
+{
+	struct lip_qp *d = find_destroying(c, qp->qp_num);
+	return d && d->qp == qp && !__atomic_load_n(&d->diverted, __ATOMIC_ACQUIRE) ? d : NULL;
+}
+
 int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
 	if (!q) {
 		struct lip_ctx *c = lip_ctx_of(qp->context);
-		return c ? c->post_send(qp, wr, bad) : EINVAL;
+		if (!c)
+			return EINVAL;
+		if (lip_record && (q = destroying_qp(c, qp)) != NULL) {
+			qlock(&q->slock);
+			struct lip_thr *t = lip_enter();
+			int ret = post_recorded(q, wr, bad, 0);
+			lip_leave(t);
+			qunlock(&q->slock);
+			return ret;
+		}
+		return c->post_send(qp, wr, bad);
 	}
 	qlock(&q->slock);
 	int ret = send_locked(q, wr, bad, 0);
@@ -844,7 +870,19 @@ struct lip_qp *lip_qp_of(struct ibv_qp *qp) { return qp_of(qp); }
 int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
-	if (!q || q->srq) { /* (a QP on an SRQ has no receive queue: the provider says so) */
+	if (!q) {
+		struct lip_ctx *c = lip_ctx_of(qp->context);
+		if (!c)
+			return EINVAL;
+		if (lip_record && (q = destroying_qp(c, qp)) != NULL && !q->srq) {
+			struct lip_thr *t = lip_enter();
+			int ret = recv_recorded(q, wr, bad);
+			lip_leave(t);
+			return ret;
+		}
+		return c->post_recv(qp, wr, bad);
+	}
+	if (q->srq) { /* (a QP on an SRQ has no receive queue: the provider says so) */
 		struct lip_ctx *c = lip_ctx_of(qp->context);
 		return c ? c->post_recv(qp, wr, bad) : EINVAL;
 	}

@@ -609,7 +609,8 @@ static void test_churn(void)
 /* test_restore: a QP taken out of the tables for a destroy the provider
  * refused goes back with its rings as they were (lip_qp_restore): found
  * again, its posts recorded, nudges allowed again, the completions polled
- * during the destroy retired; into a full table it cannot, with ENOSPC. */
+ * during the destroy retired and the WRs posted during it recorded; into
+ * a full table it cannot, with ENOSPC. */
 static void test_restore(void)
 {
 	static struct ibv_qp rq, fill[LIP_QP_SLOTS];
@@ -648,11 +649,21 @@ static void test_restore(void)
 	other.context = &ctx;
 	int k = ctx.ops.poll_cq(&other, 4, got);
 	CHECK(k == 1 && got[0].wr_id == 3, "polled %d completions during the destroy (want wr 3)", k);
+	/* a post racing the destroy is recorded in those rings too (an
+	 * unsignaled send and a receive: nothing retires them) */
+	wr.wr_id = 4;
+	CHECK(lip_post_send(&rq, &wr, &bad) == 0, "a send posted during the destroy");
+	struct ibv_recv_wr rwr = {.wr_id = 5}, *rbad;
+	CHECK(lip_post_recv(&rq, &rwr, &rbad) == 0, "a receive posted during the destroy");
 	lip_qp_destroying(q, 0);
 	CHECK(lip_qp_restore(q) == 0, "restore after the second refused destroy: errno %d", errno);
 	lip_qp_outstanding(q, &s1, &r1);
-	CHECK(s1 == 0, "%llu sends outstanding after the destroy's poll retired wr 3 (and the unsignaled 1, 2 before it), want 0",
-		(unsigned long long)s1);
+	CHECK(s1 == 1 && r1 == r0 + 1,
+		"%llu sends and %llu receives outstanding after the destroy's poll retired wr 3 (and the unsignaled 1, 2 before it) "
+		"and wr 4 and receive 5 were posted during it, want 1 and %llu",
+		(unsigned long long)s1, (unsigned long long)r1, (unsigned long long)r0 + 1);
+	while (ctx.ops.poll_cq(&other, 4, got) > 0) /* receive 5's completion: retired */
+		;
 	/* a table filled while the destroy was under way */
 	CHECK(lip_qp_remove(&rq) == q, "removed again");
 	int added = 0;
