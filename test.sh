@@ -103,10 +103,10 @@ mapfile -t racy < <(grep -Ev "$single" <<<"$packages")
 gotest "go test -race -short (packages with goroutines)" -race -short -count=1 "$@" "${racy[@]}"
 gotest "go test -race -short -run Directory ./crossnic" -race -short -count=1 -run 'Directory' "$@" ./crossnic
 gotest "go test -short (the goroutine-free packages)" -short -count=1 "$@" ./verbs/sim ./fsm ./pathsel ./apm ./crossnic
-# The campaigns allocate hard and hold little (a world per schedule): a
-# tenth of the collections (GOGC=800, under 100 MB a test binary) takes
-# a fifth to a quarter off their time, which the lab in CI gets (the
-# three steps below).
+# The campaigns allocate hard and hold little (a world per schedule): an
+# eighth of the collections (GOGC=800, under 100 MB a test binary) takes
+# 10 to 28 % off their time, which the lab in CI gets (the three steps
+# below; docs/PERFORMANCE.md, "The suite's time").
 GOGC=800 gotest "go test: crossnic campaigns (10,000 schedules)" -count=1 -run 'Campaign|RandomFaultSchedule' "$@" ./crossnic \
 	-args -crossnic.runs 10000 -crossnic.switchruns 10000
 # the simulator campaign at 10,000 schedules (profiles mixed by seed)
