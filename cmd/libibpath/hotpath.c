@@ -832,15 +832,8 @@ int lip_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		struct lip_ctx *c = lip_ctx_of(qp->context);
 		if (!c)
 			return EINVAL;
-		if (lip_record && (q = destroying_qp(c, qp)) != NULL) {
-			qlock(&q->slock);
-			struct lip_thr *t = lip_enter();
-			int ret = post_recorded(q, wr, bad, 0);
-			lip_leave(t);
-			qunlock(&q->slock);
-			return ret;
-		}
-		return c->post_send(qp, wr, bad);
+		if (!lip_record || (q = destroying_qp(c, qp)) == NULL)
+			return c->post_send(qp, wr, bad);
 	}
 	qlock(&q->slock);
 	int ret = send_locked(q, wr, bad, 0);
@@ -870,21 +863,12 @@ struct lip_qp *lip_qp_of(struct ibv_qp *qp) { return qp_of(qp); }
 int lip_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct lip_qp *q = lip_record ? qp_of(qp) : NULL;
-	if (!q) {
+	if (!q || q->srq) { /* (a QP on an SRQ has no receive queue: the provider says so) */
 		struct lip_ctx *c = lip_ctx_of(qp->context);
 		if (!c)
 			return EINVAL;
-		if (lip_record && (q = destroying_qp(c, qp)) != NULL && !q->srq) {
-			struct lip_thr *t = lip_enter();
-			int ret = recv_recorded(q, wr, bad);
-			lip_leave(t);
-			return ret;
-		}
-		return c->post_recv(qp, wr, bad);
-	}
-	if (q->srq) { /* (a QP on an SRQ has no receive queue: the provider says so) */
-		struct lip_ctx *c = lip_ctx_of(qp->context);
-		return c ? c->post_recv(qp, wr, bad) : EINVAL;
+		if (q || !lip_record || (q = destroying_qp(c, qp)) == NULL || q->srq)
+			return c->post_recv(qp, wr, bad);
 	}
 	struct lip_thr *t = lip_enter();
 	if (__builtin_expect(__atomic_load_n(&q->diverted, __ATOMIC_RELAXED), 0)) {
