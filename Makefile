@@ -1,6 +1,7 @@
 # Build, install and package ibpath (README, "Install").
 #
-#   make                  build ibpathd, ibpath and libibpath.so into build/
+#   make                  build ibpathd, ibpath and the shim (libibpath.so
+#                         and, on amd64 and arm64, libibpath-core.so) into build/
 #   make install          install what `make` built, the man pages, the
 #                         systemd unit, the D-Bus policy, the configuration
 #                         and the docs under $(DESTDIR)$(PREFIX)
@@ -53,6 +54,11 @@ build:
 	cmd/libibpath/build.sh build/libibpath.so
 
 BUILT := build/ibpathd build/ibpath build/libibpath.so
+# the shim's front loads its core (cmd/libibpath/build.sh); elsewhere the
+# core alone is libibpath.so
+ifneq ($(filter amd64 arm64,$(ARCH)),)
+BUILT += build/libibpath-core.so
+endif
 
 install:
 	@for f in $(BUILT); do \
@@ -64,6 +70,7 @@ install:
 	install -m 0755 build/ibpathd $(DESTDIR)$(SBINDIR)/ibpathd
 	install -m 0755 build/ibpath $(DESTDIR)$(BINDIR)/ibpath
 	install -m 0755 build/libibpath.so $(DESTDIR)$(LIBDIR)/ibpath/libibpath.so
+	$(if $(filter build/libibpath-core.so,$(BUILT)),install -m 0755 build/libibpath-core.so $(DESTDIR)$(LIBDIR)/ibpath/libibpath-core.so)
 	gzip -9n < docs/man/ibpath.1 > $(DESTDIR)$(MANDIR)/man1/ibpath.1.gz
 	gzip -9n < docs/man/ibpathd.8 > $(DESTDIR)$(MANDIR)/man8/ibpathd.8.gz
 	chmod 0644 $(DESTDIR)$(MANDIR)/man1/ibpath.1.gz $(DESTDIR)$(MANDIR)/man8/ibpathd.8.gz

@@ -44,6 +44,9 @@ The store, store.db, and the peers to rejoin after a restart (\fB--state-dir\fP)
 .I /usr/lib/ibpath/libibpath.so
 The shim, for LD_PRELOAD.
 .TP
+.I /usr/lib/ibpath/libibpath-core.so
+The shim's core, which libibpath.so loads (not with IBPATH_DISABLE=1).
+.TP
 .I /usr/share/doc/ibpath
 DAEMON.md (this daemon in full), SECURITY.md (who may do what), CLI.md, SHIM.md, REPLICATION.md.
 

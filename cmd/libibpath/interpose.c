@@ -1,5 +1,5 @@
 /* The interposed control verbs. Each forwards to the libibverbs
- * definition of the same symbol version (dlvsym on RTLD_NEXT), then
+ * definition of the same symbol version (lip_next, frontlink.c), then
  * tells the Go side what happened. The application sees exactly what
  * libibverbs returned. */
 #define _GNU_SOURCE
@@ -100,7 +100,7 @@ static inline void lip_init(void)
 
 static void *real(const char *name, const char *version)
 {
-	void *f = dlvsym(RTLD_NEXT, name, version);
+	void *f = lip_next(name, version);
 	if (!f)
 		fprintf(stderr, "libibpath: %s@%s not found in the next library (is libibverbs loaded?): %s; the call fails "
 		        "with ENOSYS\n", name, version, dlerror());
@@ -234,7 +234,7 @@ struct ibv_mr *lip_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 	static struct ibv_mr *(*real_ibv_reg_mr_iova2)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
 	lip_init();
 	if (!real_ibv_reg_mr_iova2) {
-		real_ibv_reg_mr_iova2 = dlvsym(RTLD_NEXT, "ibv_reg_mr_iova2", "IBVERBS_1.8");
+		real_ibv_reg_mr_iova2 = lip_next("ibv_reg_mr_iova2", "IBVERBS_1.8");
 		if (!real_ibv_reg_mr_iova2) {
 			/* a libibverbs older than the program's call: it fails as
 			 * that libibverbs would have it fail to link, not the process */
@@ -261,7 +261,7 @@ struct ibv_mr *lip_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
 	static struct ibv_mr *(*real_reg_dmabuf)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int);
 	if (!real_reg_dmabuf)
 		real_reg_dmabuf = (struct ibv_mr *(*)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int))
-			dlvsym(RTLD_NEXT, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+			lip_next("ibv_reg_dmabuf_mr", "IBVERBS_1.12");
 	if (!real_reg_dmabuf) {
 		errno = EOPNOTSUPP;
 		return NULL;
@@ -383,7 +383,7 @@ static struct ibv_qp_ex *qp_ex_of(struct ibv_qp *qp)
 	static struct ibv_qp_ex *(*to_ex)(struct ibv_qp *);
 	static int looked;
 	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-		to_ex = (struct ibv_qp_ex * (*)(struct ibv_qp *)) dlvsym(RTLD_NEXT, "ibv_qp_to_qp_ex", "IBVERBS_1.6");
+		to_ex = (struct ibv_qp_ex * (*)(struct ibv_qp *)) lip_next("ibv_qp_to_qp_ex", "IBVERBS_1.6");
 		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
 	}
 	return to_ex ? to_ex(qp) : NULL;

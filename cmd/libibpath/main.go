@@ -1,15 +1,20 @@
-// Command libibpath is the ibpath shim: a shared library loaded with
-// LD_PRELOAD (or named by NCCL_IBVERBS_LIB) into unmodified RDMA programs.
-// Build it with
+// Command libibpath is the core of the ibpath shim: libibpath-core.so,
+// which the front libibpath.so (front/, C only) loads into unmodified RDMA
+// programs that preload it with LD_PRELOAD (or name it in
+// NCCL_IBVERBS_LIB), unless IBPATH_DISABLE=1. Build both with
 //
-//	go build -buildmode=c-shared -o libibpath.so ./cmd/libibpath
+//	cmd/libibpath/build.sh build/libibpath.so
+//
+// (a plain `go build -buildmode=c-shared ./cmd/libibpath` makes a core
+// that also works preloaded alone, without the front's dlopen hook).
 //
 // It interposes the control verbs ibv_open_device, ibv_close_device,
 // ibv_create_qp, ibv_modify_qp, ibv_destroy_qp, ibv_get_async_event and
 // ibv_ack_async_event (asyncev.c: fatal events of what layer 2 carries are
 // kept, and given back if its failover surfaces), the
 // memory registrations and the completion channel verbs (symbol versions
-// IBVERBS_1.1, 1.8 and 1.0, forwarded with dlvsym(RTLD_NEXT); channel.c
+// IBVERBS_1.1, 1.8 and 1.0, forwarded to libibverbs through lip_next,
+// frontlink.c); channel.c
 // hands the application channels the shim can signal for completions a
 // backup device delivers) and librdmacm's rdma_get_cm_event (RDMACM_1.0;
 // cm.c keeps the kernel's UNREACHABLE of a protected, connected QP from

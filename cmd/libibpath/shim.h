@@ -382,6 +382,13 @@ struct lip_qp *lip_qp_of(struct ibv_qp *qp);
 void lip_table_use(struct lip_ctx *c, uint32_t *live, uint32_t *dead);
 extern uint64_t lip_qp_gen; /* bumped by lip_qp_remove */
 
+/* frontlink.c: the definition of name@version after the shim (the
+ * front's lookup when the front loaded the core, else RTLD_NEXT); and the
+ * front's dlopen counts, -1 without a front, else whether its dlopen hook
+ * is built */
+void *lip_next(const char *name, const char *version);
+int lip_front_dlopen(long *redirected, long *foreign);
+
 /* interpose.c */
 extern int lip_enabled;     /* 0: pure pass-through (IBPATH_DISABLE=1) */
 extern int lip_record;      /* 1: shadow rings on (layer 2 bookkeeping) */

@@ -112,3 +112,34 @@ func BenchmarkShimIdle(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkShimStart: the wall time of a short verbs program (the probe,
+// 10 steps) without the shim, with IBPATH_DISABLE=1 through the front
+// (the core is not loaded), with IBPATH_DISABLE=1 on the core preloaded
+// alone (its Go runtime starts all the same, as on machines without the
+// front), and with the shim on.
+//
+//	go test -run '^$' -bench ShimStart ./internal/shim
+func BenchmarkShimStart(b *testing.B) {
+	bed := buildBed(b)
+	alone := bed
+	alone.shim = bed.core()
+	for _, c := range []struct {
+		name string
+		bed  preloadBed
+		env  []string
+	}{
+		{"plain", bed, nil},
+		{"disabled", bed, []string{"IBPATH_DISABLE=1"}},
+		{"disabled-core-alone", alone, []string{"IBPATH_DISABLE=1"}},
+		{"on", bed, []string{"IBPATH_SOCKET=off"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if out, err := c.bed.cmd(c.env, "10").CombinedOutput(); err != nil {
+					b.Fatalf("probe: %v\n%s", err, out)
+				}
+			}
+		})
+	}
+}

@@ -17,13 +17,16 @@ import (
 	"github.com/ibpath/ibpath/internal/status"
 )
 
-// preloadBed is the shim built as a shared library, a stand-in
+// preloadBed is the shim (its front, and its core next to it), a stand-in
 // libibverbs (testdata/fakeverbs.c: one device, two Ethernet ports, a
 // provider that completes everything at once) and a probe program linked
 // against it that knows nothing of ibpath.
 type preloadBed struct {
 	dir, shim, probe string
 }
+
+// core is the path of the bed's shim core, which its front loads.
+func (b preloadBed) core() string { return filepath.Join(filepath.Dir(b.shim), "libibpath-core.so") }
 
 func buildBed(t testing.TB, tags ...string) preloadBed {
 	t.Helper()
@@ -43,7 +46,11 @@ func buildBed(t testing.TB, tags ...string) preloadBed {
 			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 		}
 	}
-	if err := linkShim(sharedShim(t, tags), b.shim); err != nil {
+	front, core := sharedShim(t, tags)
+	if err := linkShim(front, b.shim); err != nil {
+		t.Fatal(err)
+	}
+	if err := linkShim(core, b.core()); err != nil {
 		t.Fatal(err)
 	}
 	td, _ := filepath.Abs("testdata")
@@ -139,7 +146,7 @@ func TestPreloadCreateQPEx(t *testing.T) {
 		wrIn      string // where the QP's ibv_wr_* functions are under the shim
 	}{
 		{"ex", "protected=true", ""},
-		{"exwr", "protected=true", "libibpath.so"},
+		{"exwr", "protected=true", "libibpath-core.so"},
 		{"exinv", "protected=false", "libibverbs.so.1"},
 	} {
 		plain, errs := b.run(t, nil, "200", mode.arg)
@@ -186,7 +193,7 @@ func TestPreloadCreateQPEx(t *testing.T) {
 		t.Fatalf("exwrmt: the probe itself misbehaves (no %q):\n%s\nstderr:\n%s", want, plain, errs)
 	}
 	shimmed, errs := b.run(t, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, fmt.Sprint(batches), "exwrmt")
-	if shimmed != plain || !strings.Contains(errs, "wr_start in libibpath.so") {
+	if shimmed != plain || !strings.Contains(errs, "wr_start in libibpath-core.so") {
 		t.Fatalf("exwrmt: the shim lost or failed batches of threads posting at once:\nwithout: %s\nwith:    %s\nstderr:\n%s", plain, shimmed, errs)
 	}
 }
@@ -304,19 +311,12 @@ func TestPreloadReportsToIbpathd(t *testing.T) {
 // sees without the shim, with the CQ from ibv_create_cq or from the
 // inline ibv_create_cq_ex (the context's create_cq_ex slot). With
 // completion channels on, its channel is the shim's (an epoll fd); with
-// IBPATH_CHANNELS=off, libibverbs's own. The shim is also built with its
-// symbol versions (build.sh's way), whose IBVERBS_1.0 verbs must still
-// bind.
+// IBPATH_CHANNELS=off, libibverbs's own. The front carries the symbol
+// versions (libibpath.map), whose IBVERBS_1.0 verbs must still bind; the
+// core, without versions, is also preloaded alone (as on machines without
+// the front).
 func TestPreloadCompletionChannel(t *testing.T) {
 	b := buildBed(t)
-	versioned := filepath.Join(b.dir, "libibpath-versioned.so")
-	mapFile, _ := filepath.Abs(filepath.Join("..", "..", "cmd", "libibpath", "libibpath.map"))
-	build := exec.Command("go", "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,--version-script="+mapFile,
-		"-o", versioned, "./cmd/libibpath")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the shim with its symbol versions: %v\n%s", err, out)
-	}
 	const epollFD, pipeFD = "probe: channel fd is anon_inode:[eventpoll]", "probe: channel fd is pipe"
 	for _, mode := range []string{"chan", "chanex"} {
 		plain, errs := b.run(t, nil, "300", mode)
@@ -337,7 +337,7 @@ func TestPreloadCompletionChannel(t *testing.T) {
 		}{
 			{"shim", b.shim, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, epollFD, "completion channels on"},
 			{"shim IBPATH_CHANNELS=off", b.shim, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off", "IBPATH_CHANNELS=off"}, pipeFD, "completion channels off"},
-			{"versioned shim", versioned, []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, epollFD, "completion channels on"},
+			{"core alone", b.core(), []string{"IBPATH_LOG=info", "IBPATH_SOCKET=off"}, epollFD, "completion channels on"},
 		} {
 			bed := b
 			bed.shim = run.shim

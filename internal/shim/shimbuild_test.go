@@ -11,14 +11,16 @@ import (
 	"testing"
 )
 
-// The shim library is built once per set of build tags for the whole test
-// binary: a c-shared link takes seconds, and some twenty preload tests
-// each need the library. Each test still gets a bed of its own
-// (buildBed), with the library linked (or copied) into its directory.
+// The shim's core is built once per set of build tags for the whole test
+// binary, and its front once: a c-shared link takes seconds, and some
+// twenty preload tests each need the library. Each test still gets a bed
+// of its own (buildBed), with the two files linked (or copied) into its
+// directory.
 var shims struct {
 	sync.Mutex
 	dir   string            // made on first use, removed by TestMain
-	built map[string]string // tags -> library
+	built map[string]string // tags -> core
+	front string
 }
 
 // TestMain removes the libraries built for the preload tests.
@@ -32,16 +34,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// sharedShim is the shim built with tags (go build -buildmode=c-shared
-// ./cmd/libibpath), built on the first call for those tags.
-func sharedShim(t testing.TB, tags []string) string {
+// sharedShim is the shim's front (cmd/libibpath/front/build.sh) and its
+// core built with tags (go build -buildmode=c-shared ./cmd/libibpath),
+// each built on the first call that needs it.
+func sharedShim(t testing.TB, tags []string) (front, core string) {
 	t.Helper()
 	key := strings.Join(tags, ",")
 	shims.Lock()
 	defer shims.Unlock()
-	if lib, ok := shims.built[key]; ok {
-		return lib
-	}
 	if shims.dir == "" {
 		dir, err := os.MkdirTemp("", "ibpath-shim-test-")
 		if err != nil {
@@ -49,7 +49,19 @@ func sharedShim(t testing.TB, tags []string) string {
 		}
 		shims.dir, shims.built = dir, map[string]string{}
 	}
-	lib := filepath.Join(shims.dir, fmt.Sprintf("libibpath-%d.so", len(shims.built)))
+	if shims.front == "" {
+		front := filepath.Join(shims.dir, "libibpath-front.so")
+		cmd := exec.Command("cmd/libibpath/front/build.sh", front)
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("cmd/libibpath/front/build.sh: %v\n%s", err, out)
+		}
+		shims.front = front
+	}
+	if lib, ok := shims.built[key]; ok {
+		return shims.front, lib
+	}
+	lib := filepath.Join(shims.dir, fmt.Sprintf("libibpath-core-%d.so", len(shims.built)))
 	args := []string{"build", "-buildmode=c-shared", "-o", lib}
 	if key != "" {
 		args = append(args, "-tags", key)
@@ -60,7 +72,7 @@ func sharedShim(t testing.TB, tags []string) string {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	shims.built[key] = lib
-	return lib
+	return shims.front, lib
 }
 
 // linkShim puts the library lib at path: a hard link, or a copy where the

@@ -94,7 +94,7 @@ setup_builds() {
 		>"$LAB_BUILD/shim-build.log" 2>&1; then
 		echo "shim ok" >>"$st"
 	else
-		rm -f "$LAB_BUILD/libibpath.so"
+		rm -f "$LAB_BUILD/libibpath.so" "$LAB_BUILD/libibpath-core.so"
 		echo "shim skip go build ./cmd/libibpath failed: $(grep -m1 -v '^#' "$LAB_BUILD/shim-build.log" | cut -c1-160)" >>"$st"
 	fi
 	if [ ! -d "$LAB_REPO/verbs/ibv" ]; then

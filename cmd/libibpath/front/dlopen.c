@@ -2,20 +2,19 @@
  * ibvsymbols) opens libibverbs with dlopen("libibverbs.so.1") and resolves
  * every verb with dlvsym on that handle: a lookup on a handle searches
  * that library and its dependencies, never the preloaded shim, so such a
- * program would run unprotected. The shim's dlopen answers a request for
- * libibverbs.so* with a handle of the shim itself: the same lookups then
- * find the shim's verbs first, and libibverbs's own (a dependency of the
- * shim) for everything the shim does not interpose.
+ * program would run unprotected. The front's dlopen answers a request for
+ * libibverbs.so* with a handle of the front itself: the same lookups then
+ * find the front's verbs first, and libibverbs's own (a dependency of the
+ * front) for everything the shim does not interpose.
  *
  * Every other request goes to the real dlopen by a tail jump (the stub
  * below), so that dlopen sees its caller's return address: it searches
- * the caller's DT_RUNPATH and namespace, not the shim's. A wrapper in C
- * would call it from the shim and break a program that loads its plugins
- * through its own RUNPATH. The stub exists for x86-64 and AArch64; on
- * other machines dlopen is not interposed (docs/SHIM.md).
+ * the caller's DT_RUNPATH and namespace, not the front's. A wrapper in C
+ * would call it from the front and break a program that loads its plugins
+ * through its own RUNPATH. The front exists for x86-64 and AArch64 only.
  *
- * Nothing here may call into Go: a library's constructor can call dlopen
- * before the shim's Go runtime exists. */
+ * The hook answers only while the core is loaded and enabled: with
+ * IBPATH_DISABLE=1 every dlopen is the real one. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -23,19 +22,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "shim.h"
+#include "front.h"
 
-typedef void *(*lip_dlopen_fn)(const char *, int);
-
-/* times a request for libibverbs got the shim's handle, and times the
- * library opened was another libibverbs than the shim's (passed through,
- * unprotected); read by the banner (main.go) */
-atomic_long lip_dlopen_redirected;
-atomic_long lip_dlopen_foreign;
+/* times a request for libibverbs got the front's handle, and times the
+ * library opened was another libibverbs than the front's (passed through,
+ * unprotected); handed to the core (link.h), whose first verb logs them */
+atomic_long lipf_dlopen_redirected;
+atomic_long lipf_dlopen_foreign;
 
 static _Atomic(lip_dlopen_fn) real_dlopen_fn;
 
-static lip_dlopen_fn real_dlopen(void)
+lip_dlopen_fn lipf_real_dlopen(void)
 {
 	lip_dlopen_fn f = atomic_load_explicit(&real_dlopen_fn, memory_order_acquire);
 	if (!f) {
@@ -65,14 +62,14 @@ int lip_env_bool(const char *name, int def)
 }
 
 /* the hook answers only when IBPATH_DLOPEN is on (the default) and the
- * shim is not disabled; a value that does not parse passes through */
+ * core is loaded and enabled; a value that does not parse passes through */
 static int hook_on(void)
 {
 	static atomic_int state; /* 0 unknown, 1 on, 2 off */
 	int s = atomic_load_explicit(&state, memory_order_relaxed);
 	if (!s) {
 		int on = lip_env_bool("IBPATH_DLOPEN", 1);
-		s = on == 1 && lip_env_bool("IBPATH_DISABLE", 0) == 0 ? 1 : 2;
+		s = on == 1 ? 1 : 2;
 		int unknown = 0;
 		if (!atomic_compare_exchange_strong(&state, &unknown, s))
 			s = unknown; /* another thread decided (and said) first */
@@ -80,7 +77,7 @@ static int hook_on(void)
 			fprintf(stderr, "libibpath: IBPATH_DLOPEN=\"%s\": want on or off; the program's dlopen of "
 			        "libibverbs passes through\n", getenv("IBPATH_DLOPEN"));
 	}
-	return s == 1 && lip_enabled;
+	return s == 1 && lipf_core_enabled();
 }
 
 /* a file name whose last component is libibverbs.so or libibverbs.so.* */
@@ -91,7 +88,7 @@ static int verbs_name(const char *file)
 	return !strncmp(b, "libibverbs.so", 13) && (b[13] == 0 || b[13] == '.');
 }
 
-/* whether handle h is the libibverbs the shim's own references bind to */
+/* whether handle h is the libibverbs the front's own references bind to */
 static int shims_verbs(void *h)
 {
 	void *mine = dlsym(RTLD_NEXT, "ibv_get_device_list");
@@ -100,7 +97,7 @@ static int shims_verbs(void *h)
 
 static void *dlopen_verbs(const char *file, int flags)
 {
-	lip_dlopen_fn real = real_dlopen();
+	lip_dlopen_fn real = lipf_real_dlopen();
 	void *h = real(file, flags);
 	if (!h)
 		return NULL; /* dlerror() says why, as without the shim */
@@ -109,13 +106,13 @@ static void *dlopen_verbs(const char *file, int flags)
 	if (shims_verbs(h) && dladdr((void *)dlopen_verbs, &self) && self.dli_fname)
 		me = real(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | (flags & (RTLD_GLOBAL | RTLD_NODELETE)));
 	if (!me) {
-		atomic_fetch_add(&lip_dlopen_foreign, 1);
+		atomic_fetch_add(&lipf_dlopen_foreign, 1);
 		fprintf(stderr, "libibpath: the program opened %s itself, and it is not the libibverbs the shim "
 		        "interposes: its verbs do not go through the shim and are not protected\n", file);
 		return h;
 	}
-	atomic_fetch_add(&lip_dlopen_redirected, 1);
-	/* the shim depends on that libibverbs: it stays loaded */
+	atomic_fetch_add(&lipf_dlopen_redirected, 1);
+	/* the front depends on that libibverbs: it stays loaded */
 	dlclose(h);
 	return me;
 }
@@ -129,11 +126,11 @@ static void *dlopen_missing(const char *file, int flags)
 }
 
 /* lip_dlopen_route: where the stub jumps with dlopen's own arguments */
-__attribute__((visibility("hidden"))) void *lip_dlopen_route(const char *file, int flags);
+LIPF_HIDDEN void *lip_dlopen_route(const char *file, int flags);
 void *lip_dlopen_route(const char *file, int flags)
 {
 	(void)flags;
-	lip_dlopen_fn real = real_dlopen();
+	lip_dlopen_fn real = lipf_real_dlopen();
 	if (!real)
 		return (void *)dlopen_missing;
 	if (file && verbs_name(file) && hook_on())
@@ -142,7 +139,6 @@ void *lip_dlopen_route(const char *file, int flags)
 }
 
 #if defined(__x86_64__)
-int lip_dlopen_hooked = 1;
 /* dlopen: keep the two arguments, ask the route, jump there with them and
  * with the caller's return address still on the stack */
 __asm__(".text\n"
@@ -168,7 +164,6 @@ __asm__(".text\n"
         "	.cfi_endproc\n"
         ".size dlopen, .-dlopen\n");
 #elif defined(__aarch64__)
-int lip_dlopen_hooked = 1;
 __asm__(".text\n"
         ".globl dlopen\n"
         ".type dlopen, %function\n"
@@ -189,6 +184,4 @@ __asm__(".text\n"
         "	br x16\n"
         "	.cfi_endproc\n"
         ".size dlopen, .-dlopen\n");
-#else
-int lip_dlopen_hooked = 0;
 #endif
