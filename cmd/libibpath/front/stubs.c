@@ -83,7 +83,8 @@ __asm__(".text\n"
 	        "	.cfi_startproc\n" \
 	        "	hint #34\n" /* bti c */ \
 	        "	adrp x16, lipf_slot_" #name "\n" \
-	        "	ldr x16, [x16, #:lo12:lipf_slot_" #name "]\n" \
+	        "	add x16, x16, #:lo12:lipf_slot_" #name "\n" \
+	        "	ldar x16, [x16]\n" /* pairs with front.c's release store */ \
 	        "	cbz x16, 1f\n" \
 	        "	br x16\n" \
 	        "1:	adrp x17, lipf_slot_" #name "\n" \
@@ -119,6 +120,8 @@ __asm__(".text\n"
         "	ldp x6, x7, [sp, #64]\n"
         "	ldr x8, [sp, #80]\n"
         "	ldp x29, x30, [sp], #96\n"
+        "	.cfi_restore 29\n"
+        "	.cfi_restore 30\n"
         "	.cfi_def_cfa_offset 0\n"
         "	br x16\n"
         "	.cfi_endproc\n"
