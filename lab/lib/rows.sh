@@ -148,7 +148,7 @@ prog_cmds() {
 		# long a run as a drain's
 		[[ "$3" == drain-* || "$3" == flap2-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 8)) -p $p -e"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60
-		[[ "$3" == drain-* || "$3" == flap2-* ]] && LIMIT=150 CUT_CAP=150 ;;
+		if [[ "$3" == drain-* || "$3" == flap2-* ]]; then LIMIT=150 CUT_CAP=150; fi ;;
 	write_bw | send_bw | read_bw)
 		common="ib_$1 -d rxe0 -x 1 -F --use_old_post_send -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;

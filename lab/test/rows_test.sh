@@ -52,6 +52,13 @@ check "every row of the full plan has a port of its own" \
 check "the SRQ programs' rows" \
 	same "$(rows_plan | awk '$1 ~ /^(srq_pingpong|ucx_put_bw|mpi-ucx)$/ {print $1 "." $2 "." $3}' | tr '\n' ' ')" \
 	"srq_pingpong.off.none srq_pingpong.on.none ucx_put_bw.off.none ucx_put_bw.on.none mpi-ucx.off.none mpi-ucx.on.none srq_pingpong.off.setlink-g1 srq_pingpong.on.setlink-g1 srq_pingpong.off.ipdown-g2 srq_pingpong.on.ipdown-g2 ucx_put_bw.off.ipdown-g1 ucx_put_bw.on.ipdown-g1 mpi-ucx.off.ipdown-g2 mpi-ucx.on.ipdown-g2 "
+# lab/run.sh runs under set -e: prog_cmds must succeed for every row of
+# the plan (a branch ending on a false test stopped the run at the row)
+bad=""
+while read -r prog _ cut port; do
+	(set -e; prog_cmds "$prog" "$port" "$cut" >/dev/null) || bad="$bad $prog.$cut"
+done < <(rows_plan)
+check "prog_cmds succeeds for every row of the plan" same "$bad" ""
 prog_cmds srq_pingpong 18900 setlink-g1
 check "a cut row of ibv_srq_pingpong runs LAB_CUT_SRQ_ITERS exchanges" \
 	same "$CLIENT" "stamp ibv_srq_pingpong -d rxe0 -g 1 -c -n $LAB_CUT_SRQ_ITERS -p 18900 10.77.1.2"
