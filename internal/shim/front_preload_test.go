@@ -93,43 +93,8 @@ func TestPreloadDisabledLoadsNoCore(t *testing.T) {
 	b := buildBed(t)
 	held := func(env []string) (out, errs string, mapped bool, threads int, caught string) {
 		t.Helper()
-		p := b.cmd(env, "100", "wait")
-		var o, e strings.Builder
-		p.Stderr = &e
-		stdin, err := p.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := p.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer p.Process.Kill()
-		buf := make([]byte, 4096)
-		for !strings.Contains(o.String(), "READY") {
-			n, err := stdout.Read(buf)
-			if err != nil {
-				t.Fatalf("%v: the probe ended before it held its QP: %v\n%s\n%s", env, err, o.String(), e.String())
-			}
-			o.Write(buf[:n])
-		}
-		mapped, threads, caught = procFacts(t, p.Process.Pid, b.core())
-		stdin.Write([]byte("\n"))
-		stdin.Close()
-		for {
-			n, err := stdout.Read(buf)
-			o.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		if err := p.Wait(); err != nil {
-			t.Fatalf("%v: probe: %v\n%s", env, err, e.String())
-		}
-		return o.String(), e.String(), mapped, threads, caught
+		out, errs = heldProbe(t, b, env, func(pid int) { mapped, threads, caught = procFacts(t, pid, b.core()) })
+		return out, errs, mapped, threads, caught
 	}
 	plain, _, _, plainThreads, plainCaught := held(nil)
 	out, errs, mapped, threads, caught := held([]string{"IBPATH_DISABLE=1"})

@@ -35,16 +35,19 @@ func procCost(t testing.TB, pid int) (threads int, cpu time.Duration, slices int
 	return threads, cpu, slices
 }
 
-// idleCost runs the probe under env until it holds its QP idle, then
-// measures its threads and what it ran over idleFor.
-func idleCost(tb testing.TB, bed preloadBed, env []string, idleFor time.Duration) (threads int, cpu time.Duration, slices int64) {
+// heldProbe runs the probe under env until it holds its QP idle (its
+// "wait": READY on stdout), calls at with its pid, then lets it finish and
+// returns what it wrote.
+func heldProbe(tb testing.TB, bed preloadBed, env []string, at func(pid int)) (stdout, stderr string) {
 	tb.Helper()
 	p := bed.cmd(env, "100", "wait")
+	var e strings.Builder
+	p.Stderr = &e
 	stdin, err := p.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	stdout, err := p.StdoutPipe()
+	out, err := p.StdoutPipe()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -52,21 +55,43 @@ func idleCost(tb testing.TB, bed preloadBed, env []string, idleFor time.Duration
 		tb.Fatal(err)
 	}
 	defer p.Process.Kill()
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() && lines.Text() != "READY" {
+	var o strings.Builder
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		o.WriteString(lines.Text() + "\n")
+		if lines.Text() == "READY" {
+			break
+		}
 	}
-	time.Sleep(time.Second) // start-up settles
-	_, t0, s0 := procCost(tb, p.Process.Pid)
-	time.Sleep(idleFor)
-	threads, t1, s1 := procCost(tb, p.Process.Pid)
+	if !strings.Contains(o.String(), "READY") {
+		tb.Fatalf("probe (env %v) ended before it held its QP:\n%s\n%s", env, o.String(), e.String())
+	}
+	at(p.Process.Pid)
 	stdin.Write([]byte("\n"))
 	stdin.Close()
 	for lines.Scan() {
+		o.WriteString(lines.Text() + "\n")
 	}
 	if err := p.Wait(); err != nil {
-		tb.Fatalf("probe: %v", err)
+		tb.Fatalf("probe (env %v): %v\n%s", env, err, e.String())
 	}
-	return threads, t1 - t0, s1 - s0
+	return o.String(), e.String()
+}
+
+// idleCost runs the probe under env until it holds its QP idle, then
+// measures its threads and what it ran over idleFor.
+func idleCost(tb testing.TB, bed preloadBed, env []string, idleFor time.Duration) (threads int, cpu time.Duration, slices int64) {
+	tb.Helper()
+	heldProbe(tb, bed, env, func(pid int) {
+		time.Sleep(time.Second) // start-up settles
+		_, t0, s0 := procCost(tb, pid)
+		time.Sleep(idleFor)
+		var t1 time.Duration
+		var s1 int64
+		threads, t1, s1 = procCost(tb, pid)
+		cpu, slices = t1-t0, s1-s0
+	})
+	return threads, cpu, slices
 }
 
 // TestPreloadIdleWakesForNothing: a program holding a QP nothing
