@@ -75,7 +75,9 @@ func ibpathInit() {
 	dlopenNote(log, cfg)
 	// The shim's goroutines mostly wait: the Go runtime in the program
 	// gets few threads to run them and its garbage collector (also when
-	// disabled: the runtime is there all the same).
+	// the core disabled itself, on a bad setting or loaded without its
+	// front: the runtime is there all the same; with IBPATH_DISABLE=1 the
+	// front never loads the core).
 	runtime.GOMAXPROCS(min(cfg.GoMaxProcs, runtime.NumCPU()))
 	if cfg.Disabled {
 		C.lip_enabled = 0
