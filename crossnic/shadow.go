@@ -370,7 +370,9 @@ func (s *Shadow) MRAccess(defLKey uint32) (verbs.AccessFlags, bool) {
 
 // Connected records that the application connected defQP (call it after
 // its RTR): the peer's default endpoint is known now. The local mapping is
-// published and the backup QP connected if the peer's is known.
+// published and the backup QP connected if the peer's is known. Only
+// defQP's peer is looked up: the others waiting are the scan's (Scan,
+// Pending), so a program connecting n QPs makes n lookups, not n²/2.
 func (s *Shadow) Connected(defQP verbs.QP) error {
 	sq := s.qps[defQP]
 	if sq == nil {
@@ -403,32 +405,59 @@ func (s *Shadow) Connected(defQP verbs.QP) error {
 	if err := s.dir.PublishQP(sq.local, pub); err != nil {
 		return err
 	}
-	s.Scan()
+	s.scanQP(sq, s.dir.LookupQP)
 	return nil
 }
 
 // Scan connects every backup QP whose peer backup is published by now and
 // returns how many it connected. Steps that cannot be done yet are skipped.
-func (s *Shadow) Scan() int {
+func (s *Shadow) Scan() int { return s.ScanWith(s.dir.LookupQP) }
+
+// ScanWith is Scan with the peers' backups looked up through lookup
+// instead of the directory: a caller that holds a lock around the shadow
+// looks the Pending endpoints up without it, then scans with what it
+// found.
+func (s *Shadow) ScanWith(lookup func(Endpoint) (Backup, bool)) int {
 	n := 0
 	for _, sq := range s.order {
-		if sq.connected || !sq.remoteSet {
-			continue
+		if s.scanQP(sq, lookup) {
+			n++
 		}
-		b, ok := s.dir.LookupQP(sq.remote)
-		if !ok {
-			continue
-		}
-		if err := s.connectBackup(sq, b); err != nil {
-			continue // try again on the next scan
-		}
-		if sq.mbox != nil && b.Mailbox != (Mailbox{}) {
-			sq.mbox.peer, sq.mbox.peerSet = b.Mailbox, true
-		}
-		sq.connected = true
-		n++
 	}
 	return n
+}
+
+// Pending returns the peers' default endpoints whose backups the shadow
+// waits for: the QPs connected by the application whose backup is not
+// connected yet, in creation order.
+func (s *Shadow) Pending() []Endpoint {
+	var out []Endpoint
+	for _, sq := range s.order {
+		if !sq.connected && sq.remoteSet {
+			out = append(out, sq.remote)
+		}
+	}
+	return out
+}
+
+// scanQP connects sq's backup when the application connected sq and
+// lookup knows the peer's backup; it reports whether it did.
+func (s *Shadow) scanQP(sq *shadowQP, lookup func(Endpoint) (Backup, bool)) bool {
+	if sq.connected || !sq.remoteSet {
+		return false
+	}
+	b, ok := lookup(sq.remote)
+	if !ok {
+		return false
+	}
+	if err := s.connectBackup(sq, b); err != nil {
+		return false // try again on the next scan
+	}
+	if sq.mbox != nil && b.Mailbox != (Mailbox{}) {
+		sq.mbox.peer, sq.mbox.peerSet = b.Mailbox, true
+	}
+	sq.connected = true
+	return true
 }
 
 // connectBackup takes the backup QP to RTS towards the peer's backup b.

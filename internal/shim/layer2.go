@@ -417,12 +417,42 @@ func (r *Runtime) scanLoop() {
 // returns the wait before the next.
 func (r *Runtime) scanOnce(wait time.Duration) time.Duration {
 	r.republishDue()
-	n := 0
+	// The peers' backups are looked up without l2mu, which the
+	// application's create_qp, reg_mr and connects take: a scan makes a
+	// round trip to ibpathd per waiting QP (a miss pulls from the peer's
+	// node), and holding the lock across them made every connect of a
+	// burst wait for the scans the burst set off. A hit is kept in the
+	// set's cache, which the connecting pass reads under l2mu.
+	type waiting struct {
+		set *shadowSet
+		eps []crossnic.Endpoint
+	}
+	var ws []waiting
 	r.l2mu.Lock()
 	for _, s := range r.shadows {
-		n += s.sh.Scan()
+		if eps := s.sh.Pending(); len(eps) > 0 {
+			ws = append(ws, waiting{s, eps})
+		}
 	}
 	r.l2mu.Unlock()
+	found := 0
+	for _, w := range ws {
+		for _, ep := range w.eps {
+			if _, ok := w.set.dir.LookupQP(ep); ok {
+				found++
+			}
+		}
+	}
+	n := 0
+	if found > 0 {
+		r.l2mu.Lock()
+		for _, w := range ws {
+			if r.shadows[w.set.ctx] == w.set {
+				n += w.set.sh.ScanWith(w.set.dir.mem.LookupQP)
+			}
+		}
+		r.l2mu.Unlock()
+	}
 	if n > 0 {
 		r.log.Info("libibpath: backup QPs connected", "count", n)
 		r.refreshBackups()
@@ -656,9 +686,10 @@ func (r *Runtime) republishDue() {
 	}
 }
 
-// dirTimeout bounds a publication or lookup through ibpathd. Lookups run
-// under the shadow's lock, which the application's reg_mr and create_qp
-// also take, so they are kept short; a miss is retried by the next scan.
+// dirTimeout bounds a publication or lookup through ibpathd. A connect's
+// publication and its one lookup run under the shadow's lock, which the
+// application's reg_mr and create_qp also take, so they are kept short;
+// a miss is retried by the next scan, which looks up without the lock.
 const dirTimeout = 300 * time.Millisecond
 
 func (d *sessionDir) PublishQP(def crossnic.Endpoint, b crossnic.Backup) error {

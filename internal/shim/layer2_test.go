@@ -26,13 +26,13 @@ type host struct {
 	id  uintptr
 }
 
-func newHost(t *testing.T, h *sim.Host, c *shimtest.Cluster) *host {
+func newHost(t testing.TB, h *sim.Host, c *shimtest.Cluster) *host {
 	t.Helper()
 	return newHostWith(t, h, shimtest.NewNode(c))
 }
 
 // newHostWith is newHost with the session rep (its ibpathd).
-func newHostWith(t *testing.T, h *sim.Host, rep Reporter) *host {
+func newHostWith(t testing.TB, h *sim.Host, rep Reporter) *host {
 	t.Helper()
 	cfg, _ := FromEnv(env(nil))
 	rt := NewRuntime(cfg, nil)
