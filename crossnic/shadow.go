@@ -440,6 +440,13 @@ func (s *Shadow) Pending() []Endpoint {
 	return out
 }
 
+// Waiting reports whether the application connected defQP and its backup
+// is not connected yet: a fault now reaches the application.
+func (s *Shadow) Waiting(defQP verbs.QP) bool {
+	sq := s.qps[defQP]
+	return sq != nil && sq.remoteSet && !sq.connected
+}
+
 // scanQP connects sq's backup when the application connected sq and
 // lookup knows the peer's backup; it reports whether it did.
 func (s *Shadow) scanQP(sq *shadowQP, lookup func(Endpoint) (Backup, bool)) bool {

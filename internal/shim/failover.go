@@ -2,6 +2,8 @@ package shim
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -370,7 +372,12 @@ func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
 	if r.fo.hp == nil {
 		return
 	}
+	var early []uint32 // connected by the application, backup not yet
 	for _, q := range r.fo.qps {
+		if r.faultBeforeBackup(q, dev, ev) {
+			early = append(early, q.key.qpn)
+			continue
+		}
 		if fatal && q.diverted && q.conn != nil && !q.gone && q.set.backup == dev && q.set.dev != dev {
 			// Its backup died: a Conn that waits for the peer's answer
 			// (which can no longer arrive) or whose traffic runs there
@@ -399,7 +406,53 @@ func (r *Runtime) deviceFault(dev string, ev verbs.AsyncEvent) {
 		}
 		r.runConn(q)
 	}
+	if len(early) > 0 {
+		slices.Sort(early)
+		r.log.Warn("libibpath: the fault came before layer 2 could protect some QPs (their backup QPs were not connected yet); their errors reach the application",
+			"event", ev.Type.String(), "device", dev, "port", ev.Port, "qps", len(early), "qpns", qpnList(early, 8))
+	}
 	r.settle()
+}
+
+// faultBeforeBackup reports whether event ev of dev hits q, which the
+// application connected but whose backup is not connected yet: layer 2
+// cannot act, and says so (deviceFault). A QP layer 1 protects is its.
+// Called with fo.mu held.
+func (r *Runtime) faultBeforeBackup(q *l2qp, dev string, ev verbs.AsyncEvent) bool {
+	if q.armed || q.diverted || q.intercepted || q.gone || q.destroying || q.left != "" || q.set.dev != dev {
+		return false
+	}
+	if ev.Type != verbs.EventDeviceFatal {
+		r.mu.Lock()
+		x := r.qps[q.key]
+		port := uint8(0)
+		if x != nil {
+			port = x.status.Port
+		}
+		r.mu.Unlock()
+		if port != ev.Port || r.l1Protects(dev, q.key.qpn) {
+			return false
+		}
+	}
+	r.l2mu.Lock()
+	defer r.l2mu.Unlock()
+	return q.set.sh.Waiting(q.qp)
+}
+
+// qpnList names at most n QP numbers, in hex, and how many more there are.
+func qpnList(qpns []uint32, n int) string {
+	var b strings.Builder
+	for i, qpn := range qpns {
+		if i == n {
+			fmt.Fprintf(&b, " and %d more", len(qpns)-n)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%#x", qpn)
+	}
+	return b.String()
 }
 
 // settle diverts the QPs whose error completion a pump took. A QP that

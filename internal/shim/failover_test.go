@@ -2,6 +2,7 @@ package shim
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,7 +251,9 @@ func TestFailoverSharedCQ(t *testing.T) {
 // TestFailoverNotArmedWithoutPeerBackup (e): without ibpathd the peer's
 // backup is never known, so the QP is not armed: a cut link's PORT_ERR
 // changes nothing and the error completion reaches the application
-// through the hot path unchanged.
+// through the hot path unchanged. The log says the fault came before
+// the QP's backup was connected, naming it; the peer's QP, on a port
+// that did not fail, is not named.
 func TestFailoverNotArmedWithoutPeerBackup(t *testing.T) {
 	f := railFabric(t, 35)
 	c := shimtest.NewCluster()
@@ -276,6 +279,13 @@ func TestFailoverNotArmedWithoutPeerBackup(t *testing.T) {
 	}
 	if s := qa.status(); !strings.HasSuffix(s.Backup.String(), "(connecting)") || s.Layer == status.LayerCrossNIC {
 		t.Fatalf("status %+v", s)
+	}
+	want := fmt.Sprintf("qpns=%#x", qa.qp.QPN())
+	if a.logLine("before layer 2 could protect", "PORT_ERR", "qps=1", want) == "" {
+		t.Fatalf("no line for the fault before the backup was connected, naming %s; log:\n%s", want, a.log.String())
+	}
+	if l := b.logLine("before layer 2 could protect"); l != "" {
+		t.Fatalf("the peer, whose port did not fail, says %q", l)
 	}
 }
 

@@ -37,6 +37,29 @@ stamp() {
 	return "${PIPESTATUS[0]}"
 }
 
+# armed_wait SECONDS: wait, at most SECONDS, until ibpathd lists QPs and
+# every one of them has its backup connected (layer 2 can fail them over;
+# an SRQ's QPs move only all together). Prints "ARMED <seconds waited>
+# <QPs>", or "NOT_ARMED <seconds> <connected> <connecting>" and returns 1.
+armed_wait() {
+	local t0 s yes=0 no=0
+	t0=$(ts)
+	while :; do
+		s=$("$LAB_BUILD/ibpath" --timeout 5s --json status 2>/dev/null || true)
+		yes=$(printf '%s\n' "$s" | grep -c '"connected": true' || true)
+		no=$(printf '%s\n' "$s" | grep -c '"connected": false' || true)
+		if [ "$yes" -gt 0 ] && [ "$no" = 0 ]; then
+			echo "ARMED $(echo "$(ts) - $t0" | bc) $yes"
+			return 0
+		fi
+		if [ "$(echo "$(ts) - $t0 > $1" | bc)" = 1 ]; then
+			echo "NOT_ARMED $(echo "$(ts) - $t0" | bc) $yes $no"
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+
 # stuck_dump SECONDS: after SECONDS, for each verbs program of a row still
 # running (perftest, ibv_rc_pingpong, ibv_srq_pingpong, ucx_perftest,
 # mpi_check), where each of its threads waits: wchan and kernel stack (the

@@ -117,8 +117,10 @@ nccl-r3 setlink-g1
 # prog_cmds PROG PORT: sets SERVER (g2), CLIENT (g1), MARKER (client output
 # line that says the traffic runs; empty: LAB_CUT_AT counts from the start),
 # SMARKER (server output line that says it listens; empty: 1 s after its
-# start), MWAIT (seconds to wait for MARKER before cutting anyway) and
-# LIMIT (seconds the client may take).
+# start), MWAIT (seconds to wait for MARKER before cutting anyway), LIMIT
+# (seconds the client may take) and ARMWAIT (under the shim, seconds to
+# wait after MARKER for both guests' QPs to have their backups connected;
+# empty: no wait).
 prog_cmds() {
 	local p=$2 common secs
 	local LAB_BW_SECONDS=$LAB_BW_SECONDS LAB_LAT_ITERS=$LAB_LAT_ITERS LAB_PP_ITERS=$LAB_PP_ITERS LAB_MPI_SECONDS=$LAB_MPI_SECONDS
@@ -129,7 +131,7 @@ prog_cmds() {
 		LAB_RPING_COUNT=$LAB_CUT_RPING_COUNT LAB_SRQ_ITERS=$LAB_CUT_SRQ_ITERS
 		LAB_UCX_ITERS=$LAB_CUT_UCX_ITERS
 	fi
-	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" MWAIT=20 LIMIT=$((LAB_BW_SECONDS + 30)) CUT_CAP=60
+	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" MWAIT=20 LIMIT=$((LAB_BW_SECONDS + 30)) CUT_CAP=60 ARMWAIT=""
 	case $1 in
 	pingpong | pingpong-ev | pingpong-wr)
 		# -ev: the same program sleeping on its completion channel (-e)
@@ -217,7 +219,12 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
 		# from one shared receive queue; -n counts the exchanges of all
 		# QPs together
 		common="ibv_srq_pingpong -d rxe0 -g 1 -c -n $LAB_SRQ_ITERS -p $p"
-		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60 ;;
+		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60
+		# the client prints its peers' addresses before it connects its
+		# 16 QPs, and an SRQ's QPs fail over only all together: under
+		# the shim the cut waits for every backup to be connected (2 to
+		# 5 s under TCG), and the 10000 exchanges get 120 s on a slow host
+		if [ "$3" != none ]; then ARMWAIT=30 LIMIT=120 CUT_CAP=120; fi ;;
 	ucx_put_bw)
 		# UCX's rc_verbs transport at the UCT level (no UCP wire-up: the
 		# addresses go over ucx_perftest's TCP connection): RDMA WRITEs
@@ -408,6 +415,17 @@ $CLIENT")
 			wait_for "$MWAIT" grep -q -- "$MARKER" "$jc.out" 2>/dev/null || log "row $name: no '$MARKER' in the client output after $MWAIT s; cutting anyway"
 		else
 			sleep 5
+		fi
+		if [ -n "$ARMWAIT" ] && [ "$shim" != off ]; then
+			# both guests at once: each job prints ARMED or NOT_ARMED
+			local ja=() g a
+			for g in g1 g2; do ja+=("$(job_submit "$g" "$name-armed" $((ARMWAIT + 10)) "armed_wait $ARMWAIT")"); done
+			for g in 0 1; do
+				job_wait "${ja[$g]}" $((ARMWAIT + 20)) || true
+				a=$(head -1 "${ja[$g]}.out" 2>/dev/null)
+				meta "armed_g$((g + 1))" "${a:-no answer}"
+				[[ "$a" == ARMED* ]] || log "row $name: g$((g + 1))'s QPs not all with a connected backup after $ARMWAIT s (${a:-no answer}); cutting anyway"
+			done
 		fi
 		# the cut guest's watch of eth0 starts only now: it forks every
 		# 2 ms, and the program's start-up (MPI's takes 20 s and more
