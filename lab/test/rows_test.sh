@@ -62,7 +62,7 @@ check "prog_cmds succeeds for every row of the plan" same "$bad" ""
 prog_cmds srq_pingpong 18900 setlink-g1
 check "a cut row of ibv_srq_pingpong runs LAB_CUT_SRQ_ITERS exchanges" \
 	same "$CLIENT" "stamp ibv_srq_pingpong -d rxe0 -g 1 -c -n $LAB_CUT_SRQ_ITERS -p 18900 10.77.1.2"
-check "  waits for every backup to be connected before the cut, and has 120 s" same "$ARMWAIT $LIMIT $CUT_CAP" "30 120 120"
+check "  waits for every backup to be connected before the cut, has 120 s, its server 15 s more" same "$ARMWAIT $LIMIT $CUT_CAP $SGRACE" "30 120 120 15"
 prog_cmds srq_pingpong 18900 none
 check "an uncut row waits for no backup" same "$ARMWAIT" ""
 prog_cmds ucx_put_bw 18900 none
