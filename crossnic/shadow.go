@@ -433,7 +433,7 @@ func (s *Shadow) ScanWith(lookup func(Endpoint) (Backup, bool)) int {
 func (s *Shadow) Pending() []Endpoint {
 	var out []Endpoint
 	for _, sq := range s.order {
-		if !sq.connected && sq.remoteSet {
+		if sq.waiting() {
 			out = append(out, sq.remote)
 		}
 	}
@@ -444,13 +444,16 @@ func (s *Shadow) Pending() []Endpoint {
 // is not connected yet: a fault now reaches the application.
 func (s *Shadow) Waiting(defQP verbs.QP) bool {
 	sq := s.qps[defQP]
-	return sq != nil && sq.remoteSet && !sq.connected
+	return sq != nil && sq.waiting()
 }
+
+// waiting: the application connected the QP, its backup is not connected.
+func (sq *shadowQP) waiting() bool { return sq.remoteSet && !sq.connected }
 
 // scanQP connects sq's backup when the application connected sq and
 // lookup knows the peer's backup; it reports whether it did.
 func (s *Shadow) scanQP(sq *shadowQP, lookup func(Endpoint) (Backup, bool)) bool {
-	if sq.connected || !sq.remoteSet {
+	if !sq.waiting() {
 		return false
 	}
 	b, ok := lookup(sq.remote)

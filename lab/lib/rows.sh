@@ -352,7 +352,7 @@ row_run() {
 	[ "$shim" = sb ] && envs="$envs IBPATH_SWITCHBACK=on"
 	prog_cmds "$prog" "$port" "$cut"
 	# a cut row that hangs (no completion after a local ip-down) must not eat the
-	# CI budget: at most CUT_CAP (60 s; write_lat, rping and ucx_put_bw 120 s), or exactly
+	# CI budget: at most CUT_CAP (60 s; write_lat, rping, srq_pingpong, ucx_put_bw 120 s), or exactly
 	# LAB_CUT_LIMIT seconds when it is set
 	if [ "$cut" != none ]; then
 		if [ -n "${LAB_CUT_LIMIT:-}" ]; then LIMIT=$LAB_CUT_LIMIT; elif [ "$LIMIT" -gt "$CUT_CAP" ]; then LIMIT=$CUT_CAP; fi
