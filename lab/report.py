@@ -142,13 +142,40 @@ ERR = re.compile(r"(Completion with error|Failed status|failed|Couldn't|Unable|e
 STAMP = re.compile(r"^\[(\d+\.\d+)\] ?")
 
 
+# a program's report of an async event it does not take as fatal
+# (nccl_pattern's "async event: port error" before its failing completion)
+NOTICE = re.compile(r"\basync event: ")
+
+
 def first_error(*outs):
+    r"""The programs' first line that reports an error.
+
+    >>> first_error("[74.42] nccl_pattern: async event: port error\n[75.01] nccl_pattern: completion with error on the send connection: transport retry counter exceeded (wr_id 7)")
+    'nccl_pattern: completion with error on the send connection: transport retry counter exceeded (wr_id 7)'
+    """
     for o in outs:
         for line in o.splitlines():
             l = STAMP.sub("", line).strip()
-            if l and ERR.search(l) and "IBPATH" not in l.upper():
+            if l and ERR.search(l) and "IBPATH" not in l.upper() and not NOTICE.search(l):
                 return l[:110]
     return ""
+
+
+EARLY = re.compile(r'msg="libibpath: the fault came before layer 2 could protect some QPs.*? qps=(\d+)')
+
+
+def early_fault(*outs):
+    """Why a shim cut row failed when the fault came before its QPs'
+    backups were connected (the shim's log line, bb92451): layer 2 could
+    not act, and the error reached the program as plain verbs report it.
+
+    >>> early_fault('[70.1] time=2026-11-30T00:47:01Z level=WARN msg="libibpath: the fault came before layer 2 could protect some QPs (their backup QPs were not connected yet); their errors reach the application" event=PORT_ERR device=rxe0 port=1 qps=2 qpns="0x11 0x12"', "")
+    'the cut came before the backups of 2 QPs were connected (the shim logs which)'
+    >>> early_fault("nccl_pattern: async event: port error", "")
+    ''
+    """
+    n = sum(int(x) for o in outs for x in EARLY.findall(o))
+    return "the cut came before the backups of %d QPs were connected (the shim logs which)" % n if n else ""
 
 
 DUR = re.compile(r"since_fault=([\d.]+)(ns|µs|us|ms|s)\b")
@@ -522,6 +549,11 @@ def parse(m, client, server):
     if not r["finished"] and not r["detail"]:
         r["detail"] = first_error(c, server) or ("timed out" if m.get("client_rc") in ("124", "137") else "rc %s/%s" % (m.get("client_rc"), m.get("server_rc", "-")))
     if m["cut"] != "none" and m["shim"] in SHIMMED:
+        if not (r["finished"] and r["correct"] == "yes"):
+            r["detail"] = early_fault(client, server) or r["detail"]
+        for g in ("g1", "g2"):
+            if m.get("armed_" + g):
+                r["armed_" + g] = m["armed_" + g]
         r.update(failover(m, client, server))
         r.update(switchback(m, client, server))
         if m["cut"].startswith("drain-"):
@@ -649,7 +681,7 @@ def main():
         json.dump(report, f, indent=1)
     cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
             "recovered", "cm_after_cut", "cm_fix", "links", "link_fix", "again", "again_skipped", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "backup_qps", "backup_spread_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
-            "shim_log_lines", "reason", "detail"]
+            "armed_g1", "armed_g2", "shim_log_lines", "reason", "detail"]
     with open(os.path.join(out, "report.tsv"), "w") as f:
         f.write("\t".join(cols) + "\n")
         for r in rows:

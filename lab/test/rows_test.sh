@@ -65,6 +65,10 @@ check "a cut row of ibv_srq_pingpong runs LAB_CUT_SRQ_ITERS exchanges" \
 check "  waits for every backup to be connected before the cut, has 120 s, its server 15 s more" same "$ARMWAIT $LIMIT $CUT_CAP $SGRACE" "30 120 120 15"
 prog_cmds srq_pingpong 18900 none
 check "an uncut row waits for no backup" same "$ARMWAIT" ""
+prog_cmds nccl 18900 setlink-g1
+check "every other cut row waits 20 s for its backups" same "$ARMWAIT" "20"
+prog_cmds pingpong-ev 18900 drain-g1
+check "  a drain too" same "$ARMWAIT" "20"
 prog_cmds ucx_put_bw 18900 none
 ucx_gid() { [[ "$SERVER" == "export UCX_IB_GID_INDEX=1"* && "$CLIENT" == "export UCX_IB_GID_INDEX=1"* && "$CLIENT" == *" -p 18900 10.77.1.2" ]]; }
 check "ucx_perftest names the IPv4 GID index on both sides" ucx_gid
