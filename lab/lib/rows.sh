@@ -278,8 +278,10 @@ stamp $common 10.77.1.2"
 		SERVER="bash \$LAB_REPO/lab/guest/ibpathd.sh server $p"
 		CLIENT="bash \$LAB_REPO/lab/guest/ibpathd.sh client $p"
 		# 85 s on fresh guests here, 147 s after many runs, 239 s as the
-		# 15th row of a run on a slow host
-		MARKER="" SMARKER="" LIMIT=300 ;;
+		# 15th row of a run on a slow host, 252 s on fresh guests once, and
+		# over 300 s with the host busy: its 6000-exchange pingpong under
+		# the shim must outlive the checks made while it runs
+		MARKER="" SMARKER="" LIMIT=420 ;;
 	ibvtest-local)
 		CLIENT="cd \$LAB_BUILD && IBPATH_LAB=1 stamp ./ibv.test -test.run '^TestLabLocal' -test.v -test.timeout 120s"
 		MARKER="" LIMIT=150 ;;
