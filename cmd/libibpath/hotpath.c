@@ -993,8 +993,12 @@ int lip_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 			 * entry stays outstanding. An armed QP's error (its
 			 * nudge's too: lip_nudge_fault) goes to layer 2 with the
 			 * rest of the batch, which is its now; the application
-			 * gets what came before. */
-			if (__atomic_load_n(&last->armed, __ATOMIC_ACQUIRE) && !__atomic_load_n(&last->diverted, __ATOMIC_ACQUIRE)) {
+			 * gets what came before. So does the error of a QP
+			 * diverted while this poll was past the CQ's check (a
+			 * PORT_ERR's divert sets the flag, then waits for this
+			 * poll to leave): layer 2 owns it already, and the
+			 * application must not see the fault. */
+			if (__atomic_load_n(&last->armed, __ATOMIC_ACQUIRE)) {
 				/* the rest of the batch without nudges' flushes */
 				got = i + 1 + lip_nudge_drop(c, wc + i + 1, got - i - 1);
 				lip_leave(t);

@@ -329,11 +329,12 @@ func (q *l2qp) startFault(reason string, at time.Time) {
 	q.reason, q.faultAt = reason, at
 }
 
-// Intercept takes an error completion of an armed, undiverted QP that the
-// hot path polled from cq, followed by the rest of its batch (wcs), none
-// of which reached the application. The QP is diverted and its Conn given
-// the error, which starts the failover; the other completions are queued
-// for the application's next polls. When the QP could not be diverted
+// Intercept takes an error completion of an armed QP that the hot path
+// polled from cq, followed by the rest of its batch (wcs), none of which
+// reached the application. The QP is diverted (unless a PORT_ERR diverted
+// it while the poll was in flight) and its Conn given the error, which
+// starts the failover or joins the one under way; the other completions
+// are queued for the application's next polls. When the QP could not be diverted
 // (nothing of it is diverted on return), nothing was taken: the hot path
 // hands wcs to the application itself.
 func (r *Runtime) Intercept(ctx uintptr, cq verbs.CQ, wcs []verbs.WC) {

@@ -248,6 +248,47 @@ func TestFailoverSharedCQ(t *testing.T) {
 	}
 }
 
+// TestFailoverDivertDuringPoll: the application's poll has taken an error
+// completion of its armed QP from the provider when the runtime, on
+// PORT_ERR read on another thread, diverts the QP: the divert sets the
+// QP's flag, then waits for the poll to leave (lip_divert). The error is
+// layer 2's: it never reaches the application, the failover is the
+// PORT_ERR's, and the exchange finishes on the backup. (The soft-RoCE
+// lab's pingpong-wr.on.ipdown-g2 met this: rdma_rxe completes the send
+// in flight with LOC_QP_OP_ERR as it raises PORT_ERR.)
+func TestFailoverDivertDuringPoll(t *testing.T) {
+	f := railFabric(t, 41)
+	c := shimtest.NewCluster()
+	a, b := newL2Host(t, f, "node0", 0, c, l2opts{noWatch: true}), newL2Host(t, f, "node1", 1, c, l2opts{noWatch: true})
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	hosts := []*l2host{a, b}
+	qa.total = 50
+	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 12 })
+	fired := false
+	a.hp.DuringPoll(func() {
+		fired = true
+		go a.rt.deviceFault("mlx5_0", verbs.AsyncEvent{Type: verbs.EventPortErr, Port: a.port.Num()})
+		waitFor(t, "the divert's flag set", qa.diverted)
+	})
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 10*time.Microsecond, finished(qa))
+	if !fired {
+		t.Fatal("no poll took an error completion")
+	}
+	if len(qa.errs) != 0 {
+		t.Fatalf("the application saw %d error completions, the first %+v", len(qa.errs), qa.errs[0])
+	}
+	checkFailedOver(t, qa, `reason="PORT_ERR on mlx5_0 port 1"`)
+	checkFailedOver(t, qb, `reason="the peer's fallback notification on the backup QP"`)
+	if _, n, _ := a.hp.Counts(); n != 1 {
+		t.Fatalf("A intercepted %d error completions, want the one the divert met", n)
+	}
+}
+
 // TestFailoverNotArmedWithoutPeerBackup (e): without ibpathd the peer's
 // backup is never known, so the QP is not armed: a cut link's PORT_ERR
 // changes nothing and the error completion reaches the application

@@ -87,8 +87,17 @@ static int stub_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 	return 0;
 }
 
+/* a divert on another thread that lands while a poll is in the provider
+ * (a PORT_ERR's): lip_divert sets the flag, then waits for the poll (its
+ * own thread here: lip_quiesce skips it) */
+static struct lip_qp *divert_in_poll;
+
 static int stub_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
+	if (divert_in_poll) {
+		lip_divert(divert_in_poll);
+		divert_in_poll = NULL;
+	}
 	if (cq == &mpl_cq) {
 		int i = 0;
 		for (; i < n; i++) {
@@ -291,6 +300,21 @@ static int test(void)
 	      ctx.ops.poll_cq(&cq, 8, got) == 0, "diverted calls");
 	CHECK(hook_sends == 1 && hook_recvs == 1 && hook_polls == 1, "layer 2 saw %d sends %d recvs %d polls (want 1 each)",
 	      hook_sends, hook_recvs, hook_polls);
+	lip_release_cq(&cq);
+	CHECK(!lip_cq_diverted(&cq) && lip_ndcq == 0, "the released CQ is still diverted");
+	/* A divert that lands while a poll is past its CQ's check: the
+	 * poll's error completion is layer 2's all the same, never the
+	 * application's (rdma_rxe completes the send in flight with
+	 * LOC_QP_OP_ERR as it raises the PORT_ERR that diverts the QP). */
+	CHECK(lip_undivert(q, NULL, NULL, q->notifs_done, q->recvs_done) == 0 && !q->diverted, "undivert");
+	lip_qp_arm(q, 1);
+	int before = hook_intercepts;
+	ring[rhead++ % DEPTH] = (struct ibv_wc){.wr_id = 34, .qp_num = qp.qp_num, .status = IBV_WC_LOC_QP_OP_ERR};
+	divert_in_poll = q;
+	ng = ctx.ops.poll_cq(&cq, 8, got);
+	CHECK(ng == 0 && hook_intercepts == before + 1 && hook_first_wrid == 34 && q->diverted,
+	      "a divert during the poll: the application got %d completions, layer 2 %d intercepts, first wr %lu (want 0, 1, 34)",
+	      ng, hook_intercepts - before, (unsigned long)hook_first_wrid);
 	lip_release_cq(&cq);
 	CHECK(!lip_cq_diverted(&cq) && lip_ndcq == 0, "the released CQ is still diverted");
 	/* a QP with two CQs whose second does not fit diverts nothing: not tested
@@ -759,10 +783,12 @@ static void test_thr_nomem(void)
 	int n = 0, waiting = 0;
 	for (; n < MAX && !waiting; n++) {
 		pthread_create(&th[n], NULL, hold_thread, NULL);
-		/* a thread that gets a slot enters at once; one that waits does not */
+		/* a thread that gets a slot enters at once; one that waits does
+		 * not (500 ms: on a loaded host 50 ms took a thread that only
+		 * had not been scheduled yet for one that waits) */
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += 50 * 1000 * 1000;
+		until.tv_nsec += 500 * 1000 * 1000;
 		if (until.tv_nsec >= 1000000000) {
 			until.tv_sec++;
 			until.tv_nsec -= 1000000000;

@@ -221,10 +221,12 @@ var ErrHome = errors.New("shim: switched back to the hot path: dispatch again")
 // them in the shim). The data path leaves its own section before each
 // call.
 type Runtime interface {
-	// Intercept takes an error completion of an armed, undiverted QP
-	// polled from cq, followed by the rest of its batch (wcs), none of
-	// which reached the application; if the QP is still not diverted on
-	// return, nothing was taken.
+	// Intercept takes an error completion of an armed QP polled from
+	// cq, followed by the rest of its batch (wcs), none of which reached
+	// the application; if the QP is not diverted on return, nothing was
+	// taken. The QP may have been diverted while the poll was in flight
+	// (a divert sets the flag, then waits for the polls inside): its
+	// error is then layer 2's all the same.
 	Intercept(ctx uintptr, cq verbs.CQ, wcs []verbs.WC)
 	// PollCQ polls a diverted CQ for the application (ErrExpress: poll
 	// the lane instead).

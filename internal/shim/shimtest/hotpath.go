@@ -23,20 +23,28 @@ import (
 //     signaled one (counting those that consume a peer receive), each
 //     successful receive completion the oldest receive; errors retire
 //     nothing;
-//   - an error completion of an ARMED, undiverted QP is handed with the
-//     rest of its batch to the runtime's Intercept (outside the section Divert
-//     waits for) and the poll returns what came before it, unless the QP
-//     is still not diverted when Intercept returns: then the batch goes to
-//     the application whole;
+//   - an error completion of an ARMED QP is handed with the rest of its
+//     batch to the runtime's Intercept (outside the section Divert waits
+//     for) and the poll returns what came before it, unless the QP is
+//     not diverted when Intercept returns: then the batch goes to the
+//     application whole. A QP diverted while the poll was in flight (C's
+//     lip_divert sets the flag, then waits for the polls inside; injected
+//     here with DuringPoll) is armed too: its error is layer 2's;
 //   - posts to a diverted QP and polls of a diverted CQ go to the runtime,
 //     or to the express lane (express.go) when the caller gave it one
 //     (WithExpress) and the QP or CQ is on it;
-//   - Divert waits for the posts and polls inside the hot path (mu).
+//   - Divert waits for the posts and polls inside the hot path (mu, and
+//     a poll in DuringPoll's window).
 type Hotpath struct {
-	mu  sync.Mutex // held for each post or poll inside the hot path
-	rt  datapath.Runtime
-	ctx uintptr
-	mem func(addr uint64, n uint32) []byte // reads inline payloads
+	mu sync.Mutex // held for each post or poll inside the hot path
+	// inside counts polls in DuringPoll's window, which Divert waits for
+	// (left) once it has set its flags.
+	inside     int
+	left       sync.Cond
+	duringPoll func()
+	rt         datapath.Runtime
+	ctx        uintptr
+	mem        func(addr uint64, n uint32) []byte // reads inline payloads
 
 	qps        map[uint32]*HotQP
 	destroying map[uint32]*HotQP // out of qps for a destroy not answered yet (lip_qp_destroying)
@@ -106,8 +114,10 @@ type hotSend struct {
 // the runtime), calling back into rt; mem reads the process's memory for
 // the inline payloads it copies.
 func NewHotpath(rt datapath.Runtime, ctx uintptr, mem func(uint64, uint32) []byte) *Hotpath {
-	return &Hotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*HotQP{}, destroying: map[uint32]*HotQP{}, srqs: map[verbs.SRQ]*HotSRQ{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
+	h := &Hotpath{rt: rt, ctx: ctx, mem: mem, qps: map[uint32]*HotQP{}, destroying: map[uint32]*HotQP{}, srqs: map[verbs.SRQ]*HotSRQ{}, dcq: map[verbs.CQ]bool{}, retired: map[uint32]int{},
 		wakes: map[verbs.CQ]int{}}
+	h.left.L = &h.mu
+	return h
 }
 
 // Add records a QP the application created (lip_qp_add).
@@ -249,6 +259,21 @@ func (h *Hotpath) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 		return h.divertedPollCQ(cq, wc)
 	}
 	n, err := cq.Poll(wc)
+	in := false
+	if h.duringPoll != nil && hasError(wc[:n]) {
+		f := h.duringPoll
+		h.duringPoll = nil
+		h.inside, in = h.inside+1, true
+		h.mu.Unlock()
+		f()
+		h.mu.Lock()
+	}
+	leave := func() {
+		if in {
+			h.inside, in = h.inside-1, false
+			h.left.Broadcast()
+		}
+	}
 	for i := 0; i < n; i++ {
 		q := h.qps[wc[i].QPNum]
 		if q == nil {
@@ -264,9 +289,10 @@ func (h *Hotpath) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 			continue
 		}
 		if wc[i].Status != verbs.WCSuccess {
-			if q.armed && !q.diverted {
+			if q.armed {
 				h.intercept++
 				n = i + 1 + h.dropNudges(wc[i+1:n])
+				leave()
 				h.mu.Unlock() // lip_leave, then the hook
 				h.rt.Intercept(h.ctx, cq, wc[i:n])
 				h.mu.Lock()
@@ -279,6 +305,7 @@ func (h *Hotpath) PollCQ(cq verbs.CQ, wc []verbs.WC) (int, error) {
 		}
 		h.retireLocked(q, wc[i])
 	}
+	leave()
 	h.mu.Unlock()
 	return n, err
 }
@@ -401,6 +428,29 @@ func (h *Hotpath) Progress(q datapath.AppQP) (posted, retired uint64, ok bool) {
 	return fq.posted, fq.retired, true
 }
 
+// DuringPoll injects C's window between a poll's check of its CQ and its
+// handling of the completions: f runs once, in the next poll of an
+// undiverted CQ that returns an error completion, right after the
+// provider's poll, outside the hot path's lock but inside the section
+// Divert waits for. A Divert that f sets off (a PORT_ERR on another
+// thread) sets its QP's flag and waits for this poll to leave, as
+// lip_divert does: the poll goes on with the QP diverted.
+func (h *Hotpath) DuringPoll(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.duringPoll = f
+}
+
+// hasError reports whether wcs hold an error completion.
+func hasError(wcs []verbs.WC) bool {
+	for _, wc := range wcs {
+		if wc.Status != verbs.WCSuccess {
+			return true
+		}
+	}
+	return false
+}
+
 // Arm implements datapath.Hotpath (lip_arm).
 func (h *Hotpath) Arm(q datapath.AppQP, armed bool) {
 	h.mu.Lock()
@@ -423,6 +473,9 @@ func (h *Hotpath) Divert(q datapath.AppQP) (datapath.Rings, error) {
 	}
 	fq.diverted = true
 	h.dcq[q.SendCQ], h.dcq[q.RecvCQ] = true, true
+	for h.inside > 0 { // lip_quiesce
+		h.left.Wait()
+	}
 	var r datapath.Rings
 	inline := false
 	for _, e := range fq.sends {
