@@ -120,9 +120,8 @@ nccl-r3 setlink-g1
 # start), MWAIT (seconds to wait for MARKER before cutting anyway), LIMIT
 # (seconds the client may take), ARMWAIT (under the shim, seconds to
 # wait after MARKER for both guests' QPs to have their backups connected;
-# every cut row has one, 20 s unless the program sets more; empty, for
-# the uncut rows: no wait) and SGRACE (seconds the server may take after
-# the client ended).
+# empty: no wait) and SGRACE (seconds the server may take after the
+# client ended).
 prog_cmds() {
 	local p=$2 common secs
 	local LAB_BW_SECONDS=$LAB_BW_SECONDS LAB_LAT_ITERS=$LAB_LAT_ITERS LAB_PP_ITERS=$LAB_PP_ITERS LAB_MPI_SECONDS=$LAB_MPI_SECONDS
@@ -271,7 +270,12 @@ stamp $common 10.77.1.2"
 		common="\$LAB_BUILD/nccl_pattern -d rxe0 -g 1 -p $p -D $secs"
 		[ "$1" = nccl-r3 ] && common="env NCCL_IB_RETRY_CNT=3 $common"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2"
-		MARKER="NCCL_PATTERN traffic started" SMARKER="listening on port" LIMIT=$((secs + 30)) ;;
+		MARKER="NCCL_PATTERN traffic started" SMARKER="listening on port" LIMIT=$((secs + 30))
+		# its traffic starts as soon as its QPs connect, before layer 2
+		# has connected their backups (1 to 3 s under TCG): a cut in
+		# between reaches it as plain verbs report it, the documented
+		# limit, not what the row tests (CI's lab met it at 7f00933)
+		if [ "$3" != none ]; then ARMWAIT=20; fi ;;
 	ibpathd)
 		# ibpathd on the real rxe devices of both guests, replicating over
 		# link B; a pingpong under the shim attaches to it (lab/guest/ibpathd.sh)
@@ -291,11 +295,6 @@ stamp $common 10.77.1.2"
 		MARKER="" SMARKER="" LIMIT=150 ;;
 	*) die "unknown program $1" ;;
 	esac
-	# a cut before the backups are connected tests only the documented
-	# limit (the fault reaches the program as plain verbs report it):
-	# under the shim every cut row cuts once both guests' QPs are
-	# protected, or after ARMWAIT, saying so
-	if [ "$3" != none ] && [ -z "$ARMWAIT" ]; then ARMWAIT=20; fi
 }
 
 # cut_apply CUT on|off
