@@ -37,6 +37,7 @@ func (m *Manager) step(e *entry, ev fsm.APMEvent) {
 			queue = append(queue, e.m.Step(*out)...)
 		}
 	}
+	m.cameHome(e)
 }
 
 // load chooses an alternate and loads it. Only a MIGRATED QP is re-armed

@@ -60,6 +60,12 @@ type Config struct {
 	// (the peer's cable, a spine) is then found within this long.
 	// Default 10 s; equal to MigrationPoll: no backoff.
 	MigrationPollMax time.Duration
+	// Damping is the flap damping of the device's ports (pathsel's
+	// Damper, RFC 2439's figure of merit): each PORT_ERR adds a penalty
+	// that decays with a half-life; while a port's penalty keeps it
+	// suppressed, QPs do not fail back onto it, whatever FailbackHold
+	// says. Zero fields: pathsel.DefaultDamping; Off: no damping.
+	Damping pathsel.DampingConfig
 	// Nudge, when set, is called right after each migration ibpath made
 	// (proactive, failback, operator, hop) to post a zero-length RDMA
 	// WRITE, unsignaled, on the QP through the embedder's data path. It

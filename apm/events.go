@@ -2,6 +2,7 @@ package apm
 
 import (
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -23,6 +24,7 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 	}
 	switch ev.Type {
 	case verbs.EventPortErr:
+		m.ports.Down(pathsel.PortKey{Device: d.ctx.Device().Name, Port: ev.Port}, m.clock.Now())
 		d.refresh()
 		// Every port the device now reports down, the alternates' before
 		// the one of this event: a QP must not migrate onto a port whose
@@ -30,12 +32,13 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 		for _, e := range append([]*entry(nil), d.entries...) {
 			for _, p := range d.desc.Ports {
 				if !p.Active() && p.Num != ev.Port && !e.m.PortDown(p.Num) {
-					m.step(e, fsm.APMEvent{Kind: fsm.EvPortDown, Port: p.Num})
+					m.stepFault(e, fsm.APMEvent{Kind: fsm.EvPortDown, Port: p.Num})
 				}
 			}
-			m.step(e, fsm.APMEvent{Kind: fsm.EvPortDown, Port: ev.Port})
+			m.stepFault(e, fsm.APMEvent{Kind: fsm.EvPortDown, Port: ev.Port})
 		}
 	case verbs.EventPortActive:
+		m.ports.Up(pathsel.PortKey{Device: d.ctx.Device().Name, Port: ev.Port}, m.clock.Now())
 		d.refresh() // a drained port stays DOWN in desc: no path is chosen on it
 		m.each(d, fsm.APMEvent{Kind: fsm.EvPortUp, Port: ev.Port})
 	case verbs.EventLIDChange, verbs.EventSMChange, verbs.EventGIDChange, verbs.EventClientReregister:
@@ -55,7 +58,7 @@ func (m *Manager) HandleEvent(ctx verbs.Context, ev verbs.AsyncEvent) {
 				// The machine waits for the peer (PeerFollowed) before
 				// re-arming, PeerWait at most.
 				e.peerUntil = m.clock.Now() + m.peerWait(e)
-				m.step(e, fsm.APMEvent{Kind: fsm.EvPathMigrated, Path: p})
+				m.stepFault(e, fsm.APMEvent{Kind: fsm.EvPathMigrated, Path: p})
 			}
 		}
 	case verbs.EventPathMigErr:

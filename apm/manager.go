@@ -26,6 +26,10 @@ type Manager struct {
 	// drained lists, by device name, the ports an operator drained
 	// (drain.go).
 	drained map[string][]uint8
+	// ports is the flap damping of the devices' ports, paths that of
+	// each QP's home path (Config.Damping; damping.go).
+	ports *pathsel.Damper[pathsel.PortKey]
+	paths *pathsel.Damper[verbs.QP]
 }
 
 // device is an open adapter with the QPs registered on it.
@@ -52,6 +56,7 @@ type entry struct {
 	peerUntil  time.Duration // awaiting-peer: re-arm at the latest then
 	migrations int
 	preloaded  *pathsel.Alternate // chosen at INIT->RTR, armed at RTR->RTS
+	damped     bool               // its failback is held by its home port's or path's damping (counted once)
 }
 
 // Stats counts what the manager did.
@@ -66,6 +71,7 @@ type Stats struct {
 	RearmPolls       int // ibv_query_qp calls of the ARMED poll of QPs in REARM
 	Failbacks        int
 	FailbacksHeld    int // failbacks put off by a hold-down: the home path's far port was not ACTIVE
+	FailbacksDamped  int // failbacks put off because the home port or path flapped (Config.Damping), once per QP and suppression
 	Handovers        int
 	NoAlternate      int // loads that found no healthy alternate
 	ModifyFallbacks  int // application modifies retried without the APM bits
@@ -85,7 +91,12 @@ func New(clock verbs.Clock, cfg Config, peers PeerResolver, next Handover) (*Man
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{clock: clock, cfg: c, peers: peers, next: next, byQP: map[verbs.QP]*entry{}}, nil
+	ports, err := pathsel.NewDamper[pathsel.PortKey](c.Damping)
+	if err != nil {
+		return nil, fmt.Errorf("apm: config: %w", err)
+	}
+	paths, _ := pathsel.NewDamper[verbs.QP](c.Damping) // the same configuration
+	return &Manager{clock: clock, cfg: c, peers: peers, next: next, byQP: map[verbs.QP]*entry{}, ports: ports, paths: paths}, nil
 }
 
 // Stats returns the counters.
@@ -171,6 +182,7 @@ func (m *Manager) Unregister(qp verbs.QP) {
 		return
 	}
 	delete(m.byQP, qp)
+	m.paths.Forget(qp)
 	es := e.dev.entries
 	for i, x := range es {
 		if x == e {

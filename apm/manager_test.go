@@ -8,6 +8,7 @@ import (
 
 	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/fsm"
+	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/verbs"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
@@ -181,7 +182,10 @@ func TestFlapCyclesKeepTrafficAlive(t *testing.T) {
 }
 
 func flapCycles(t *testing.T, prof sim.Profile) {
-	w := newWorld(t, withProfile(dualPort, prof), apm.Config{FailbackHold: 20 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
+	// Without flap damping, which would keep the QPs off port 1 after
+	// its second flap (TestFailbackDampedAfterFlaps).
+	w := newWorld(t, withProfile(dualPort, prof), apm.Config{FailbackHold: 20 * time.Millisecond, ProbeInterval: 10 * time.Millisecond,
+		Damping: pathsel.DampingConfig{Off: true}})
 	a, b := w.pair("mlx5_0", rcOpts{})
 	w.run(time.Millisecond)
 	tr := &traffic{a: a, b: b}

@@ -56,7 +56,7 @@ func (m *Manager) Tick() (wait time.Duration, pending bool) {
 			case fsm.APMArmed:
 				due(e.nextMig)
 				if e.m.WantsFailback() {
-					due(e.armedAt + m.cfg.FailbackHold)
+					due(max(e.armedAt+m.cfg.FailbackHold, m.reuseAt(e, now)))
 				} else if e.m.Primary != e.m.Home {
 					due(e.nextProbe)
 				}
@@ -129,7 +129,7 @@ func (m *Manager) pollMigrated(e *entry, now time.Duration) {
 		m.stats.PolledMigrations++
 		e.migrations++
 		e.peerUntil = now + m.peerWait(e)
-		m.step(e, fsm.APMEvent{Kind: fsm.EvMigrated})
+		m.stepFault(e, fsm.APMEvent{Kind: fsm.EvMigrated})
 	default:
 		// MIGRATED on a path the machine did not expect: take the QP's
 		// word and re-arm from there.
@@ -145,6 +145,16 @@ func (m *Manager) armedWork(e *entry, now time.Duration) {
 		if now < e.armedAt+m.cfg.FailbackHold {
 			return
 		}
+		if m.damped(e, now) {
+			// The home port or path flapped: traffic stays where it is
+			// until its penalty has decayed (Config.Damping).
+			if !e.damped {
+				e.damped = true
+				m.stats.FailbacksDamped++
+			}
+			return
+		}
+		e.damped = false
 		if !m.homeUsable(e) {
 			// The home path was armed from a description of the peer's
 			// adapter taken before its port failed (descriptions are

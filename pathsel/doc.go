@@ -5,6 +5,7 @@
 // replicated attributes); choosing the alternate path of an RC QP for
 // Automatic Path Migration — the other port of a dual-port HCA or another
 // LID of the LMC range — in a configurable policy order, never through a
-// port that is down; and choosing the backup adapter for cross-NIC
-// failover (the next healthy rail).
+// port that is down; choosing the backup adapter for cross-NIC failover
+// (the next healthy rail); and damping ports and paths that flap (Damper:
+// traffic does not return to one whose decaying penalty suppresses it).
 package pathsel

@@ -245,15 +245,19 @@ func sorted[T any](s []T, cmp func(a, b T) int) []T {
 	return out
 }
 
-// qpReason is a QP's REASON column: its status's reason, and the async
-// events the shim kept from its application because layer 2 carried it.
+// qpReason is a QP's REASON column: its status's reason, until when
+// layer 1 holds its failback (flap damping), and the async events the
+// shim kept from its application because layer 2 carried it.
 func qpReason(q status.QP) string {
-	if q.KeptEvents == "" {
-		return q.Reason
+	var w []string
+	if q.Reason != "" {
+		w = append(w, q.Reason)
 	}
-	kept := "events kept from the application: " + q.KeptEvents
-	if q.Reason == "" {
-		return kept
+	if !q.FailbackHeldUntil.IsZero() {
+		w = append(w, "failback held until "+q.FailbackHeldUntil.UTC().Format(time.RFC3339)+" (home port or path flapped)")
 	}
-	return q.Reason + "; " + kept
+	if q.KeptEvents != "" {
+		w = append(w, "events kept from the application: "+q.KeptEvents)
+	}
+	return strings.Join(w, "; ")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ibpath/ibpath/internal/api"
 	"github.com/ibpath/ibpath/internal/version"
+	"github.com/ibpath/ibpath/pathsel"
 )
 
 // Config is the shim's configuration, from the environment.
@@ -26,6 +27,12 @@ type Config struct {
 	// costs each RC QP on an InfiniBand device one send queue slot,
 	// hidden from the application (docs/SHIM.md, "Layer 1 in the shim").
 	Nudge bool
+	// Damping (IBPATH_DAMPING=on|off|half-life=30s,suppress=1500,...,
+	// default on): layer 1's flap damping (docs/APM.md): after a port
+	// or a QP's home path flapped twice within a half-life, its QPs stay
+	// on the alternate until the penalty has decayed, instead of failing
+	// back after the hold-down. The syntax is pathsel.ParseDamping's.
+	Damping pathsel.DampingConfig
 	// Record (IBPATH_RECORD=on|off, default on): keep the shadow rings
 	// of the Default state (the bookkeeping layer 2 replays from).
 	Record bool
@@ -100,6 +107,7 @@ const (
 	EnvDisable   = "IBPATH_DISABLE"
 	EnvAPM       = "IBPATH_APM"
 	EnvNudge     = "IBPATH_NUDGE"
+	EnvDamping   = "IBPATH_DAMPING"
 	EnvRecord    = "IBPATH_RECORD"
 	EnvSingle    = "IBPATH_SINGLE_POSTER"
 	EnvPoller    = "IBPATH_SINGLE_POLLER"
@@ -148,6 +156,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Nudge, err = boolEnv(getenv, EnvNudge, true); err != nil {
 		return c, err
+	}
+	if c.Damping, err = pathsel.ParseDamping(getenv(EnvDamping)); err != nil {
+		return c, fmt.Errorf("%s=%q: %w", EnvDamping, getenv(EnvDamping), err)
 	}
 	if c.SinglePoster, err = boolEnv(getenv, EnvSingle, false); err != nil {
 		return c, err
@@ -329,11 +340,23 @@ func (c Config) nudgeWords() string {
 	case !c.APM:
 		return ""
 	case c.nudges():
-		return ", nudged after each migration"
+		return ", nudged after each migration" + c.dampingWords()
 	case !c.Nudge:
-		return ", not nudged (" + EnvNudge + "=off)"
+		return ", not nudged (" + EnvNudge + "=off)" + c.dampingWords()
 	case c.SinglePoster && c.Record:
-		return ", not nudged (single poster per QP)"
+		return ", not nudged (single poster per QP)" + c.dampingWords()
 	}
-	return ", not nudged (no shadow rings)"
+	return ", not nudged (no shadow rings)" + c.dampingWords()
+}
+
+// dampingWords is the banner's note on layer 1's flap damping.
+func (c Config) dampingWords() string {
+	if c.Damping.Off {
+		return ", no flap damping (" + EnvDamping + "=off)"
+	}
+	d, err := c.Damping.WithDefaults()
+	if err != nil {
+		return ""
+	}
+	return ", flap damping " + d.String()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/version"
+	"github.com/ibpath/ibpath/pathsel"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -152,10 +153,10 @@ func TestFromEnvNudge(t *testing.T) {
 		nudges bool
 		banner string
 	}{
-		{Config{APM: true, Nudge: true, Record: true}, true, "(RoCE has none), nudged after each migration;"},
-		{Config{APM: true, Record: true}, false, "(RoCE has none), not nudged (IBPATH_NUDGE=off);"},
-		{Config{APM: true, Nudge: true}, false, "(RoCE has none), not nudged (no shadow rings);"},
-		{Config{APM: true, Nudge: true, Record: true, SinglePoster: true}, false, "(RoCE has none), not nudged (single poster per QP);"},
+		{Config{APM: true, Nudge: true, Record: true}, true, "(RoCE has none), nudged after each migration, flap damping half-life=30s,"},
+		{Config{APM: true, Record: true}, false, "(RoCE has none), not nudged (IBPATH_NUDGE=off), flap damping "},
+		{Config{APM: true, Nudge: true}, false, "(RoCE has none), not nudged (no shadow rings), flap damping "},
+		{Config{APM: true, Nudge: true, Record: true, SinglePoster: true}, false, "(RoCE has none), not nudged (single poster per QP), flap damping "},
 		{Config{Nudge: true, Record: true}, false, "layer 1 (APM) off for InfiniBand RC QPs (RoCE has none); shadow"},
 	} {
 		if k.c.nudges() != k.nudges {
@@ -164,6 +165,38 @@ func TestFromEnvNudge(t *testing.T) {
 		if b := k.c.Banner(7); !strings.Contains(b, k.banner) {
 			t.Errorf("%+v: banner %q, want %q", k.c, b, k.banner)
 		}
+	}
+}
+
+// TestFromEnvDamping: IBPATH_DAMPING is on by default with
+// pathsel.DefaultDamping, off or tuned; anything else is refused naming
+// the variable. The banner says which, and layer 1's manager runs with it.
+func TestFromEnvDamping(t *testing.T) {
+	for v, want := range map[string]pathsel.DampingConfig{"": pathsel.DefaultDamping, "on": pathsel.DefaultDamping,
+		"off":                        {Off: true, Penalty: 1000, Suppress: 1500, Reuse: 750, HalfLife: 30 * time.Second, MaxSuppress: 300 * time.Second},
+		"half-life=7s,suppress=1800": {Penalty: 1000, Suppress: 1800, Reuse: 750, HalfLife: 7 * time.Second, MaxSuppress: 300 * time.Second}} {
+		c, err := FromEnv(env(map[string]string{EnvDamping: v}))
+		if err != nil || c.Damping != want {
+			t.Errorf("%s=%q: %+v, %v; want %+v", EnvDamping, v, c.Damping, err, want)
+		}
+	}
+	for _, v := range []string{"sometimes", "half-life=0s", "reuse=2000"} {
+		if _, err := FromEnv(env(map[string]string{EnvDamping: v})); err == nil || !strings.Contains(err.Error(), EnvDamping) {
+			t.Errorf("%s=%q: %v, want an error naming it", EnvDamping, v, err)
+		}
+	}
+	c, _ := FromEnv(env(map[string]string{EnvDamping: "off"}))
+	if b := c.Banner(7); !strings.Contains(b, ", no flap damping (IBPATH_DAMPING=off);") {
+		t.Errorf("banner %q", b)
+	}
+	c, _ = FromEnv(env(map[string]string{EnvDamping: "half-life=7s", EnvSocket: "off"}))
+	if b := c.Banner(7); !strings.Contains(b, ", flap damping half-life=7s,suppress=1500,reuse=750,penalty=1000,max-suppress=5m0s;") {
+		t.Errorf("banner %q", b)
+	}
+	rt := NewRuntime(c, nil)
+	defer rt.Close()
+	if rt.l1 == nil || rt.l1.mgr.DampingConfig() != c.Damping {
+		t.Fatalf("layer 1 runs with damping %+v, want %+v", rt.l1.mgr.DampingConfig(), c.Damping)
 	}
 }
 

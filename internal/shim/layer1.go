@@ -528,7 +528,11 @@ func (l *Layer1) collect() {
 		if st == q.last {
 			continue
 		}
-		c := &Layer1Change{Device: k.dev, QPN: k.qpn, Status: layer1Status(st)}
+		c := &Layer1Change{Device: k.dev, QPN: k.qpn, Status: l.status(st)}
+		if st.DampedUntil != q.last.DampedUntil && st.DampedUntil != 0 {
+			l.log.Info("libibpath: failback held: the home port or path flapped (flap damping)", "device", k.dev, "qpn", k.qpn,
+				"home", st.Home.String(), "until", c.Status.FailbackHeldUntil.Format(time.TimeOnly))
+		}
 		if st.Migrations != q.last.Migrations && st.Primary != q.last.Primary && q.last.Primary.Port != 0 {
 			c.Migrated = &Layer1Migration{From: q.last.Primary.String(), To: st.Primary.String(), Port: st.Primary.Port,
 				FromPort: q.last.Primary.Port, At: l.hooks.Now()}

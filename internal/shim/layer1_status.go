@@ -1,6 +1,8 @@
 package shim
 
 import (
+	"time"
+
 	"github.com/ibpath/ibpath/apm"
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/status"
@@ -20,6 +22,20 @@ type Layer1Status struct {
 	Home       status.Path
 	Migrations int
 	Reason     string // why unprotected, handed over or unsupported
+	// FailbackHeldUntil: flap damping keeps the QP off its home path
+	// until then (apm.QPStatus.DampedUntil as a time of day); zero: not
+	// held.
+	FailbackHeldUntil time.Time
+}
+
+// status is layer1Status with the failback's hold as a time of day (the
+// manager's clock mapped onto Layer1Options.Now, to the millisecond).
+func (l *Layer1) status(s apm.QPStatus) Layer1Status {
+	out := layer1Status(s)
+	if s.DampedUntil > 0 {
+		out.FailbackHeldUntil = l.hooks.Now().Add(s.DampedUntil - l.hooks.Clock.Now()).Round(time.Millisecond)
+	}
+	return out
 }
 
 func layer1Status(s apm.QPStatus) Layer1Status {
@@ -44,10 +60,10 @@ func l1Path(dev string, p fsm.PathRef) status.Path {
 }
 
 // Apply writes s into q's layer-1 fields (Layer, APM, Port, Primary,
-// Alternate, Home, Migrations, Reason).
+// Alternate, Home, Migrations, Reason, FailbackHeldUntil).
 func (s Layer1Status) Apply(q *status.QP) {
-	q.Layer, q.APM, q.Port, q.Primary, q.Alternate, q.Home, q.Migrations, q.Reason =
-		s.Layer, s.APM, s.Port, s.Primary, s.Alternate, s.Home, s.Migrations, s.Reason
+	q.Layer, q.APM, q.Port, q.Primary, q.Alternate, q.Home, q.Migrations, q.Reason, q.FailbackHeldUntil =
+		s.Layer, s.APM, s.Port, s.Primary, s.Alternate, s.Home, s.Migrations, s.Reason, s.FailbackHeldUntil
 }
 
 // Status returns layer 1's view of a QP; false when layer 1 does not
@@ -64,7 +80,7 @@ func (l *Layer1) Status(dev string, qpn uint32) (Layer1Status, bool) {
 	if !ok {
 		return Layer1Status{}, false
 	}
-	return layer1Status(st), true
+	return l.status(st), true
 }
 
 // Protects reports whether layer 1 protects a QP now: an alternate is

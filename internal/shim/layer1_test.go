@@ -10,6 +10,7 @@ import (
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -81,6 +82,55 @@ func TestLayer1CableCutAndFailback(t *testing.T) {
 	}
 	if st := w.procs[0].l1.Stats(); st.Migrations < 4 || st.Failbacks < 2 {
 		t.Fatalf("node0 stats %+v: want a proactive migration and a failback per QP", st)
+	}
+}
+
+// TestLayer1FailbackDamped: node0's port 1 flaps twice within a
+// half-life. The QPs come home after the first flap; after the second,
+// layer 1 keeps them on port 2 (both ends: node0 by its port, node1 by
+// the path it left twice) and their status says until when, in the
+// future, until the penalty has decayed; then they come home.
+func TestLayer1FailbackDamped(t *testing.T) {
+	cfg := l1Config
+	cfg.Damping = pathsel.DampingConfig{HalfLife: time.Second, MaxSuppress: 10 * time.Second}
+	w := newL1World(t, l1ProcOpts{apm: &cfg}, l1ProcOpts{apm: &cfg})
+	a, b := w.pair()
+	tr := &l1Traffic{t: t, pairs: [][2]*l1End{{a, b}}}
+	both := func(apm, prim string) func() bool {
+		return func() bool { return a.is(apm, prim) && b.is(apm, prim) }
+	}
+	tr.run("armed on port 1", both("armed", "port 1"))
+	port1 := w.f.Host("node0").HCA(l1Dev).Port(1)
+	for flap := 1; flap <= 2; flap++ {
+		l1Must(t, w.f.SetLink(port1, false))
+		tr.run("armed on port 2", both("armed", "port 2"))
+		l1Must(t, w.f.SetLink(port1, true))
+		if flap == 1 {
+			tr.run("home after the first flap", both("armed", "port 1"))
+		}
+	}
+	held := func(e *l1End) time.Time {
+		s, _ := e.status()
+		return s.FailbackHeldUntil
+	}
+	tr.run("the failbacks held", func() bool { return !held(a).IsZero() && !held(b).IsZero() })
+	if until := held(a); !until.After(time.Now()) || until.After(time.Now().Add(3*time.Second)) {
+		t.Fatalf("node0's failback held until %v, %v from now; want within the next 3 s", until, time.Until(until))
+	}
+	// the peer's port 1 came back long before: without damping both ends
+	// are home within the hold-down (60 ms) and a probe or two
+	end := time.Now().Add(300 * time.Millisecond)
+	tr.run("300 ms on port 2", func() bool { return time.Now().After(end) })
+	if !a.is("armed", "port 2+1") && !a.is("armed", "port 2") {
+		t.Fatalf("node0 failed back while its port was suppressed: %v", a)
+	}
+	tr.run("home once the penalty decayed", both("armed", "port 1"))
+	if !held(a).IsZero() {
+		t.Fatalf("home and still held: %v", held(a))
+	}
+	tr.drain()
+	if len(tr.errs) != 0 || tr.ok != tr.posted {
+		t.Fatalf("the application saw errors while a path was healthy: %d of %d ok, %d errors", tr.ok, tr.posted, len(tr.errs))
 	}
 }
 

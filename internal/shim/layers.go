@@ -6,6 +6,7 @@ import (
 
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -26,6 +27,9 @@ func (r *Runtime) startLayer1() {
 	}
 	if r.cfg.nudges() {
 		o.Nudge = r.nudgeL1
+	}
+	if r.cfg.Damping != (pathsel.DampingConfig{}) {
+		o.APM.Damping = r.cfg.Damping
 	}
 	l1, err := NewLayer1(o)
 	if err != nil {

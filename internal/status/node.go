@@ -135,6 +135,10 @@ type QP struct {
 	Switchbacks int    `json:"switchbacks"`
 	Remote      Remote `json:"remote,omitzero"` // the other end, once connected
 	Reason      string `json:"reason,omitempty"`
+	// FailbackHeldUntil: layer 1 keeps the QP off its home path until
+	// then because its home port or path flapped (flap damping,
+	// docs/APM.md); zero when its failback is not held.
+	FailbackHeldUntil time.Time `json:"failback_held_until,omitzero"`
 	// KeptEvents names the async events of the QP (or of its device) the
 	// shim kept from the application because layer 2 carried the QP on
 	// its backup ("QP_FATAL, DEVICE_FATAL"); empty when none.

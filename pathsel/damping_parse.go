@@ -1,0 +1,81 @@
+package pathsel
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ParseDamping reads a damping setting, as the shim's IBPATH_DAMPING and
+// ibpathd's --damping give it: "on" or "" (DefaultDamping), "off", or a
+// comma-separated list of half-life=DURATION, suppress=N, reuse=N,
+// penalty=N and max-suppress=DURATION, each one given at most once, the
+// others at their defaults ("half-life=10s,suppress=2000"). The result
+// is checked as WithDefaults checks it.
+func ParseDamping(s string) (DampingConfig, error) {
+	s = strings.TrimSpace(s)
+	switch strings.ToLower(s) {
+	case "", "on":
+		return DefaultDamping, nil
+	case "off":
+		c := DefaultDamping
+		c.Off = true
+		return c, nil
+	}
+	var c DampingConfig
+	seen := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
+		if !ok || v == "" {
+			return c, fmt.Errorf("pathsel: damping %q: %q is not name=value (half-life, suppress, reuse, penalty, max-suppress), on or off", s, f)
+		}
+		if seen[k] {
+			return c, fmt.Errorf("pathsel: damping %q: %s given twice", s, k)
+		}
+		seen[k] = true
+		var err error
+		switch k {
+		case "half-life":
+			c.HalfLife, err = positiveDuration(v)
+		case "max-suppress":
+			c.MaxSuppress, err = positiveDuration(v)
+		case "suppress":
+			c.Suppress, err = positiveNumber(v)
+		case "reuse":
+			c.Reuse, err = positiveNumber(v)
+		case "penalty":
+			c.Penalty, err = positiveNumber(v)
+		default:
+			return c, fmt.Errorf("pathsel: damping %q: unknown setting %q (half-life, suppress, reuse, penalty, max-suppress)", s, k)
+		}
+		if err != nil {
+			return c, fmt.Errorf("pathsel: damping %q: %s: %w", s, k, err)
+		}
+	}
+	return c.WithDefaults()
+}
+
+func positiveDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration (e.g. 30s)", v)
+	}
+	return d, nil
+}
+
+func positiveNumber(v string) (float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0) || f > 1e12 {
+		return 0, fmt.Errorf("%q is not a positive number", v)
+	}
+	return f, nil
+}
+
+// String gives c as ParseDamping reads it.
+func (c DampingConfig) String() string {
+	if c.Off {
+		return "off"
+	}
+	return fmt.Sprintf("half-life=%v,suppress=%g,reuse=%g,penalty=%g,max-suppress=%v", c.HalfLife, c.Suppress, c.Reuse, c.Penalty, c.MaxSuppress)
+}
