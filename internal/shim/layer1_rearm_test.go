@@ -47,8 +47,12 @@ func TestIdleRearmWatched(t *testing.T) {
 	moved := p.rearmTraffic
 	p.mu.Unlock()
 	t.Logf("ARMED seen %v after the traffic started (%d ARMED polls while idle, %d QPs seen moving)", took, polls, moved)
-	if moved == 0 {
-		t.Fatal("layer 1 never saw the idle QP's sends move")
+	// A backed-off poll can fall right after the traffic started (some
+	// 1.5 % of runs: every 640 ms, ARMED within 10 ms) and see ARMED
+	// before the first watch; past one watch period the watch must have
+	// seen the sends move.
+	if moved == 0 && took >= rearmWatchEvery {
+		t.Fatalf("ARMED seen %v after the traffic started and layer 1 never saw the idle QP's sends move", took)
 	}
 	if took > 700*time.Millisecond {
 		t.Fatalf("ARMED seen %v after the traffic started, want within a few watch periods", took)
