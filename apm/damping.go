@@ -27,9 +27,12 @@ func (m *Manager) stepFault(e *entry, ev fsm.APMEvent) {
 	}
 }
 
-// cameHome records that e's home path is in use again (after step).
+// cameHome records that e's home path is in use again (after step),
+// however it came home (its failback, its peer's, an operator's): the
+// next hold of its failback is counted anew (Stats.FailbacksDamped).
 func (m *Manager) cameHome(e *entry) {
 	if e.m.Primary == e.m.Home {
+		e.damped = false
 		m.paths.Up(e.qp, m.clock.Now())
 	}
 }
