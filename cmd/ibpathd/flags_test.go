@@ -47,6 +47,8 @@ func TestBadInvocationsFailClearly(t *testing.T) {
 		{"bad log level", []string{"--log-level", "loud"}, "--log-level"},
 		{"stray argument", []string{"start"}, `unexpected argument "start"`},
 		{"sim index outside", []string{"--fabric", "sim", "--no-replication", "--sim-index", "5"}, "node index 5"},
+		{"bad damping", []string{"--fabric", "sim", "--no-replication", "--damping", "half-life=soon"}, `damping "half-life=soon": half-life`},
+		{"damping reuse above suppress", []string{"--fabric", "sim", "--no-replication", "--damping", "reuse=2000"}, "need 0 < reuse < suppress"},
 	} {
 		out, err := runOnce(t, append(append([]string{}, base...), tc.args...)...)
 		if err == nil {
@@ -62,7 +64,7 @@ func TestBadInvocationsFailClearly(t *testing.T) {
 func TestConfigFileAndFlags(t *testing.T) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "ibpathd.conf")
-	if err := os.WriteFile(conf, []byte("# test\nfabric = sim\nsim-qps = 3\nno-replication = true\nnode = from-file\n"), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte("# test\nfabric = sim\nsim-qps = 3\nno-replication = true\nnode = from-file\ndamping = half-life=10s,suppress=2000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// startDaemon names its own (empty) config; a later --config wins.
@@ -70,6 +72,9 @@ func TestConfigFileAndFlags(t *testing.T) {
 	n := p.status()
 	if n.Node != "from-flag" || len(n.QPs) != 1 || n.Repl.Mode != status.ReplOff || n.Fabric.Kind != status.FabricSim {
 		t.Fatalf("flags must win over the file, the file over defaults: node %q, %d QPs, repl %+v, fabric %+v", n.Node, len(n.QPs), n.Repl, n.Fabric)
+	}
+	if n.Damping != "half-life=10s,suppress=2000,reuse=750,penalty=1000,max-suppress=5m0s" {
+		t.Fatalf("damping from the file: %q", n.Damping)
 	}
 }
 

@@ -80,18 +80,21 @@ func renderStatus(w io.Writer, n status.Node) error {
 	if n.Fabric.Error != "" {
 		fmt.Fprintf(w, "fabric error: %s\n", n.Fabric.Error)
 	}
+	if n.Damping != "" {
+		fmt.Fprintf(w, "flap damping: %s\n", n.Damping)
+	}
 
 	fmt.Fprintf(w, "\nHCAs and ports:\n")
 	if len(n.HCAs) == 0 {
 		fmt.Fprintln(w, "  none")
 	} else {
-		t := newTable(w, "DEVICE", "PORT", "STATE", "PHYS", "LINK LAYER", "LID", "LMC", "RATE", "APM")
+		t := newTable(w, "DEVICE", "PORT", "STATE", "PHYS", "LINK LAYER", "LID", "LMC", "RATE", "APM", "FLAP DAMPING")
 		for _, h := range sorted(n.HCAs, func(a, b status.HCA) int { return cmp.Compare(a.Name, b.Name) }) {
 			if len(h.Ports) == 0 {
-				t.row(h.Name, "", "", "", "", "", "", "", yesNo(h.APM))
+				t.row(h.Name, "", "", "", "", "", "", "", yesNo(h.APM), "")
 			}
 			for _, p := range sorted(h.Ports, func(a, b status.Port) int { return cmp.Compare(a.Num, b.Num) }) {
-				t.row(h.Name, num(p.Num), p.State, p.PhysState, p.LinkLayer, lid(p.LID), num(p.LMC), p.Rate, yesNo(h.APM))
+				t.row(h.Name, num(p.Num), p.State, p.PhysState, p.LinkLayer, lid(p.LID), num(p.LMC), p.Rate, yesNo(h.APM), damping(p.Damping))
 			}
 		}
 		if err := t.flush(); err != nil {
@@ -224,6 +227,19 @@ func when(t time.Time) string {
 }
 
 // seconds prints a duration given in seconds.
+// damping renders a port's flap damping: "-" without a penalty, else
+// the penalty, the flaps and, while suppressed, until when.
+func damping(d *status.PortDamping) string {
+	if d == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("penalty %.0f, %s", d.Penalty, plural(d.Flaps, "flap", "flaps"))
+	if d.Suppressed {
+		s += ", suppressed until " + when(d.ReuseAt)
+	}
+	return s
+}
+
 func seconds(s float64) string {
 	if s == 0 {
 		return "-"
@@ -246,7 +262,8 @@ func sorted[T any](s []T, cmp func(a, b T) int) []T {
 }
 
 // qpReason is a QP's REASON column: its status's reason, until when
-// layer 1 holds its failback (flap damping), and the async events the
+// layer 1 holds its failback and layer 2 its switch back (flap damping),
+// and the async events the
 // shim kept from its application because layer 2 carried it.
 func qpReason(q status.QP) string {
 	var w []string
@@ -255,6 +272,9 @@ func qpReason(q status.QP) string {
 	}
 	if !q.FailbackHeldUntil.IsZero() {
 		w = append(w, "failback held until "+q.FailbackHeldUntil.UTC().Format(time.RFC3339)+" (home port or path flapped)")
+	}
+	if !q.SwitchbackHeldUntil.IsZero() {
+		w = append(w, "switch back held until "+q.SwitchbackHeldUntil.UTC().Format(time.RFC3339)+" (home port flapped)")
 	}
 	if q.KeptEvents != "" {
 		w = append(w, "events kept from the application: "+q.KeptEvents)

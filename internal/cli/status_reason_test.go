@@ -21,6 +21,8 @@ func TestQPReasonNamesKeptEvents(t *testing.T) {
 		{status.QP{Reason: "layer 2: failed over", KeptEvents: "QP_FATAL, DEVICE_FATAL"},
 			"layer 2: failed over; events kept from the application: QP_FATAL, DEVICE_FATAL"},
 		{status.QP{FailbackHeldUntil: held}, "failback held until 2026-11-30T03:04:05Z (home port or path flapped)"},
+		{status.QP{Reason: "layer 2: failed over", SwitchbackHeldUntil: held},
+			"layer 2: failed over; switch back held until 2026-11-30T03:04:05Z (home port flapped)"},
 		{status.QP{KeptEvents: "QP_FATAL", FailbackHeldUntil: held},
 			"failback held until 2026-11-30T03:04:05Z (home port or path flapped); events kept from the application: QP_FATAL"},
 	} {

@@ -48,6 +48,11 @@ type Config struct {
 	// hardware most polls make the light read (pathsel.ReadPortStates);
 	// see refreshPorts.
 	PortPoll time.Duration
+	// Damping is the flap damping of the ports the poll sees, in
+	// pathsel.ParseDamping's syntax ("" or "on": the defaults, "off",
+	// "half-life=10s,suppress=2000"); it also damps the simulated
+	// workload's fail back (damping.go).
+	Damping string
 	// MetricsListen, when set, also serves /metrics on this TCP address.
 	MetricsListen string
 	// PprofListen, when set, serves the Go runtime's profiles
@@ -60,7 +65,8 @@ type Config struct {
 	MaxConnsPerUser int
 	Repl            ReplConfig
 
-	lim timeouts // the socket's timeouts (connlimit.go); tests shorten them
+	lim     timeouts              // the socket's timeouts (connlimit.go); tests shorten them
+	damping pathsel.DampingConfig // Damping, parsed
 }
 
 // DefaultConfig holds the defaults.
@@ -116,6 +122,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PortPoll <= 0 {
 		c.PortPoll = d.PortPoll
 	}
+	dc, err := pathsel.ParseDamping(c.Damping)
+	if err != nil {
+		return c, fmt.Errorf("config: damping: %w", err)
+	}
+	c.damping, c.Sim.damping = dc, dc
 	c.lim = c.lim.withDefaults()
 	switch {
 	case c.MaxConnsPerUser == 0:
@@ -144,7 +155,8 @@ type Daemon struct {
 	describeReads atomic.Uint64
 
 	owners owners
-	drains *drainSet // the drained ports (drain.go)
+	drains *drainSet    // the drained ports (drain.go)
+	damp   *portDamping // the ports' flap damping (damping.go)
 	repl   replicator
 	events broadcaster
 
@@ -192,6 +204,9 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	d.timings = newTimings()
 	d.reg = d.registry()
 	d.poll.every = fullReadEvery(cfg.PortPoll)
+	if d.damp, err = newPortDamping(cfg.damping, d.started); err != nil {
+		return nil, fmt.Errorf("config: damping: %w", err)
+	}
 	if err := d.pickFabric(); err != nil {
 		return nil, err
 	}

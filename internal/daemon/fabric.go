@@ -134,6 +134,8 @@ func (d *Daemon) refreshPorts() {
 	d.invMu.Unlock()
 	if err != nil {
 		d.log.Warn("port refresh", "err", err)
+	} else {
+		d.damp.observe(inv)
 	}
 	if old == nil {
 		return

@@ -30,6 +30,8 @@ var (
 	descArmed       = prometheus.NewDesc("ibpath_armed_qps", "QPs whose alternate path is armed.", nil, nil)
 	descQPs         = prometheus.NewDesc("ibpath_qps", "QPs by the layer protecting them.", []string{"layer"}, nil)
 	descPortUp      = prometheus.NewDesc("ibpath_port_up", "1 when the port is ACTIVE.", []string{"device", "port"}, nil)
+	descPenalty     = prometheus.NewDesc("ibpath_port_flap_penalty", "The port's flap damping penalty now (decays with the half-life; 0: none).", []string{"device", "port"}, nil)
+	descSuppressed  = prometheus.NewDesc("ibpath_port_suppressed", "1 while the port's flap damping keeps traffic from returning to it.", []string{"device", "port"}, nil)
 	descOwners      = prometheus.NewDesc("ibpath_owners", "Processes attached over the owner protocol.", nil, nil)
 	descPeers       = prometheus.NewDesc("ibpath_peers", "Replication peers by state.", []string{"state"}, nil)
 	descEntries     = prometheus.NewDesc("ibpath_store_entries", "Entries of the local store.", []string{"kind"}, nil)
@@ -50,7 +52,7 @@ type statusCollector struct{ status func() status.Node }
 // registry asks at registration, before the daemon is up).
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMigrations, descFailovers, descSwitchbacks, descArmed, descQPs, descPortUp,
-		descOwners, descPeers, descEntries, descLag, descPeersRef, descRecordsRef, descReplaysRef, descOwnerRef, descConnsRef,
+		descPenalty, descSuppressed, descOwners, descPeers, descEntries, descLag, descPeersRef, descRecordsRef, descReplaysRef, descOwnerRef, descConnsRef,
 		descSimulated, descDrainLeft} {
 		ch <- d
 	}
@@ -81,7 +83,17 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 			if p.State == "ACTIVE" {
 				up = 1
 			}
-			gauge(descPortUp, up, strings.ToValidUTF8(h.Name, "\uFFFD"), fmt.Sprint(p.Num))
+			dev, num := strings.ToValidUTF8(h.Name, "\uFFFD"), fmt.Sprint(p.Num)
+			gauge(descPortUp, up, dev, num)
+			pen, sup := 0.0, 0.0
+			if d := p.Damping; d != nil {
+				pen = d.Penalty
+				if d.Suppressed {
+					sup = 1
+				}
+			}
+			gauge(descPenalty, pen, dev, num)
+			gauge(descSuppressed, sup, dev, num)
 		}
 	}
 	for _, x := range n.Drains {

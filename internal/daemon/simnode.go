@@ -23,6 +23,8 @@ type SimConfig struct {
 	// Tick is the real-time period of the fabric driver; the simulated
 	// clock advances by the same amount.
 	Tick time.Duration
+
+	damping pathsel.DampingConfig // the workload's layer 1 (Config.Damping)
 }
 
 // simNode is this node's host on the simulated fabric, with a workload of
@@ -96,11 +98,13 @@ func startSimNode(cfg SimConfig, log *slog.Logger, forward func(asyncev.Event)) 
 			}
 		}
 	}
-	mgr, err := apm.New(f, apm.DefaultConfig, cat, nil)
+	l1 := apm.DefaultConfig
+	l1.Damping = cfg.damping
+	mgr, err := apm.New(f, l1, cat, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sim: layer 1: %w", err)
 	}
-	peerMgr, err := apm.New(f, apm.DefaultConfig, cat, nil)
+	peerMgr, err := apm.New(f, l1, cat, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sim: peer layer 1: %w", err)
 	}

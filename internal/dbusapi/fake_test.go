@@ -34,7 +34,7 @@ func newFake() *fakeBackend {
 		Fabric:  status.Fabric{Kind: status.FabricSim, Reason: "test"},
 		QPs:     []status.QP{{Device: "mlx5_0", QPN: 0x11}, {Device: "mlx5_0", QPN: 0x12}},
 		Peers:   []status.Peer{{Name: "node2", State: status.PeerAlive}},
-		Totals:  status.Totals{Migrations: 3, Failovers: 1, Switchbacks: 1, ArmedQPs: 2},
+		Totals:  status.Totals{Migrations: 3, Failovers: 1, Switchbacks: 1, ArmedQPs: 2, SuppressedPorts: 1},
 	}}
 }
 

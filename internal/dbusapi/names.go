@@ -28,6 +28,9 @@ const (
 	PropFailovers   = "Failovers"
 	PropSwitchbacks = "Switchbacks"
 	PropPeers       = "Peers"
+	// PropSuppressedPorts counts the ports flap damping keeps traffic
+	// off (status totals.suppressed_ports).
+	PropSuppressedPorts = "SuppressedPorts"
 )
 
 // Interfaces of the freedesktop specification this package implements.

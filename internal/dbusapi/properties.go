@@ -14,22 +14,23 @@ import (
 // compared.
 var propNames = []string{
 	PropNode, PropFabric, PropVersion, PropArmedQPs, PropQPs,
-	PropMigrations, PropFailovers, PropSwitchbacks, PropPeers,
+	PropMigrations, PropFailovers, PropSwitchbacks, PropPeers, PropSuppressedPorts,
 }
 
 // propValues are the property values of one status.Node, keyed by
 // property name, with the Go types that give their D-Bus signatures.
 func propValues(n status.Node) map[string]any {
 	return map[string]any{
-		PropNode:        n.Node,
-		PropFabric:      n.Fabric.Kind,
-		PropVersion:     n.Version,
-		PropArmedQPs:    clampU32(n.Totals.ArmedQPs),
-		PropQPs:         clampU32(n.QPsTotal),
-		PropMigrations:  n.Totals.Migrations,
-		PropFailovers:   n.Totals.Failovers,
-		PropSwitchbacks: n.Totals.Switchbacks,
-		PropPeers:       clampU32(len(n.Peers)),
+		PropNode:            n.Node,
+		PropFabric:          n.Fabric.Kind,
+		PropVersion:         n.Version,
+		PropArmedQPs:        clampU32(n.Totals.ArmedQPs),
+		PropQPs:             clampU32(n.QPsTotal),
+		PropMigrations:      n.Totals.Migrations,
+		PropFailovers:       n.Totals.Failovers,
+		PropSwitchbacks:     n.Totals.Switchbacks,
+		PropPeers:           clampU32(len(n.Peers)),
+		PropSuppressedPorts: clampU32(n.Totals.SuppressedPorts),
 	}
 }
 

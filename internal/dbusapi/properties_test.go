@@ -16,15 +16,16 @@ func TestGetAndGetAllProperties(t *testing.T) {
 	obj := dial(t, addr).Object(BusName, Path)
 
 	want := map[string]any{
-		PropNode:        "node1",
-		PropFabric:      status.FabricSim,
-		PropVersion:     "1.2.3",
-		PropArmedQPs:    uint32(2),
-		PropQPs:         uint32(2),
-		PropMigrations:  uint64(3),
-		PropFailovers:   uint64(1),
-		PropSwitchbacks: uint64(1),
-		PropPeers:       uint32(1),
+		PropNode:            "node1",
+		PropFabric:          status.FabricSim,
+		PropVersion:         "1.2.3",
+		PropArmedQPs:        uint32(2),
+		PropQPs:             uint32(2),
+		PropMigrations:      uint64(3),
+		PropFailovers:       uint64(1),
+		PropSwitchbacks:     uint64(1),
+		PropPeers:           uint32(1),
+		PropSuppressedPorts: uint32(1),
 	}
 	var all map[string]dbus.Variant
 	if err := obj.Call(ifaceProperties+".GetAll", 0, Interface).Store(&all); err != nil {
@@ -138,6 +139,7 @@ func TestTickerRefreshesProperties(t *testing.T) {
 	f.update(func(n *status.Node) {
 		n.Peers = append(n.Peers, status.Peer{Name: "node3"})
 		n.Node = "renamed"
+		n.Totals.SuppressedPorts = 2
 	})
-	changedProps(t, ch, map[string]any{PropPeers: uint32(2), PropNode: "renamed"}, 3*time.Second)
+	changedProps(t, ch, map[string]any{PropPeers: uint32(2), PropNode: "renamed", PropSuppressedPorts: uint32(2)}, 3*time.Second)
 }

@@ -78,6 +78,7 @@ type l2qp struct {
 	resetNoted       string    // the last "cannot reset the default QP" reason logged
 	probeFailsLogged int       // failed probes of this failover last logged
 	awayNoted        string    // the last reason logged for not giving the QP back
+	heldUntil        time.Time // flap damping holds its switch back until then (damping.go); zero: not held
 	fatal            bool      // its default device died: no switch back
 	polledAt         time.Time // when runConn last began polling its Conn
 	staleBefore      time.Time // backup events read earlier announce what its last Conn drained

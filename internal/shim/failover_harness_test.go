@@ -126,6 +126,17 @@ func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *shimtest.C
 		}
 		o.env[EnvSwitch] = "on"
 	}
+	if o.env[EnvDamping] == "" {
+		// These tests pull and put back cables to check what each
+		// step of a failover and a switch back does, a few virtual
+		// milliseconds apart: flap damping would hold every switch
+		// back after the first. Its own tests turn it on.
+		o.env = maps.Clone(o.env)
+		if o.env == nil {
+			o.env = map[string]string{}
+		}
+		o.env[EnvDamping] = "off"
+	}
 	cfg, err := FromEnv(env(o.env))
 	if err != nil {
 		t.Fatal(err)

@@ -61,7 +61,8 @@ func (r *Runtime) SetProvider(p verbs.Provider) {
 }
 
 // chooseBackup picks the backup device for dev: IBPATH_BACKUP when it
-// names one, else the first other device with an ACTIVE port.
+// names one, else the first other device with an ACTIVE port that flap
+// damping does not suppress, else the first with an ACTIVE port.
 func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
 	if r.cfg.Backup != "auto" {
 		if r.cfg.Backup == dev {
@@ -77,6 +78,8 @@ func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	var damped string // the first device whose ACTIVE ports are all suppressed
+	var dampedCtx verbs.Context
 	for _, d := range devs {
 		if d.Name == dev {
 			continue
@@ -85,15 +88,30 @@ func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
 		if err != nil {
 			continue
 		}
-		h, err := pathsel.Describe(c)
-		if err == nil {
+		active, calm := false, false
+		if h, err := pathsel.Describe(c); err == nil {
 			for _, p := range h.Ports {
 				if p.Active() {
-					return d.Name, c, nil
+					active = true
+					calm = calm || !r.suppressed(d.Name, p.Num)
 				}
 			}
 		}
-		c.Close()
+		switch {
+		case calm:
+			if dampedCtx != nil {
+				dampedCtx.Close()
+			}
+			return d.Name, c, nil
+		case active && dampedCtx == nil:
+			damped, dampedCtx = d.Name, c
+		default:
+			c.Close()
+		}
+	}
+	if dampedCtx != nil {
+		r.log.Info("libibpath: every other device's ACTIVE ports are suppressed by flap damping; the backup is one of them", "device", dev, "backup", damped)
+		return damped, dampedCtx, nil
 	}
 	return "", nil, fmt.Errorf("no other device with an ACTIVE port")
 }

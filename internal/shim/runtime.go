@@ -10,6 +10,7 @@ import (
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
 	"github.com/ibpath/ibpath/internal/status"
+	"github.com/ibpath/ibpath/pathsel"
 	"github.com/ibpath/ibpath/verbs"
 )
 
@@ -105,8 +106,11 @@ type Runtime struct {
 	ports    map[portKey]PortState
 	portErr  map[portKey]time.Time // when each port's last PORT_ERR was seen (migrationTook)
 	drained  map[portKey]bool      // ports an operator drained (drain.go)
-	closed   bool
-	stop     chan struct{}
+	// damp is the flap damping of the ports whose events the shim's
+	// contexts saw (Config.Damping; damping.go), on fo.clock.
+	damp   *pathsel.Damper[pathsel.PortKey]
+	closed bool
+	stop   chan struct{}
 
 	l2mu     sync.Mutex // serialises the shadows (crossnic.Shadow is single-threaded)
 	shadows  map[uintptr]*shadowSet
@@ -157,6 +161,7 @@ func newRuntime(cfg Config, log *slog.Logger, st *stepper) *Runtime {
 	if st != nil {
 		r.now, r.fo.clock = st.timeOfDay, st.clock
 	}
+	r.damp = newPortDamper(cfg.Damping, log)
 	r.startLayer1()
 	return r
 }

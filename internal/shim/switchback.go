@@ -101,11 +101,11 @@ func (r *Runtime) tickLater() {
 
 // portUp reports whether a port of the application's device is up, as
 // the last port event on the shim's own context said (up when none came),
-// and not drained.
+// not drained, and not suppressed by flap damping (damping.go).
 func (r *Runtime) portUp(dev string, port uint8) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.drained[portKey{dev, port}] {
+	if r.drained[portKey{dev, port}] || r.suppressedLocked(dev, port) {
 		return false
 	}
 	p, ok := r.ports[portKey{dev, port}]
@@ -186,6 +186,7 @@ func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 		}
 		r.noteReset(q)
 		r.noteAway(q)
+		r.noteHeld(q)
 		if q.conn != nil && q.conn.Home() && !q.stayDiverted && r.undivert(q) {
 			home = append(home, q)
 		}

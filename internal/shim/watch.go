@@ -114,6 +114,7 @@ func (r *Runtime) portEvent(dev string, ev verbs.AsyncEvent) {
 		up := ev.Type == verbs.EventPortActive
 		r.mu.Lock()
 		r.ports[portKey{dev, ev.Port}] = PortState{Device: dev, Port: ev.Port, Up: up, Event: ev.Type}
+		r.portFlap(dev, ev.Port, up)
 		r.mu.Unlock()
 		r.log.Info(fmt.Sprintf("libibpath: %s %v port %d", dev, ev.Type, ev.Port))
 	case verbs.EventDeviceFatal:

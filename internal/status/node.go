@@ -24,8 +24,12 @@ type Node struct {
 	Version string    `json:"version"` // ibpathd version
 	Started time.Time `json:"started"`
 	Fabric  Fabric    `json:"fabric"`
-	HCAs    []HCA     `json:"hcas"`
-	QPs     []QP      `json:"qps"`
+	// Damping is the flap damping ibpathd applies to the ports it polls
+	// (--damping, in pathsel.ParseDamping's syntax: "off", or every
+	// setting with its value).
+	Damping string `json:"damping"`
+	HCAs    []HCA  `json:"hcas"`
+	QPs     []QP   `json:"qps"`
 	// QPsTotal is the number of QPs of the node, and Layers counts them
 	// by layer (LayerAPM, LayerCrossNIC, LayerNone, LayerOther), whether
 	// QPs lists them all or, asked for fewer rows (GET /v1/status?qps=N),
@@ -87,6 +91,22 @@ type Port struct {
 	Rate      string   `json:"rate"` // "100 Gb/sec (4X EDR)"
 	GIDs      []string `json:"gids,omitempty"`
 	Netdev    string   `json:"netdev,omitempty"`
+	// Damping is the port's flap damping as ibpathd sees it (from its
+	// port poll, docs/DAEMON.md "Flap damping"); absent while the port
+	// has no penalty.
+	Damping *PortDamping `json:"damping,omitempty"`
+}
+
+// PortDamping is a port's flap damping (RFC 2439's figure of merit,
+// pathsel.Damper): a penalty per down event that decays with a
+// half-life; while suppressed, traffic is not moved back onto the port.
+type PortDamping struct {
+	Penalty    float64 `json:"penalty"` // decayed to the time of the status
+	Flaps      int     `json:"flaps"`   // down events since the penalty was last forgotten
+	Suppressed bool    `json:"suppressed"`
+	// ReuseAt is when a suppressed port may carry traffic again, if it
+	// does not flap before then; zero when not suppressed.
+	ReuseAt time.Time `json:"reuse_at,omitzero"`
 }
 
 // Layers a QP can be protected by.
@@ -139,6 +159,10 @@ type QP struct {
 	// then because its home port or path flapped (flap damping,
 	// docs/APM.md); zero when its failback is not held.
 	FailbackHeldUntil time.Time `json:"failback_held_until,omitzero"`
+	// SwitchbackHeldUntil: layer 2 keeps the QP on its backup until
+	// then because its home port flapped (flap damping,
+	// docs/CROSSNIC.md); zero when its switch back is not held.
+	SwitchbackHeldUntil time.Time `json:"switchback_held_until,omitzero"`
 	// KeptEvents names the async events of the QP (or of its device) the
 	// shim kept from the application because layer 2 carried the QP on
 	// its backup ("QP_FATAL, DEVICE_FATAL"); empty when none.
@@ -228,6 +252,9 @@ type Totals struct {
 	Failovers   uint64 `json:"failovers"`
 	Switchbacks uint64 `json:"switchbacks"`
 	ArmedQPs    int    `json:"armed_qps"`
+	// SuppressedPorts counts the ports whose flap damping keeps traffic
+	// off them now (Port.Damping).
+	SuppressedPorts int `json:"suppressed_ports"`
 	// Replication lag of the pushes this node received, in seconds
 	// (0 when none was received yet).
 	ReplicationLagP50Seconds float64 `json:"replication_lag_p50_seconds"`

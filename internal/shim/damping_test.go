@@ -1,0 +1,124 @@
+package shim
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/ibpath/ibpath/internal/syncbuf"
+	"github.com/ibpath/ibpath/pathsel"
+	"github.com/ibpath/ibpath/verbs/sim"
+)
+
+// TestSwitchBackDamped: A's cable flaps twice under traffic, a few
+// virtual milliseconds apart, with flap damping on (half-life 200 ms).
+// After the first failover both QPs switch back as soon as the cable is
+// back; after the second, A's port is suppressed: both QPs stay on
+// their backups, the traffic flowing there, A's status and log say
+// until when, and they come home once the penalty has decayed below the
+// reuse threshold, not before. Every message arrives once, in order.
+func TestSwitchBackDamped(t *testing.T) {
+	f, hosts, qa, qb := expressWorld(t, 79, l2opts{env: map[string]string{EnvDamping: "half-life=200ms,max-suppress=10s"}})
+	a := hosts[0]
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("A log:\n%s\nB log:\n%s", a.log, hosts[1].log)
+		}
+	})
+	failedOverBoth(t, f, hosts, qa, qb, 1)
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	homeAgain(t, f, hosts, qa, qb)
+	if s := qa.status(); s.Switchbacks != 1 || !s.SwitchbackHeldUntil.IsZero() {
+		t.Fatalf("after one flap: %+v; want switched back, not held", s)
+	}
+	first := f.Now()
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A diverted again on PORT_ERR", qa.diverted)
+	failedOverBoth(t, f, hosts, qa, qb, 2)
+	key := pathsel.PortKey{Device: "mlx5_0", Port: 1}
+	a.rt.mu.Lock()
+	reuse, held := a.rt.damp.ReuseAt(key, f.Now())
+	a.rt.mu.Unlock()
+	if !held {
+		t.Fatalf("A's port not suppressed by two flaps %v apart", f.Now()-first)
+	}
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("flaps %v apart; reuse %v after the second", f.Now()-first, reuse-f.Now())
+	for f.Now() < reuse-2*time.Millisecond {
+		switchStep(t, f, hosts, qa, qb)
+		f.RunFor(time.Millisecond)
+		if !qa.diverted() {
+			t.Fatalf("A back home at virtual %v, before its port's reuse at %v", f.Now(), reuse)
+		}
+	}
+	if s := qa.status(); s.SwitchbackHeldUntil.IsZero() || s.Switchbacks != 1 {
+		t.Fatalf("held: A's status %+v; want its switch back held", s)
+	}
+	if a.logLine("layer 2 switch back held: the home port flapped", qpnAttr(qa)) == "" {
+		t.Fatal("no line says A's switch back is held")
+	}
+	homeAgain(t, f, hosts, qa, qb)
+	if f.Now() < reuse {
+		t.Fatalf("home at virtual %v, before the reuse at %v", f.Now(), reuse)
+	}
+	for _, q := range []*appQP{qa, qb} {
+		if s := q.status(); s.Switchbacks != 2 || !s.SwitchbackHeldUntil.IsZero() {
+			t.Fatalf("%s home: %+v; want 2 switch backs, none held", q.x.name, s)
+		}
+	}
+	sendMoreClean(t, f, hosts, qa, qb, 100)
+}
+
+// TestBackupAvoidsDampedPort: layer 2's backup is another device with
+// an ACTIVE port that flap damping does not suppress; with every other
+// device's ports suppressed, the first with an ACTIVE port, said in
+// the log; with damping off, the first.
+func TestBackupAvoidsDampedPort(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 5}, Hosts: 2, HCAsPerHost: 3, PortsPerHCA: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		damping string
+		flapped []string
+		want    string
+		said    bool
+	}{
+		{"", nil, "mlx5_1", false},
+		{"", []string{"mlx5_1"}, "mlx5_2", false},
+		{"", []string{"mlx5_1", "mlx5_2"}, "mlx5_1", true},
+		{"off", []string{"mlx5_1"}, "mlx5_1", false},
+	} {
+		cfg, err := FromEnv(env(map[string]string{EnvDamping: c.damping}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb := &syncbuf.Buffer{}
+		r := NewRuntime(cfg, slog.New(slog.NewTextHandler(lb, nil)))
+		r.fo.clock = f
+		r.SetProvider(f.Host("node0"))
+		r.mu.Lock()
+		for _, dev := range c.flapped {
+			for _, up := range []bool{false, true, false, true} {
+				r.portFlap(dev, 1, up)
+			}
+		}
+		r.mu.Unlock()
+		name, ctx, err := r.chooseBackup("mlx5_0")
+		r.Close()
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		ctx.Close()
+		said := (&l2host{log: lb}).logLine("every other device's ACTIVE ports are suppressed") != ""
+		if name != c.want || said != c.said {
+			t.Errorf("damping %q, %v flapped: backup %s (said %v), want %s (%v)\n%s", c.damping, c.flapped, name, said, c.want, c.said, lb)
+		}
+	}
+}
