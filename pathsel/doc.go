@@ -6,6 +6,8 @@
 // Automatic Path Migration — the other port of a dual-port HCA or another
 // LID of the LMC range — in a configurable policy order, never through a
 // port that is down; choosing the backup adapter for cross-NIC failover
-// (the next healthy rail); and damping ports and paths that flap (Damper:
-// traffic does not return to one whose decaying penalty suppresses it).
+// (the next healthy rail); damping ports and paths that flap (Damper:
+// traffic does not return to one whose decaying penalty suppresses it);
+// and judging a port's health from its counters (ReadPortCounters,
+// HealthMonitor: a link that loses packets while it is up).
 package pathsel

@@ -173,6 +173,14 @@ type Clock interface {
 	Now() time.Duration
 }
 
+// PortCounterReader is implemented by contexts that read a port's
+// counters, keyed by the names the kernel gives them under sysfs
+// (counters/ and hw_counters/; pathsel.ReadPortCounters, which reads
+// them on hardware, classes them).
+type PortCounterReader interface {
+	PortCounters(port uint8) (map[string]uint64, error)
+}
+
 // AsyncNotifier is implemented by contexts that can say when an async event
 // may be pending, so an event pump can wait instead of spinning. A value
 // arrives on the channel (coalesced: one may stand for several events)

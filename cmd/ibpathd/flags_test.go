@@ -48,6 +48,8 @@ func TestBadInvocationsFailClearly(t *testing.T) {
 		{"stray argument", []string{"start"}, `unexpected argument "start"`},
 		{"sim index outside", []string{"--fabric", "sim", "--no-replication", "--sim-index", "5"}, "node index 5"},
 		{"bad damping", []string{"--fabric", "sim", "--no-replication", "--damping", "half-life=soon"}, `damping "half-life=soon": half-life`},
+		{"bad health", []string{"--fabric", "sim", "--no-replication", "--health", "retrans-ratio=5"}, `health "retrans-ratio=5": retrans-ratio`},
+		{"negative counter poll", []string{"--fabric", "sim", "--no-replication", "--counter-poll", "-1s"}, "counter poll -1s"},
 		{"damping reuse above suppress", []string{"--fabric", "sim", "--no-replication", "--damping", "reuse=2000"}, "need 0 < reuse < suppress"},
 	} {
 		out, err := runOnce(t, append(append([]string{}, base...), tc.args...)...)

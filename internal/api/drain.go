@@ -47,6 +47,9 @@ type DrainResult struct {
 	Drained bool          `json:"drained"`
 	Changed bool          `json:"changed"`
 	Owners  []OwnerAnswer `json:"owners"`
+	// Note says what else holds the port: an undrained port that ibpathd
+	// keeps out of service for its health.
+	Note string `json:"note,omitempty"`
 }
 
 // Drain takes a port out of service until Undrain.

@@ -158,6 +158,9 @@ func renderDrain(w io.Writer, r api.DrainResult, left *status.Drain, wait time.D
 	default:
 		fmt.Fprintf(w, "%s was not drained: nothing changed\n", p)
 	}
+	if r.Note != "" {
+		fmt.Fprintln(w, r.Note)
+	}
 	if len(r.Owners) > 0 {
 		t := newTable(w, "OWNER", "OK", "ANSWER", "ERROR")
 		for _, o := range r.Owners {
@@ -201,7 +204,11 @@ func renderDrains(w io.Writer, ds []status.Drain) error {
 		if d.QPsLeft > 0 {
 			left = fmt.Sprintf("QPs still on it: %d", d.QPsLeft)
 		}
-		fmt.Fprintf(w, "  %s:%d since %s by uid %d: %s\n", d.Device, d.Port, when(d.Since), d.ByUID, left)
+		by := fmt.Sprintf("by uid %d", d.ByUID)
+		if d.Reason != "" {
+			by = "by ibpathd, " + d.Reason
+		}
+		fmt.Fprintf(w, "  %s:%d since %s %s: %s\n", d.Device, d.Port, when(d.Since), by, left)
 		if len(d.QPs) > 0 {
 			if err := renderDrainQPs(w, d.QPs); err != nil {
 				return err

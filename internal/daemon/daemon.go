@@ -53,6 +53,11 @@ type Config struct {
 	// "half-life=10s,suppress=2000"); it also damps the simulated
 	// workload's fail back (damping.go).
 	Damping string
+	// CounterPoll is how often the ports' counters are read for their
+	// health (health.go); Health the rule, in pathsel.ParseHealth's
+	// syntax ("" or "on": the defaults; "off": counters not read).
+	CounterPoll time.Duration
+	Health      string
 	// MetricsListen, when set, also serves /metrics on this TCP address.
 	MetricsListen string
 	// PprofListen, when set, serves the Go runtime's profiles
@@ -67,6 +72,7 @@ type Config struct {
 
 	lim     timeouts              // the socket's timeouts (connlimit.go); tests shorten them
 	damping pathsel.DampingConfig // Damping, parsed
+	health  pathsel.HealthConfig  // Health, parsed
 }
 
 // DefaultConfig holds the defaults.
@@ -78,6 +84,7 @@ var DefaultConfig = Config{
 	Sim:             SimConfig{Seed: 1, Hosts: 2, QPs: 4, Tick: time.Millisecond},
 	CommandTimeout:  5 * time.Second,
 	PortPoll:        time.Second,
+	CounterPoll:     time.Second,
 	MaxConnsPerUser: 1024,
 }
 
@@ -127,6 +134,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: damping: %w", err)
 	}
 	c.damping, c.Sim.damping = dc, dc
+	if c.health, err = pathsel.ParseHealth(c.Health); err != nil {
+		return c, fmt.Errorf("config: health: %w", err)
+	}
+	switch {
+	case c.CounterPoll == 0:
+		c.CounterPoll = d.CounterPoll
+	case c.CounterPoll < 0:
+		return c, fmt.Errorf("config: counter poll %v: must be positive", c.CounterPoll)
+	}
 	c.lim = c.lim.withDefaults()
 	switch {
 	case c.MaxConnsPerUser == 0:
@@ -157,6 +173,7 @@ type Daemon struct {
 	owners owners
 	drains *drainSet    // the drained ports (drain.go)
 	damp   *portDamping // the ports' flap damping (damping.go)
+	health *healthWatch // the ports' health (health.go); nil: not judged
 	repl   replicator
 	events broadcaster
 
@@ -206,6 +223,11 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	d.poll.every = fullReadEvery(cfg.PortPoll)
 	if d.damp, err = newPortDamping(cfg.damping, d.started); err != nil {
 		return nil, fmt.Errorf("config: damping: %w", err)
+	}
+	if !cfg.health.Off {
+		if d.health, err = newHealthWatch(cfg.health); err != nil {
+			return nil, fmt.Errorf("config: health: %w", err)
+		}
 	}
 	if err := d.pickFabric(); err != nil {
 		return nil, err
@@ -277,6 +299,10 @@ func (d *Daemon) Serve(ctx context.Context, ready func() error) error {
 	}
 	d.wg.Add(1)
 	go d.watchPorts()
+	if d.health != nil {
+		d.wg.Add(1)
+		go d.watchCounters()
+	}
 	d.log.Info("ibpathd serving", "socket", d.cfg.Socket, "node", d.cfg.Node, "fabric", d.fabric.Kind, "reason", d.fabric.Reason)
 	if ready != nil {
 		if err := ready(); err != nil {

@@ -82,3 +82,25 @@ func (p *portDamping) port(dev string, port uint8, now time.Time) *status.PortDa
 
 // config is the damping in force.
 func (p *portDamping) config() pathsel.DampingConfig { return p.d.Config() }
+
+// fault records a down event of k that the port poll does not see: its
+// health degraded (health.go).
+func (p *portDamping) fault(k pathsel.PortKey) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.d.Down(k, p.clock())
+}
+
+// recovered ends the outage fault began.
+func (p *portDamping) recovered(k pathsel.PortKey) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.d.Up(k, p.clock())
+}
+
+// suppressedNow reports whether k is suppressed now.
+func (p *portDamping) suppressedNow(k pathsel.PortKey) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.d.Suppressed(k, p.clock())
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -77,6 +78,12 @@ func (d *Daemon) drainPort(ctx context.Context, c api.Caller, req api.PortReques
 		return api.DrainResult{}, &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("%s %s: %v", op, req, err)}
 	}
 	res := api.DrainResult{Action: op, Device: req.Device, Port: req.Port, Drained: on, Changed: changed}
+	if !on && d.healthOut(req.Device, req.Port) {
+		// ibpathd keeps it out of service for its health (health.go)
+		res.Note = fmt.Sprintf("%s stays out of service: ibpathd found it degraded; it comes back once healthy again and its flap damping allows", req)
+		d.log.Info(op, "port", req.String(), "changed", changed, "note", res.Note, "uid", c.UID, "pid", c.PID)
+		return res, nil
+	}
 	if d.sim != nil {
 		res.Owners = append(res.Owners, d.sim.drain(req.Device, req.Port, on))
 	}
@@ -131,12 +138,17 @@ func noDrain(o *owner) string {
 // ports, off its session's read loop.
 func (d *Daemon) drainNewOwner(o *owner) {
 	all := d.drains.all()
-	if len(all) == 0 || o.hello.Proto < ownerproto.OpDrainProto {
-		return
+	var cmds []ownerproto.Command
+	for _, x := range all {
+		cmds = append(cmds, ownerproto.Command{Op: ownerproto.OpDrain, Device: x.Device, Port: x.Port})
 	}
-	cmds := make([]ownerproto.Command, len(all))
-	for i, x := range all {
-		cmds[i] = ownerproto.Command{Op: ownerproto.OpDrain, Device: x.Device, Port: x.Port}
+	for k := range d.healthDrains() {
+		if !d.drains.has(k.Device, k.Port) {
+			cmds = append(cmds, ownerproto.Command{Op: ownerproto.OpDrain, Device: k.Device, Port: k.Port})
+		}
+	}
+	if len(cmds) == 0 || o.hello.Proto < ownerproto.OpDrainProto {
+		return
 	}
 	if a := d.tellOwners(context.Background(), []*owner{o}, cmds)[0]; a.Error != "" {
 		d.log.Warn("drain: a process that attached was not told", "pid", o.hello.PID, "err", a.Error)
@@ -154,6 +166,17 @@ func (d *Daemon) newDrainStatus() *drainStatus {
 	s := &drainStatus{d: d}
 	for _, x := range d.drains.all() {
 		s.list = append(s.list, status.Drain{Device: x.Device, Port: x.Port, Since: x.Since, ByUID: x.ByUID, QPs: []status.DrainQP{}})
+	}
+	hd := d.healthDrains()
+	keys := slices.SortedFunc(maps.Keys(hd), pathsel.ComparePortKeys)
+	for _, k := range keys {
+		if x := hd[k]; !d.drains.has(k.Device, k.Port) {
+			why := "degraded: " + x.why
+			if x.healthy {
+				why = "degraded (healthy again, back once its flap damping allows): " + x.why
+			}
+			s.list = append(s.list, status.Drain{Device: k.Device, Port: k.Port, Since: x.since.UTC(), Reason: why, QPs: []status.DrainQP{}})
+		}
 	}
 	return s
 }
@@ -198,7 +221,7 @@ func (d *Daemon) drainView(h pathsel.HCA) pathsel.HCA {
 	}
 	cloned := false
 	for i, p := range h.Ports {
-		if d.drains.has(h.Name, p.Num) {
+		if d.drains.has(h.Name, p.Num) || d.healthOut(h.Name, p.Num) {
 			if !cloned {
 				h.Ports, cloned = slices.Clone(h.Ports), true
 			}

@@ -32,6 +32,9 @@ var (
 	descPortUp      = prometheus.NewDesc("ibpath_port_up", "1 when the port is ACTIVE.", []string{"device", "port"}, nil)
 	descPenalty     = prometheus.NewDesc("ibpath_port_flap_penalty", "The port's flap damping penalty now (decays with the half-life; 0: none).", []string{"device", "port"}, nil)
 	descSuppressed  = prometheus.NewDesc("ibpath_port_suppressed", "1 while the port's flap damping keeps traffic from returning to it.", []string{"device", "port"}, nil)
+	descDegraded    = prometheus.NewDesc("ibpath_port_out_of_service", "1 while ibpathd keeps the port out of service for its health (found degraded from its counters).", []string{"device", "port"}, nil)
+	descRetrans     = prometheus.NewDesc("ibpath_port_retransmissions_per_second", "Retransmissions of the port's requesters per second, over the health rule's window.", []string{"device", "port"}, nil)
+	descLinkErrs    = prometheus.NewDesc("ibpath_port_link_errors_per_second", "Link errors of the port per second, over the health rule's window.", []string{"device", "port"}, nil)
 	descOwners      = prometheus.NewDesc("ibpath_owners", "Processes attached over the owner protocol.", nil, nil)
 	descPeers       = prometheus.NewDesc("ibpath_peers", "Replication peers by state.", []string{"state"}, nil)
 	descEntries     = prometheus.NewDesc("ibpath_store_entries", "Entries of the local store.", []string{"kind"}, nil)
@@ -52,7 +55,7 @@ type statusCollector struct{ status func() status.Node }
 // registry asks at registration, before the daemon is up).
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMigrations, descFailovers, descSwitchbacks, descArmed, descQPs, descPortUp,
-		descPenalty, descSuppressed, descOwners, descPeers, descEntries, descLag, descPeersRef, descRecordsRef, descReplaysRef, descOwnerRef, descConnsRef,
+		descPenalty, descSuppressed, descDegraded, descRetrans, descLinkErrs, descOwners, descPeers, descEntries, descLag, descPeersRef, descRecordsRef, descReplaysRef, descOwnerRef, descConnsRef,
 		descSimulated, descDrainLeft} {
 		ch <- d
 	}
@@ -94,6 +97,15 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descPenalty, pen, dev, num)
 			gauge(descSuppressed, sup, dev, num)
+			if ph := p.Health; ph != nil {
+				out := 0.0
+				if ph.OutOfService {
+					out = 1
+				}
+				gauge(descDegraded, out, dev, num)
+				gauge(descRetrans, ph.RetransmissionsPerSecond, dev, num)
+				gauge(descLinkErrs, ph.LinkErrorsPerSecond, dev, num)
+			}
 		}
 	}
 	for _, x := range n.Drains {

@@ -18,7 +18,8 @@ import (
 func TestWriteMetrics(t *testing.T) {
 	n := status.Node{Fabric: status.Fabric{Kind: status.FabricSim},
 		HCAs: []status.HCA{{Name: "mlx5_0", Ports: []status.Port{{Num: 1, State: "ACTIVE"},
-			{Num: 2, State: "DOWN", Damping: &status.PortDamping{Penalty: 1500.5, Flaps: 2, Suppressed: true}}}}},
+			{Num: 2, State: "DOWN", Damping: &status.PortDamping{Penalty: 1500.5, Flaps: 2, Suppressed: true},
+				Health: &status.PortHealth{State: status.HealthDegraded, OutOfService: true, RetransmissionsPerSecond: 12.5, LinkErrorsPerSecond: 0.25}}}}},
 		QPs:    []status.QP{{Layer: status.LayerAPM}, {Layer: status.LayerAPM}, {Layer: status.LayerCrossNIC}},
 		Layers: map[string]int{status.LayerAPM: 2, status.LayerCrossNIC: 1},
 		Peers:  []status.Peer{{State: status.PeerAlive}, {State: status.PeerSuspect}},
@@ -36,6 +37,8 @@ func TestWriteMetrics(t *testing.T) {
 		`ibpath_port_up{device="mlx5_0",port="1"} 1`, `ibpath_port_up{device="mlx5_0",port="2"} 0`,
 		`ibpath_port_flap_penalty{device="mlx5_0",port="1"} 0`, `ibpath_port_flap_penalty{device="mlx5_0",port="2"} 1500.5`,
 		`ibpath_port_suppressed{device="mlx5_0",port="1"} 0`, `ibpath_port_suppressed{device="mlx5_0",port="2"} 1`,
+		`ibpath_port_out_of_service{device="mlx5_0",port="2"} 1`, `ibpath_port_retransmissions_per_second{device="mlx5_0",port="2"} 12.5`,
+		`ibpath_port_link_errors_per_second{device="mlx5_0",port="2"} 0.25`,
 		`ibpath_peers{state="alive"} 1`, `ibpath_peers{state="suspect"} 1`, `ibpath_peers{state="dead"} 0`,
 		`ibpath_store_entries{kind="mr"} 7`, `ibpath_replication_lag_seconds{quantile="0.99"} 0.015`,
 		"ibpath_peers_refused_total 4\n", "ibpath_fabric_simulated 1\n",

@@ -21,7 +21,7 @@ func (d *Daemon) Status() status.Node { return d.StatusOf(-1) }
 // is: a node with 100,000 QPs answers a summary without copying and
 // sorting them all (docs/PERFORMANCE.md, "ibpathd under load").
 func (d *Daemon) StatusOf(rows int) status.Node {
-	n := status.Node{Schema: status.SchemaVersion, Node: d.cfg.Node, Version: d.cfg.Build.Version, Started: d.started, Fabric: d.fabric, Damping: d.damp.config().String(),
+	n := status.Node{Schema: status.SchemaVersion, Node: d.cfg.Node, Version: d.cfg.Build.Version, Started: d.started, Fabric: d.fabric, Damping: d.damp.config().String(), Health: d.healthRule(),
 		Layers: map[string]int{status.LayerAPM: 0, status.LayerCrossNIC: 0, status.LayerNone: 0, status.LayerOther: 0}}
 	armed := fsm.APMArmed.String()
 	count := func(q status.QP) {
@@ -50,8 +50,12 @@ func (d *Daemon) StatusOf(rows int) status.Node {
 		hs := hcaStatus(h)
 		for i := range hs.Ports {
 			hs.Ports[i].Damping = d.damp.port(h.Name, hs.Ports[i].Num, now)
+			hs.Ports[i].Health = d.portHealthStatus(h.Name, hs.Ports[i].Num)
 			if pd := hs.Ports[i].Damping; pd != nil && pd.Suppressed {
 				n.Totals.SuppressedPorts++
+			}
+			if ph := hs.Ports[i].Health; ph != nil && ph.OutOfService {
+				n.Totals.DegradedPorts++
 			}
 		}
 		n.HCAs = append(n.HCAs, hs)

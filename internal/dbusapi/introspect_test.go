@@ -82,7 +82,7 @@ func TestIntrospectionListsMethodsPropertiesAndSignals(t *testing.T) {
 	}
 
 	wantProps := []string{"Node s", "Fabric s", "Version s", "ArmedQPs u", "QPs u",
-		"Migrations t", "Failovers t", "Switchbacks t", "Peers u", "SuppressedPorts u"}
+		"Migrations t", "Failovers t", "Switchbacks t", "Peers u", "SuppressedPorts u", "DegradedPorts u"}
 	var props []string
 	for _, p := range iface.Properties {
 		props = append(props, p.Name+" "+p.Type)

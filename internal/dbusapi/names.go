@@ -31,6 +31,9 @@ const (
 	// PropSuppressedPorts counts the ports flap damping keeps traffic
 	// off (status totals.suppressed_ports).
 	PropSuppressedPorts = "SuppressedPorts"
+	// PropDegradedPorts counts the ports ibpathd keeps out of service
+	// for their health (status totals.degraded_ports).
+	PropDegradedPorts = "DegradedPorts"
 )
 
 // Interfaces of the freedesktop specification this package implements.

@@ -14,7 +14,7 @@ import (
 // compared.
 var propNames = []string{
 	PropNode, PropFabric, PropVersion, PropArmedQPs, PropQPs,
-	PropMigrations, PropFailovers, PropSwitchbacks, PropPeers, PropSuppressedPorts,
+	PropMigrations, PropFailovers, PropSwitchbacks, PropPeers, PropSuppressedPorts, PropDegradedPorts,
 }
 
 // propValues are the property values of one status.Node, keyed by
@@ -31,6 +31,7 @@ func propValues(n status.Node) map[string]any {
 		PropSwitchbacks:     n.Totals.Switchbacks,
 		PropPeers:           clampU32(len(n.Peers)),
 		PropSuppressedPorts: clampU32(n.Totals.SuppressedPorts),
+		PropDegradedPorts:   clampU32(n.Totals.DegradedPorts),
 	}
 }
 

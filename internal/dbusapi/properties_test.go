@@ -26,6 +26,7 @@ func TestGetAndGetAllProperties(t *testing.T) {
 		PropSwitchbacks:     uint64(1),
 		PropPeers:           uint32(1),
 		PropSuppressedPorts: uint32(1),
+		PropDegradedPorts:   uint32(0),
 	}
 	var all map[string]dbus.Variant
 	if err := obj.Call(ifaceProperties+".GetAll", 0, Interface).Store(&all); err != nil {

@@ -28,8 +28,12 @@ type Node struct {
 	// (--damping, in pathsel.ParseDamping's syntax: "off", or every
 	// setting with its value).
 	Damping string `json:"damping"`
-	HCAs    []HCA  `json:"hcas"`
-	QPs     []QP   `json:"qps"`
+	// Health is the rule ibpathd judges the ports' health by
+	// (--health, in pathsel.ParseHealth's syntax: "off", or every
+	// setting with its value).
+	Health string `json:"health"`
+	HCAs   []HCA  `json:"hcas"`
+	QPs    []QP   `json:"qps"`
 	// QPsTotal is the number of QPs of the node, and Layers counts them
 	// by layer (LayerAPM, LayerCrossNIC, LayerNone, LayerOther), whether
 	// QPs lists them all or, asked for fewer rows (GET /v1/status?qps=N),
@@ -95,6 +99,32 @@ type Port struct {
 	// port poll, docs/DAEMON.md "Flap damping"); absent while the port
 	// has no penalty.
 	Damping *PortDamping `json:"damping,omitempty"`
+	// Health is the port's health as ibpathd judges it from its counters
+	// (docs/DAEMON.md, "Port health"); absent when never judged.
+	Health *PortHealth `json:"health,omitempty"`
+}
+
+// Port health states (PortHealth.State).
+const (
+	HealthOK         = "ok"
+	HealthDegraded   = "degraded"
+	HealthRecovering = "recovering" // healthy again, back in service once its flap damping allows
+)
+
+// PortHealth is a port's health: rates over the rule's window, per
+// second, and whether the port is out of service for it.
+type PortHealth struct {
+	State                    string  `json:"state"` // HealthOK, HealthDegraded, HealthRecovering
+	Why                      string  `json:"why,omitempty"`
+	LinkErrorsPerSecond      float64 `json:"link_errors_per_second"`
+	RetransmissionsPerSecond float64 `json:"retransmissions_per_second"`
+	XmitPacketsPerSecond     float64 `json:"xmit_packets_per_second"`
+	CongestionPerSecond      float64 `json:"congestion_per_second"`
+	// OutOfService: the port's traffic was moved off it (as a drain
+	// moves it) since Since.
+	OutOfService bool      `json:"out_of_service"`
+	Since        time.Time `json:"since,omitzero"`
+	Error        string    `json:"error,omitempty"` // the last read of its counters failed
 }
 
 // PortDamping is a port's flap damping (RFC 2439's figure of merit,
@@ -175,6 +205,9 @@ type Drain struct {
 	Port   uint8     `json:"port"`
 	Since  time.Time `json:"since"`
 	ByUID  uint32    `json:"by_uid"`
+	// Reason is why ibpathd took the port out of service itself (its
+	// health, "degraded: ..."); empty for an operator's drain.
+	Reason string `json:"reason,omitempty"`
 	// QPsLeft counts the QPs whose traffic still uses the port; QPs lists
 	// the first 100, with why. The drain is complete when none is left.
 	QPsLeft int       `json:"qps_left"`
@@ -255,6 +288,9 @@ type Totals struct {
 	// SuppressedPorts counts the ports whose flap damping keeps traffic
 	// off them now (Port.Damping).
 	SuppressedPorts int `json:"suppressed_ports"`
+	// DegradedPorts counts the ports ibpathd keeps out of service for
+	// their health (Port.Health).
+	DegradedPorts int `json:"degraded_ports"`
 	// Replication lag of the pushes this node received, in seconds
 	// (0 when none was received yet).
 	ReplicationLagP50Seconds float64 `json:"replication_lag_p50_seconds"`

@@ -42,6 +42,9 @@ func (f *Fabric) linkDown(p *Port, phys verbs.PhysState) {
 	p.downAt = f.now
 	was := p.state
 	p.state, p.phys = verbs.PortDown, phys
+	if was != verbs.PortDown {
+		p.cnt.linkDowned++
+	}
 	if was != verbs.PortDown && p.hca.alive {
 		p.hca.raiseDevice(verbs.AsyncEvent{Type: verbs.EventPortErr, Port: p.num})
 	}

@@ -175,7 +175,9 @@ func (f *Fabric) transmit(q *QP, pa *path, p *packet, bytes uint32) bool {
 	start := f.now
 	if src.busyUntil > start {
 		start = src.busyUntil
+		src.cnt.xmitWait += uint64(start - f.now)
 	}
+	src.cnt.xmitPkts += uint64(max(p.npkts, 1))
 	ser := time.Duration(float64(bytes+64) * 8 / src.gbps)
 	src.busyUntil = start + ser
 	p.sentAt, p.leftAt = f.now, start+ser
@@ -207,7 +209,11 @@ func (f *Fabric) lost(p *packet, src, dst *Port) bool {
 	} else {
 		prob = max(src.respLoss, dst.respLoss)
 	}
-	return prob > 0 && f.rng.Float64() < prob
+	if prob > 0 && f.rng.Float64() < prob {
+		countLoss(p, src, dst)
+		return true
+	}
+	return false
 }
 
 func (f *Fabric) drop(p *packet, why string) {

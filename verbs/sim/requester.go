@@ -166,6 +166,9 @@ func (q *QP) onRetryTimer(gen uint32) {
 		return
 	}
 	f.stats.RetryTimeouts++
+	if q.prim.port != nil {
+		q.prim.port.cnt.ackTimeouts++
+	}
 	if q.retries < int(q.attr.RetryCnt) || (f.cfg.EndlessRetry7 && q.attr.RetryCnt == 7) {
 		q.retries++
 		if f.tracer != nil {
@@ -198,6 +201,9 @@ func (q *QP) onResponse(p *packet) {
 	case pktAck, pktReadResp, pktAtomicResp:
 		q.ackUpTo((p.psn+p.npkts-1)&psnMask, p)
 	case pktNakSeq:
+		if q.prim.port != nil {
+			q.prim.port.cnt.seqNaks++
+		}
 		q.ackUpTo((p.psn-1)&psnMask, nil)
 		if idx, ok := q.findPSN(p.psn); ok && idx < q.sqNext {
 			// A sequence NAK restarts the requester like a timeout and

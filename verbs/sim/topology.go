@@ -70,6 +70,7 @@ type Port struct {
 	waiters []*QP
 	wakeAt  time.Duration
 	downAt  time.Duration // when the link last went down (-1: never)
+	cnt     portCounters  // the port's counters (counters.go)
 	upGen   uint32        // bumped on every link change, to cancel a stale activation
 }
 

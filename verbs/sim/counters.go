@@ -1,0 +1,56 @@
+package sim
+
+import "github.com/ibpath/ibpath/verbs"
+
+// Port counters, under the names a driver gives them in sysfs
+// (pathsel.ReadPortCounters; docs/SIMULATOR.md, "Port counters"):
+//
+//   - port_xmit_packets: the packets that left the port (a message of n
+//     packets counts n);
+//   - port_rcv_errors: the packets lost to the port's loss (SetLoss). The
+//     model's lossy port is a bad cable, which corrupts what crosses it;
+//     the PMA of the switch port at its other end is not modelled, so
+//     both directions' losses count here. Exact-PSN drops (DropPSN, a
+//     test's tool) count nowhere;
+//   - link_downed: the link went down (IBA's LinkDownedCounter);
+//   - local_ack_timeout_err: a requester whose primary path leaves by the
+//     port timed out waiting for an ACK (mlx5's counter of the same
+//     name); packet_seq_err: such a requester got a sequence NAK;
+//   - port_xmit_wait: nanoseconds packets waited for the port, busy
+//     with earlier ones (IBA's PortXmitWait counts ticks of a
+//     vendor's clock; nanoseconds here).
+type portCounters struct {
+	xmitPkts, rcvErrors, linkDowned, ackTimeouts, seqNaks, xmitWait uint64
+}
+
+// PortCounters implements the sysfs counters of a port (the names
+// above): a verbs.PortCounterReader.
+func (c *Context) PortCounters(port uint8) (map[string]uint64, error) {
+	f := c.fab()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := c.usable("port counters"); err != nil {
+		return nil, err
+	}
+	p := c.hca.Port(port)
+	if p == nil {
+		return nil, verbs.Errorf("port counters", verbs.EINVAL, "%s has no port %d", c.hca.name, port)
+	}
+	k := p.cnt
+	return map[string]uint64{"port_xmit_packets": k.xmitPkts, "port_rcv_errors": k.rcvErrors, "link_downed": k.linkDowned,
+		"local_ack_timeout_err": k.ackTimeouts, "packet_seq_err": k.seqNaks, "port_xmit_wait": k.xmitWait}, nil
+}
+
+// countLoss counts a packet lost to the loss of src or dst on the
+// lossier of the two.
+func countLoss(p *packet, src, dst *Port) {
+	s, d := src.reqLoss, dst.reqLoss
+	if p.kind != pktRequest {
+		s, d = src.respLoss, dst.respLoss
+	}
+	if s >= d {
+		src.cnt.rcvErrors++
+	} else {
+		dst.cnt.rcvErrors++
+	}
+}
