@@ -3,7 +3,6 @@ package pathsel
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -14,27 +13,8 @@ import (
 // others at their defaults ("half-life=10s,suppress=2000"). The result
 // is checked as WithDefaults checks it.
 func ParseDamping(s string) (DampingConfig, error) {
-	s = strings.TrimSpace(s)
-	switch strings.ToLower(s) {
-	case "", "on":
-		return DefaultDamping, nil
-	case "off":
-		c := DefaultDamping
-		c.Off = true
-		return c, nil
-	}
 	var c DampingConfig
-	seen := map[string]bool{}
-	for _, f := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
-		if !ok || v == "" {
-			return c, fmt.Errorf("pathsel: damping %q: %q is not name=value (half-life, suppress, reuse, penalty, max-suppress), on or off", s, f)
-		}
-		if seen[k] {
-			return c, fmt.Errorf("pathsel: damping %q: %s given twice", s, k)
-		}
-		seen[k] = true
-		var err error
+	on, off, err := parseSettings("damping", s, []string{"half-life", "suppress", "reuse", "penalty", "max-suppress"}, func(k, v string) (err error) {
 		switch k {
 		case "half-life":
 			c.HalfLife, err = positiveDuration(v)
@@ -46,12 +26,18 @@ func ParseDamping(s string) (DampingConfig, error) {
 			c.Reuse, err = positiveNumber(v)
 		case "penalty":
 			c.Penalty, err = positiveNumber(v)
-		default:
-			return c, fmt.Errorf("pathsel: damping %q: unknown setting %q (half-life, suppress, reuse, penalty, max-suppress)", s, k)
 		}
-		if err != nil {
-			return c, fmt.Errorf("pathsel: damping %q: %s: %w", s, k, err)
-		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return c, err
+	case on:
+		return DefaultDamping, nil
+	case off:
+		c = DefaultDamping
+		c.Off = true
+		return c, nil
 	}
 	return c.WithDefaults()
 }

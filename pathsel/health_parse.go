@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 )
 
 // ParseHealth reads a health rule, as ibpathd's --health gives it: "on"
@@ -14,27 +13,8 @@ import (
 // ("window=5s,retrans-ratio=0.02"). The result is checked as
 // WithDefaults checks it.
 func ParseHealth(s string) (HealthConfig, error) {
-	s = strings.TrimSpace(s)
-	switch strings.ToLower(s) {
-	case "", "on":
-		return DefaultHealth, nil
-	case "off":
-		c := DefaultHealth
-		c.Off = true
-		return c, nil
-	}
 	var c HealthConfig
-	seen := map[string]bool{}
-	for _, f := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
-		if !ok || v == "" {
-			return c, fmt.Errorf("pathsel: health %q: %q is not name=value (window, link-errors, min-retrans, retrans-ratio, clear), on or off", s, f)
-		}
-		if seen[k] {
-			return c, fmt.Errorf("pathsel: health %q: %s given twice", s, k)
-		}
-		seen[k] = true
-		var err error
+	on, off, err := parseSettings("health", s, []string{"window", "link-errors", "min-retrans", "retrans-ratio", "clear"}, func(k, v string) (err error) {
 		switch k {
 		case "window":
 			c.Window, err = positiveDuration(v)
@@ -49,12 +29,18 @@ func ParseHealth(s string) (HealthConfig, error) {
 			if err != nil || !(c.RetransRatio > 0 && c.RetransRatio <= 1) {
 				err = fmt.Errorf("%q is not a ratio in (0, 1]", v)
 			}
-		default:
-			return c, fmt.Errorf("pathsel: health %q: unknown setting %q (window, link-errors, min-retrans, retrans-ratio, clear)", s, k)
 		}
-		if err != nil {
-			return c, fmt.Errorf("pathsel: health %q: %s: %w", s, k, err)
-		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return c, err
+	case on:
+		return DefaultHealth, nil
+	case off:
+		c = DefaultHealth
+		c.Off = true
+		return c, nil
 	}
 	return c.WithDefaults()
 }

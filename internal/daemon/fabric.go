@@ -160,16 +160,19 @@ func (d *Daemon) refreshPorts() {
 // watchPorts polls the ports. On hardware, a port event also arrives as an
 // async event on the owners' device contexts; polling sysfs is what the
 // daemon can do without opening every device itself.
-func (d *Daemon) watchPorts() {
+func (d *Daemon) watchPorts() { d.every(d.cfg.PortPoll, d.refreshPorts) }
+
+// every runs f every period until the daemon stops (one of d.wg's).
+func (d *Daemon) every(period time.Duration, f func()) {
 	defer d.wg.Done()
-	t := time.NewTicker(d.cfg.PortPoll)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-d.stop:
 			return
 		case <-t.C:
-			d.refreshPorts()
+			f()
 		}
 	}
 }

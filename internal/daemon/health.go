@@ -50,19 +50,7 @@ func newHealthWatch(cfg pathsel.HealthConfig) (*healthWatch, error) {
 }
 
 // watchCounters polls the counters until the daemon stops.
-func (d *Daemon) watchCounters() {
-	defer d.wg.Done()
-	t := time.NewTicker(d.cfg.CounterPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C:
-			d.pollCounters()
-		}
-	}
-}
+func (d *Daemon) watchCounters() { d.every(d.cfg.CounterPoll, d.pollCounters) }
 
 // readCounters reads one port's counters (ok false: it has none).
 func (d *Daemon) readCounters(dev string, port uint8) (pathsel.PortCounters, bool, error) {
