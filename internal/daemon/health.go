@@ -83,6 +83,7 @@ func (d *Daemon) pollCounters() {
 	at := d.damp.clock()
 	now := d.damp.now()
 	h := d.health
+	d.forgetGone(inv)
 	for _, hca := range inv {
 		for _, p := range hca.Ports {
 			k := pathsel.PortKey{Device: hca.Name, Port: p.Num}
@@ -139,6 +140,44 @@ func (d *Daemon) pollCounters() {
 		}
 	}
 	d.returnHealed()
+}
+
+// forgetGone drops the ports a good read of the devices no longer has
+// (their device went away): no health, and none out of service for it
+// (the processes are told, so that a device back under the same name is
+// not held out for the old one's health).
+func (d *Daemon) forgetGone(inv []pathsel.HCAInfo) {
+	d.invMu.Lock()
+	failed := d.invErr != nil
+	d.invMu.Unlock()
+	if failed {
+		return // a read that failed may lack devices that are there
+	}
+	have := map[pathsel.PortKey]bool{}
+	for _, hca := range inv {
+		for _, p := range hca.Ports {
+			have[pathsel.PortKey{Device: hca.Name, Port: p.Num}] = true
+		}
+	}
+	h := d.health
+	var back []pathsel.PortKey
+	h.mu.Lock()
+	for k := range h.last {
+		if !have[k] {
+			h.m.Forget(k)
+			delete(h.last, k)
+			delete(h.errs, k)
+			if _, out := h.out[k]; out {
+				delete(h.out, k)
+				back = append(back, k)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, k := range back {
+		d.log.Info("port gone while out of service for its health", "device", k.Device, "port", k.Port)
+		d.setInService(k, true)
+	}
 }
 
 // returnHealed puts back in service the ports healthy again whose flap

@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +92,67 @@ func TestDegradedPortLeftAndReturned(t *testing.T) {
 		t.Fatalf("back in service: %+v, damping %+v, drains %+v", p.Health, p.Damping, n.Drains)
 	}
 	eventually(t, "the QP back on port 1", func() bool { return qp().Primary.Port == 1 })
+}
+
+// TestDegradedPortFromSysfs drives the counter poll by hand on a sysfs
+// fixture (rdma_rxe's hw_counters): retransmissions climbing take rxe0:1
+// out of service; when rxe0 goes away from sysfs it is forgotten, out of
+// service no more; a counter file that does not parse is shown as the
+// port's error and judges nothing.
+func TestDegradedPortFromSysfs(t *testing.T) {
+	root := fixture(t, "rxe-two")
+	dir := t.TempDir()
+	d, err := New(Config{Node: "n", Socket: filepath.Join(dir, "s"), StateDir: dir, Fabric: "hardware", Sysfs: root,
+		Health: "window=2s,min-retrans=3,clear=2s", Repl: ReplConfig{Off: true}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	clock := d.started
+	d.damp.now = func() time.Time { return clock }
+	hw := filepath.Join(root, "class", "infiniband", "rxe0", "ports", "1", "hw_counters")
+	retrans, sent := 1100, 100
+	poll := func() *status.PortHealth {
+		t.Helper()
+		clock = clock.Add(time.Second)
+		writeFile(t, filepath.Join(hw, "completer_retry_err"), strconv.Itoa(retrans))
+		writeFile(t, filepath.Join(hw, "sent_pkts"), strconv.Itoa(sent))
+		d.pollCounters()
+		for _, h := range d.Status().HCAs {
+			for _, p := range h.Ports {
+				if h.Name == "rxe0" && p.Num == 1 {
+					return p.Health
+				}
+			}
+		}
+		return nil
+	}
+	for range 3 {
+		sent += 1000
+		if h := poll(); h == nil || h.State != status.HealthOK {
+			t.Fatalf("quiet port: %+v", h)
+		}
+	}
+	retrans += 50
+	sent += 1000
+	if h := poll(); h == nil || !h.OutOfService || !strings.Contains(h.Why, "50 retransmissions") {
+		t.Fatalf("50 retransmissions for 1000 packets: %+v", h)
+	}
+	if n := d.Status(); len(n.Drains) != 1 || n.Totals.DegradedPorts != 1 {
+		t.Fatalf("drains %+v, %d degraded", n.Drains, n.Totals.DegradedPorts)
+	}
+	clock = clock.Add(time.Second)
+	writeFile(t, filepath.Join(hw, "sent_pkts"), "garbage")
+	d.pollCounters()
+	if p := d.portHealthStatus("rxe0", 1); p == nil || !strings.Contains(p.Error, "sent_pkts") || !p.OutOfService {
+		t.Fatalf("a counter that does not parse: %+v; want the error shown, the port still out", p)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "class", "infiniband", "rxe0")); err != nil {
+		t.Fatal(err)
+	}
+	d.refreshPorts()
+	d.pollCounters()
+	if n := d.Status(); len(n.Drains) != 0 || n.Totals.DegradedPorts != 0 || d.healthOut("rxe0", 1) {
+		t.Fatalf("rxe0 gone: drains %+v, %d degraded", n.Drains, n.Totals.DegradedPorts)
+	}
 }
