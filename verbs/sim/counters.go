@@ -16,11 +16,11 @@ import "github.com/ibpath/ibpath/verbs"
 //   - local_ack_timeout_err: a requester whose primary path leaves by the
 //     port timed out waiting for an ACK (mlx5's counter of the same
 //     name); packet_seq_err: such a requester got a sequence NAK;
-//   - port_xmit_wait: nanoseconds packets waited for the port, busy
-//     with earlier ones (IBA's PortXmitWait counts ticks of a
-//     vendor's clock; nanoseconds here).
+//
+// Congestion is not modelled (no switch queues, no credits): the ports
+// have no port_xmit_wait and no ECN counters.
 type portCounters struct {
-	xmitPkts, rcvErrors, linkDowned, ackTimeouts, seqNaks, xmitWait uint64
+	xmitPkts, rcvErrors, linkDowned, ackTimeouts, seqNaks uint64
 }
 
 // PortCounters implements the sysfs counters of a port (the names
@@ -38,7 +38,7 @@ func (c *Context) PortCounters(port uint8) (map[string]uint64, error) {
 	}
 	k := p.cnt
 	return map[string]uint64{"port_xmit_packets": k.xmitPkts, "port_rcv_errors": k.rcvErrors, "link_downed": k.linkDowned,
-		"local_ack_timeout_err": k.ackTimeouts, "packet_seq_err": k.seqNaks, "port_xmit_wait": k.xmitWait}, nil
+		"local_ack_timeout_err": k.ackTimeouts, "packet_seq_err": k.seqNaks}, nil
 }
 
 // countLoss counts a packet lost to the loss of src or dst on the

@@ -175,7 +175,6 @@ func (f *Fabric) transmit(q *QP, pa *path, p *packet, bytes uint32) bool {
 	start := f.now
 	if src.busyUntil > start {
 		start = src.busyUntil
-		src.cnt.xmitWait += uint64(start - f.now)
 	}
 	src.cnt.xmitPkts += uint64(max(p.npkts, 1))
 	ser := time.Duration(float64(bytes+64) * 8 / src.gbps)
