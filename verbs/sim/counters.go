@@ -3,15 +3,15 @@ package sim
 import "github.com/ibpath/ibpath/verbs"
 
 // Port counters, under the names a driver gives them in sysfs
-// (pathsel.ReadPortCounters; docs/SIMULATOR.md, "Port counters"):
+// (pathsel.ReadPortCounters; docs/SIMULATOR.md, rule 106):
 //
 //   - port_xmit_packets: the packets that left the port (a message of n
 //     packets counts n);
 //   - port_rcv_errors: the packets lost to the port's loss (SetLoss). The
 //     model's lossy port is a bad cable, which corrupts what crosses it;
 //     the PMA of the switch port at its other end is not modelled, so
-//     both directions' losses count here. Exact-PSN drops (DropPSN, a
-//     test's tool) count nowhere;
+//     both directions' losses count here. Exact-PSN drops (DropRequest,
+//     DropResponse: a test's tool) count nowhere;
 //   - link_downed: the link went down (IBA's LinkDownedCounter);
 //   - local_ack_timeout_err: a requester whose primary path leaves by the
 //     port timed out waiting for an ACK (mlx5's counter of the same
