@@ -83,18 +83,21 @@ func renderStatus(w io.Writer, n status.Node) error {
 	if n.Damping != "" {
 		fmt.Fprintf(w, "flap damping: %s\n", n.Damping)
 	}
+	if n.Health != "" {
+		fmt.Fprintf(w, "port health: %s\n", n.Health)
+	}
 
 	fmt.Fprintf(w, "\nHCAs and ports:\n")
 	if len(n.HCAs) == 0 {
 		fmt.Fprintln(w, "  none")
 	} else {
-		t := newTable(w, "DEVICE", "PORT", "STATE", "PHYS", "LINK LAYER", "LID", "LMC", "RATE", "APM", "FLAP DAMPING")
+		t := newTable(w, "DEVICE", "PORT", "STATE", "PHYS", "LINK LAYER", "LID", "LMC", "RATE", "APM", "HEALTH", "FLAP DAMPING")
 		for _, h := range sorted(n.HCAs, func(a, b status.HCA) int { return cmp.Compare(a.Name, b.Name) }) {
 			if len(h.Ports) == 0 {
-				t.row(h.Name, "", "", "", "", "", "", "", yesNo(h.APM), "")
+				t.row(h.Name, "", "", "", "", "", "", "", yesNo(h.APM), "", "")
 			}
 			for _, p := range sorted(h.Ports, func(a, b status.Port) int { return cmp.Compare(a.Num, b.Num) }) {
-				t.row(h.Name, num(p.Num), p.State, p.PhysState, p.LinkLayer, lid(p.LID), num(p.LMC), p.Rate, yesNo(h.APM), damping(p.Damping))
+				t.row(h.Name, num(p.Num), p.State, p.PhysState, p.LinkLayer, lid(p.LID), num(p.LMC), p.Rate, yesNo(h.APM), health(p.Health), damping(p.Damping))
 			}
 		}
 		if err := t.flush(); err != nil {
@@ -227,6 +230,21 @@ func when(t time.Time) string {
 }
 
 // seconds prints a duration given in seconds.
+// health renders a port's health: "-" when never judged, else its state
+// and whether it is out of service (why: the drained ports' section), or
+// that its counters cannot be read.
+func health(h *status.PortHealth) string {
+	switch {
+	case h == nil:
+		return "-"
+	case h.Error != "":
+		return "counters unreadable"
+	case h.OutOfService:
+		return h.State + ", out of service"
+	}
+	return h.State
+}
+
 // damping renders a port's flap damping: "-" without a penalty, else
 // the penalty, the flaps and, while suppressed, until when.
 func damping(d *status.PortDamping) string {
