@@ -22,29 +22,37 @@ import (
 //     32-bit and 16-bit PMA counters saturate rather than wrap; a
 //     saturated counter stops counting, and the monitor sees no more
 //     errors from it.
-//   - hw_counters/: the driver's own. mlx5's retransmission counters
+//   - hw_counters/: the driver's own. Sequence errors: mlx5's
 //     (drivers/infiniband/hw/mlx5/counters.c, retrans_q_cnts and
-//     roce_accl_cnts): local_ack_timeout_err, packet_seq_err,
-//     implied_nak_seq_err, roce_adp_retrans; its congestion counters
-//     (cong_cnts): np_ecn_marked_roce_packets, np_cnp_sent,
-//     rp_cnp_handled. rdma_rxe's (drivers/infiniband/sw/rxe/
-//     rxe_hw_counters.c): completer_retry_err (every retry of the
-//     completer: an ACK timeout or a sequence NAK), link_downed, and
-//     sent_pkts for the packets sent (rxe has no counters/).
+//     out_of_seq_q_cnts) packet_seq_err and implied_nak_seq_err (a
+//     requester told of a gap), out_of_sequence and duplicate_request
+//     (a responder that received one); rdma_rxe's (drivers/infiniband/
+//     sw/rxe/rxe_hw_counters.c) rcvd_seq_err, out_of_seq_request and
+//     duplicate_request. mlx5's congestion counters (cong_cnts):
+//     np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled. rdma_rxe's
+//     link_downed, and sent_pkts for the packets sent (rxe has no
+//     counters/).
+//
+// ACK timeouts (local_ack_timeout_err, rxe's completer_retry_err,
+// roce_adp_retrans) are not read: a peer that died, or whose own link
+// went down, makes every QP to it time out, on a port that is fine.
+// A sequence error needs a peer that is alive and a path that delivers
+// some packets and loses others: a gap it saw, or a request it got
+// twice because its ACK was lost.
 //
 // A counter a device lacks counts 0. A name in both directories
 // (link_downed) is taken once, from counters/.
 var (
 	linkErrorCounters = []string{"symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
 		"local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_rcv_remote_physical_errors"}
-	retransCounters    = []string{"local_ack_timeout_err", "packet_seq_err", "implied_nak_seq_err", "roce_adp_retrans", "completer_retry_err"}
+	seqErrorCounters   = []string{"packet_seq_err", "implied_nak_seq_err", "out_of_sequence", "duplicate_request", "rcvd_seq_err", "out_of_seq_request"}
 	xmitPktCounters    = []string{"port_xmit_packets", "sent_pkts"}
 	congestionCounters = []string{"port_xmit_wait", "np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled"}
 )
 
 // CounterNames is every counter file ReadPortCounters reads, by class.
 func CounterNames() (linkErrors, retrans, xmitPkts, congestion []string) {
-	return linkErrorCounters, retransCounters, xmitPktCounters, congestionCounters
+	return linkErrorCounters, seqErrorCounters, xmitPktCounters, congestionCounters
 }
 
 // SumCounters sums named counter values into their classes; get
@@ -59,7 +67,7 @@ func SumCounters(get func(name string) (uint64, bool)) PortCounters {
 		}
 	}
 	sum(&c.LinkErrors, linkErrorCounters)
-	sum(&c.Retrans, retransCounters)
+	sum(&c.SeqErrors, seqErrorCounters)
 	sum(&c.XmitPkts, xmitPktCounters)
 	sum(&c.Congestion, congestionCounters)
 	return c
@@ -107,7 +115,7 @@ func ReadPortCounters(opts DiscoverOptions, dev string, port uint8) (c PortCount
 
 // wanted reports whether a counter file counts in a class.
 func wanted(name string) bool {
-	for _, l := range [][]string{linkErrorCounters, retransCounters, xmitPktCounters, congestionCounters} {
+	for _, l := range [][]string{linkErrorCounters, seqErrorCounters, xmitPktCounters, congestionCounters} {
 		for _, n := range l {
 			if n == name {
 				return true

@@ -7,20 +7,23 @@ import (
 
 // Gray failure: a link that is still up but loses or corrupts packets
 // shows in its port's counters before it fails, as link errors (symbol
-// errors, receive errors, link error recoveries, link downs) and as the
-// retransmissions its requesters make (ACK timeouts, sequence NAKs). A
+// errors, receive errors, link error recoveries, link downs) and as
+// sequence errors (gaps its requesters are told of, duplicate and
+// out-of-order requests its responders receive: the retransmissions a
+// live peer and a lossy path cause; ACK timeouts alone are also what a
+// dead peer causes, and are not counted, see counters.go). A
 // HealthMonitor keeps each port's counter samples over a window and
 // declares it degraded when, over the window:
 //
 //   - its link errors reach LinkErrors (3 in 10 s by default: Mooncake
 //     TENT's rail monitor marks a rail unhealthy after 3 errors in 10 s),
 //     or
-//   - its retransmissions reach MinRetrans and RetransRatio of the
-//     packets it sent (1 % and 20 by default: one packet in a hundred
-//     lost costs an RC QP a retransmission timeout or a sequence NAK
-//     for that share of its messages, an order of magnitude more latency
-//     for them than a healthy link; a few retransmissions on a busy
-//     link are the congestion noise RC lives with).
+//   - its sequence errors reach MinSeqErrors and SeqErrorRatio of the
+//     packets it sent (20 and 1 % by default: one packet in a hundred
+//     lost costs an RC QP a retransmission for that share of its
+//     messages, an order of magnitude more latency for them than a
+//     healthy link; a few on a busy link are the reordering and
+//     congestion noise RC lives with).
 //
 // A degraded port is healthy again once, for Clear (30 s) without a
 // break, every poll found its window below half of both thresholds:
@@ -34,16 +37,16 @@ import (
 
 // HealthConfig tunes a HealthMonitor. Zero fields take DefaultHealth's.
 type HealthConfig struct {
-	Off          bool          // no judgement: every port stays healthy
-	Window       time.Duration // the span the rates are taken over
-	LinkErrors   uint64        // link errors in a window that degrade the port
-	MinRetrans   uint64        // retransmissions in a window below which the ratio is not looked at
-	RetransRatio float64       // retransmissions per packet sent, over a window, that degrade the port
-	Clear        time.Duration // how long a degraded port must stay below half the thresholds
+	Off           bool          // no judgement: every port stays healthy
+	Window        time.Duration // the span the rates are taken over
+	LinkErrors    uint64        // link errors in a window that degrade the port
+	MinSeqErrors  uint64        // sequence errors in a window below which the ratio is not looked at
+	SeqErrorRatio float64       // sequence errors per packet sent, over a window, that degrade the port
+	Clear         time.Duration // how long a degraded port must stay below half the thresholds
 }
 
 // DefaultHealth holds the defaults (see above).
-var DefaultHealth = HealthConfig{Window: 10 * time.Second, LinkErrors: 3, MinRetrans: 20, RetransRatio: 0.01, Clear: 30 * time.Second}
+var DefaultHealth = HealthConfig{Window: 10 * time.Second, LinkErrors: 3, MinSeqErrors: 20, SeqErrorRatio: 0.01, Clear: 30 * time.Second}
 
 // WithDefaults fills the zero fields and checks the rest.
 func (c HealthConfig) WithDefaults() (HealthConfig, error) {
@@ -54,11 +57,11 @@ func (c HealthConfig) WithDefaults() (HealthConfig, error) {
 	if c.LinkErrors == 0 {
 		c.LinkErrors = d.LinkErrors
 	}
-	if c.MinRetrans == 0 {
-		c.MinRetrans = d.MinRetrans
+	if c.MinSeqErrors == 0 {
+		c.MinSeqErrors = d.MinSeqErrors
 	}
-	if c.RetransRatio == 0 {
-		c.RetransRatio = d.RetransRatio
+	if c.SeqErrorRatio == 0 {
+		c.SeqErrorRatio = d.SeqErrorRatio
 	}
 	if c.Clear == 0 {
 		c.Clear = d.Clear
@@ -66,8 +69,8 @@ func (c HealthConfig) WithDefaults() (HealthConfig, error) {
 	switch {
 	case c.Window < 0 || c.Clear < 0:
 		return c, fmt.Errorf("pathsel: health: negative window %v or clear %v", c.Window, c.Clear)
-	case !(c.RetransRatio > 0 && c.RetransRatio <= 1):
-		return c, fmt.Errorf("pathsel: health: retransmission ratio %v is not in (0, 1]", c.RetransRatio)
+	case !(c.SeqErrorRatio > 0 && c.SeqErrorRatio <= 1):
+		return c, fmt.Errorf("pathsel: health: sequence error ratio %v is not in (0, 1]", c.SeqErrorRatio)
 	}
 	return c, nil
 }
@@ -76,7 +79,7 @@ func (c HealthConfig) WithDefaults() (HealthConfig, error) {
 // (CounterClass).
 type PortCounters struct {
 	LinkErrors uint64 // symbol errors, receive errors, link error recoveries, link downs, ...
-	Retrans    uint64 // retransmissions its requesters made: ACK timeouts, sequence NAKs
+	SeqErrors  uint64 // gaps its requesters were told of, duplicate and out-of-order requests its responders got
 	XmitPkts   uint64 // packets sent
 	// Congestion counts the port's congestion signs: ECN-marked packets
 	// received, CNPs sent and handled, and InfiniBand's port_xmit_wait
@@ -89,8 +92,8 @@ type PortHealth struct {
 	Degraded bool
 	Since    time.Duration // when it became degraded, or healthy again (0: never degraded)
 	// Rates over the window, per second.
-	LinkErrorsPerSec, RetransPerSec, XmitPktsPerSec, CongestionPerSec float64
-	Why                                                               string // what degraded it (while degraded)
+	LinkErrorsPerSec, SeqErrorsPerSec, XmitPktsPerSec, CongestionPerSec float64
+	Why                                                                 string // what degraded it (while degraded)
 }
 
 // HealthMonitor keeps the health of ports (keys) from their counters.
@@ -138,7 +141,7 @@ func (m *HealthMonitor[K]) Observe(k K, now time.Duration, c PortCounters) (Port
 		if now <= last.at {
 			return p.last, false // a read from the past (clock) adds nothing
 		}
-		if c.LinkErrors < last.c.LinkErrors || c.Retrans < last.c.Retrans || c.XmitPkts < last.c.XmitPkts || c.Congestion < last.c.Congestion {
+		if c.LinkErrors < last.c.LinkErrors || c.SeqErrors < last.c.SeqErrors || c.XmitPkts < last.c.XmitPkts || c.Congestion < last.c.Congestion {
 			p.samples = p.samples[:0] // counters reset: start over
 		}
 	}
@@ -151,12 +154,12 @@ func (m *HealthMonitor[K]) Observe(k K, now time.Duration, c PortCounters) (Port
 	p.samples = p.samples[i:]
 	first := p.samples[0]
 	span := now - first.at
-	d := PortCounters{LinkErrors: c.LinkErrors - first.c.LinkErrors, Retrans: c.Retrans - first.c.Retrans,
+	d := PortCounters{LinkErrors: c.LinkErrors - first.c.LinkErrors, SeqErrors: c.SeqErrors - first.c.SeqErrors,
 		XmitPkts: c.XmitPkts - first.c.XmitPkts, Congestion: c.Congestion - first.c.Congestion}
 	h := PortHealth{}
 	if span > 0 {
 		sec := span.Seconds()
-		h.LinkErrorsPerSec, h.RetransPerSec = float64(d.LinkErrors)/sec, float64(d.Retrans)/sec
+		h.LinkErrorsPerSec, h.SeqErrorsPerSec = float64(d.LinkErrors)/sec, float64(d.SeqErrors)/sec
 		h.XmitPktsPerSec, h.CongestionPerSec = float64(d.XmitPkts)/sec, float64(d.Congestion)/sec
 	}
 	if m.cfg.Off {
@@ -196,8 +199,8 @@ func (m *HealthMonitor[K]) over(d PortCounters, f float64) (bool, string) {
 	if float64(d.LinkErrors) >= f*float64(m.cfg.LinkErrors) {
 		return true, fmt.Sprintf("%d link errors in %v", d.LinkErrors, m.cfg.Window)
 	}
-	if float64(d.Retrans) >= f*float64(m.cfg.MinRetrans) && float64(d.Retrans) >= f*m.cfg.RetransRatio*float64(d.XmitPkts) {
-		return true, fmt.Sprintf("%d retransmissions for %d packets sent in %v", d.Retrans, d.XmitPkts, m.cfg.Window)
+	if float64(d.SeqErrors) >= f*float64(m.cfg.MinSeqErrors) && float64(d.SeqErrors) >= f*m.cfg.SeqErrorRatio*float64(d.XmitPkts) {
+		return true, fmt.Sprintf("%d sequence errors for %d packets sent in %v", d.SeqErrors, d.XmitPkts, m.cfg.Window)
 	}
 	return false, ""
 }

@@ -8,13 +8,13 @@ import (
 
 // ParseHealth reads a health rule, as ibpathd's --health gives it: "on"
 // or "" (DefaultHealth), "off", or a comma-separated list of
-// window=DURATION, link-errors=N, min-retrans=N, retrans-ratio=X and
+// window=DURATION, link-errors=N, min-seq-errors=N, seq-error-ratio=X and
 // clear=DURATION, each at most once, the others at their defaults
-// ("window=5s,retrans-ratio=0.02"). The result is checked as
+// ("window=5s,seq-error-ratio=0.02"). The result is checked as
 // WithDefaults checks it.
 func ParseHealth(s string) (HealthConfig, error) {
 	var c HealthConfig
-	on, off, err := parseSettings("health", s, []string{"window", "link-errors", "min-retrans", "retrans-ratio", "clear"}, func(k, v string) (err error) {
+	on, off, err := parseSettings("health", s, []string{"window", "link-errors", "min-seq-errors", "seq-error-ratio", "clear"}, func(k, v string) (err error) {
 		switch k {
 		case "window":
 			c.Window, err = positiveDuration(v)
@@ -22,11 +22,11 @@ func ParseHealth(s string) (HealthConfig, error) {
 			c.Clear, err = positiveDuration(v)
 		case "link-errors":
 			c.LinkErrors, err = positiveCount(v)
-		case "min-retrans":
-			c.MinRetrans, err = positiveCount(v)
-		case "retrans-ratio":
-			c.RetransRatio, err = strconv.ParseFloat(v, 64)
-			if err != nil || !(c.RetransRatio > 0 && c.RetransRatio <= 1) {
+		case "min-seq-errors":
+			c.MinSeqErrors, err = positiveCount(v)
+		case "seq-error-ratio":
+			c.SeqErrorRatio, err = strconv.ParseFloat(v, 64)
+			if err != nil || !(c.SeqErrorRatio > 0 && c.SeqErrorRatio <= 1) {
 				err = fmt.Errorf("%q is not a ratio in (0, 1]", v)
 			}
 		}
@@ -58,5 +58,5 @@ func (c HealthConfig) String() string {
 	if c.Off {
 		return "off"
 	}
-	return fmt.Sprintf("window=%v,link-errors=%d,min-retrans=%d,retrans-ratio=%g,clear=%v", c.Window, c.LinkErrors, c.MinRetrans, c.RetransRatio, c.Clear)
+	return fmt.Sprintf("window=%v,link-errors=%d,min-seq-errors=%d,seq-error-ratio=%g,clear=%v", c.Window, c.LinkErrors, c.MinSeqErrors, c.SeqErrorRatio, c.Clear)
 }

@@ -19,7 +19,7 @@ func TestHealthMonitorRule(t *testing.T) {
 	poll := func(le, re, pkts uint64) (PortHealth, bool) {
 		at += time.Second
 		c.LinkErrors += le
-		c.Retrans += re
+		c.SeqErrors += re
 		c.XmitPkts += pkts
 		return m.Observe("p", at, c)
 	}
@@ -42,7 +42,7 @@ func TestHealthMonitorRule(t *testing.T) {
 	for !changed && at < start+time.Minute {
 		h, changed = poll(0, 200, 10000)
 	}
-	if !h.Degraded || !strings.Contains(h.Why, "retransmissions") || h.Since != at || at-start != 5*time.Second {
+	if !h.Degraded || !strings.Contains(h.Why, "sequence errors") || h.Since != at || at-start != 5*time.Second {
 		t.Fatalf("2 %% loss: %+v after %v; want degraded after 5 s", h, at-start)
 	}
 	lossEnd := at
@@ -90,7 +90,7 @@ func TestHealthMonitorRule(t *testing.T) {
 }
 
 func TestHealthConfigChecked(t *testing.T) {
-	for _, c := range []HealthConfig{{RetransRatio: 2}, {Window: -time.Second}, {RetransRatio: -0.1}} {
+	for _, c := range []HealthConfig{{SeqErrorRatio: 2}, {Window: -time.Second}, {SeqErrorRatio: -0.1}} {
 		if _, err := NewHealthMonitor[int](c); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
@@ -99,17 +99,17 @@ func TestHealthConfigChecked(t *testing.T) {
 
 func TestParseHealth(t *testing.T) {
 	for in, want := range map[string]string{
-		"":                                     "window=10s,link-errors=3,min-retrans=20,retrans-ratio=0.01,clear=30s",
-		"off":                                  "off",
-		"window=2s, retrans-ratio=0.05":        "window=2s,link-errors=3,min-retrans=20,retrans-ratio=0.05,clear=30s",
-		"link-errors=1,min-retrans=2,clear=1s": "window=10s,link-errors=1,min-retrans=2,retrans-ratio=0.01,clear=1s",
+		"":                                "window=10s,link-errors=3,min-seq-errors=20,seq-error-ratio=0.01,clear=30s",
+		"off":                             "off",
+		"window=2s, seq-error-ratio=0.05": "window=2s,link-errors=3,min-seq-errors=20,seq-error-ratio=0.05,clear=30s",
+		"link-errors=1,min-seq-errors=2,clear=1s": "window=10s,link-errors=1,min-seq-errors=2,seq-error-ratio=0.01,clear=1s",
 	} {
 		c, err := ParseHealth(in)
 		if err != nil || c.String() != want {
 			t.Errorf("ParseHealth(%q) = %v, %v; want %s", in, c, err, want)
 		}
 	}
-	for _, bad := range []string{"window", "window=0s", "retrans-ratio=2", "min-retrans=-1", "colour=red", "clear=1s,clear=2s"} {
+	for _, bad := range []string{"window", "window=0s", "seq-error-ratio=2", "min-seq-errors=-1", "colour=red", "clear=1s,clear=2s"} {
 		if _, err := ParseHealth(bad); err == nil {
 			t.Errorf("ParseHealth(%q) accepted", bad)
 		}
@@ -123,8 +123,8 @@ func TestHealthRestart(t *testing.T) {
 	m.Observe(1, time.Second, PortCounters{XmitPkts: 1000})
 	m.Restart(1)
 	// 500 retransmissions during the outage, then a quiet second
-	m.Observe(1, 5*time.Second, PortCounters{Retrans: 500, XmitPkts: 1000})
-	if h, _ := m.Observe(1, 6*time.Second, PortCounters{Retrans: 500, XmitPkts: 2000}); h.Degraded || h.RetransPerSec != 0 {
+	m.Observe(1, 5*time.Second, PortCounters{SeqErrors: 500, XmitPkts: 1000})
+	if h, _ := m.Observe(1, 6*time.Second, PortCounters{SeqErrors: 500, XmitPkts: 2000}); h.Degraded || h.SeqErrorsPerSec != 0 {
 		t.Fatalf("the outage's retransmissions counted: %+v", h)
 	}
 }

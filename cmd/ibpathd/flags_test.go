@@ -48,7 +48,7 @@ func TestBadInvocationsFailClearly(t *testing.T) {
 		{"stray argument", []string{"start"}, `unexpected argument "start"`},
 		{"sim index outside", []string{"--fabric", "sim", "--no-replication", "--sim-index", "5"}, "node index 5"},
 		{"bad damping", []string{"--fabric", "sim", "--no-replication", "--damping", "half-life=soon"}, `damping "half-life=soon": half-life`},
-		{"bad health", []string{"--fabric", "sim", "--no-replication", "--health", "retrans-ratio=5"}, `health "retrans-ratio=5": retrans-ratio`},
+		{"bad health", []string{"--fabric", "sim", "--no-replication", "--health", "seq-error-ratio=5"}, `health "seq-error-ratio=5": seq-error-ratio`},
 		{"negative counter poll", []string{"--fabric", "sim", "--no-replication", "--counter-poll", "-1s"}, "counter poll -1s"},
 		{"damping reuse above suppress", []string{"--fabric", "sim", "--no-replication", "--damping", "reuse=2000"}, "need 0 < reuse < suppress"},
 	} {

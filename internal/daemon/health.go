@@ -131,7 +131,7 @@ func (d *Daemon) pollCounters() {
 			case degrade:
 				d.damp.fault(k)
 				d.log.Warn("port degraded: its traffic leaves it", "device", k.Device, "port", k.Port, "why", ph.Why,
-					"retrans_per_s", ph.RetransPerSec, "link_errors_per_s", ph.LinkErrorsPerSec)
+					"seq_errors_per_s", ph.SeqErrorsPerSec, "link_errors_per_s", ph.LinkErrorsPerSec)
 				d.setInService(k, false)
 			case healed:
 				d.damp.recovered(k)
@@ -259,7 +259,7 @@ func (d *Daemon) portHealthStatus(dev string, port uint8) *status.PortHealth {
 	if !ok && errText == "" {
 		return nil
 	}
-	s := &status.PortHealth{State: status.HealthOK, LinkErrorsPerSecond: ph.LinkErrorsPerSec, RetransmissionsPerSecond: ph.RetransPerSec,
+	s := &status.PortHealth{State: status.HealthOK, LinkErrorsPerSecond: ph.LinkErrorsPerSec, SeqErrorsPerSecond: ph.SeqErrorsPerSec,
 		XmitPacketsPerSecond: ph.XmitPktsPerSec, CongestionPerSecond: ph.CongestionPerSec, Error: errText}
 	if ph.Degraded {
 		s.State, s.Why = status.HealthDegraded, ph.Why

@@ -16,7 +16,7 @@ import (
 // TestDegradedPortLeftAndReturned: on the simulated fabric, node0's
 // mlx5_0 port 1 starts losing 5 % of its packets under the workload's
 // traffic. ibpathd finds it degraded from its counters (the receive
-// errors the loss makes, or the retransmissions, over the window), takes it out of service as a drain does (the
+// errors the loss makes, or the sequence errors, over the window), takes it out of service as a drain does (the
 // workload's QP migrates to port 2 before any QP fails), and says so in
 // the status; an operator's undrain does not bring it back. When the
 // loss stops, the port is back in service once healthy for the clear
@@ -25,7 +25,7 @@ func TestDegradedPortLeftAndReturned(t *testing.T) {
 	d, c := testDaemon(t, func(cfg *Config) {
 		cfg.Sim.QPs = 1
 		cfg.CounterPoll = 50 * time.Millisecond
-		cfg.Health = "window=1s,min-retrans=3,clear=1s"
+		cfg.Health = "window=1s,min-seq-errors=3,clear=1s"
 	})
 	ctx := context.Background()
 	qp := func() status.QP {
@@ -54,7 +54,7 @@ func TestDegradedPortLeftAndReturned(t *testing.T) {
 	}
 	eventually(t, "the workload QP armed on port 1", func() bool { q := qp(); return q.APM == "armed" && q.Primary.Port == 1 })
 	eventually(t, "the port's traffic counted", func() bool { p, _ := port(); return p.Health != nil && p.Health.XmitPacketsPerSecond > 0 })
-	if p, n := port(); p.Health == nil || p.Health.State != status.HealthOK || p.Health.XmitPacketsPerSecond == 0 || n.Health != "window=1s,link-errors=3,min-retrans=3,retrans-ratio=0.01,clear=1s" {
+	if p, n := port(); p.Health == nil || p.Health.State != status.HealthOK || p.Health.XmitPacketsPerSecond == 0 || n.Health != "window=1s,link-errors=3,min-seq-errors=3,seq-error-ratio=0.01,clear=1s" {
 		t.Fatalf("healthy port under traffic: %+v (rule %q)", p.Health, n.Health)
 	}
 	p1 := d.sim.f.Host("node0").HCA("mlx5_0").Port(1)
@@ -64,7 +64,7 @@ func TestDegradedPortLeftAndReturned(t *testing.T) {
 	lossAt := time.Now()
 	eventually(t, "the port out of service", func() bool { p, _ := port(); return p.Health != nil && p.Health.OutOfService })
 	p, n := port()
-	if p.Health.State != status.HealthDegraded || !strings.Contains(p.Health.Why, "link errors") && !strings.Contains(p.Health.Why, "retransmissions") || n.Totals.DegradedPorts != 1 {
+	if p.Health.State != status.HealthDegraded || !strings.Contains(p.Health.Why, "link errors") && !strings.Contains(p.Health.Why, "sequence errors") || n.Totals.DegradedPorts != 1 {
 		t.Fatalf("degraded port: %+v, %d degraded", p.Health, n.Totals.DegradedPorts)
 	}
 	if len(n.Drains) != 1 || !strings.HasPrefix(n.Drains[0].Reason, "degraded: ") {
@@ -95,15 +95,15 @@ func TestDegradedPortLeftAndReturned(t *testing.T) {
 }
 
 // TestDegradedPortFromSysfs drives the counter poll by hand on a sysfs
-// fixture (rdma_rxe's hw_counters): retransmissions climbing take rxe0:1
-// out of service; when rxe0 goes away from sysfs it is forgotten, out of
+// fixture (rdma_rxe's hw_counters): ACK timeouts alone (a dead peer) do
+// nothing, sequence errors climbing take rxe0:1 out of service; when rxe0 goes away from sysfs it is forgotten, out of
 // service no more; a counter file that does not parse is shown as the
 // port's error and judges nothing.
 func TestDegradedPortFromSysfs(t *testing.T) {
 	root := fixture(t, "rxe-two")
 	dir := t.TempDir()
 	d, err := New(Config{Node: "n", Socket: filepath.Join(dir, "s"), StateDir: dir, Fabric: "hardware", Sysfs: root,
-		Health: "window=2s,min-retrans=3,clear=2s", Repl: ReplConfig{Off: true}}, nil)
+		Health: "window=2s,min-seq-errors=3,clear=2s", Repl: ReplConfig{Off: true}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,11 +111,11 @@ func TestDegradedPortFromSysfs(t *testing.T) {
 	clock := d.started
 	d.damp.now = func() time.Time { return clock }
 	hw := filepath.Join(root, "class", "infiniband", "rxe0", "ports", "1", "hw_counters")
-	retrans, sent := 1100, 100
+	dups, sent := 300, 100
 	poll := func() *status.PortHealth {
 		t.Helper()
 		clock = clock.Add(time.Second)
-		writeFile(t, filepath.Join(hw, "completer_retry_err"), strconv.Itoa(retrans))
+		writeFile(t, filepath.Join(hw, "duplicate_request"), strconv.Itoa(dups))
 		writeFile(t, filepath.Join(hw, "sent_pkts"), strconv.Itoa(sent))
 		d.pollCounters()
 		for _, h := range d.Status().HCAs {
@@ -133,10 +133,19 @@ func TestDegradedPortFromSysfs(t *testing.T) {
 			t.Fatalf("quiet port: %+v", h)
 		}
 	}
-	retrans += 50
+	// A peer that died: its QPs' ACK timeouts climb (rxe's completer
+	// retries), nothing else; the port is fine.
+	for i := range 3 {
+		writeFile(t, filepath.Join(hw, "completer_retry_err"), strconv.Itoa(1100+500*(i+1)))
+		sent += 500
+		if h := poll(); h == nil || h.State != status.HealthOK {
+			t.Fatalf("ACK timeouts alone: %+v", h)
+		}
+	}
+	dups += 50
 	sent += 1000
-	if h := poll(); h == nil || !h.OutOfService || !strings.Contains(h.Why, "50 retransmissions") {
-		t.Fatalf("50 retransmissions for 1000 packets: %+v", h)
+	if h := poll(); h == nil || !h.OutOfService || !strings.Contains(h.Why, "50 sequence errors") {
+		t.Fatalf("50 duplicate requests for 1000 packets sent: %+v", h)
 	}
 	if n := d.Status(); len(n.Drains) != 1 || n.Totals.DegradedPorts != 1 {
 		t.Fatalf("drains %+v, %d degraded", n.Drains, n.Totals.DegradedPorts)

@@ -114,12 +114,12 @@ const (
 // PortHealth is a port's health: rates over the rule's window, per
 // second, and whether the port is out of service for it.
 type PortHealth struct {
-	State                    string  `json:"state"` // HealthOK, HealthDegraded, HealthRecovering
-	Why                      string  `json:"why,omitempty"`
-	LinkErrorsPerSecond      float64 `json:"link_errors_per_second"`
-	RetransmissionsPerSecond float64 `json:"retransmissions_per_second"`
-	XmitPacketsPerSecond     float64 `json:"xmit_packets_per_second"`
-	CongestionPerSecond      float64 `json:"congestion_per_second"`
+	State                string  `json:"state"` // HealthOK, HealthDegraded, HealthRecovering
+	Why                  string  `json:"why,omitempty"`
+	LinkErrorsPerSecond  float64 `json:"link_errors_per_second"`
+	SeqErrorsPerSecond   float64 `json:"seq_errors_per_second"`
+	XmitPacketsPerSecond float64 `json:"xmit_packets_per_second"`
+	CongestionPerSecond  float64 `json:"congestion_per_second"`
 	// OutOfService: the port's traffic was moved off it (as a drain
 	// moves it) since Since.
 	OutOfService bool      `json:"out_of_service"`

@@ -16,11 +16,27 @@ import "github.com/ibpath/ibpath/verbs"
 //   - local_ack_timeout_err: a requester whose primary path leaves by the
 //     port timed out waiting for an ACK (mlx5's counter of the same
 //     name); packet_seq_err: such a requester got a sequence NAK;
+//   - out_of_sequence, duplicate_request: a request arrived at the port
+//     with a PSN past the one its responder expected (a gap), or before
+//     it (a retransmission of one whose ACK was lost): mlx5's counters
+//     of those names;
 //
 // Congestion is not modelled (no switch queues, no credits): the ports
 // have no port_xmit_wait and no ECN counters.
 type portCounters struct {
-	xmitPkts, rcvErrors, linkDowned, ackTimeouts, seqNaks uint64
+	xmitPkts, rcvErrors, linkDowned, ackTimeouts, seqNaks, outOfSeq, dupReqs uint64
+}
+
+// countSeq counts at request p's destination port its PSN's distance d
+// from the one the responder expected.
+func countSeq(p *packet, d int32) {
+	switch {
+	case p.dst == nil:
+	case d > 0:
+		p.dst.cnt.outOfSeq++
+	case d < 0:
+		p.dst.cnt.dupReqs++
+	}
 }
 
 // PortCounters implements the sysfs counters of a port (the names
@@ -38,7 +54,7 @@ func (c *Context) PortCounters(port uint8) (map[string]uint64, error) {
 	}
 	k := p.cnt
 	return map[string]uint64{"port_xmit_packets": k.xmitPkts, "port_rcv_errors": k.rcvErrors, "link_downed": k.linkDowned,
-		"local_ack_timeout_err": k.ackTimeouts, "packet_seq_err": k.seqNaks}, nil
+		"local_ack_timeout_err": k.ackTimeouts, "packet_seq_err": k.seqNaks, "out_of_sequence": k.outOfSeq, "duplicate_request": k.dupReqs}, nil
 }
 
 // countLoss counts a packet lost to the loss of src or dst on the

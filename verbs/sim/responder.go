@@ -19,6 +19,7 @@ func (q *QP) onRequest(p *packet) {
 		q.raise(verbs.EventCommEst)
 	}
 	d := psnDiff(p.psn, q.ePSN)
+	countSeq(p, d)
 	if d > 0 {
 		// An earlier message was lost: one NAK per sequence error.
 		if !q.nakSent {
