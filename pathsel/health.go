@@ -18,8 +18,9 @@ import (
 //   - its link errors reach LinkErrors (3 in 10 s by default: Mooncake
 //     TENT's rail monitor marks a rail unhealthy after 3 errors in 10 s),
 //     or
-//   - its sequence errors reach MinSeqErrors and SeqErrorRatio of the
-//     packets it sent (20 and 1 % by default: one packet in a hundred
+//   - its sequence errors, seen in at least three polls of the window
+//     (seqSpreadPolls: not one burst), reach MinSeqErrors and
+//     SeqErrorRatio of the packets it sent (20 and 1 % by default: one packet in a hundred
 //     lost costs an RC QP a retransmission for that share of its
 //     messages, an order of magnitude more latency for them than a
 //     healthy link; a few on a busy link are the reordering and
@@ -166,8 +167,9 @@ func (m *HealthMonitor[K]) Observe(k K, now time.Duration, c PortCounters) (Port
 		p.last = h
 		return h, false
 	}
-	bad, why := m.over(d, 1)
-	calm, _ := m.over(d, 0.5)
+	spread := seqSpread(p.samples)
+	bad, why := m.over(d, spread, 1)
+	calm, _ := m.over(d, spread, 0.5)
 	calm = !calm
 	changed := false
 	switch {
@@ -193,14 +195,34 @@ func (m *HealthMonitor[K]) Observe(k K, now time.Duration, c PortCounters) (Port
 	return h, changed
 }
 
-// over reports whether window deltas d reach the thresholds scaled by f,
-// and which.
-func (m *HealthMonitor[K]) over(d PortCounters, f float64) (bool, string) {
+// seqSpreadPolls is how many polls of a window must have seen sequence
+// errors for them to count: a lossy path makes them poll after poll,
+// while a failover's replay (duplicates at the peer by design, and at
+// this end the peer's replay) or the stale packets of a reset come in
+// one or two polls' burst. In the lab, the backup port of a failover
+// made 22 in a burst, over the threshold.
+const seqSpreadPolls = 3
+
+// seqSpread counts the polls (sample pairs) of samples that saw sequence
+// errors.
+func seqSpread(samples []sample) int {
+	n := 0
+	for i := 1; i < len(samples); i++ {
+		if samples[i].c.SeqErrors > samples[i-1].c.SeqErrors {
+			n++
+		}
+	}
+	return n
+}
+
+// over reports whether window deltas d, whose sequence errors came in
+// spread polls, reach the thresholds scaled by f, and which.
+func (m *HealthMonitor[K]) over(d PortCounters, spread int, f float64) (bool, string) {
 	if float64(d.LinkErrors) >= f*float64(m.cfg.LinkErrors) {
 		return true, fmt.Sprintf("%d link errors in %v", d.LinkErrors, m.cfg.Window)
 	}
-	if float64(d.SeqErrors) >= f*float64(m.cfg.MinSeqErrors) && float64(d.SeqErrors) >= f*m.cfg.SeqErrorRatio*float64(d.XmitPkts) {
-		return true, fmt.Sprintf("%d sequence errors for %d packets sent in %v", d.SeqErrors, d.XmitPkts, m.cfg.Window)
+	if spread >= seqSpreadPolls && float64(d.SeqErrors) >= f*float64(m.cfg.MinSeqErrors) && float64(d.SeqErrors) >= f*m.cfg.SeqErrorRatio*float64(d.XmitPkts) {
+		return true, fmt.Sprintf("%d sequence errors for %d packets sent in %v, in %d polls", d.SeqErrors, d.XmitPkts, m.cfg.Window, spread)
 	}
 	return false, ""
 }

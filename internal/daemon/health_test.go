@@ -96,14 +96,15 @@ func TestDegradedPortLeftAndReturned(t *testing.T) {
 
 // TestDegradedPortFromSysfs drives the counter poll by hand on a sysfs
 // fixture (rdma_rxe's hw_counters): ACK timeouts alone (a dead peer) do
-// nothing, sequence errors climbing take rxe0:1 out of service; when rxe0 goes away from sysfs it is forgotten, out of
+// nothing, nor does one burst of sequence errors (a failover's replay);
+// sequence errors poll after poll take rxe0:1 out of service; when rxe0 goes away from sysfs it is forgotten, out of
 // service no more; a counter file that does not parse is shown as the
 // port's error and judges nothing.
 func TestDegradedPortFromSysfs(t *testing.T) {
 	root := fixture(t, "rxe-two")
 	dir := t.TempDir()
 	d, err := New(Config{Node: "n", Socket: filepath.Join(dir, "s"), StateDir: dir, Fabric: "hardware", Sysfs: root,
-		Health: "window=2s,min-seq-errors=3,clear=2s", Repl: ReplConfig{Off: true}}, nil)
+		Health: "min-seq-errors=3,clear=2s", Repl: ReplConfig{Off: true}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,10 +143,24 @@ func TestDegradedPortFromSysfs(t *testing.T) {
 			t.Fatalf("ACK timeouts alone: %+v", h)
 		}
 	}
+	// A burst of duplicates in one poll (a failover's replay): nothing.
 	dups += 50
 	sent += 1000
-	if h := poll(); h == nil || !h.OutOfService || !strings.Contains(h.Why, "50 sequence errors") {
-		t.Fatalf("50 duplicate requests for 1000 packets sent: %+v", h)
+	if h := poll(); h == nil || h.State != status.HealthOK {
+		t.Fatalf("a burst of 50 duplicate requests: %+v", h)
+	}
+	// Duplicates poll after poll (a lossy path): degraded once three
+	// polls of the window saw some (the burst's among them).
+	for i := 1; i <= 2; i++ {
+		dups += 10
+		sent += 1000
+		h := poll()
+		if i == 1 && (h == nil || h.State != status.HealthOK) {
+			t.Fatalf("duplicates in 2 polls: %+v", h)
+		}
+		if i == 2 && (h == nil || !h.OutOfService || !strings.Contains(h.Why, "70 sequence errors") || !strings.Contains(h.Why, "in 3 polls")) {
+			t.Fatalf("duplicates in 3 polls of the window: %+v", h)
+		}
 	}
 	if n := d.Status(); len(n.Drains) != 1 || n.Totals.DegradedPorts != 1 {
 		t.Fatalf("drains %+v, %d degraded", n.Drains, n.Totals.DegradedPorts)
