@@ -395,6 +395,40 @@ def drain_verdict(m, r):
     return ""
 
 
+DRAINED_HEARD = re.compile(r"libibpath: rxe0 port 1 drained")
+
+
+def loss_verdict(m, client, server, r):
+    """A loss row (cut loss-GUEST: link A of that guest loses packets, up
+    throughout) is correct only when that guest's shim was told the port
+    was drained (its ibpathd found it degraded: nobody else drains in the
+    row), a QP failed over, and, with the shim switching back, QPs came
+    home once the port was back in service. Returns the reason it is
+    not, or "".
+
+    >>> told = 'time=t level=INFO msg="libibpath: rxe0 port 1 drained" moving=1'
+    >>> ok = {"cut": "loss-g1", "shim": "sb"}
+    >>> loss_verdict(ok, told, "", {"backup_qps": 1, "home_qps": 2})
+    ''
+    >>> loss_verdict(ok, "", told, {"backup_qps": 1, "home_qps": 2})
+    "g1's shim was never told rxe0:1 was drained: its ibpathd did not find the port degraded (is its --health on? LAB_DAEMON_ARGS)"
+    >>> loss_verdict(ok, told, "", {"backup_qps": 0})
+    'no QP failed over: the traffic stayed on the lossy port'
+    >>> loss_verdict(ok, told, "", {"backup_qps": 1, "home_qps": 0})
+    'no QP came home after the loss stopped'
+    >>> loss_verdict(dict(ok, shim="on"), told, "", {"backup_qps": 1})
+    ''
+    """
+    g = m["cut"].rsplit("-", 1)[-1]
+    if not DRAINED_HEARD.search(client if g == "g1" else server):
+        return "%s's shim was never told rxe0:1 was drained: its ibpathd did not find the port degraded (is its --health on? LAB_DAEMON_ARGS)" % g
+    if not r.get("backup_qps"):
+        return "no QP failed over: the traffic stayed on the lossy port"
+    if m["shim"] == "sb" and not r.get("home_qps"):
+        return "no QP came home after the loss stopped"
+    return ""
+
+
 def flap_verdict(m, client, server, r):
     """A flap2 row with the shim switching back (the link pulled, restored,
     pulled again once the traffic came home, restored) is correct only
@@ -423,6 +457,35 @@ def flap_verdict(m, client, server, r):
             return "%s: no failover handed over through the mailbox" % guest
     if r.get("home_qps", 0) < 4:
         return "the QPs came home %d times, want 4 (each end after each pull)" % r.get("home_qps", 0)
+    return ""
+
+
+def flap3_verdict(m, client, server, r):
+    """A flap3 row (the shim switching back; link A pulled three times in
+    10 s) is correct only when a QP failed over and g1's QPs came home
+    after the third restore (flap damping holds them on the backup until
+    the port's penalty has decayed: about a minute). Returns the reason
+    it is not, or "".
+
+    >>> sb = 'level=INFO msg="libibpath: layer 2 switched back" qpn=17 at_unix_ns=%d'
+    >>> m = {"shim": "sb", "restore3_ns_g1": "1000"}
+    >>> flap3_verdict(m, sb % 900 + chr(10) + sb % 5000, "", {"backup_qps": 1})
+    ''
+    >>> flap3_verdict(m, sb % 900, "", {"backup_qps": 1})
+    "g1's QPs did not come home after the third restore"
+    >>> flap3_verdict(m, sb % 5000, "", {"backup_qps": 0})
+    'no QP failed over'
+    """
+    if m["shim"] != "sb":
+        return ""
+    if not r.get("backup_qps"):
+        return "no QP failed over"
+    last = m.get("restore3_ns_g1", "")
+    if not last.isdigit():
+        return "the third restore's time was not read"
+    after = [int(a.group(1)) for a in (AT_NS.search(l) for l in client.splitlines() if "layer 2 switched back" in l) if a]
+    if not any(a > int(last) for a in after):
+        return "g1's QPs did not come home after the third restore"
     return ""
 
 
@@ -560,6 +623,14 @@ def parse(m, client, server):
             why = drain_verdict(m, r)
             if why and r["correct"] == "yes":
                 r["correct"], r["detail"] = "no", why
+        if m["cut"].startswith("loss-"):
+            why = loss_verdict(m, client, server, r)
+            if why and r["correct"] == "yes":
+                r["correct"], r["detail"] = "no", why
+        if m["cut"].startswith("flap3-"):
+            why = flap3_verdict(m, client, server, r)
+            if why and r["correct"] == "yes":
+                r["correct"], r["detail"] = "no", why
         if m["cut"].startswith("flap2-"):
             why = flap_verdict(m, client, server, r)
             if why and r["correct"] == "yes":
@@ -568,8 +639,8 @@ def parse(m, client, server):
             why = paired_verdict(m, client, server, r)
             if why and r["correct"] == "yes":
                 r["correct"], r["detail"] = "no", why
-        # (a flap2 row's two pulls each fail the QPs over: no spread)
-        if r.get("backup_qps", 0) > 1 and not r["detail"] and not m["cut"].startswith("flap2-"):
+        # (a flap2 or flap3 row's pulls each fail the QPs over: no spread)
+        if r.get("backup_qps", 0) > 1 and not r["detail"] and not m["cut"].startswith(("flap2-", "flap3-")):
             r["detail"] = "%d QPs on the backup, the last %.0f ms after the first" % (r["backup_qps"], r["backup_spread_ms"])
     shimlines = len([l for l in (client + server).splitlines() if "ibpath" in l.lower()])
     r["shim_log_lines"] = shimlines

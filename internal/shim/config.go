@@ -61,6 +61,15 @@ type Config struct {
 	// surface the error (docs/SHIM.md, "Known limits"), which a QP left
 	// on the backup never does.
 	SwitchBack bool
+	// SwitchBackDamping (IBPATH_SWITCHBACK_DAMPING=on|off, default off):
+	// hold the switch back while the home port is suppressed by flap
+	// damping. Off by default: a QP held on its backup surfaces its
+	// error if the backup device then dies, though its home path is up
+	// (`ibpath sim --random --seed 4`: two flaps, then the backup HCA
+	// dies); until the held QP keeps its default QP ready to take the
+	// traffic at once, damping the switch back trades that for fewer
+	// moves.
+	SwitchBackDamping bool
 	// CQHeadroom (IBPATH_CQ_HEADROOM, default 64 with SwitchBack on, 0
 	// otherwise): entries added to every CQ the application creates or
 	// resizes, for the switch back's own completions (probes,
@@ -104,22 +113,25 @@ type Config struct {
 
 // Env names.
 const (
-	EnvDisable   = "IBPATH_DISABLE"
-	EnvAPM       = "IBPATH_APM"
-	EnvNudge     = "IBPATH_NUDGE"
-	EnvDamping   = "IBPATH_DAMPING"
-	EnvRecord    = "IBPATH_RECORD"
-	EnvSingle    = "IBPATH_SINGLE_POSTER"
-	EnvPoller    = "IBPATH_SINGLE_POLLER"
-	EnvExpress   = "IBPATH_EXPRESS"
-	EnvChannels  = "IBPATH_CHANNELS"
-	EnvSwitch    = "IBPATH_SWITCHBACK"
-	EnvBackup    = "IBPATH_BACKUP"
-	EnvSocket    = "IBPATH_SOCKET"
-	EnvLog       = "IBPATH_LOG"
-	EnvHeadroom  = "IBPATH_CQ_HEADROOM"
-	EnvHandshake = "IBPATH_HANDSHAKE_TIMEOUT"
-	EnvGoProcs   = "IBPATH_GOMAXPROCS"
+	EnvDisable  = "IBPATH_DISABLE"
+	EnvAPM      = "IBPATH_APM"
+	EnvNudge    = "IBPATH_NUDGE"
+	EnvDamping  = "IBPATH_DAMPING"
+	EnvRecord   = "IBPATH_RECORD"
+	EnvSingle   = "IBPATH_SINGLE_POSTER"
+	EnvPoller   = "IBPATH_SINGLE_POLLER"
+	EnvExpress  = "IBPATH_EXPRESS"
+	EnvChannels = "IBPATH_CHANNELS"
+	EnvSwitch   = "IBPATH_SWITCHBACK"
+	// EnvSwitchDamping turns on the flap damping of layer 2's switch
+	// back (damping.go): off by default, see Config.SwitchBackDamping.
+	EnvSwitchDamping = "IBPATH_SWITCHBACK_DAMPING"
+	EnvBackup        = "IBPATH_BACKUP"
+	EnvSocket        = "IBPATH_SOCKET"
+	EnvLog           = "IBPATH_LOG"
+	EnvHeadroom      = "IBPATH_CQ_HEADROOM"
+	EnvHandshake     = "IBPATH_HANDSHAKE_TIMEOUT"
+	EnvGoProcs       = "IBPATH_GOMAXPROCS"
 	// EnvDlopen is read by the C side (dlopen.c) before the Go side
 	// exists; FromEnv checks its value with the others.
 	EnvDlopen = "IBPATH_DLOPEN"
@@ -170,6 +182,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, err
 	}
 	if c.SwitchBack, err = boolEnv(getenv, EnvSwitch, false); err != nil {
+		return c, err
+	}
+	if c.SwitchBackDamping, err = boolEnv(getenv, EnvSwitchDamping, false); err != nil {
 		return c, err
 	}
 	if c.Channels, err = boolEnv(getenv, EnvChannels, true); err != nil {

@@ -9,13 +9,15 @@ import (
 )
 
 // Flap damping in layer 2 (Config.Damping, the same settings as layer
-// 1's): every PORT_ERR the shim's contexts see adds a penalty to the
+// 1's; the switch back's only with Config.SwitchBackDamping): every PORT_ERR the shim's contexts see adds a penalty to the
 // port (one outage counts once however many contexts report it), which
 // decays with the half-life; PORT_ACTIVE ends the outage. While a port
 // is suppressed:
 //   - a QP that failed over off it does not switch back to it (portUp
 //     says down: its default QP is neither reset nor probed), and its
-//     status says until when (SwitchbackHeldUntil);
+//     status says until when (SwitchbackHeldUntil), unless a port of the
+//     backup device went down: then any path beats none, and it
+//     switches back at once;
 //   - no backup is chosen on it (chooseBackup), when another device has
 //     an ACTIVE port that is not.
 //
@@ -55,37 +57,51 @@ func (r *Runtime) suppressed(dev string, port uint8) bool {
 	return r.suppressedLocked(dev, port)
 }
 
+// backupUpLocked reports whether no port of the backup device is down,
+// as the last port events on the shim's context of it said. Called with
+// mu held.
+func (r *Runtime) backupUpLocked(backup string) bool {
+	for k, p := range r.ports {
+		if k.dev == backup && !p.Up {
+			return false
+		}
+	}
+	return true
+}
+
 // suppressedLocked is suppressed, called with mu held.
 func (r *Runtime) suppressedLocked(dev string, port uint8) bool {
 	return r.damp.Suppressed(pathsel.PortKey{Device: dev, Port: port}, r.fo.clock.Now())
 }
 
 // switchHeldUntil is when flap damping stops holding a switch back to a
-// port (zero: not held), on the runtime's time of day.
-func (r *Runtime) switchHeldUntil(dev string, port uint8) time.Time {
+// port, on the damper's clock (stable until the port's next flap) and on
+// the runtime's time of day; ok false when not held.
+func (r *Runtime) switchHeldUntil(dev string, port uint8) (at time.Duration, until time.Time, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.fo.clock.Now()
-	at, ok := r.damp.ReuseAt(pathsel.PortKey{Device: dev, Port: port}, now)
+	at, ok = r.damp.ReuseAt(pathsel.PortKey{Device: dev, Port: port}, now)
 	if !ok {
-		return time.Time{}
+		return 0, time.Time{}, false
 	}
-	return r.now().Add(at - now).Round(time.Millisecond)
+	return at, r.now().Add(at - now).Round(time.Millisecond), true
 }
 
 // noteHeld shows in q's status, and logs once, a switch back that flap
-// damping holds. The instant moves only with a new flap; readings of it
-// a millisecond apart (two clocks read one after the other) are the
-// same. Called with fo.mu held.
+// damping holds. The hold's end moves only with a new flap: it is
+// compared on the damper's clock, not as a time of day (two clocks read
+// one after the other, milliseconds apart on a busy host). Called with
+// fo.mu held.
 func (r *Runtime) noteHeld(q *l2qp) {
-	if !q.recovery || !q.failedOver {
+	if !q.recovery || !q.failedOver || !r.cfg.SwitchBackDamping {
 		return
 	}
-	until := r.switchHeldUntil(q.set.dev, q.port)
-	if d := until.Sub(q.heldUntil); until.IsZero() == q.heldUntil.IsZero() && d < 2*time.Millisecond && d > -2*time.Millisecond {
+	at, until, _ := r.switchHeldUntil(q.set.dev, q.port)
+	if at == q.heldAt {
 		return
 	}
-	q.heldUntil = until
+	q.heldAt, q.heldUntil = at, until
 	r.setStatus(q, func(s *status.QP) { s.SwitchbackHeldUntil = until })
 	if !until.IsZero() {
 		r.log.Info("libibpath: layer 2 switch back held: the home port flapped", "qpn", q.key.qpn, "device", q.set.dev,

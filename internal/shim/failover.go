@@ -69,20 +69,21 @@ type l2qp struct {
 	armed            bool
 	intercepted      bool // an error completion was taken by a pump; to divert
 	diverted         bool
-	express          bool      // on the express lane (express.go)
-	noExpress        bool      // the lane refused it once: stays on the Go data path
-	extWait          bool      // not armed: its extended CQ was not polled yet (startpoll.go)
-	extWasReason     string    // the status reason the wait's took the place of
-	recovery         bool      // its Conn switches back (switchback.go)
-	stayDiverted     bool      // home, but the hot path could not take it back
-	resetNoted       string    // the last "cannot reset the default QP" reason logged
-	probeFailsLogged int       // failed probes of this failover last logged
-	awayNoted        string    // the last reason logged for not giving the QP back
-	heldUntil        time.Time // flap damping holds its switch back until then (damping.go); zero: not held
-	fatal            bool      // its default device died: no switch back
-	polledAt         time.Time // when runConn last began polling its Conn
-	staleBefore      time.Time // backup events read earlier announce what its last Conn drained
-	watchInbox       bool      // given back after a switch back: its mailbox is read every tick (watchInboxes)
+	express          bool          // on the express lane (express.go)
+	noExpress        bool          // the lane refused it once: stays on the Go data path
+	extWait          bool          // not armed: its extended CQ was not polled yet (startpoll.go)
+	extWasReason     string        // the status reason the wait's took the place of
+	recovery         bool          // its Conn switches back (switchback.go)
+	stayDiverted     bool          // home, but the hot path could not take it back
+	resetNoted       string        // the last "cannot reset the default QP" reason logged
+	probeFailsLogged int           // failed probes of this failover last logged
+	awayNoted        string        // the last reason logged for not giving the QP back
+	heldUntil        time.Time     // flap damping holds its switch back until then (damping.go); zero: not held
+	heldAt           time.Duration // the same on the damper's clock (0: not held)
+	fatal            bool          // its default device died: no switch back
+	polledAt         time.Time     // when runConn last began polling its Conn
+	staleBefore      time.Time     // backup events read earlier announce what its last Conn drained
+	watchInbox       bool          // given back after a switch back: its mailbox is read every tick (watchInboxes)
 	gone             bool
 	destroying       bool           // the application's ibv_destroy_qp is under way: layer 2 leaves the QP alone (destroy.go)
 	heldEventAt      time.Time      // when a backup event read while it was being destroyed was read (DestroyFailed takes it up)

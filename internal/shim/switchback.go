@@ -72,9 +72,9 @@ func (r *Runtime) enableRecovery(q *l2qp) {
 			"(created before the shim, or at the device's CQ size limit); it stays on the backup after a failover", "qpn", q.key.qpn)
 		return
 	}
-	dev, port := q.set.dev, q.port
+	dev, port, backup := q.set.dev, q.port, q.set.backup
 	err := q.conn.EnableRecovery(crossnic.Recovery{Clock: r.fo.clock, ProbeInterval: switchTick,
-		HandshakeTimeout: r.cfg.handshake(), ProbeTimeout: switchProbe, DefAttr: &def, BakAttr: &bak, PathUp: func() bool { return r.portUp(dev, port) },
+		HandshakeTimeout: r.cfg.handshake(), ProbeTimeout: switchProbe, DefAttr: &def, BakAttr: &bak, PathUp: func() bool { return r.portUp(dev, port, backup) },
 		Room: room})
 	if err != nil {
 		r.log.Warn("libibpath: no switch back", "qpn", q.key.qpn, "err", err)
@@ -101,11 +101,13 @@ func (r *Runtime) tickLater() {
 
 // portUp reports whether a port of the application's device is up, as
 // the last port event on the shim's own context said (up when none came),
-// not drained, and not suppressed by flap damping (damping.go).
-func (r *Runtime) portUp(dev string, port uint8) bool {
+// not drained, and not suppressed by flap damping (damping.go) while the
+// backup device's ports are up: a port that flapped beats a backup that
+// died.
+func (r *Runtime) portUp(dev string, port uint8, backup string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.drained[portKey{dev, port}] || r.suppressedLocked(dev, port) {
+	if r.drained[portKey{dev, port}] || r.cfg.SwitchBackDamping && r.suppressedLocked(dev, port) && r.backupUpLocked(backup) {
 		return false
 	}
 	p, ok := r.ports[portKey{dev, port}]

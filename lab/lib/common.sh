@@ -10,7 +10,7 @@ LAB_RUN=$LAB_WORK/run       # live state of booted guests: pids, monitor sockets
 LAB_OUT=$LAB_WORK/out       # results of the last `run`: one directory per row, report.*
 LAB_ACCEL=${LAB_ACCEL:-tcg} # tcg (default) or kvm
 LAB_MEM=${LAB_MEM:-512}     # MB per guest
-LAB_DEADLINE=${LAB_DEADLINE:-7200} # seconds: QEMU is killed after this, whatever happens (a full run takes 54 to 90 min)
+LAB_DEADLINE=${LAB_DEADLINE:-10800} # seconds: QEMU is killed after this, whatever happens (a full run of 98 rows: 100 to 140 min here)
 LAB_GUESTS="g1 g2"
 
 LAB_T0=${LAB_T0:-$(date +%s.%N)}

@@ -24,6 +24,24 @@
 #                             command (shim rows only; the report
 #                             requires both to succeed, a failover, and with
 #                             sb the QPs home again)
+#   loss-g1 / loss-g2         no cut: "tc qdisc add dev eth0 root netem loss
+#                             LAB_LOSS_PCT%" inside that guest (link A lossy,
+#                             up throughout) for LAB_LOSS_FOR s, then removed
+#                             (shim rows only; run only when named, with
+#                             LAB_DAEMON_ARGS='--health on'). That guest's ibpathd finds
+#                             rxe0:1 degraded from its counters and takes
+#                             it out of service; the report requires the
+#                             shim told of it, a failover, no error, and
+#                             with sb the QPs home again once the port is
+#                             back in service (docs/DAEMON.md, "Port health")
+#   flap3-g1                  setlink-g1 three times in 10 s: down
+#                             LAB_FLAP3_DOWN s, up LAB_FLAP3_UP s between
+#                             (sb arm only). The second failover may meet
+#                             the first switch back; after the second pull
+#                             flap damping holds the QPs on the backup
+#                             until the port's penalty has decayed (about
+#                             a minute); the report requires no error, a
+#                             failover, and the QPs home at the end
 #   flap2-g1                  setlink-g1 twice: LAB_FLAP_GAP s after the
 #                             first restore (the traffic home by then),
 #                             the link goes down again for LAB_CUT_FOR s
@@ -42,6 +60,12 @@ LAB_CUT_FOR=${LAB_CUT_FOR:-2}
 # flap2 cuts: seconds from the first restore to the second pull (the
 # switch back took 0.1 to 3.3 s after PORT_ACTIVE in the sb rows)
 LAB_FLAP_GAP=${LAB_FLAP_GAP:-10}
+# flap3 cuts: each pull's length and the time up between pulls
+LAB_FLAP3_DOWN=${LAB_FLAP3_DOWN:-1}
+LAB_FLAP3_UP=${LAB_FLAP3_UP:-2.5}
+# loss cuts: the share of packets link A loses, and for how long
+LAB_LOSS_PCT=${LAB_LOSS_PCT:-5}
+LAB_LOSS_FOR=${LAB_LOSS_FOR:-15}
 LAB_BW_SECONDS=${LAB_BW_SECONDS:-3}
 LAB_LAT_ITERS=${LAB_LAT_ITERS:-4000}
 LAB_PERF_REPS=${LAB_PERF_REPS:-3}
@@ -111,6 +135,8 @@ ucx_put_bw ipdown-g1
 mpi-ucx ipdown-g2
 pingpong-ev drain-g1
 pingpong-ev flap2-g1
+pingpong-ev loss-g1
+pingpong-ev flap3-g1
 nccl-r3 setlink-g1
 "
 
@@ -149,9 +175,15 @@ prog_cmds() {
 		# a flap2 cut pulls the cable twice, the second time once the
 		# traffic came home (LAB_FLAP_GAP after the first restore): as
 		# long a run as a drain's
-		[[ "$3" == drain-* || "$3" == flap2-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 8)) -p $p -e"
+		# a loss cut: the port found degraded, its traffic moved, the loss
+		# over, the port back after the health rule's clear time (30 s)
+		[[ "$3" == drain-* || "$3" == flap2-* || "$3" == loss-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 8)) -p $p -e"
+		# a flap3 cut: damped, the traffic comes home about a minute after
+		# the last pull
+		[[ "$3" == loss-* || "$3" == flap3-* ]] && common="ibv_rc_pingpong -d rxe0 -g 1 -c -n $((LAB_CUT_PP_ITERS * 16)) -p $p -e"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" MARKER="remote address" SMARKER="local address" LIMIT=60
-		if [[ "$3" == drain-* || "$3" == flap2-* ]]; then LIMIT=150 CUT_CAP=150; fi ;;
+		if [[ "$3" == drain-* || "$3" == flap2-* ]]; then LIMIT=150 CUT_CAP=150; fi
+		if [[ "$3" == loss-* || "$3" == flap3-* ]]; then LIMIT=200 CUT_CAP=200; fi ;;
 	write_bw | send_bw | read_bw)
 		common="ib_$1 -d rxe0 -x 1 -F --use_old_post_send -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
@@ -301,8 +333,14 @@ stamp $common 10.77.1.2"
 cut_apply() {
 	local g=${1#*-} state=$2
 	case $1 in
-	setlink-* | flap2-*) monitor "$g" "set_link n0 $state" ;;
+	setlink-* | flap2-* | flap3-*) monitor "$g" "set_link n0 $state" ;;
 	ipdown-*) gexec "$g" 10 "echo CUT_NS \$(date +%s%N); ip link set eth0 $([ "$state" = off ] && echo down || echo up)" ;;
+	loss-*)
+		if [ "$state" = off ]; then
+			gexec "$g" 10 "echo CUT_NS \$(date +%s%N); tc qdisc add dev eth0 root netem loss $LAB_LOSS_PCT%"
+		else
+			gexec "$g" 10 "tc qdisc del dev eth0 root; echo RESTORE_NS \$(date +%s%N)"
+		fi ;;
 	drain-*)
 		# the guest's ibpathd (lab/guest/daemon.sh) on its default socket.
 		# The drain, LAB_CUT_FOR s drained, and the undrain are one guest
@@ -371,6 +409,8 @@ row_run() {
 	local need=$((LIMIT + 20))
 	[ "$cut" != none ] && need=$((need + 40))
 	[[ "$cut" == flap2-* ]] && need=$((need + LAB_FLAP_GAP + LAB_CUT_FOR + 20))
+	[[ "$cut" == loss-* ]] && need=$((need + LAB_LOSS_FOR))
+	[[ "$cut" == flap3-* ]] && need=$((need + 20))
 	# an ip-down cut's rdma_cm check, and its repair when it fails
 	[[ "$cut" == ipdown-* ]] && need=$((need + 60))
 	if ! budget_check "$need"; then
@@ -386,7 +426,11 @@ row_run() {
 			return 0
 		fi
 	done
-	meta cut_at "$LAB_CUT_AT"; meta cut_for "$LAB_CUT_FOR"; meta limit "$LIMIT"
+	local cut_for=$LAB_CUT_FOR
+	[[ "$cut" == loss-* ]] && cut_for=$LAB_LOSS_FOR
+	[[ "$cut" == flap3-* ]] && cut_for=$LAB_FLAP3_DOWN
+	meta cut_at "$LAB_CUT_AT"; meta cut_for "$cut_for"; meta limit "$LIMIT"
+	[[ "$cut" == loss-* ]] && meta loss_pct "$LAB_LOSS_PCT"
 	case $prog in *_bw) meta duration "$([ "$cut" = none ] && echo "$LAB_BW_SECONDS" || echo "$LAB_CUT_BW_SECONDS")" ;; esac
 	if [ "$prog" = rping ]; then meta count "$([ "$cut" = none ] && echo "$LAB_RPING_COUNT" || echo "$LAB_CUT_RPING_COUNT")"; fi
 	case $prog in
@@ -452,7 +496,7 @@ $CLIENT")
 		meta cut_uptime_g1 "$(gexec g1 5 'ts; rdma link show rxe0/1 >&2' 2>>"$ROW_DIR/cut.log" | head -1)"
 		meta cut_uptime_g2 "$(gexec g2 5 'ts; rdma link show rxe0/1 >&2' 2>>"$ROW_DIR/cut.log" | head -1)"
 		log "row $name: link A cut ($cut)"
-		sleep "$LAB_CUT_FOR"
+		sleep "$cut_for"
 		cut_apply "$cut" on >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: restore failed (see cut.log)"
 		trest=$(now)
 		meta restore_time "$(elapsed "$t0")"
@@ -460,6 +504,19 @@ $CLIENT")
 		meta restore_ns_g1 "$(gexec g1 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
 		meta restore_ns_g2 "$(gexec g2 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
 		log "row $name: link A restored after $(echo "$trest - $tcut" | bc) s"
+		if [[ "$cut" == flap3-* ]]; then
+			# two more pulls, LAB_FLAP3_UP s apart: three in 10 s
+			local k
+			for k in 2 3; do
+				sleep "$LAB_FLAP3_UP"
+				cut_apply "$cut" off >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: cut $k failed (see cut.log)"
+				sleep "$LAB_FLAP3_DOWN"
+				cut_apply "$cut" on >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: restore $k failed (see cut.log)"
+			done
+			meta restore3_time "$(elapsed "$t0")"
+			meta restore3_ns_g1 "$(gexec g1 5 'date +%s%N' 2>>"$ROW_DIR/cut.log" | head -1)"
+			log "row $name: link A pulled three times"
+		fi
 		if [[ "$cut" == flap2-* ]]; then
 			# the second pull, once the first one's traffic came home:
 			# its failover hands over through the mailbox
@@ -701,7 +758,7 @@ rows_plan() {
 	if [ -n "${LAB_ROW_NAMES:-}" ]; then
 		for n in $LAB_ROW_NAMES; do
 			line=$(awk -v n="$n" '$1 "." $2 "." $3 == n' <<<"$all")
-			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]] || [[ "$n" == *.off.drain-* ]] || { [[ "$n" == *.flap2-* || "$n" == *-r3.* ]] && [[ "$n" != *.sb.* ]]; }; then
+			if [ -z "$line" ] || [[ "$n" == ibpathd.off.* ]] || [[ "$n" == *.off.drain-* ]] || [[ "$n" == *.off.loss-* ]] || { [[ "$n" == *.flap2-* || "$n" == *.flap3-* || "$n" == *-r3.* ]] && [[ "$n" != *.sb.* ]]; }; then
 				log "LAB_ROW_NAMES: no row named '$n' (names are program.off|on|sb.cut, e.g. pingpong.on.setlink-g1; the programs and cuts are LAB_ROW_LIST's in lab/lib/rows.sh)"
 				return 2
 			fi
@@ -716,15 +773,19 @@ rows_plan() {
 		# flap2 cut, whose second pull is what it is for, and a -r3
 		# program, whose paired resets are (the last two run in that arm
 		# alone)
-		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* && "$cut" != flap2-* && "$prog" != *-r3 ]]; }; }; then
+		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* && "$cut" != flap2-* && "$cut" != flap3-* && "$prog" != *-r3 ]]; }; }; then
 			continue
 		fi
-		if { [[ "$cut" == flap2-* ]] || [[ "$prog" == *-r3 ]]; } && [ "$shim" != sb ]; then continue; fi
+		if { [[ "$cut" == flap2-* || "$cut" == flap3-* ]] || [[ "$prog" == *-r3 ]]; } && [ "$shim" != sb ]; then continue; fi
 		[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
 		# the daemon row runs its pingpong under the shim itself
 		[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
 		# a drain acts only through the shim
-		if [[ "$cut" == drain-* ]] && [ "$shim" = off ]; then continue; fi
+		# a loss row needs the guests' ibpathd judging port health, which
+		# is off by default: only when LAB_ROWS or LAB_ROW_NAMES names it,
+		# with LAB_DAEMON_ARGS='--health on'
+		if [[ "$cut" == loss-* ]] && [ -z "${LAB_ROWS:-}" ]; then continue; fi
+		if [[ "$cut" == drain-* || "$cut" == loss-* ]] && [ "$shim" = off ]; then continue; fi
 		echo "$prog $shim $cut $port"
 	done <<<"$all"
 }

@@ -62,7 +62,8 @@ PY
 
 # Modules, in dependency order. rdma_rxe needs a crc32 implementation that
 # modules.dep does not list: without it `rdma link add` fails with ENOENT.
-LAB_MODULES="virtio_pci virtio_net 9p 9pnet_virtio crc32_generic crc32-pclmul rdma_rxe ib_uverbs rdma_ucm"
+# sch_netem: the loss cuts (lab/lib/rows.sh).
+LAB_MODULES="virtio_pci virtio_net 9p 9pnet_virtio crc32_generic crc32-pclmul rdma_rxe ib_uverbs rdma_ucm sch_netem"
 
 setup_initramfs() {
 	local kv ird=$LAB_BUILD/initramfs.d
