@@ -619,24 +619,17 @@ def parse(m, client, server):
                 r["armed_" + g] = m["armed_" + g]
         r.update(failover(m, client, server))
         r.update(switchback(m, client, server))
-        if m["cut"].startswith("drain-"):
-            why = drain_verdict(m, r)
-            if why and r["correct"] == "yes":
-                r["correct"], r["detail"] = "no", why
-        if m["cut"].startswith("loss-"):
-            why = loss_verdict(m, client, server, r)
-            if why and r["correct"] == "yes":
-                r["correct"], r["detail"] = "no", why
-        if m["cut"].startswith("flap3-"):
-            why = flap3_verdict(m, client, server, r)
-            if why and r["correct"] == "yes":
-                r["correct"], r["detail"] = "no", why
-        if m["cut"].startswith("flap2-"):
-            why = flap_verdict(m, client, server, r)
-            if why and r["correct"] == "yes":
-                r["correct"], r["detail"] = "no", why
-        if m["prog"].endswith("-r3"):
-            why = paired_verdict(m, client, server, r)
+        # the verdicts of the rows that check more than the data: the
+        # first reason a row is not correct wins
+        checks = [
+            (m["cut"].startswith("drain-"), lambda: drain_verdict(m, r)),
+            (m["cut"].startswith("loss-"), lambda: loss_verdict(m, client, server, r)),
+            (m["cut"].startswith("flap3-"), lambda: flap3_verdict(m, client, server, r)),
+            (m["cut"].startswith("flap2-"), lambda: flap_verdict(m, client, server, r)),
+            (m["prog"].endswith("-r3"), lambda: paired_verdict(m, client, server, r)),
+        ]
+        for applies, verdict in checks:
+            why = verdict() if applies else ""
             if why and r["correct"] == "yes":
                 r["correct"], r["detail"] = "no", why
         # (a flap2 or flap3 row's pulls each fail the QPs over: no spread)
