@@ -174,10 +174,7 @@ func (d *Daemon) forgetGone(inv []pathsel.HCAInfo) {
 		}
 	}
 	h.mu.Unlock()
-	for _, k := range back {
-		d.log.Info("port gone while out of service for its health", "device", k.Device, "port", k.Port)
-		d.setInService(k, true)
-	}
+	d.putBack(back, "port gone while out of service for its health")
 }
 
 // returnHealed puts back in service the ports healthy again whose flap
@@ -193,8 +190,14 @@ func (d *Daemon) returnHealed() {
 		}
 	}
 	h.mu.Unlock()
-	for _, k := range back {
-		d.log.Info("port back in service after its degradation", "device", k.Device, "port", k.Port)
+	d.putBack(back, "port back in service after its degradation")
+}
+
+// putBack puts ports back in service (setInService), each with a log
+// line saying why. Called without the health watch's lock.
+func (d *Daemon) putBack(ports []pathsel.PortKey, why string) {
+	for _, k := range ports {
+		d.log.Info(why, "device", k.Device, "port", k.Port)
 		d.setInService(k, true)
 	}
 }
