@@ -13,6 +13,12 @@ vm_nic() {
 	local me=$((base + n - 1)) peer=$((base + 2 - n))
 	echo "-netdev socket,id=n$l,udp=127.0.0.1:$peer,localaddr=127.0.0.1:$me"
 	echo "-device virtio-net-pci,netdev=n$l,romfile=,mac=52:54:00:00:0$n:0$l"
+	# LAB_PCAP=1: g1's end of each link written to $LAB_RUN/link-A.pcap and
+	# link-B.pcap (both directions; the first LAB_PCAP_LEN bytes of each
+	# frame, enough for the RoCE headers) for lab/pcap.py to read
+	if [ "${LAB_PCAP:-0}" = 1 ] && [ "$n" = 1 ]; then
+		echo "-object filter-dump,id=d$l,netdev=n$l,file=$LAB_RUN/link-$([ "$l" = 0 ] && echo A || echo B).pcap,maxlen=${LAB_PCAP_LEN:-128}"
+	fi
 }
 LAB_PORT_BASE=${LAB_PORT_BASE:-41700}
 
@@ -54,10 +60,46 @@ vm_ready() { vm_alive "$1" && [ -e "$LAB_RUN/$1.ready" ]; }
 # boot says why on its console: no need to wait out the timeout).
 vm_settled() { vm_ready "$1" || ! vm_alive "$1"; }
 
+# The links' receive buffers. Each end of a link is a UDP socket of the
+# host that QEMU opens with the host's default receive buffer
+# (net.core.rmem_default, 212,992 bytes on Debian): a guest that TCG holds
+# up for a moment while its peer sends a burst overflows it, and the host
+# drops the datagrams (RcvbufErrors in /proc/net/snmp: 4.4 % of them on
+# 2026-11-30, the source of rdma_rxe's sequence errors and go-back-N
+# retransmissions in every row), a loss no cable has. QEMU has no option
+# for it, so vm_boot raises the default to LAB_LINK_RCVBUF bytes (16 MiB;
+# 0 leaves it) while QEMU opens its sockets and sets it back after.
+# vm_rcvbuf_raise prints the value to set back ("" when nothing changed)
+# and notes the outcome in $LAB_RUN/link-rcvbuf. (LAB_RMEM_FILE: the
+# sysctl's file, for lab/test/rows_test.sh.)
+LAB_RMEM_FILE=${LAB_RMEM_FILE:-/proc/sys/net/core/rmem_default}
+vm_rcvbuf_raise() {
+	local f=$LAB_RMEM_FILE want=${LAB_LINK_RCVBUF:-16777216} old
+	old=$(cat "$f" 2>/dev/null) || old=""
+	if [ "$want" = 0 ] || [ -z "$old" ] || [ "$old" -ge "$want" ]; then
+		echo "rcvbuf=${old:-unknown} (left as it was)" >"$LAB_RUN/link-rcvbuf"
+		return 0
+	fi
+	if ! (echo "$want" >"$f") 2>/dev/null; then
+		log "boot: cannot raise net.core.rmem_default to $want (the links keep $old-byte buffers and drop bursts)"
+		echo "rcvbuf=$old (could not raise it)" >"$LAB_RUN/link-rcvbuf"
+		return 0
+	fi
+	echo "rcvbuf=$want" >"$LAB_RUN/link-rcvbuf"
+	echo "$old"
+}
+
+vm_rcvbuf_restore() {
+	[ -z "$1" ] || echo "$1" >"$LAB_RMEM_FILE" 2>/dev/null ||
+		log "boot: could not set net.core.rmem_default back to $1"
+}
+
 # vm_boot [GUEST...]: boot the guests and wait until their job agents run.
 vm_boot() {
-	local g t0 guests=${*:-$LAB_GUESTS}
+	local g t0 guests=${*:-$LAB_GUESTS} old_rmem
 	t0=$(now)
+	[[ "${LAB_LINK_RCVBUF:-0}" =~ ^[0-9]+$ ]] || die "LAB_LINK_RCVBUF must be a number of bytes, not '$LAB_LINK_RCVBUF'"
+	old_rmem=$(vm_rcvbuf_raise)
 	for g in $guests; do
 		if vm_ready "$g"; then
 			log "boot: $g already running (pid $(cat "$LAB_RUN/$g.pid"))"
@@ -67,12 +109,14 @@ vm_boot() {
 	done
 	for g in $guests; do
 		if ! wait_for "${LAB_BOOT_TIMEOUT:-90}" vm_settled "$g" || ! vm_ready "$g"; then
+			vm_rcvbuf_restore "$old_rmem"
 			log "boot: $g not ready after $(elapsed "$t0") s (timeout ${LAB_BOOT_TIMEOUT:-90} s); console tail:"
 			tr -d '\r' <"$LAB_RUN/$g.console" | tail -15 >&2
 			return 1
 		fi
 		log "boot: $g ready after $(elapsed "$t0") s ($(tr -d '\r' <"$LAB_RUN/$g.console" | grep -a -m1 'link rxe1/1' | sed 's/^.*link //' || echo 'rxe state unknown'))"
 	done
+	vm_rcvbuf_restore "$old_rmem"
 }
 
 # vm_stop [GUEST...]: power off (job), then kill QEMU if it is still there.

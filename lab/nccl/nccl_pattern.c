@@ -26,7 +26,9 @@
  *   and received everything. Prints "NCCL_PATTERN traffic started" after
  *   the first step each way, and at the end
  *   NCCL_PATTERN sent=N received=N bytes=N bad=N elapsed_s=.. max_gap_ms=.. MBps=..
- *   NCCL_IB_RETRY_CNT (0 to 7, as NCCL's; default 7) is the QPs' retry_cnt.
+ *   NCCL_IB_RETRY_CNT (0 to 7, as NCCL's; default 7) is the QPs' retry_cnt,
+ *   NCCL_IB_TIMEOUT (1 to 31; default 20 as current NCCL's, older releases
+ *   had 18 and, before that, 14) their local ACK timeout, 4.096 us * 2^N.
  * exit status: 0 when every byte of every step arrived intact; 1 usage or
  * setup; 2 a completion with an error; 3 no progress for STALL_S (60);
  * 4 bad data; abort() (134) on a fatal async event. */
@@ -151,6 +153,7 @@ struct wire {
 
 static struct ibv_context *ctx;
 static int retry_cnt = 7; /* NCCL_IB_RETRY_CNT */
+static int ack_timeout = 20; /* NCCL_IB_TIMEOUT */
 
 /* the async thread: NCCL's ncclIbAsyncThreadMain ends on these */
 static void *async_thread(void *arg)
@@ -254,7 +257,7 @@ static void connect_qp(struct ibv_qp *qp, uint32_t my_psn, uint32_t qpn, uint32_
 	                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
 		die("ibv_modify_qp RTR");
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
+	a.timeout = ack_timeout;
 	a.retry_cnt = retry_cnt;
 	a.rnr_retry = 7;
 	a.sq_psn = my_psn;
@@ -306,6 +309,16 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		retry_cnt = (int)v;
+	}
+	const char *to = getenv("NCCL_IB_TIMEOUT");
+	if (to) {
+		char *end;
+		long v = strtol(to, &end, 10);
+		if (*to == '\0' || *end != '\0' || v < 1 || v > 31) {
+			fprintf(stderr, "nccl_pattern: NCCL_IB_TIMEOUT=%s: want 1 to 31\n", to);
+			return 1;
+		}
+		ack_timeout = (int)v;
 	}
 	load_verbs();
 	struct ibv_device **l = ibv.get_device_list(NULL);

@@ -104,6 +104,23 @@ LAB_BUDGET=1000 row_run write_bw off none 18708
 check "an uncut row's bound is its limit plus 20 s" grep -Eq "^reason=lab budget: (49|50) s left, the row may take 53 s$" <(rowmeta write_bw.off.none)
 check "budget_check: unset means no budget" budget_check 100000
 
+# a flap3 row: its three pulls within 10 s, so no read of a guest's
+# clock (seconds each under TCG) between them
+(
+	monitor() { echo "monitor $2" >>"$tmp/flap3"; }
+	gexec() { echo "gexec $1" >>"$tmp/flap3"; }
+	wait_for() { return 0; }
+	job_wait() { return 0; }
+	row_run pingpong-ev sb flap3-g1 18900 >"$tmp/flap3.out" 2>&1
+)
+pulls() { # the guest commands from the first pull on: six set_links first
+	sed -n '/^monitor set_link n0 off$/,$p' "$tmp/flap3" | head -6 | tr '\n' ' '
+}
+check "a flap3 row's three pulls come one after another" \
+	same "$(pulls)" "monitor set_link n0 off monitor set_link n0 on monitor set_link n0 off monitor set_link n0 on monitor set_link n0 off monitor set_link n0 on "
+check "  and the guests' clocks are read after the third" grep -qx "restore_ns_g1=" <(rowmeta pingpong-ev.sb.flap3-g1)
+rm -rf "$LAB_OUT/rows/pingpong-ev.sb.flap3-g1" "$tmp/jobs"
+
 # row_cm: after an ip-down cut, a broken rdma_cm is repaired by re-creating
 # rxe0 in the cut guest, and checked again; stubbed guests give the
 # results of the rping clients (CM_RESULTS, in order) and of rxe_recreate
@@ -253,6 +270,75 @@ check "  and lists the retried row with both statuses" \
 	grep -q "^run again after the guests' reboot .*: write_lat.on.setlink-g1 (FAIL; retry FAIL)$" "$tmp/report"
 check "  and the row whose retry did not fit as not judged, with the reason" \
 	grep -q "^not judged, .*: write_bw.off.none (FAIL; retry not run: stub)$" "$tmp/report"
+
+# the links' receive buffers (lab/lib/vm.sh): raised while QEMU opens its
+# sockets, set back after, the outcome noted for the report's env
+rcvbuf() { # SYSCTL_VALUE LAB_LINK_RCVBUF: prints "printed|file after|note|file restored"
+	(
+		. "$LAB_REPO/lab/lib/vm.sh"
+		mkdir -p "$LAB_RUN"
+		LAB_RMEM_FILE=$tmp/rmem
+		[ -n "$1" ] && echo "$1" >"$tmp/rmem"
+		[ -n "$1" ] || rm -f "$tmp/rmem"
+		local old
+		old=$(LAB_LINK_RCVBUF=$2 vm_rcvbuf_raise)
+		local now
+		now=$(cat "$tmp/rmem" 2>/dev/null)
+		vm_rcvbuf_restore "$old"
+		echo "$old|$now|$(cat "$LAB_RUN/link-rcvbuf")|$(cat "$tmp/rmem" 2>/dev/null)"
+	)
+}
+check "the links' receive buffer default is raised to 16 MiB and set back" \
+	same "$(rcvbuf 212992 "")" "212992|16777216|rcvbuf=16777216|212992"
+check "  to LAB_LINK_RCVBUF when it is set" same "$(rcvbuf 212992 4194304)" "212992|4194304|rcvbuf=4194304|212992"
+check "  left alone when it is already that large" same "$(rcvbuf 33554432 "")" "|33554432|rcvbuf=33554432 (left as it was)|33554432"
+check "  or LAB_LINK_RCVBUF is 0" same "$(rcvbuf 212992 0)" "|212992|rcvbuf=212992 (left as it was)|212992"
+check "  or the sysctl cannot be read" same "$(rcvbuf "" "")" "||rcvbuf=unknown (left as it was)|"
+
+# NCCL's default ACK timeout for the nccl program; -r3 has 15
+prog_cmds nccl 18900 none
+no_timeout() { [[ "$CLIENT" != *NCCL_IB_TIMEOUT* ]]; }
+check "the nccl program runs with NCCL's default timeout" no_timeout
+prog_cmds nccl-r3 18900 setlink-g1
+r3_env() { [[ "$CLIENT" == *"env NCCL_IB_RETRY_CNT=3 NCCL_IB_TIMEOUT=15 "* ]]; }
+check "  nccl-r3 with retry_cnt 3 and timeout 15" r3_env
+
+# lab/pcap.py on a capture written here: a write, its ACK, a NAK invalid
+# request, an RNR NAK and a retransmission
+python3 - "$tmp/t.pcap" <<'PY'
+import struct, sys
+def frame(src, dst, bth, ext=b"", payload=b""):
+    roce = bth + ext + payload + b"\0" * 4
+    udp = struct.pack("!HHHH", 49152, 4791, 8 + len(roce), 0) + roce
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, bytes(src), bytes(dst))
+    return b"\x52\x54\0\0\x02\0" + b"\x52\x54\0\0\x01\0" + b"\x08\x00" + ip + udp
+def bth(op, dqp, psn, a=0):
+    return struct.pack("!BBHI I", op, 0, 0xFFFF, dqp, (a << 31) | psn)
+g1, g2 = [10, 77, 0, 1], [10, 77, 0, 2]
+reth = struct.pack("!QII", 0x1000, 0x55, 8)
+frames = [
+    frame(g1, g2, bth(0x0A, 0x12, 100, 1), reth, b"x" * 8),
+    frame(g2, g1, bth(0x11, 0x11, 100), struct.pack("!I", (0x1F << 24) | 1)),
+    frame(g1, g2, bth(0x0A, 0x12, 101, 1), reth, b"x" * 8),
+    frame(g1, g2, bth(0x0A, 0x12, 101, 1), reth, b"x" * 8),
+    frame(g2, g1, bth(0x11, 0x11, 101), struct.pack("!I", (0x61 << 24) | 2)),
+    frame(g2, g1, bth(0x11, 0x11, 102), struct.pack("!I", (0x2E << 24) | 2)),
+]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    for i, fr in enumerate(frames):
+        f.write(struct.pack("<IIII", 1796000000, i * 1000, len(fr), len(fr)) + fr)
+PY
+python3 "$LAB_REPO/lab/pcap.py" --around 8 "$tmp/t.pcap" >"$tmp/pcap.out" 2>&1
+check "lab/pcap.py counts the packets per QP and the retransmission" \
+	grep -q "^to 10.77.0.2 qp 0x000012: WRITE_ONLY 3; retransmitted 1$" "$tmp/pcap.out"
+check "  names the NAKs" grep -q "NAK invalid request msn=2" "$tmp/pcap.out"
+check "  and the RNR NAKs" grep -q "RNR NAK timer=14 msn=2" "$tmp/pcap.out"
+check "  shows what came before an invalid request" grep -q "^   >> .*NAK invalid request" "$tmp/pcap.out"
+check "  the payload and RETH of a write" grep -q "WRITE_ONLY .*psn=100 *pay=8 A va=0x1000 rkey=0x55 len=8" "$tmp/pcap.out"
+printf 'junk' >"$tmp/bad.pcap"
+python3 "$LAB_REPO/lab/pcap.py" "$tmp/bad.pcap" >/dev/null 2>"$tmp/pcap.err"
+check "  and refuses what is not a capture" same "$?:$(cat "$tmp/pcap.err")" "2:pcap.py: $tmp/bad.pcap: not a pcap file (4 bytes)"
 
 [ "$fails" = 0 ] || { echo "lab/test/rows_test.sh: $fails failed"; exit 1; }
 echo "lab/test/rows_test.sh: all passed"
