@@ -197,10 +197,9 @@ func (m *HealthMonitor[K]) Observe(k K, now time.Duration, c PortCounters) (Port
 
 // seqSpreadPolls is how many polls of a window must have seen sequence
 // errors for them to count: a lossy path makes them poll after poll,
-// while a failover's replay (duplicates at the peer by design, and at
-// this end the peer's replay) or the stale packets of a reset come in
-// one or two polls' burst. In the lab, the backup port of a failover
-// made 22 in a burst, over the threshold.
+// while the stale packets of a reset (past the new PSN) come in one or
+// two polls' burst. (The lab's first bursts, 22 at a failover's backup
+// port, were duplicates, which are no longer counted: counters.go.)
 const seqSpreadPolls = 3
 
 // seqSpread counts the polls (sample pairs) of samples that saw sequence

@@ -40,7 +40,7 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "port-poll", Value: d.PortPoll, Usage: "how often port states are re-read (GID tables: on a change, and every 30 s at least)"},
 		&cli.StringFlag{Name: "damping", Value: "on", Usage: "flap damping of the ports: `SPEC` is on (half-life=30s,suppress=1500,reuse=750,penalty=1000,max-suppress=300s), off, or a comma-separated list of some of those settings (the others at their defaults)"},
 		&cli.DurationFlag{Name: "counter-poll", Value: d.CounterPoll, Usage: "how often the ports' counters are read to judge their health (--health)"},
-		&cli.StringFlag{Name: "health", Value: "off", Usage: "the rule a port is found degraded by, and taken out of service: `SPEC` is off (counters not read), on (window=10s,link-errors=3,min-seq-errors=20,seq-error-ratio=0.01,clear=30s), or a comma-separated list of some of those settings (the others at their defaults)"},
+		&cli.StringFlag{Name: "health", Value: "on", Usage: "the rule a port is found degraded by, and taken out of service: `SPEC` is off (counters not read), on (window=10s,link-errors=3,min-seq-errors=20,seq-error-ratio=0.01,clear=30s), or a comma-separated list of some of those settings (the others at their defaults)"},
 		&cli.StringFlag{Name: "metrics-listen", Usage: "also serve Prometheus /metrics on this TCP address (e.g. :9470); always on the socket at " + api.PathMetrics},
 		&cli.StringFlag{Name: "pprof-addr", Usage: "serve the Go runtime's profiles (net/http/pprof, /debug/pprof/) on this TCP address, e.g. 127.0.0.1:6060; off by default: whoever reaches it sees the daemon's internals"},
 		&cli.StringFlag{Name: "gossip-bind", Value: "0.0.0.0:7946", Usage: "replication (memberlist) address host:port"},

@@ -78,6 +78,9 @@ func TestConfigFileAndFlags(t *testing.T) {
 	if n.Damping != "half-life=10s,suppress=2000,reuse=750,penalty=1000,max-suppress=5m0s" {
 		t.Fatalf("damping from the file: %q", n.Damping)
 	}
+	if n.Health != "window=10s,link-errors=3,min-seq-errors=20,seq-error-ratio=0.01,clear=30s" {
+		t.Fatalf("port health by default: %q, want the default rule", n.Health)
+	}
 }
 
 func TestReadinessAndCleanStop(t *testing.T) {

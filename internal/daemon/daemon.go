@@ -55,7 +55,7 @@ type Config struct {
 	Damping string
 	// CounterPoll is how often the ports' counters are read for their
 	// health (health.go); Health the rule, in pathsel.ParseHealth's
-	// syntax ("on": the defaults; "" or "off": counters not read).
+	// syntax ("" or "on": the defaults; "off": counters not read).
 	CounterPoll time.Duration
 	Health      string
 	// MetricsListen, when set, also serves /metrics on this TCP address.
@@ -135,7 +135,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.damping, c.Sim.damping = dc, dc
 	if c.Health == "" {
-		c.Health = "off" // off until turned on (docs/DAEMON.md, "Port health")
+		c.Health = "on" // docs/DAEMON.md, "Port health"
 	}
 	if c.health, err = pathsel.ParseHealth(c.Health); err != nil {
 		return c, fmt.Errorf("config: health: %w", err)

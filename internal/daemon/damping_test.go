@@ -50,8 +50,10 @@ func TestPortFlapDamping(t *testing.T) {
 		t.Fatalf("no rxe0 port 1 in %+v", n.HCAs)
 		return nil, n
 	}
-	if pd, n := damping(); pd != nil || n.Damping != "half-life=30s,suppress=1500,reuse=750,penalty=1000,max-suppress=5m0s" {
-		t.Fatalf("before any flap: damping %+v, config %q", pd, n.Damping)
+	// the defaults: damping, and port health judged (Config.Health "")
+	if pd, n := damping(); pd != nil || n.Damping != "half-life=30s,suppress=1500,reuse=750,penalty=1000,max-suppress=5m0s" ||
+		n.Health != "window=10s,link-errors=3,min-seq-errors=20,seq-error-ratio=0.01,clear=30s" {
+		t.Fatalf("before any flap: damping %+v, config %q, health %q", pd, n.Damping, n.Health)
 	}
 
 	setState(false)

@@ -112,11 +112,11 @@ func TestDegradedPortFromSysfs(t *testing.T) {
 	clock := d.started
 	d.damp.now = func() time.Time { return clock }
 	hw := filepath.Join(root, "class", "infiniband", "rxe0", "ports", "1", "hw_counters")
-	dups, sent := 300, 100
+	gaps, sent := 300, 100
 	poll := func() *status.PortHealth {
 		t.Helper()
 		clock = clock.Add(time.Second)
-		writeFile(t, filepath.Join(hw, "duplicate_request"), strconv.Itoa(dups))
+		writeFile(t, filepath.Join(hw, "out_of_seq_request"), strconv.Itoa(gaps))
 		writeFile(t, filepath.Join(hw, "sent_pkts"), strconv.Itoa(sent))
 		d.pollCounters()
 		for _, h := range d.Status().HCAs {
@@ -144,7 +144,7 @@ func TestDegradedPortFromSysfs(t *testing.T) {
 		}
 	}
 	// A burst of duplicates in one poll (a failover's replay): nothing.
-	dups += 50
+	gaps += 50
 	sent += 1000
 	if h := poll(); h == nil || h.State != status.HealthOK {
 		t.Fatalf("a burst of 50 duplicate requests: %+v", h)
@@ -152,7 +152,7 @@ func TestDegradedPortFromSysfs(t *testing.T) {
 	// Duplicates poll after poll (a lossy path): degraded once three
 	// polls of the window saw some (the burst's among them).
 	for i := 1; i <= 2; i++ {
-		dups += 10
+		gaps += 10
 		sent += 1000
 		h := poll()
 		if i == 1 && (h == nil || h.State != status.HealthOK) {
