@@ -779,21 +779,19 @@ rows_plan() {
 		[ -n "$prog" ] || continue
 		# sb (the shim switching back) runs only when LAB_ROWS names it,
 		# but for a drain, whose undrain is what brings the QPs home, a
+		# loss, whose end is (once the port is healthy again), a
 		# flap2 cut, whose second pull is what it is for, and a -r3
 		# program, whose paired resets are (the last two run in that arm
 		# alone)
-		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* && "$cut" != flap2-* && "$cut" != flap3-* && "$prog" != *-r3 ]]; }; }; then
+		if [ "$shim" = sb ] && { [ "$cut" = none ] || { [ -z "${LAB_ROWS:-}" ] && [[ "$cut" != drain-* && "$cut" != loss-* && "$cut" != flap2-* && "$cut" != flap3-* && "$prog" != *-r3 ]]; }; }; then
 			continue
 		fi
 		if { [[ "$cut" == flap2-* || "$cut" == flap3-* ]] || [[ "$prog" == *-r3 ]]; } && [ "$shim" != sb ]; then continue; fi
 		[[ "$prog.$shim.$cut" =~ ${LAB_ROWS:-.} ]] || continue
 		# the daemon row runs its pingpong under the shim itself
 		[ "$prog" = ibpathd ] && [ "$shim" = off ] && continue
-		# a drain acts only through the shim
-		# a loss row needs the guests' ibpathd judging port health, which
-		# is off by default: only when LAB_ROWS or LAB_ROW_NAMES names it,
-		# with LAB_DAEMON_ARGS='--health on'
-		if [[ "$cut" == loss-* ]] && [ -z "${LAB_ROWS:-}" ]; then continue; fi
+		# a drain acts only through the shim, and so does a port found
+		# degraded (a loss row)
 		if [[ "$cut" == drain-* || "$cut" == loss-* ]] && [ "$shim" = off ]; then continue; fi
 		echo "$prog $shim $cut $port"
 	done <<<"$all"

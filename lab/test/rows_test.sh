@@ -32,7 +32,9 @@ check "an unknown row name is a usage error (2)" same "$?" 2
 check "  and the log names it" grep -q "no row named 'pingpong.maybe.none'" "$tmp/log"
 LAB_ROW_NAMES='ibpathd.off.none' rows_plan >/dev/null
 check "the ibpathd row has no arm without the shim" same "$?" 2
-check "LAB_ROWS: sb only when it is set (but for a drain, a flap2, a flap3 and a -r3)" same "$(rows_plan | awk '$2 == "sb" {print $1 "." $2 "." $3}' | tr '\n' ' ')" "pingpong-ev.sb.drain-g1 pingpong-ev.sb.flap2-g1 pingpong-ev.sb.flap3-g1 nccl-r3.sb.setlink-g1 "
+check "LAB_ROWS: sb only when it is set (but for a drain, a loss, a flap2, a flap3 and a -r3)" same "$(rows_plan | awk '$2 == "sb" {print $1 "." $2 "." $3}' | tr '\n' ' ')" "pingpong-ev.sb.drain-g1 pingpong-ev.sb.flap2-g1 pingpong-ev.sb.loss-g1 pingpong-ev.sb.flap3-g1 nccl-r3.sb.setlink-g1 "
+check "a loss runs only with the shim, in a full run too" same "$(rows_plan | awk '$3 ~ /^loss-/ {print $1 "." $2 "." $3}' | tr '\n' ' ')" \
+	"pingpong-ev.on.loss-g1 pingpong-ev.sb.loss-g1 "
 check "a -r3 program runs in the sb arm alone" same "$(rows_plan | awk '$1 == "nccl-r3" {print $2}' | tr '\n' ' ')" "sb "
 LAB_ROW_NAMES='nccl-r3.on.setlink-g1' rows_plan >/dev/null
 check "  and names no other" same "$?" 2
