@@ -20,11 +20,17 @@ import "github.com/ibpath/ibpath/verbs"
 //     with a PSN past the one its responder expected (a gap), or before
 //     it (a retransmission of one whose ACK was lost): mlx5's counters
 //     of those names;
-//
-// Congestion is not modelled (no switch queues, no credits): the ports
-// have no port_xmit_wait and no ECN counters.
+//   - congestion (SetCongestion, congestion.go; rule 107), on a RoCE
+//     port mlx5's DCQCN counters: np_ecn_marked_roce_packets (packets
+//     that arrived at the port marked Congestion Experienced),
+//     np_cnp_sent (the CNPs the port answered them with, one per marked
+//     packet), rp_cnp_handled (the CNPs the port got back for the marked
+//     packets it sent); on an InfiniBand port port_xmit_wait (ticks the
+//     port waited for credits to send: xmitWaitTicks per marked packet
+//     it sent). A port has only its link layer's names.
 type portCounters struct {
 	xmitPkts, rcvErrors, linkDowned, ackTimeouts, seqNaks, outOfSeq, dupReqs uint64
+	ecnMarked, cnpSent, cnpHandled, xmitWait                                 uint64
 }
 
 // countSeq counts at request p's destination port its PSN's distance d
@@ -53,8 +59,14 @@ func (c *Context) PortCounters(port uint8) (map[string]uint64, error) {
 		return nil, verbs.Errorf("port counters", verbs.EINVAL, "%s has no port %d", c.hca.name, port)
 	}
 	k := p.cnt
-	return map[string]uint64{"port_xmit_packets": k.xmitPkts, "port_rcv_errors": k.rcvErrors, "link_downed": k.linkDowned,
-		"local_ack_timeout_err": k.ackTimeouts, "packet_seq_err": k.seqNaks, "out_of_sequence": k.outOfSeq, "duplicate_request": k.dupReqs}, nil
+	m := map[string]uint64{"port_xmit_packets": k.xmitPkts, "port_rcv_errors": k.rcvErrors, "link_downed": k.linkDowned,
+		"local_ack_timeout_err": k.ackTimeouts, "packet_seq_err": k.seqNaks, "out_of_sequence": k.outOfSeq, "duplicate_request": k.dupReqs}
+	if c.hca.linkLayer == verbs.LinkLayerEthernet {
+		m["np_ecn_marked_roce_packets"], m["np_cnp_sent"], m["rp_cnp_handled"] = k.ecnMarked, k.cnpSent, k.cnpHandled
+	} else {
+		m["port_xmit_wait"] = k.xmitWait
+	}
+	return m, nil
 }
 
 // countLoss counts a packet lost to the loss of src or dst on the

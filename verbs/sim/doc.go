@@ -2,8 +2,9 @@
 // implements the verbs interfaces: hosts with HCAs and ports, LIDs with
 // LMC, GIDs, leaf and spine switches, the RC transport (PSNs, ACK/NAK,
 // retransmission, RNR), Automatic Path Migration that really migrates,
-// async events, and fault injection (link flaps, HCA and switch death,
-// packet and ACK loss, exact-PSN drops).
+// async events, fault injection (link flaps, HCA and switch death,
+// packet and ACK loss, exact-PSN drops), and congestion marking (ECN and
+// CNPs on RoCE, credit waits on InfiniBand), which only counts.
 //
 // The fabric runs on a virtual clock and a seeded random source. It starts
 // no goroutines: the caller drives it with Step, RunUntilIdle, RunUntil or

@@ -11,7 +11,7 @@ import (
 // Config holds the timing model of a fabric. Zero fields take the defaults
 // of DefaultConfig.
 type Config struct {
-	// Seed drives every random choice (loss, SetDelay, TimerLate draws).
+	// Seed drives every random choice (loss, SetDelay, SetCongestion, TimerLate draws).
 	Seed uint64
 	// LinkLatency is the one-way latency between two ports on one leaf
 	// switch, including HCA processing.

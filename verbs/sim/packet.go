@@ -244,6 +244,10 @@ func (f *Fabric) deliver(p *packet) {
 		f.drop(p, "spine down")
 		return
 	}
+	// It has crossed the switch's egress queue into the port.
+	if p.dst.mark > 0 {
+		f.congest(p)
+	}
 	q := p.dst.hca.qps[p.dqpn]
 	if q == nil {
 		f.drop(p, "no such QP")

@@ -63,6 +63,7 @@ type Port struct {
 	reqLoss   float64
 	respLoss  float64
 	delay     time.Duration // SetDelay: extra latency drawn in [0, delay] per packet
+	mark      float64       // SetCongestion: probability a packet delivered to the port is marked CE
 	busyUntil time.Duration
 	// waiters are the QPs with requests to send while the port was busy,
 	// served one message each, round robin, as it frees (arbitrate.go);

@@ -13,7 +13,7 @@ type TraceRecord struct {
 	At     time.Duration
 	Host   string
 	Device string
-	Kind   string // tx, drop, wc, event, qp, apm, retry, port, fault
+	Kind   string // tx, drop, wc, event, qp, apm, retry, port, fault, mark
 	Detail string
 }
 
