@@ -230,19 +230,25 @@ func when(t time.Time) string {
 }
 
 // seconds prints a duration given in seconds.
-// health renders a port's health: "-" when never judged, else its state
-// and whether it is out of service (why: the drained ports' section), or
-// that its counters cannot be read.
+// health renders a port's health: "-" when never judged, else its state,
+// whether it is out of service (why: the drained ports' section) and its
+// congestion signs per second from one a second on, or that its counters
+// cannot be read.
 func health(h *status.PortHealth) string {
 	switch {
 	case h == nil:
 		return "-"
 	case h.Error != "":
 		return "counters unreadable"
-	case h.OutOfService:
-		return h.State + ", out of service"
 	}
-	return h.State
+	s := h.State
+	if h.OutOfService {
+		s += ", out of service"
+	}
+	if h.CongestionPerSecond >= 1 {
+		s += fmt.Sprintf(", congested %.0f/s", h.CongestionPerSecond)
+	}
+	return s
 }
 
 // damping renders a port's flap damping: "-" without a penalty, else

@@ -177,6 +177,7 @@ type Daemon struct {
 	drains *drainSet    // the drained ports (drain.go)
 	damp   *portDamping // the ports' flap damping (damping.go)
 	health *healthWatch // the ports' health (health.go); nil: not judged
+	views  portViews    // the port views told to the owners (views.go)
 	repl   replicator
 	events broadcaster
 
@@ -302,6 +303,8 @@ func (d *Daemon) Serve(ctx context.Context, ready func() error) error {
 	}
 	d.wg.Add(1)
 	go d.watchPorts()
+	d.wg.Add(1)
+	go d.watchViews()
 	if d.health != nil {
 		d.wg.Add(1)
 		go d.watchCounters()

@@ -33,7 +33,8 @@ var (
 	descPenalty     = prometheus.NewDesc("ibpath_port_flap_penalty", "The port's flap damping penalty now (decays with the half-life; 0: none).", []string{"device", "port"}, nil)
 	descSuppressed  = prometheus.NewDesc("ibpath_port_suppressed", "1 while the port's flap damping keeps traffic from returning to it.", []string{"device", "port"}, nil)
 	descDegraded    = prometheus.NewDesc("ibpath_port_out_of_service", "1 while ibpathd keeps the port out of service for its health (found degraded from its counters).", []string{"device", "port"}, nil)
-	descSeqErrs     = prometheus.NewDesc("ibpath_port_seq_errors_per_second", "Sequence errors of the port per second (gaps its requesters were told of, duplicate and out-of-order requests its responders got), over the health rule's window.", []string{"device", "port"}, nil)
+	descSeqErrs     = prometheus.NewDesc("ibpath_port_seq_errors_per_second", "Sequence errors of the port per second (gaps its requesters were told of or its responders saw), over the health rule's window.", []string{"device", "port"}, nil)
+	descCongestion  = prometheus.NewDesc("ibpath_port_congestion_per_second", "Congestion signs of the port per second (ECN-marked packets received, CNPs sent and handled, PortXmitWait ticks), over the health rule's window.", []string{"device", "port"}, nil)
 	descLinkErrs    = prometheus.NewDesc("ibpath_port_link_errors_per_second", "Link errors of the port per second, over the health rule's window.", []string{"device", "port"}, nil)
 	descOwners      = prometheus.NewDesc("ibpath_owners", "Processes attached over the owner protocol.", nil, nil)
 	descPeers       = prometheus.NewDesc("ibpath_peers", "Replication peers by state.", []string{"state"}, nil)
@@ -55,7 +56,7 @@ type statusCollector struct{ status func() status.Node }
 // registry asks at registration, before the daemon is up).
 func (c statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMigrations, descFailovers, descSwitchbacks, descArmed, descQPs, descPortUp,
-		descPenalty, descSuppressed, descDegraded, descSeqErrs, descLinkErrs, descOwners, descPeers, descEntries, descLag, descPeersRef, descRecordsRef, descReplaysRef, descOwnerRef, descConnsRef,
+		descPenalty, descSuppressed, descDegraded, descSeqErrs, descLinkErrs, descCongestion, descOwners, descPeers, descEntries, descLag, descPeersRef, descRecordsRef, descReplaysRef, descOwnerRef, descConnsRef,
 		descSimulated, descDrainLeft} {
 		ch <- d
 	}
@@ -105,6 +106,7 @@ func (c statusCollector) Collect(ch chan<- prometheus.Metric) {
 				gauge(descDegraded, out, dev, num)
 				gauge(descSeqErrs, ph.SeqErrorsPerSecond, dev, num)
 				gauge(descLinkErrs, ph.LinkErrorsPerSecond, dev, num)
+				gauge(descCongestion, ph.CongestionPerSecond, dev, num)
 			}
 		}
 	}

@@ -144,7 +144,7 @@ func (d *Daemon) serveOwner(c *ownerproto.Conn, caller api.Caller) {
 	}
 	h := *m.Hello
 	if h.Proto < ownerproto.ProtoMin || h.Proto > ownerproto.Proto {
-		refuse("protocol %d not supported (this ibpathd speaks %d to %d)", h.Proto, ownerproto.ProtoMin, ownerproto.Proto)
+		refuse(ownerproto.RefuseProto, h.Proto, ownerproto.ProtoMin, ownerproto.Proto)
 		return
 	}
 	if h.PID != caller.PID {
@@ -168,7 +168,10 @@ func (d *Daemon) serveOwner(c *ownerproto.Conn, caller api.Caller) {
 		log.Warn("owner session: welcome", "err", err)
 	}
 	log.Info("owner attached", "incarnation", h.Incarnation, "comm", h.Comm, "proto", h.Proto)
-	go d.drainNewOwner(o)
+	go func() {
+		d.drainNewOwner(o)
+		d.viewsNewOwner(o)
+	}()
 	err = d.ownerLoop(o, log)
 	d.detach(o, err, log)
 }

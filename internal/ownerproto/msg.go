@@ -13,13 +13,14 @@ import (
 
 // Proto is the protocol version of this package (2: QP paths, backup and
 // remote end, and command results' states are objects; the drain and
-// undrain commands); Upgrade is the token of the HTTP upgrade. ProtoMin is
+// undrain commands; 3: the port_view command); Upgrade is the token of
+// the HTTP upgrade. ProtoMin is
 // the oldest protocol ibpathd still serves: a process that loaded an
 // older libibpath before an upgrade keeps its session (its protocol 1
 // messages decode: status.Path and its kin read the strings protocol 1
 // wrote, compat.go; it is sent no drain command, which it does not know).
 const (
-	Proto    = 2
+	Proto    = 3
 	ProtoMin = 1
 	Upgrade  = "ibpath-owner/1"
 	// MaxLine bounds one message, newline included.
@@ -136,7 +137,24 @@ const (
 	OpUndrain = "undrain"
 	// OpDrainProto is the first protocol with OpDrain and OpUndrain.
 	OpDrainProto = 2
+	// OpPortView gives the owner ibpathd's view of Port of Device (View)
+	// for its choice of a backup device: flap damping over every flap
+	// ibpathd saw, and the port's congestion. QPN 0. From protocol 3.
+	OpPortView      = "port_view"
+	OpPortViewProto = 3
 )
+
+// PortView is ibpathd's view of a port for the owners' choices: whether
+// flap damping suppresses it (node-wide: every flap since ibpathd
+// started, where a process's own damper knows only those since the
+// process did), and its congestion signs per second over the health
+// rule's window (ECN-marked packets received, CNPs sent and handled,
+// PortXmitWait ticks: pathsel.PortCounters' Congestion class), 0 when
+// none or not read.
+type PortView struct {
+	Suppressed bool    `json:"suppressed,omitempty"`
+	Congestion float64 `json:"congestion_per_second,omitempty"`
+}
 
 // Command asks the owner to act on one of its QPs, or on a port.
 type Command struct {
@@ -145,6 +163,8 @@ type Command struct {
 	QPN    uint32 `json:"qpn,omitempty"`
 	Port   uint8  `json:"port,omitempty"`
 	DryRun bool   `json:"dry_run,omitempty"`
+	// View is OpPortView's.
+	View *PortView `json:"view,omitempty"`
 }
 
 // Result replies to a command. Before and After are the QP's layer-1 state

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,8 +42,41 @@ type Session struct {
 var ErrRefused = errors.New("ownerproto: refused by ibpathd")
 
 // Dial connects to the daemon's socket, upgrades to the owner protocol,
-// says hello and waits for the welcome.
+// says hello and waits for the welcome. A hello without a protocol says
+// Proto; an ibpathd older than this package refuses it, naming the
+// protocols it speaks, and Dial says hello again with the newest of
+// those (an upgrade installs the new library before the old ibpathd is
+// restarted: its processes keep their sessions, without what the newer
+// protocol adds).
 func Dial(ctx context.Context, socket string, hello Hello, h Handler) (*Session, error) {
+	pinned := hello.Proto != 0
+	s, err := dial(ctx, socket, hello, h)
+	if err == nil || pinned || !errors.Is(err, ErrRefused) {
+		return s, err
+	}
+	var who, lo, hi int
+	if n, _ := fmt.Sscanf(refusedProto(err.Error()), RefuseProto, &who, &lo, &hi); n != 3 ||
+		hi >= Proto || hi < ProtoMin || lo > hi {
+		return nil, err
+	}
+	hello.Proto = hi
+	return dial(ctx, socket, hello, h)
+}
+
+// RefuseProto is ibpathd's refusal of a hello whose protocol it does
+// not speak: the hello's, then the oldest and newest it speaks. Dial
+// reads it back.
+const RefuseProto = "protocol %d not supported (this ibpathd speaks %d to %d)"
+
+// refusedProto is the daemon's refusal in err's text, from "protocol" on.
+func refusedProto(s string) string {
+	if i := strings.Index(s, "protocol "); i >= 0 {
+		return s[i:]
+	}
+	return ""
+}
+
+func dial(ctx context.Context, socket string, hello Hello, h Handler) (*Session, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {

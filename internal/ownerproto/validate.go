@@ -1,6 +1,9 @@
 package ownerproto
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // payloads counts the payload fields that are set.
 func (m Msg) payloads() int {
@@ -113,12 +116,19 @@ func (m Msg) Validate() error {
 func (c *Command) validate() error {
 	switch c.Op {
 	case OpArm, OpMigrate:
-		if c.Device == "" || c.QPN == 0 || c.Port != 0 {
-			return fmt.Errorf("%s: a device and a QPN are required, and no port", c.Op)
+		if c.Device == "" || c.QPN == 0 || c.Port != 0 || c.View != nil {
+			return fmt.Errorf("%s: a device and a QPN are required, and no port or view", c.Op)
 		}
 	case OpDrain, OpUndrain:
-		if c.Device == "" || c.Port == 0 || c.QPN != 0 || c.DryRun {
-			return fmt.Errorf("%s: a device and a port are required, and no QPN or dry run", c.Op)
+		if c.Device == "" || c.Port == 0 || c.QPN != 0 || c.DryRun || c.View != nil {
+			return fmt.Errorf("%s: a device and a port are required, and no QPN, dry run or view", c.Op)
+		}
+	case OpPortView:
+		if c.Device == "" || c.Port == 0 || c.QPN != 0 || c.DryRun || c.View == nil {
+			return fmt.Errorf("%s: a device, a port and a view are required, and no QPN or dry run", c.Op)
+		}
+		if v := c.View.Congestion; v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%s: congestion %v is not a rate", c.Op, v)
 		}
 	default:
 		return fmt.Errorf("unknown op %q", c.Op)

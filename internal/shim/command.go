@@ -8,11 +8,14 @@ import (
 )
 
 // Command carries out an arm, migrate, drain or undrain relayed by
-// ibpathd. Layer 1 acts
+// ibpathd, or takes its view of a port. Layer 1 acts
 // only on QPs it armed; for any other QP the answer says why not.
 func (r *Runtime) Command(c ownerproto.Command) ownerproto.Result {
 	if c.Op == ownerproto.OpDrain || c.Op == ownerproto.OpUndrain {
 		return r.Drain(c)
+	}
+	if c.Op == ownerproto.OpPortView {
+		return r.PortView(c)
 	}
 	if r.l1 != nil {
 		if res, ok := r.l1.Command(c); ok {

@@ -117,7 +117,7 @@ func TestBackupAvoidsDampedPort(t *testing.T) {
 			t.Fatalf("%+v: %v", c, err)
 		}
 		ctx.Close()
-		said := (&l2host{log: lb}).logLine("every other device's ACTIVE ports are suppressed") != ""
+		said := (&l2host{log: lb}).logLine("every other device's ACTIVE ports are drained or suppressed") != ""
 		if name != c.want || said != c.said {
 			t.Errorf("damping %q, %v flapped: backup %s (said %v), want %s (%v)\n%s", c.damping, c.flapped, name, said, c.want, c.said, lb)
 		}

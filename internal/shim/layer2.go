@@ -61,8 +61,12 @@ func (r *Runtime) SetProvider(p verbs.Provider) {
 }
 
 // chooseBackup picks the backup device for dev: IBPATH_BACKUP when it
-// names one, else the first other device with an ACTIVE port that flap
-// damping does not suppress, else the first with an ACTIVE port.
+// names one; else, of the other devices with an ACTIVE port, one with a
+// calm port (not drained, and suppressed neither by the process's flap
+// damping nor by ibpathd's: views.go), the least congested by ibpathd's
+// view of its calm ports (the first in the provider's order among equals:
+// with no congestion known, the first calm device); else the first with
+// an ACTIVE port.
 func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
 	if r.cfg.Backup != "auto" {
 		if r.cfg.Backup == dev {
@@ -78,8 +82,15 @@ func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	var damped string // the first device whose ACTIVE ports are all suppressed
-	var dampedCtx verbs.Context
+	type choice struct {
+		name       string
+		ctx        verbs.Context
+		congestion float64
+	}
+	// best: the calm device least congested; first: the first calm one
+	// (the choice without congestion); damped: the first whose ACTIVE
+	// ports are none calm
+	var best, first, damped *choice
 	for _, d := range devs {
 		if d.Name == dev {
 			continue
@@ -88,30 +99,44 @@ func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
 		if err != nil {
 			continue
 		}
-		active, calm := false, false
+		active, calm, congestion := false, false, 0.0
 		if h, err := pathsel.Describe(c); err == nil {
 			for _, p := range h.Ports {
-				if p.Active() {
-					active = true
-					calm = calm || !r.suppressed(d.Name, p.Num)
+				if !p.Active() {
+					continue
+				}
+				active = true
+				if ok, cg := r.candidate(d.Name, p.Num); ok && (!calm || cg < congestion) {
+					calm, congestion = true, cg
 				}
 			}
 		}
 		switch {
-		case calm:
-			if dampedCtx != nil {
-				dampedCtx.Close()
-			}
-			return d.Name, c, nil
-		case active && dampedCtx == nil:
-			damped, dampedCtx = d.Name, c
+		case calm && first == nil:
+			first = &choice{d.Name, nil, congestion}
+			best = &choice{d.Name, c, congestion}
+		case calm && congestion < best.congestion:
+			best.ctx.Close()
+			best = &choice{d.Name, c, congestion}
+		case active && !calm && damped == nil:
+			damped = &choice{d.Name, c, 0}
 		default:
 			c.Close()
 		}
 	}
-	if dampedCtx != nil {
-		r.log.Info("libibpath: every other device's ACTIVE ports are suppressed by flap damping; the backup is one of them", "device", dev, "backup", damped)
-		return damped, dampedCtx, nil
+	if best != nil {
+		if damped != nil {
+			damped.ctx.Close()
+		}
+		if best.name != first.name {
+			r.log.Info("libibpath: backup chosen for congestion", "device", dev, "backup", best.name,
+				"congestion_per_s", best.congestion, "instead_of", first.name, "its_congestion_per_s", first.congestion)
+		}
+		return best.name, best.ctx, nil
+	}
+	if damped != nil {
+		r.log.Info("libibpath: every other device's ACTIVE ports are drained or suppressed by flap damping; the backup is one of them", "device", dev, "backup", damped.name)
+		return damped.name, damped.ctx, nil
 	}
 	return "", nil, fmt.Errorf("no other device with an ACTIVE port")
 }

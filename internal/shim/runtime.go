@@ -104,8 +104,9 @@ type Runtime struct {
 	prov     verbs.Provider
 	watchers map[string]*watcher
 	ports    map[portKey]PortState
-	portErr  map[portKey]time.Time // when each port's last PORT_ERR was seen (migrationTook)
-	drained  map[portKey]bool      // ports an operator drained (drain.go)
+	portErr  map[portKey]time.Time           // when each port's last PORT_ERR was seen (migrationTook)
+	drained  map[portKey]bool                // ports an operator drained (drain.go)
+	views    map[portKey]ownerproto.PortView // ibpathd's views of the node's ports (views.go)
 	// damp is the flap damping of the ports whose events the shim's
 	// contexts saw (Config.Damping; damping.go), on fo.clock.
 	damp   *pathsel.Damper[pathsel.PortKey]
