@@ -28,11 +28,29 @@ func ChooseBackup(hcas []HCA, def int) (int, error) {
 	if def < 0 || def >= len(hcas) {
 		return 0, fmt.Errorf("pathsel: choose backup: default index %d out of %d adapters", def, len(hcas))
 	}
-	for k := 1; k < len(hcas); k++ {
-		j := (def + k) % len(hcas)
+	for _, j := range BackupOrder(len(hcas), def) {
 		if hcas[j].Healthy() {
 			return j, nil
 		}
 	}
 	return 0, fmt.Errorf("%w for %s (%d adapters)", ErrNoBackup, hcas[def].Name, len(hcas))
+}
+
+// BackupOrder lists the other adapters of a host of n, in rail order, as
+// candidates to back up adapter def: the next rail after def first,
+// wrapping around (ChooseBackup's rule; the shim's choice weighs them in
+// this order too). A def out of range lists all n in order.
+func BackupOrder(n, def int) []int {
+	if def < 0 || def >= n {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	out := make([]int, 0, n-1)
+	for k := 1; k < n; k++ {
+		out = append(out, (def+k)%n)
+	}
+	return out
 }

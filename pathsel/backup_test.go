@@ -2,6 +2,7 @@ package pathsel
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/ibpath/ibpath/verbs"
@@ -41,6 +42,14 @@ func TestChooseBackup(t *testing.T) {
 	}
 	if _, err := ChooseBackup(rails(up, up), 5); err == nil {
 		t.Error("out-of-range default accepted")
+	}
+	for _, c := range []struct {
+		n, def int
+		want   []int
+	}{{4, 0, []int{1, 2, 3}}, {4, 2, []int{3, 0, 1}}, {1, 0, []int{}}, {3, -1, []int{0, 1, 2}}, {3, 3, []int{0, 1, 2}}} {
+		if got := BackupOrder(c.n, c.def); !slices.Equal(got, c.want) {
+			t.Errorf("BackupOrder(%d, %d) = %v, want %v", c.n, c.def, got, c.want)
+		}
 	}
 	// Both ends of a rail-0 connection pick the same rail.
 	a, _ := ChooseBackup(rails(up, down, up), 0)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,9 +65,9 @@ func (r *Runtime) SetProvider(p verbs.Provider) {
 // names one; else, of the other devices with an ACTIVE port, one with a
 // calm port (not drained, and suppressed neither by the process's flap
 // damping nor by ibpathd's: views.go), the least congested by ibpathd's
-// view of its calm ports (the first in the provider's order among equals:
-// with no congestion known, the first calm device); else the first with
-// an ACTIVE port.
+// view of its calm ports (the first in rail order after dev among
+// equals: with no congestion known, the next calm rail); else the first
+// with an ACTIVE port.
 func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
 	if r.cfg.Backup != "auto" {
 		if r.cfg.Backup == dev {
@@ -89,9 +90,16 @@ func (r *Runtime) chooseBackup(dev string) (string, verbs.Context, error) {
 	}
 	// best: the calm device least congested; first: the first calm one
 	// (the choice without congestion); damped: the first whose ACTIVE
-	// ports are none calm
+	// ports are none calm. The devices, in the provider's order (rail
+	// order: mlx5_i on rail i), are taken from the one after dev on,
+	// wrapping around (pathsel.BackupOrder): the backups of a host's rails
+	// spread over its other rails instead of all landing on the first, and
+	// the two ends of a connection on rail i, cabled alike, both take rail
+	// i+1.
+	def := slices.IndexFunc(devs, func(d verbs.DeviceInfo) bool { return d.Name == dev })
 	var best, first, damped *choice
-	for _, d := range devs {
+	for _, i := range pathsel.BackupOrder(len(devs), def) {
+		d := devs[i]
 		if d.Name == dev {
 			continue
 		}
