@@ -123,3 +123,54 @@ func TestBackupAvoidsDampedPort(t *testing.T) {
 		}
 	}
 }
+
+// TestSwitchBackMovesPerFlap measures layer 2's moves per flap with and
+// without the switch-back hold (docs/PERFORMANCE.md, "Layer 2: moves
+// per flap"): A's default cable flaps four times, down until both ends
+// are on their backups, then up for 100 ms, with a 200 ms half-life. A
+// move is a failover or a switch back of A's QP. Without the hold each
+// flap is two moves (out, home); with it the QP stays on its backup from
+// the second flap on until the penalty has decayed, then comes home once.
+// Every message arrives once either way.
+func TestSwitchBackMovesPerFlap(t *testing.T) {
+	const flaps, upFor = 4, 100 * time.Millisecond
+	moves := map[string]int{}
+	for _, hold := range []string{"off", "on"} {
+		f, hosts, qa, qb := expressWorld(t, 79, l2opts{env: map[string]string{EnvDamping: "half-life=200ms,max-suppress=10s", EnvSwitchDamping: hold}})
+		a := hosts[0]
+		for k := 0; k < flaps; k++ {
+			home := !qa.diverted()
+			if err := f.SetLink(a.port, false); err != nil {
+				t.Fatal(err)
+			}
+			if home {
+				waitFor(t, "A diverted on PORT_ERR", qa.diverted)
+				failedOverBoth(t, f, hosts, qa, qb, qa.status().Failovers)
+			} else {
+				switchStep(t, f, hosts, qa, qb)
+			}
+			if err := f.SetLink(a.port, true); err != nil {
+				t.Fatal(err)
+			}
+			up := f.Now()
+			for f.Now() < up+upFor && (qa.diverted() || qb.diverted()) {
+				switchStep(t, f, hosts, qa, qb)
+				f.RunFor(200 * time.Microsecond)
+				time.Sleep(50 * time.Microsecond)
+			}
+			t.Logf("hold %s, flap %d: up for %v, A %s", hold, k+1, f.Now()-up, map[bool]string{true: "on its backup", false: "home"}[qa.diverted()])
+			for f.Now() < up+upFor {
+				switchStep(t, f, hosts, qa, qb)
+				f.RunFor(time.Millisecond)
+			}
+		}
+		homeAgain(t, f, hosts, qa, qb)
+		s := qa.status()
+		moves[hold] = s.Failovers + s.Switchbacks
+		t.Logf("hold %s: %d flaps, %d failovers and %d switch backs of A's QP", hold, flaps, s.Failovers, s.Switchbacks)
+		sendMoreClean(t, f, hosts, qa, qb, 100)
+	}
+	if moves["off"] != 2*flaps || moves["on"] >= moves["off"] {
+		t.Fatalf("moves: %d without the hold (want %d), %d with it (want fewer)", moves["off"], 2*flaps, moves["on"])
+	}
+}
