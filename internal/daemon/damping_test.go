@@ -15,28 +15,10 @@ import (
 // polls that see the same outage, or fail, add nothing; the status
 // shows it all.
 func TestPortFlapDamping(t *testing.T) {
-	root := fixture(t, "rxe-two")
-	dir := t.TempDir()
-	d, err := New(Config{Node: "n", Socket: filepath.Join(dir, "s"), StateDir: dir, Fabric: "hardware", Sysfs: root,
-		Repl: ReplConfig{Off: true}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	clock := d.started
+	d, root, now := clockedFixtureDaemon(t, "")
+	clock := *now
 	d.damp.now = func() time.Time { return clock }
-	port1 := filepath.Join(root, "class", "infiniband", "rxe0", "ports", "1")
-	setState := func(up bool) {
-		t.Helper()
-		if up {
-			writeFile(t, filepath.Join(port1, "state"), "4: ACTIVE")
-			writeFile(t, filepath.Join(port1, "phys_state"), "5: LinkUp")
-		} else {
-			writeFile(t, filepath.Join(port1, "state"), "1: DOWN")
-			writeFile(t, filepath.Join(port1, "phys_state"), "3: Disabled")
-		}
-		d.refreshPorts()
-	}
+	setState := func(up bool) { t.Helper(); setRxe0Port1(t, d, root, up) }
 	damping := func() (*status.PortDamping, status.Node) {
 		t.Helper()
 		n := d.Status()
@@ -67,7 +49,7 @@ func TestPortFlapDamping(t *testing.T) {
 	// after it.
 	clock = clock.Add(time.Second)
 	setState(true)
-	writeFile(t, filepath.Join(port1, "state"), "garbage")
+	writeFile(t, filepath.Join(root, "class", "infiniband", "rxe0", "ports", "1", "state"), "garbage")
 	d.refreshPorts()
 	if d.invErr == nil {
 		t.Fatal("a port state that does not parse did not fail the read")
@@ -141,4 +123,35 @@ func TestPortFlapDampingConfig(t *testing.T) {
 			}
 		}
 	}
+}
+
+// clockedFixtureDaemon is a daemon (not served) on a copy of the rxe-two
+// sysfs fixture, with the port health rule health ("" for the default);
+// *start is its start, for the test's clock of its flap damping.
+func clockedFixtureDaemon(t *testing.T, health string) (d *Daemon, root string, start *time.Time) {
+	t.Helper()
+	root = fixture(t, "rxe-two")
+	dir := t.TempDir()
+	d, err := New(Config{Node: "n", Socket: filepath.Join(dir, "s"), StateDir: dir, Fabric: "hardware", Sysfs: root,
+		Health: health, Repl: ReplConfig{Off: true}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d, root, &d.started
+}
+
+// setRxe0Port1 sets the fixture's rxe0 port 1 up or down and has d read
+// the ports.
+func setRxe0Port1(t *testing.T, d *Daemon, root string, up bool) {
+	t.Helper()
+	port1 := filepath.Join(root, "class", "infiniband", "rxe0", "ports", "1")
+	if up {
+		writeFile(t, filepath.Join(port1, "state"), "4: ACTIVE")
+		writeFile(t, filepath.Join(port1, "phys_state"), "5: LinkUp")
+	} else {
+		writeFile(t, filepath.Join(port1, "state"), "1: DOWN")
+		writeFile(t, filepath.Join(port1, "phys_state"), "3: Disabled")
+	}
+	d.refreshPorts()
 }

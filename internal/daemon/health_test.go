@@ -101,15 +101,8 @@ func TestDegradedPortLeftAndReturned(t *testing.T) {
 // service no more; a counter file that does not parse is shown as the
 // port's error and judges nothing.
 func TestDegradedPortFromSysfs(t *testing.T) {
-	root := fixture(t, "rxe-two")
-	dir := t.TempDir()
-	d, err := New(Config{Node: "n", Socket: filepath.Join(dir, "s"), StateDir: dir, Fabric: "hardware", Sysfs: root,
-		Health: "min-seq-errors=3,clear=2s", Repl: ReplConfig{Off: true}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	clock := d.started
+	d, root, start := clockedFixtureDaemon(t, "min-seq-errors=3,clear=2s")
+	clock := *start
 	d.damp.now = func() time.Time { return clock }
 	hw := filepath.Join(root, "class", "infiniband", "rxe0", "ports", "1", "hw_counters")
 	gaps, sent := 300, 100

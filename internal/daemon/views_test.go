@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -113,26 +112,14 @@ func TestPortViewsTold(t *testing.T) {
 // suppressed (its flap damping, node-wide), and not once the penalty has
 // decayed; congestionBand rounds down to a power of two.
 func TestPortViewSuppressed(t *testing.T) {
-	root := fixture(t, "rxe-two")
-	dir := t.TempDir()
-	d, err := New(Config{Node: "n", Socket: filepath.Join(dir, "s"), StateDir: dir, Fabric: "hardware", Sysfs: root,
-		Repl: ReplConfig{Off: true}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	clock := d.started
+	d, root, start := clockedFixtureDaemon(t, "")
+	clock := *start
 	d.damp.now = func() time.Time { return clock }
-	port1 := filepath.Join(root, "class", "infiniband", "rxe0", "ports", "1")
 	k := pathsel.PortKey{Device: "rxe0", Port: 1}
 	for range 2 {
-		writeFile(t, filepath.Join(port1, "state"), "1: DOWN")
-		writeFile(t, filepath.Join(port1, "phys_state"), "3: Disabled")
-		d.refreshPorts()
+		setRxe0Port1(t, d, root, false)
 		clock = clock.Add(time.Second)
-		writeFile(t, filepath.Join(port1, "state"), "4: ACTIVE")
-		writeFile(t, filepath.Join(port1, "phys_state"), "5: LinkUp")
-		d.refreshPorts()
+		setRxe0Port1(t, d, root, true)
 		clock = clock.Add(time.Second)
 	}
 	if v := d.viewOf(k); !v.Suppressed {

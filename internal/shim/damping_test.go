@@ -96,14 +96,7 @@ func TestBackupAvoidsDampedPort(t *testing.T) {
 		{"", []string{"mlx5_1", "mlx5_2"}, "mlx5_1", true},
 		{"off", []string{"mlx5_1"}, "mlx5_1", false},
 	} {
-		cfg, err := FromEnv(env(map[string]string{EnvDamping: c.damping}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lb := &syncbuf.Buffer{}
-		r := NewRuntime(cfg, slog.New(slog.NewTextHandler(lb, nil)))
-		r.fo.clock = f
-		r.SetProvider(f.Host("node0"))
+		r, lb := node0Runtime(t, f, map[string]string{EnvDamping: c.damping})
 		r.mu.Lock()
 		for _, dev := range c.flapped {
 			for _, up := range []bool{false, true, false, true} {
@@ -173,4 +166,19 @@ func TestSwitchBackMovesPerFlap(t *testing.T) {
 	if moves["off"] != 2*flaps || moves["on"] >= moves["off"] {
 		t.Fatalf("moves: %d without the hold (want %d), %d with it (want fewer)", moves["off"], 2*flaps, moves["on"])
 	}
+}
+
+// node0Runtime is a runtime of node0 of fabric f (its devices and
+// clock) configured by env, and its log.
+func node0Runtime(t *testing.T, f *sim.Fabric, vars map[string]string) (*Runtime, *syncbuf.Buffer) {
+	t.Helper()
+	cfg, err := FromEnv(env(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := &syncbuf.Buffer{}
+	r := NewRuntime(cfg, slog.New(slog.NewTextHandler(lb, nil)))
+	r.fo.clock = f
+	r.SetProvider(f.Host("node0"))
+	return r, lb
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
-	"github.com/ibpath/ibpath/internal/syncbuf"
 	"github.com/ibpath/ibpath/verbs/sim"
 )
 
@@ -51,14 +50,7 @@ func TestBackupChoiceFollowsViews(t *testing.T) {
 		{"none calm", []ownerproto.Command{view("mlx5_1", ownerproto.PortView{Suppressed: true}), drain("mlx5_2"), view("mlx5_3", ownerproto.PortView{Suppressed: true, Congestion: 1})},
 			"mlx5_1", "every other device's ACTIVE ports are drained or suppressed", ""},
 	} {
-		cfg, err := FromEnv(env(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lb := &syncbuf.Buffer{}
-		r := NewRuntime(cfg, slog.New(slog.NewTextHandler(lb, nil)))
-		r.fo.clock = f
-		r.SetProvider(f.Host("node0"))
+		r, lb := node0Runtime(t, f, nil)
 		for _, cmd := range c.cmds {
 			if res := r.Command(cmd); !res.OK {
 				t.Fatalf("%s: %+v: %+v", c.name, cmd, res)

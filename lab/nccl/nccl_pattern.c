@@ -275,6 +275,23 @@ static void wc_fail(const struct ibv_wc *wc, const char *conn)
 	exit(2);
 }
 
+/* env_int sets *v from the environment variable name when it is set:
+ * a whole number from lo to hi, else it says so and returns -1. */
+static int env_int(const char *name, long lo, long hi, int *v)
+{
+	const char *s = getenv(name);
+	if (!s)
+		return 0;
+	char *end;
+	long n = strtol(s, &end, 10);
+	if (*s == '\0' || *end != '\0' || n < lo || n > hi) {
+		fprintf(stderr, "nccl_pattern: %s=%s: want %ld to %ld\n", name, s, lo, hi);
+		return -1;
+	}
+	*v = (int)n;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *dev = NULL, *host = NULL;
@@ -300,26 +317,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "nccl_pattern: -b must be 1 to 64 MiB, -D and -T positive\n");
 		return 1;
 	}
-	const char *rc = getenv("NCCL_IB_RETRY_CNT");
-	if (rc) {
-		char *end;
-		long v = strtol(rc, &end, 10);
-		if (*rc == '\0' || *end != '\0' || v < 0 || v > 7) {
-			fprintf(stderr, "nccl_pattern: NCCL_IB_RETRY_CNT=%s: want 0 to 7\n", rc);
-			return 1;
-		}
-		retry_cnt = (int)v;
-	}
-	const char *to = getenv("NCCL_IB_TIMEOUT");
-	if (to) {
-		char *end;
-		long v = strtol(to, &end, 10);
-		if (*to == '\0' || *end != '\0' || v < 1 || v > 31) {
-			fprintf(stderr, "nccl_pattern: NCCL_IB_TIMEOUT=%s: want 1 to 31\n", to);
-			return 1;
-		}
-		ack_timeout = (int)v;
-	}
+	if (env_int("NCCL_IB_RETRY_CNT", 0, 7, &retry_cnt) || env_int("NCCL_IB_TIMEOUT", 1, 31, &ack_timeout))
+		return 1;
 	load_verbs();
 	struct ibv_device **l = ibv.get_device_list(NULL);
 	struct ibv_device *d = NULL;
