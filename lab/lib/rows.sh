@@ -688,7 +688,7 @@ links_dead() {
 # after it run on working links; the meta (links, link_fix) and the
 # report say so.
 row_link() {
-	local dead left
+	local dead left now started
 	links_dead
 	dead=$LINKS_DEAD
 	if [ -z "$dead" ]; then
@@ -697,7 +697,10 @@ row_link() {
 	fi
 	meta links "dead:$dead"
 	# the guests' QEMU was started with LAB_DEADLINE: the new ones get what is left of it
-	left=$((LAB_DEADLINE - $(date +%s) + $(stat -c %Y "$LAB_RUN/g1.pid" 2>/dev/null || date +%s)))
+	# (one reading of the clock: a guest that never started has all of it)
+	now=$(date +%s)
+	started=$(stat -c %Y "$LAB_RUN/g1.pid" 2>/dev/null || echo "$now")
+	left=$((LAB_DEADLINE - now + started))
 	if [ "$left" -lt 120 ]; then
 		meta link_fix "not rebooted: $left s of QEMU's deadline left"
 		log "row $1: no IP over link$dead after the row; $left s of QEMU's deadline left: guests not rebooted"

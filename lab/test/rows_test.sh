@@ -200,11 +200,12 @@ check "links A and B that carry IP both ways: ok, no reboot" \
 	bash -c "grep -qx 'links=ok' '$LAB_OUT/rows/link-ok/meta' && [ ! -s '$tmp/vm' ]"
 check "  one ping from each guest to the other over each link" \
 	same "$(cut -d' ' -f2- "$tmp/gexec" | tr '\n' ';')" "g1 busybox ping -c 2 -W 2 10.77.0.2;g2 busybox ping -c 2 -W 2 10.77.0.1;g1 busybox ping -c 2 -W 2 10.77.1.2;g2 busybox ping -c 2 -W 2 10.77.1.1;"
+: >"$LAB_RUN/g1.pid"
 LAB_DEADLINE=3000 LINK_RESULTS="1 0 0 0 0 0 0 0 " linkrow link-fixed
 check "a guest whose link A is dead: both guests rebooted, the links checked again" \
 	same "$(grep -E '^link(s|_fix)=' "$LAB_OUT/rows/link-fixed/meta" | tr '\n' ';')" "links=dead: A from g1;link_fix=guests rebooted: ok;"
 check "  the new guests get what is left of QEMU's deadline" \
-	grep -Eq "^vm_boot deadline (2999|3000)$" "$tmp/vm"
+	grep -Eq "^vm_boot deadline (299[0-9]|3000)$" "$tmp/vm"
 LAB_DEADLINE=3000 LINK_RESULTS="0 0 0 1 0 0 0 0 " linkrow link-b
 check "a guest whose link B is dead (link A fine): both guests rebooted" \
 	same "$(grep -E '^link(s|_fix)=' "$LAB_OUT/rows/link-b/meta" | tr '\n' ';')" "links=dead: B from g2;link_fix=guests rebooted: ok;"
@@ -214,9 +215,10 @@ check "a reboot after which a link is still dead says so" \
 LAB_DEADLINE=3000 BOOT_RC=1 LINK_RESULTS="1 1 0 0 " linkrow link-noboot
 check "guests that do not boot again: still dead, the links not pinged again" \
 	bash -c "grep -qx 'link_fix=guests rebooted: still dead' '$LAB_OUT/rows/link-noboot/meta' && [ \$(grep -c ping '$tmp/gexec') = 4 ]"
+: >"$LAB_RUN/g1.pid" # started just now again: the steps above take seconds on a busy host
 LAB_DEADLINE=100 LINK_RESULTS="1 1 0 0 " linkrow link-late
 check "no reboot with under 2 minutes of QEMU's deadline left" \
-	bash -c "grep -Eq '^link_fix=not rebooted: (99|100) s of QEMU.s deadline left$' '$LAB_OUT/rows/link-late/meta' && [ ! -s '$tmp/vm' ]"
+	bash -c "grep -Eq '^link_fix=not rebooted: (9[0-9]|100) s of QEMU.s deadline left$' '$LAB_OUT/rows/link-late/meta' && [ ! -s '$tmp/vm' ]"
 python3 "$LAB_REPO/lab/report.py" "$LAB_OUT" >"$tmp/report" 2>&1
 check "the report lists the rows after which a link was dead, with the repair" \
 	grep -q "^recov #: a link carried no IP after the row .*link-fixed (dead: A from g1; guests rebooted: ok), link-b (dead: B from g2; guests rebooted: ok)" "$tmp/report"
