@@ -33,7 +33,8 @@ import (
 //	   notification completed, so the reader took it; mboxAnswer
 //	   (announce): the announcement answers the reader's; mboxTookNotify
 //	   (announce): the writer's receives were on the default QP it reset,
-//	   where the reader's sends came home
+//	   where the reader's sends came home; mboxPrevOther (any): the
+//	   writer's record seq-1 went to the other slot
 //	3  reserved u8, zero
 //	4  seq u32: the writer's record number, from 1
 //	8  seen u32: the last seq of the reader's records the writer handled
@@ -61,7 +62,7 @@ const (
 	mboxRecLen  = 32
 	mboxSlots   = 2
 	mboxLen     = 2 * mboxSlots * mboxRecLen
-	mboxVersion = 1
+	mboxVersion = 2
 	// mboxSwitchDone: the flag of a notification whose writer's sends
 	// were home (its switch-back notification completed)
 	mboxSwitchDone = 1
@@ -72,6 +73,14 @@ const (
 	// writer had taken the reader's switch-back notification: the
 	// reader's sends use the QP reset under them (resetpair.go)
 	mboxTookNotify = 4
+	// mboxPrevOther: the flag of a record whose predecessor (seq-1) went
+	// to the other slot. A WRITE carries its outbox slot as it is when
+	// the HCA reads it, not as it was when posted: a WRITE of slot 1
+	// still queued behind the application's WRs when the writer rewrites
+	// that outbox carries the newer record, ahead of a record of slot 0
+	// posted between the two. The reader handles a record so flagged
+	// only once the other slot holds seq-1 or later (checkMailbox).
+	mboxPrevOther = 8
 )
 
 var mboxCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -121,7 +130,7 @@ func decodeMboxRec(b []byte) (mboxRec, error) {
 	switch {
 	case b[0] != mboxVersion:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of version %d (this side speaks %d)", b[0], mboxVersion)
-	case b[2]&^(mboxSwitchDone|mboxAnswer|mboxTookNotify) != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
+	case b[2]&^(mboxSwitchDone|mboxAnswer|mboxTookNotify|mboxPrevOther) != 0 || b[3] != 0 || r.psn&^ctrlPSNMask != 0:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record with reserved bits set")
 	case r.kind != ctrlNotify && r.kind != ctrlAck && r.kind != ctrlRefuse && r.kind != ctrlAnnounce:
 		return mboxRec{}, fmt.Errorf("crossnic: mailbox record of kind %d", r.kind)
@@ -147,6 +156,8 @@ type mailbox struct {
 	// seq: the last record this side wrote; seen: the last of the
 	// peer's it handled
 	seq, seen uint32
+	// lastSlot: the slot record seq went to
+	lastSlot int
 	// via: the peer's notification being handled came through the
 	// mailbox: the answer goes back the same way
 	via bool
@@ -326,11 +337,17 @@ func (c *Conn) mboxUsable() bool {
 // writeRecord writes r (its seq and seen filled in here) to the peer's
 // inbox with an RDMA WRITE on the backup QP.
 func (c *Conn) writeRecord(r mboxRec) error {
+	i := slot(r.kind)
+	if c.mbox.seq != 0 && c.mbox.lastSlot != i {
+		r.flags |= mboxPrevOther
+	}
+	// (a seq whose post failed is not reused: an earlier WRITE of the
+	// slot may still carry it)
 	c.mbox.seq++
+	c.mbox.lastSlot = i
 	r.seq, r.seen = c.mbox.seq, c.mbox.seen
 	var out [mboxRecLen]byte
 	r.encode(out[:])
-	i := slot(r.kind)
 	c.mbox.store(outboxOff(i), out[:])
 	_, err := c.bak.QP.PostSend([]verbs.SendWR{{WRID: ctrlSendWRID, Opcode: verbs.WRRDMAWrite,
 		SGList:     []verbs.SGE{{Addr: c.mbox.mr.Addr() + uint64(outboxOff(i)), Length: mboxRecLen, LKey: c.mbox.mr.LKey()}},
@@ -388,6 +405,9 @@ func (c *Conn) checkMailbox() {
 	for _, r := range recs[:n] {
 		if !c.mbox.newer(r.seq) {
 			continue // handled already (by a check nested in the handling of the first)
+		}
+		if r.flags&mboxPrevOther != 0 && c.mbox.newer(r.seq-1) && int32(c.mbox.slotSeq(1-slot(r.kind))-(r.seq-1)) < 0 {
+			return // its predecessor, in the other slot, has not landed yet: the next check
 		}
 		c.mbox.seen = r.seq
 		c.mbox.watched = true // (it had a Conn to write this)

@@ -156,7 +156,7 @@ func TestSecondFaultMidSwitchBack(t *testing.T) {
 // of each. They are hidden now (the fillers the peer owed).
 func TestMailboxAnswerThenReplayRefused(t *testing.T) {
 	var stale atomic.Int64
-	desc, err := flapSchedule(t, 1017, &campaignCounts{stale: &stale})
+	desc, err := flapSchedule(t, 1017, 2, &campaignCounts{stale: &stale})
 	if err != nil && err != errReadSurfaced {
 		t.Fatalf("%s: %v", desc, err)
 	}

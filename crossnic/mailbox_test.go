@@ -34,7 +34,7 @@ func TestMailboxRecord(t *testing.T) {
 		"kind":    {kind: ctrlSwitch, seq: 1},
 		"psn":     {kind: ctrlNotify, seq: 1, psn: 1 << 24},
 		"seq 0":   {kind: ctrlNotify},
-		"flag":    {kind: ctrlAnnounce, seq: 1, flags: 8},
+		"flag":    {kind: ctrlAnnounce, seq: 1, flags: 16},
 		"refusal": {kind: ctrlRefuse + 5, seq: 1},
 	} {
 		r.encode(b)
@@ -45,6 +45,7 @@ func TestMailboxRecord(t *testing.T) {
 	for _, ann := range []mboxRec{
 		{kind: ctrlAnnounce, flags: mboxAnswer, seq: 2, seen: 9, psn: 0x123456},
 		{kind: ctrlAnnounce, flags: mboxTookNotify, seq: 3, seen: 9, psn: 0x654321},
+		{kind: ctrlAck, flags: mboxPrevOther, seq: 4, seen: 9, psn: 0x654321},
 	} {
 		ann.encode(b)
 		if got, err := decodeMboxRec(b); err != nil || got != ann {
