@@ -3,8 +3,12 @@
 and print its reply.
 
 usage: monitor.py SOCKET COMMAND...     e.g. monitor.py run/g1.mon set_link n0 off
-Exit status 0 when the command was sent and QEMU answered with a new prompt
-without an error message, 1 otherwise.
+
+COMMAND may be a script: commands separated by ";", among them "sleep S"
+(seconds), sent one after the other on one connection (no process start
+or connect between them: the lab's flap3 pulls, whose spacing matters).
+Exit status 0 when every command was sent and QEMU answered each with a
+new prompt without an error message, 1 otherwise.
 """
 import socket
 import sys
@@ -25,21 +29,38 @@ def read_prompt(s, deadline):
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    cmd = " ".join(sys.argv[2:])
-    deadline = time.time() + 5
+    script = [c.strip() for c in " ".join(sys.argv[2:]).split(";") if c.strip()]
+    for c in script:
+        if c.startswith("sleep "):
+            try:
+                float(c.split()[1])
+            except (IndexError, ValueError):
+                sys.exit("monitor.py: bad step %r (want sleep SECONDS)" % c)
+    try:
+        sys.exit(run(sys.argv[1], script))
+    except OSError as e:
+        sys.exit("monitor.py: %s: %s" % (sys.argv[1], e))
+
+
+def run(path, script):
     s = socket.socket(socket.AF_UNIX)
-    s.connect(sys.argv[1])
-    read_prompt(s, deadline)  # banner
-    s.sendall((cmd + "\n").encode())
-    reply = read_prompt(s, deadline)
+    s.connect(path)
+    read_prompt(s, time.time() + 5)  # banner
+    bad = False
+    for cmd in script:
+        if cmd.startswith("sleep "):
+            time.sleep(float(cmd.split()[1]))
+            continue
+        s.sendall((cmd + "\n").encode())
+        reply = read_prompt(s, time.time() + 5)
+        # the monitor echoes the command (with terminal escapes), then the reply
+        lines = [l for l in reply.replace("\r", "").split("\n") if l.strip() and "(qemu)" not in l]
+        out = [l for l in lines if cmd not in l]
+        for l in out:
+            print(l)
+        bad = bad or any(w in l.lower() for l in out for w in ("error", "not found", "unknown", "invalid"))
     s.close()
-    # the monitor echoes the command (with terminal escapes), then the reply
-    lines = [l for l in reply.replace("\r", "").split("\n") if l.strip() and "(qemu)" not in l]
-    out = [l for l in lines if cmd not in l]
-    for l in out:
-        print(l)
-    bad = any(w in l.lower() for l in out for w in ("error", "not found", "unknown", "invalid"))
-    sys.exit(1 if bad else 0)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ usage: lab/pcap.py FILE [--around N] [--since S] [--until S] [--all]
 Prints, per destination QP, how many packets of each opcode crossed the
 link, the NAKs (with their syndrome: PSN sequence error, invalid request,
 remote access error, remote operational error) and RNR NAKs, and the
-retransmissions (a request PSN at or below one already sent to that QP).
+retransmissions (a request PSN at or below one already sent to that QP),
+and the retransmissions that differ from the first packet of their PSN
+(opcode, payload or RETH length): a requester that rebuilt a message
+differently on its retry, which the responder may refuse (docs/LAB.md,
+"Both directions on one QP").
 --around N prints the N packets of the same two hosts before every NAK
 that is not a PSN sequence error, and the N/4 after. --all prints every
 packet (within --since/--until, seconds of the capture's clock).
@@ -158,6 +162,8 @@ def main():
     per = {}
     last = {}
     retx = {}
+    first = {}
+    changed = []
     for p in sel:
         key = (p["dst"], p["dqp"])
         per.setdefault(key, {})
@@ -168,9 +174,17 @@ def main():
                 retx[key] = retx.get(key, 0) + 1
             if prev is None or ((p["psn"] - prev) & 0xFFFFFF) < 0x800000:
                 last[key] = p["psn"]
+            shape = (p["op"], p["payload"], p.get("dlen"))
+            orig = first.setdefault(key + (p["psn"],), (shape, p))
+            if orig[0] != shape:
+                changed.append((orig[1], p))
     for key in sorted(per):
         ops = ", ".join("%s %d" % (OPCODES.get(o, hex(o)), n) for o, n in sorted(per[key].items()))
         print("to %s qp 0x%06x: %s; retransmitted %d" % (key[0], key[1], ops, retx.get(key, 0)))
+    print("retransmissions unlike their first packet: %d" % len(changed))
+    for o, p in changed[:10]:
+        print("  first " + describe(o, t0))
+        print("  then  " + describe(p, t0))
     naks = [i for i, p in enumerate(sel) if "syn" in p and (p["syn"] >> 5) in (1, 3)]
     print("NAKs: %d" % len(naks))
     for i in naks:

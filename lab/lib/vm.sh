@@ -183,3 +183,9 @@ gexec() {
 monitor() {
 	timeout 10 python3 "$LAB_REPO/lab/monitor.py" "$LAB_RUN/$1.mon" "$2"
 }
+
+# monitor_script GUEST SCRIPT: monitor commands and "sleep S" steps,
+# separated by ";", on one connection (lab/monitor.py)
+monitor_script() {
+	timeout 60 python3 "$LAB_REPO/lab/monitor.py" "$LAB_RUN/$1.mon" "$2"
+}

@@ -106,20 +106,22 @@ LAB_BUDGET=1000 row_run write_bw off none 18708
 check "an uncut row's bound is its limit plus 20 s" grep -Eq "^reason=lab budget: (49|50) s left, the row may take 53 s$" <(rowmeta write_bw.off.none)
 check "budget_check: unset means no budget" budget_check 100000
 
-# a flap3 row: its three pulls within 10 s, so no read of a guest's
-# clock (seconds each under TCG) between them
+# a flap3 row: its three pulls within 10 s, one script on one monitor
+# connection, so no read of a guest's clock (seconds each under TCG) and
+# no monitor command of its own between them
 (
 	monitor() { echo "monitor $2" >>"$tmp/flap3"; }
+	monitor_script() { echo "script $2" >>"$tmp/flap3"; }
 	gexec() { echo "gexec $1" >>"$tmp/flap3"; }
 	wait_for() { return 0; }
 	job_wait() { return 0; }
 	row_run pingpong-ev sb flap3-g1 18900 >"$tmp/flap3.out" 2>&1
 )
-pulls() { # the guest commands from the first pull on: six set_links first
-	sed -n '/^monitor set_link n0 off$/,$p' "$tmp/flap3" | head -6 | tr '\n' ' '
+pulls() { # the guest commands from the pulls on: the script first
+	sed -n '/^script /,$p' "$tmp/flap3" | head -2 | tr '\n' '|'
 }
-check "a flap3 row's three pulls come one after another" \
-	same "$(pulls)" "monitor set_link n0 off monitor set_link n0 on monitor set_link n0 off monitor set_link n0 on monitor set_link n0 off monitor set_link n0 on "
+check "a flap3 row's three pulls are one monitor script, one after another" \
+	same "$(pulls)" "script set_link n0 off; sleep 1; set_link n0 on; sleep 1.5; set_link n0 off; sleep 1; set_link n0 on; sleep 1.5; set_link n0 off; sleep 1; set_link n0 on|gexec g1|"
 check "  and the guests' clocks are read after the third" grep -qx "restore_ns_g1=" <(rowmeta pingpong-ev.sb.flap3-g1)
 rm -rf "$LAB_OUT/rows/pingpong-ev.sb.flap3-g1" "$tmp/jobs"
 
@@ -306,9 +308,13 @@ check "the nccl program runs with NCCL's default timeout" no_timeout
 prog_cmds nccl-r3 18900 setlink-g1
 r3_env() { [[ "$CLIENT" == *"env NCCL_IB_RETRY_CNT=3 NCCL_IB_TIMEOUT=15 "* ]]; }
 check "  nccl-r3 with retry_cnt 3 and timeout 15" r3_env
+prog_cmds write_bw-bi 18900 setlink-g1
+bi_timeout() { [[ "$CLIENT" == *"ib_write_bw "*" -b -u 18 "* && "$SERVER" == *" -b -u 18 "* ]]; }
+check "  write_bw-bi at ACK timeout 18 on both ends" bi_timeout
 
 # lab/pcap.py on a capture written here: a write, its ACK, a NAK invalid
-# request, an RNR NAK and a retransmission
+# request, an RNR NAK, a retransmission like its first packet and one
+# unlike it (rdma_rxe's zero-length resend of a WRITE)
 python3 - "$tmp/t.pcap" <<'PY'
 import struct, sys
 def frame(src, dst, bth, ext=b"", payload=b""):
@@ -327,6 +333,7 @@ frames = [
     frame(g1, g2, bth(0x0A, 0x12, 101, 1), reth, b"x" * 8),
     frame(g2, g1, bth(0x11, 0x11, 101), struct.pack("!I", (0x61 << 24) | 2)),
     frame(g2, g1, bth(0x11, 0x11, 102), struct.pack("!I", (0x2E << 24) | 2)),
+    frame(g1, g2, bth(0x0A, 0x12, 100, 1), struct.pack("!QII", 0x1000, 0x55, 0)),
 ]
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
@@ -335,11 +342,52 @@ with open(sys.argv[1], "wb") as f:
 PY
 python3 "$LAB_REPO/lab/pcap.py" --around 8 "$tmp/t.pcap" >"$tmp/pcap.out" 2>&1
 check "lab/pcap.py counts the packets per QP and the retransmission" \
-	grep -q "^to 10.77.0.2 qp 0x000012: WRITE_ONLY 3; retransmitted 1$" "$tmp/pcap.out"
+	grep -q "^to 10.77.0.2 qp 0x000012: WRITE_ONLY 4; retransmitted 2$" "$tmp/pcap.out"
+check "  the retransmissions unlike their first packet, alone" grep -q "^retransmissions unlike their first packet: 1$" "$tmp/pcap.out"
+check "  each shown with its first packet" grep -q "^  then .*psn=100 *pay=0 A va=0x1000 rkey=0x55 len=0$" "$tmp/pcap.out"
 check "  names the NAKs" grep -q "NAK invalid request msn=2" "$tmp/pcap.out"
 check "  and the RNR NAKs" grep -q "RNR NAK timer=14 msn=2" "$tmp/pcap.out"
 check "  shows what came before an invalid request" grep -q "^   >> .*NAK invalid request" "$tmp/pcap.out"
 check "  the payload and RETH of a write" grep -q "WRITE_ONLY .*psn=100 *pay=8 A va=0x1000 rkey=0x55 len=8" "$tmp/pcap.out"
+# lab/monitor.py with a script: its commands on one connection, in order,
+# its sleeps between them; a bad step refused before anything is sent
+python3 - "$tmp/mon.sock" "$tmp/mon.log" <<'PY' &
+import socket, sys, time
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(sys.argv[1])
+srv.listen(4)
+srv.settimeout(20)
+with open(sys.argv[2], "w") as log:
+    for n in range(2):
+        c, _addr = srv.accept()
+        c.sendall(b"QEMU monitor\r\n(qemu) ")
+        t0, buf = time.time(), b""
+        while True:
+            d = c.recv(4096)
+            if not d:
+                break
+            buf += d
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                log.write("conn %d %.1f %s\n" % (n, time.time() - t0, line.decode()))
+                log.flush()
+                c.sendall(line + b"\r\n" + (b"Error: no such link\r\n" if b"bogus" in line else b"") + b"(qemu) ")
+        c.close()
+PY
+mon_pid=$!
+for _ in 1 2 3 4 5 6 7 8 9 10; do [ -S "$tmp/mon.sock" ] && break; sleep 0.2; done
+python3 "$LAB_REPO/lab/monitor.py" "$tmp/mon.sock" "sleep x" >/dev/null 2>"$tmp/mon.err"
+check "lab/monitor.py refuses a bad sleep step" same "$?:$(cat "$tmp/mon.err")" "1:monitor.py: bad step 'sleep x' (want sleep SECONDS)"
+python3 "$LAB_REPO/lab/monitor.py" "$tmp/mon.sock" "set_link n0 off; sleep 0.5; set_link n0 on"
+mon_rc=$?
+python3 "$LAB_REPO/lab/monitor.py" "$tmp/mon.sock" "bogus" >/dev/null
+bogus_rc=$?
+wait "$mon_pid"
+check "  sends a script's commands on one connection, in order" \
+	same "$(awk '{print $1, $2, $4, $5, $6}' "$tmp/mon.log" | head -2 | tr '\n' '|')" "conn 0 set_link n0 off|conn 0 set_link n0 on|"
+# shellcheck disable=SC2016 # (an awk program)
+check "  with its sleeps between them" awk 'NR == 2 && $3 >= 0.5 {ok = 1} END {exit !ok}' "$tmp/mon.log"
+check "  and says 0 when QEMU took them, 1 on an error reply" same "$mon_rc $bogus_rc" "0 1"
 printf 'junk' >"$tmp/bad.pcap"
 python3 "$LAB_REPO/lab/pcap.py" "$tmp/bad.pcap" >/dev/null 2>"$tmp/pcap.err"
 check "  and refuses what is not a capture" same "$?:$(cat "$tmp/pcap.err")" "2:pcap.py: $tmp/bad.pcap: not a pcap file (4 bytes)"
