@@ -10,7 +10,10 @@ retransmissions (a request PSN at or below one already sent to that QP),
 and the retransmissions that differ from the first packet of their PSN
 (opcode, payload or RETH length): a requester that rebuilt a message
 differently on its retry, which the responder may refuse (docs/LAB.md,
-"Both directions on one QP").
+"The remote invalid request, found"). A PSN more than 2^16 from the last
+one sent to the QP, or a QP silent for 10 s, starts another incarnation
+(a reset with fresh PSNs, a QPN reused by a later program), whose PSNs
+are new.
 --around N prints the N packets of the same two hosts before every NAK
 that is not a PSN sequence error, and the N/4 after. --all prints every
 packet (within --since/--until, seconds of the capture's clock).
@@ -121,6 +124,11 @@ def parse(d, origlen):
     return p
 
 
+def psn_diff(a, b):
+    """a - b in the 24-bit PSN space, from -2^23 to 2^23 - 1."""
+    return ((a - b + 0x800000) & 0xFFFFFF) - 0x800000
+
+
 def describe(p, t0):
     s = "%10.6f %s>%s %-16s dqp=0x%06x psn=%-8d" % (
         p["t"] - t0, p["src"].split(".")[-1], p["dst"].split(".")[-1],
@@ -174,8 +182,15 @@ def main():
                 retx[key] = retx.get(key, 0) + 1
             if prev is None or ((p["psn"] - prev) & 0xFFFFFF) < 0x800000:
                 last[key] = p["psn"]
+            # a PSN far from the last one sent to the QP, or a QP silent
+            # for 10 s, is another incarnation (a QP reset with fresh
+            # PSNs, a QPN a later program reused): its PSNs are new
+            seen = first.get(key)
+            if seen is None or seen[0] is None or abs(psn_diff(p["psn"], seen[0])) > 0x10000 or p["t"] - seen[1] > 10:
+                seen = first[key] = [p["psn"], p["t"], {}]
+            seen[0], seen[1] = p["psn"], p["t"]
             shape = (p["op"], p["payload"], p.get("dlen"))
-            orig = first.setdefault(key + (p["psn"],), (shape, p))
+            orig = seen[2].setdefault(p["psn"], (shape, p))
             if orig[0] != shape:
                 changed.append((orig[1], p))
     for key in sorted(per):

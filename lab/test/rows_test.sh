@@ -314,7 +314,8 @@ check "  write_bw-bi at ACK timeout 18 on both ends" bi_timeout
 
 # lab/pcap.py on a capture written here: a write, its ACK, a NAK invalid
 # request, an RNR NAK, a retransmission like its first packet and one
-# unlike it (rdma_rxe's zero-length resend of a WRITE)
+# unlike it (rdma_rxe's zero-length resend of a WRITE), and a QP whose
+# PSNs start anew
 python3 - "$tmp/t.pcap" <<'PY'
 import struct, sys
 def frame(src, dst, bth, ext=b"", payload=b""):
@@ -334,6 +335,11 @@ frames = [
     frame(g2, g1, bth(0x11, 0x11, 101), struct.pack("!I", (0x61 << 24) | 2)),
     frame(g2, g1, bth(0x11, 0x11, 102), struct.pack("!I", (0x2E << 24) | 2)),
     frame(g1, g2, bth(0x0A, 0x12, 100, 1), struct.pack("!QII", 0x1000, 0x55, 0)),
+    # QP 0x13 reset with fresh PSNs between its two packets at PSN 7: not
+    # a retransmission unlike its first
+    frame(g1, g2, bth(0x0A, 0x13, 7, 1), reth, b"x" * 8),
+    frame(g1, g2, bth(0x04, 0x13, 5000000, 1), b"", b"y" * 8),
+    frame(g1, g2, bth(0x04, 0x13, 7, 1), b"", b"y" * 8),
 ]
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
