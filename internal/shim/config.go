@@ -57,9 +57,9 @@ type Config struct {
 	// failover, probe the default QP and move the traffic back to it once
 	// its path works again (then the hot path takes the QP back). Off:
 	// a failed-over QP stays on the backup, on the express lane. Off by
-	// default: a link that flaps again while its QPs switch back can
-	// surface the error (docs/SHIM.md, "Known limits"), which a QP left
-	// on the backup never does.
+	// default: a QP waiting to switch back runs on the Go data path, off
+	// the express lane, for as long as its default port stays down
+	// (docs/SHIM.md, "Known limits").
 	SwitchBack bool
 	// SwitchBackDamping (IBPATH_SWITCHBACK_DAMPING=on|off, default off):
 	// hold the switch back while the home port is suppressed by flap
