@@ -274,6 +274,13 @@ func outboxOff(i int) int { return inboxOff(i) + mboxRecLen }
 // newer reports whether seq is after the last record handled.
 func (m *mailbox) newer(seq uint32) bool { return int32(seq-m.seen) > 0 }
 
+// predecessorMissing: r's predecessor (seq-1) went to the other slot
+// (r's flag says so), is not handled yet, and that slot holds neither it
+// nor a later record: r waits for it.
+func (m *mailbox) predecessorMissing(r mboxRec) bool {
+	return r.flags&mboxPrevOther != 0 && m.newer(r.seq-1) && int32(m.slotSeq(1-slot(r.kind))-(r.seq-1)) < 0
+}
+
 // slot is the inbox slot a record of kind k goes to.
 func slot(k ctrlKind) int {
 	if k == ctrlAnnounce {
@@ -406,7 +413,7 @@ func (c *Conn) checkMailbox() {
 		if !c.mbox.newer(r.seq) {
 			continue // handled already (by a check nested in the handling of the first)
 		}
-		if r.flags&mboxPrevOther != 0 && c.mbox.newer(r.seq-1) && int32(c.mbox.slotSeq(1-slot(r.kind))-(r.seq-1)) < 0 {
+		if c.mbox.predecessorMissing(r) {
 			return // its predecessor, in the other slot, has not landed yet: the next check
 		}
 		c.mbox.seen = r.seq

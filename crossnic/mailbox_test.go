@@ -60,6 +60,45 @@ func TestMailboxRecord(t *testing.T) {
 	}
 }
 
+// TestMailboxPredecessorMissing: a record flagged mboxPrevOther waits
+// until the other slot holds its predecessor or a later record, unless
+// the predecessor was handled already; an unflagged record never waits.
+func TestMailboxPredecessorMissing(t *testing.T) {
+	ann := mboxRec{kind: ctrlAnnounce, flags: mboxPrevOther, seq: 6, psn: 1}
+	for _, c := range []struct {
+		name  string
+		seen  uint32
+		slot0 uint32 // the seq slot 0 holds (0: never written)
+		r     mboxRec
+		wait  bool
+	}{
+		{"predecessor not landed", 3, 2, ann, true},
+		{"slot 0 never written", 0, 0, ann, true},
+		{"predecessor landed", 3, 5, ann, false},
+		{"predecessor overwritten by a later record", 3, 7, ann, false},
+		{"predecessor handled", 5, 2, ann, false},
+		{"not flagged", 3, 2, mboxRec{kind: ctrlAnnounce, seq: 6, psn: 1}, false},
+		{"ack waiting for an announcement", 3, 2, mboxRec{kind: ctrlAck, flags: mboxPrevOther, seq: 6}, true},
+	} {
+		m := &mailbox{buf: make([]byte, mboxLen), seen: c.seen}
+		if c.slot0 != 0 {
+			var b [mboxRecLen]byte
+			(&mboxRec{kind: ctrlAck, seq: c.slot0}).encode(b[:])
+			m.store(inboxOff(0), b[:])
+		}
+		if c.r.kind == ctrlAck {
+			// its predecessor went to slot 1
+			m.store(inboxOff(0), make([]byte, mboxRecLen))
+			var b [mboxRecLen]byte
+			(&mboxRec{kind: ctrlAnnounce, seq: c.slot0}).encode(b[:])
+			m.store(inboxOff(1), b[:])
+		}
+		if got := m.predecessorMissing(c.r); got != c.wait {
+			t.Errorf("%s: waits %v, want %v", c.name, got, c.wait)
+		}
+	}
+}
+
 // binaryPutCRC reseals b after a field was changed.
 func binaryPutCRC(b []byte) {
 	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], mboxCRC))
