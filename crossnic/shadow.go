@@ -46,6 +46,9 @@ type shadowQP struct {
 	remote     Endpoint
 	remoteSet  bool
 	connected  bool
+	// rtsWaited: a scan found the default QP at RTR and put the backup's
+	// connect off once (scanQP)
+	rtsWaited  bool
 	remotePort pathsel.Port // identity of the peer's default port, for its rkeys
 	attr       verbs.QPAttr // what the backup was connected with (INIT, RTR and RTS fields)
 	srq        verbs.SRQ    // the application's SRQ the QP receives through (nil: none)
@@ -451,9 +454,20 @@ func (s *Shadow) Waiting(defQP verbs.QP) bool {
 func (sq *shadowQP) waiting() bool { return sq.remoteSet && !sq.connected }
 
 // scanQP connects sq's backup when the application connected sq and
-// lookup knows the peer's backup; it reports whether it did.
+// lookup knows the peer's backup; it reports whether it did. A default
+// QP still at RTR puts it off once (rtsWaited).
 func (s *Shadow) scanQP(sq *shadowQP, lookup func(Endpoint) (Backup, bool)) bool {
 	if !sq.waiting() {
+		return false
+	}
+	if !sq.rtsWaited && sq.def.State() == verbs.QPSRTR {
+		// The default QP's RTS attributes (ACK timeout, retry counts) are
+		// the application's choice, and an RTS QP takes them only on its
+		// way from RTR: the backup waits one scan for the application's
+		// RTS, which usually follows its RTR at once (the caller scans
+		// again then). A QP that only receives stays at RTR: the next
+		// scan connects its backup with common values.
+		sq.rtsWaited = true
 		return false
 	}
 	b, ok := lookup(sq.remote)

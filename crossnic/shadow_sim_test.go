@@ -298,9 +298,11 @@ func TestShadowSetsUpTheBackupInfiniBand(t *testing.T) { testShadow(t, verbs.Lin
 func TestShadowSetsUpTheBackupRoCE(t *testing.T)       { testShadow(t, verbs.LinkLayerEthernet) }
 
 // TestShadowConnectedAtRTR: a QP that only receives is taken to RTR and
-// no further (the server of ib_write_bw). Its shadow is told at RTR; its
-// backup QP still reaches RTS (the default QP has no RTS attributes to
-// copy), and a failover of the sender runs over the two backups.
+// no further (the server of ib_write_bw). Its shadow is told at RTR; the
+// scan then waits once for an RTS that does not come, and the next one
+// takes its backup QP to RTS all the same (with common values: the
+// default QP has no RTS attributes to copy), and a failover of the sender
+// runs over the two backups.
 func TestShadowConnectedAtRTR(t *testing.T) {
 	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 9}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
 	must(t, err)
@@ -317,8 +319,11 @@ func TestShadowConnectedAtRTR(t *testing.T) {
 		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
 	must(t, b.shadow.Connected(b.qp))
-	if !b.shadow.Ready(b.qp) {
-		t.Fatal("the receiver's backup is not connected after its RTR")
+	if b.shadow.Ready(b.qp) {
+		t.Fatal("the receiver's backup was connected at its RTR, before the scan that waits for its RTS")
+	}
+	if n := b.shadow.Scan(); n != 1 || !b.shadow.Ready(b.qp) {
+		t.Fatalf("the receiver's next scan connected %d backups", n)
 	}
 	if n := a.shadow.Scan(); n != 1 {
 		t.Fatalf("the sender's rescan connected %d backups", n)
@@ -360,6 +365,39 @@ func TestShadowConnectedAtRTR(t *testing.T) {
 		sa, _ := a.conn.State()
 		sb, _ := b.conn.State()
 		t.Fatalf("the receiver never got the write over the backups (sender %v, receiver %v, stats %+v / %+v)", sa, sb, a.conn.Stats(), b.conn.Stats())
+	}
+}
+
+// TestShadowBackupTakesAppRTS: the application takes its QP to RTR, the
+// shadow is told, and the RTS follows with its own ACK timeout and retry
+// count. The backup QP, which an RTS QP cannot change them on, waits for
+// that RTS (one scan) and is connected with the application's values,
+// not common ones: its traffic after a failover retransmits as the
+// application asked (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT, perftest's -u).
+func TestShadowBackupTakesAppRTS(t *testing.T) {
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 9}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	must(t, err)
+	dir := crossnic.NewMemDirectory()
+	a, b := newApp(t, f.Host("node0"), dir, memPlain), newApp(t, f.Host("node1"), dir, memPlain)
+	connectApp(t, a, b, false)
+	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	pa, err := a.ctx.QueryPort(1)
+	must(t, err)
+	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
+		DestQPN: a.qp.QPN(), RQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	must(t, b.shadow.Connected(b.qp))
+	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 7, Timeout: 18, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
+		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
+			verbs.QPAttrMaxQPRdAtomic))
+	if n := b.shadow.Scan(); n != 1 {
+		t.Fatalf("the scan after the RTS connected %d backups", n)
+	}
+	ca, ok := b.shadow.ConnectAttr(b.qp)
+	if !ok || ca.Timeout != 18 || ca.RetryCnt != 3 {
+		t.Fatalf("backup connected (%v) with ACK timeout %d, retry count %d: want the application's 18 and 3", ok, ca.Timeout, ca.RetryCnt)
 	}
 }
 

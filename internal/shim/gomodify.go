@@ -40,10 +40,21 @@ func (r *Runtime) InterposedModify(ctx uintptr, def verbs.Context, qp verbs.QP, 
 // recorded (Modified), and a QP the application took to RTR is connected
 // for layer 2 (Connected): the peer's address and QP number are known
 // then, and a QP that only receives (the server of ib_write_bw) never
-// goes further.
+// goes further. Its RTS sets the scan off at once: the backup QP waits
+// for it to copy the application's ACK timeout and retry counts
+// (crossnic.Shadow's scan).
 func (r *Runtime) AfterModify(ctx uintptr, m Modify) {
 	r.Modified(ctx, m)
-	if m.Err == 0 && m.Mask&verbs.QPAttrState != 0 && m.State == verbs.QPSRTR {
+	if m.Err != 0 || m.Mask&verbs.QPAttrState == 0 {
+		return
+	}
+	switch m.State {
+	case verbs.QPSRTR:
 		r.Connected(ctx, m.QPN)
+	case verbs.QPSRTS:
+		select {
+		case r.rescan <- struct{}{}:
+		default:
+		}
 	}
 }
