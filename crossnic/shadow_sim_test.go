@@ -103,6 +103,27 @@ func connectApp(t *testing.T, a, b *app, roce bool) {
 	must(t, a.shadow.Connected(a.qp))
 }
 
+// receiverAtRTR: a's QP connected to RTS, b's through INIT to RTR
+// toward it and no further, and b's shadow told of its connect.
+func receiverAtRTR(t *testing.T) (*sim.Fabric, *app, *app) {
+	t.Helper()
+	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 9}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
+	must(t, err)
+	dir := crossnic.NewMemDirectory()
+	a, b := newApp(t, f.Host("node0"), dir, memPlain), newApp(t, f.Host("node1"), dir, memPlain)
+	connectApp(t, a, b, false)
+	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
+		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	pa, err := a.ctx.QueryPort(1)
+	must(t, err)
+	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
+		DestQPN: a.qp.QPN(), RQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1},
+		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
+			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	must(t, b.shadow.Connected(b.qp))
+	return f, a, b
+}
+
 // testShadow runs on every profile: A's HCA dies in the middle of the
 // traffic, flushing its QPs (rdmavt) or not (strict, mlx5).
 func testShadow(t *testing.T, ll verbs.LinkLayer) {
@@ -304,21 +325,7 @@ func TestShadowSetsUpTheBackupRoCE(t *testing.T)       { testShadow(t, verbs.Lin
 // default QP has no RTS attributes to copy), and a failover of the sender
 // runs over the two backups.
 func TestShadowConnectedAtRTR(t *testing.T) {
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 9}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
-	must(t, err)
-	dir := crossnic.NewMemDirectory()
-	a, b := newApp(t, f.Host("node0"), dir, memPlain), newApp(t, f.Host("node1"), dir, memPlain)
-	connectApp(t, a, b, false)
-	// b: INIT and RTR only
-	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
-	pa, err := a.ctx.QueryPort(1)
-	must(t, err)
-	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
-		DestQPN: a.qp.QPN(), RQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, b.shadow.Connected(b.qp))
+	f, a, b := receiverAtRTR(t)
 	if b.shadow.Ready(b.qp) {
 		t.Fatal("the receiver's backup was connected at its RTR, before the scan that waits for its RTS")
 	}
@@ -341,7 +348,7 @@ func TestShadowConnectedAtRTR(t *testing.T) {
 	}
 	// Cut the sender's default link: the failover runs over the backups,
 	// whose control messages need both backup QPs at RTS.
-	_, err = a.conn.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
+	_, err := a.conn.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, SendFlags: verbs.SendSignaled,
 		ImmData: 1, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(),
 		SGList: []verbs.SGE{{Addr: a.mr.Addr(), Length: slot, LKey: a.mr.LKey()}}}})
 	must(t, err)
@@ -375,20 +382,7 @@ func TestShadowConnectedAtRTR(t *testing.T) {
 // not common ones: its traffic after a failover retransmits as the
 // application asked (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT, perftest's -u).
 func TestShadowBackupTakesAppRTS(t *testing.T) {
-	f, err := sim.NewRailFabric(sim.RailSpec{Config: sim.Config{Seed: 9}, Hosts: 2, HCAsPerHost: 2, PortsPerHCA: 1})
-	must(t, err)
-	dir := crossnic.NewMemDirectory()
-	a, b := newApp(t, f.Host("node0"), dir, memPlain), newApp(t, f.Host("node1"), dir, memPlain)
-	connectApp(t, a, b, false)
-	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
-	pa, err := a.ctx.QueryPort(1)
-	must(t, err)
-	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
-		DestQPN: a.qp.QPN(), RQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, b.shadow.Connected(b.qp))
+	_, _, b := receiverAtRTR(t)
 	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 7, Timeout: 18, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
 		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
 			verbs.QPAttrMaxQPRdAtomic))
