@@ -132,6 +132,16 @@ func sameTraffic(t *testing.T, x, y congestResult) {
 	}
 }
 
+// unmarkedAndMarked runs seed's traffic twice, unmarked and with b's
+// port congested (mark 1), and checks that the traffic is the same.
+func unmarkedAndMarked(t *testing.T, ll verbs.LinkLayer, seed uint64, n int) (off, on congestResult) {
+	t.Helper()
+	off = congestRun(t, ll, seed, n, [2]float64{0, 0})
+	on = congestRun(t, ll, seed, n, [2]float64{0, 1})
+	sameTraffic(t, off, on)
+	return off, on
+}
+
 // TestCongestionRoCEMarksAndCNPs: RoCE, b's port congested with mark 1.
 // Every packet a sends b arrives marked: b counts each as an ECN-marked
 // packet and a CNP sent, a each CNP handled; nothing else counts, and the
@@ -140,9 +150,7 @@ func sameTraffic(t *testing.T, x, y congestResult) {
 func TestCongestionRoCEMarksAndCNPs(t *testing.T) {
 	const n = 60
 	ll := verbs.LinkLayerEthernet
-	off := congestRun(t, ll, 3, n, [2]float64{0, 0})
-	on := congestRun(t, ll, 3, n, [2]float64{0, 1})
-	sameTraffic(t, off, on)
+	off, on := unmarkedAndMarked(t, ll, 3, n)
 	for _, name := range []string{"np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled"} {
 		if v, ok := off.ca[name]; !ok || v != 0 || off.cb[name] != 0 {
 			t.Fatalf("unmarked: %s a %d (present %v), b %d; want 0 on both", name, v, ok, off.cb[name])
@@ -199,9 +207,7 @@ func TestCongestionPartialMarkDeterministic(t *testing.T) {
 func TestCongestionIBXmitWait(t *testing.T) {
 	const n = 40
 	ll := verbs.LinkLayerInfiniBand
-	off := congestRun(t, ll, 5, n, [2]float64{0, 0})
-	on := congestRun(t, ll, 5, n, [2]float64{0, 1})
-	sameTraffic(t, off, on)
+	off, on := unmarkedAndMarked(t, ll, 5, n)
 	if v, ok := off.ca["port_xmit_wait"]; !ok || v != 0 {
 		t.Fatalf("unmarked: a's port_xmit_wait %d (present %v), want 0", v, ok)
 	}
