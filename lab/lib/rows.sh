@@ -200,7 +200,7 @@ prog_cmds() {
 		# make rdma_rxe retransmit, and this kernel's rdma_rxe may
 		# rebuild a retransmitted WRITE wrongly, which the peer refuses
 		# (remote invalid request), with or without the shim
-		# (docs/LAB.md, "Both directions on one QP")
+		# (docs/LAB.md, "The remote invalid request, found")
 		common="ib_write_bw -d rxe0 -x 1 -F --use_old_post_send -b -u 18 -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
 	send_bw-ev)
@@ -339,7 +339,6 @@ stamp $common 10.77.1.2"
 	esac
 }
 
-# cut_apply CUT on|off
 # flap3_script: the monitor script of a flap3 cut: link A down
 # LAB_FLAP3_DOWN s, up LAB_FLAP3_UP s, three times.
 flap3_script() {
@@ -351,6 +350,7 @@ flap3_script() {
 	echo "$out"
 }
 
+# cut_apply CUT on|off
 cut_apply() {
 	local g=${1#*-} state=$2
 	case $1 in
