@@ -674,6 +674,7 @@ def main():
             continue
         row = {"name": name, "prog": m["prog"], "shim": m["shim"], "cut": m["cut"],
                "cut_at_s": m.get("cut_time"), "cut_for_s": m.get("cut_for") if m["cut"] != "none" else None,
+               "cut_held_s": m.get("cut_held"),
                "rep": int(m.get("rep") or (name.rsplit(".r", 1)[1] if re.search(r"\.r\d+$", name) else 1)),
                "elapsed_s": m.get("elapsed"), "again": m.get("again"), "again_skipped": m.get("again_skipped"), "order": float(m.get("started") or os.path.getmtime(os.path.join(d, "meta")))}
         if m.get("status") in ("SKIP", "FAIL"):
@@ -759,7 +760,7 @@ def main():
               "result": "FAIL" if failed else "PASS"}
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
-    cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "status", "finished", "correct",
+    cols = ["name", "prog", "shim", "cut", "cut_at_s", "cut_for_s", "cut_held_s", "status", "finished", "correct",
             "recovered", "cm_after_cut", "cm_fix", "links", "link_fix", "again", "again_skipped", "pause_ms", "pause_kind", "cut_to_backup_ms", "cut_from", "detect_to_backup_ms", "backup_qps", "backup_spread_ms", "home_qps", "restore_to_home_ms", "tput_MBps", "lat_us", "lat_avg_us", "elapsed_s",
             "armed_g1", "armed_g2", "shim_log_lines", "reason", "detail"]
     with open(os.path.join(out, "report.tsv"), "w") as f:

@@ -29,6 +29,13 @@ now() { date +%s.%N; }
 # elapsed T0: seconds since T0, three decimals.
 elapsed() { printf '%.3f' "$(echo "$(now) - $1" | bc)"; }
 
+# sleep_until T: sleep until T (seconds since the epoch); at once if T is past.
+sleep_until() {
+	local d
+	d=$(echo "$1 - $(now)" | bc)
+	if [ "$(echo "$d > 0" | bc)" = 1 ]; then sleep "$d"; fi
+}
+
 # wait_for TIMEOUT CMD...: run CMD every 0.1 s until it succeeds; 1 after TIMEOUT s.
 wait_for() {
 	local t=$1 end

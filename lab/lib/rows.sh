@@ -305,8 +305,9 @@ stamp $common 10.77.1.2"
 		# paired through the mailbox (at older NCCL's 14, 67 ms, a TCG
 		# guest is slow enough for four timeouts in a row on a path that
 		# loses nothing: the backup QPs failed so in 2 of 3 runs); it runs 15 s
-		# longer, so that the QPs can come home after a cut that takes 15
-		# to 17 s under TCG (its verdict wants them home)
+		# longer, so that the QPs can come home after the cut (its verdict
+		# wants them home; the failover and the return each take seconds
+		# under TCG)
 		secs=$LAB_BW_SECONDS
 		[ "$1" = nccl-r3 ] && secs=$((LAB_BW_SECONDS + 15))
 		common="\$LAB_BUILD/nccl_pattern -d rxe0 -g 1 -p $p -D $secs"
@@ -397,7 +398,7 @@ meta() { local k=$1; shift; echo "$k=$*" >>"$ROW_DIR/meta"; }
 # row_run PROG SHIM CUT PORT [REP]: REP is the repetition (1), or "again"
 # for the one retry of a row whose guests were rebooted (row_again).
 row_run() {
-	local prog=$1 shim=$2 cut=$3 port=$4 name envs="" st js="" jc t0 tcut trest rc_c=0 rc_s=0 g rep=${5:-1}
+	local prog=$1 shim=$2 cut=$3 port=$4 name envs="" st js="" jc t0 tcut tcut_done trest rc_c=0 rc_s=0 g rep=${5:-1}
 	name=$prog.$shim.$cut
 	case $rep in
 	1) ;;
@@ -524,19 +525,29 @@ $CLIENT")
 		[[ "$cut" != flap3-* ]] || meta cut_time "$(elapsed "$t0")"
 		cut_apply "$cut" off >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: cut failed (see cut.log)"
 		[[ "$cut" == flap3-* ]] || meta cut_time "$(elapsed "$t0")"
+		# the cut holds cut_for s from the cut command's return
+		tcut_done=$(now)
 		# guest clocks at the cut (for the gap in the programs' stamped
-		# output) and port states. Not for flap3: each read into a busy
-		# guest takes seconds under TCG, and its three pulls must come
-		# within 10 s (the guests' clocks are read after the third)
+		# output) and port states, read while the cut holds: a read into
+		# a busy guest takes seconds under TCG, and waiting for it here
+		# would lengthen the cut (a "2 s" cut lasted 9 to 24 s so). Not
+		# for flap3: its pulls are over when its command returns
+		local jclk=()
 		if [[ "$cut" != flap3-* ]]; then
-			meta cut_uptime_g1 "$(gexec g1 5 'ts; rdma link show rxe0/1 >&2' 2>>"$ROW_DIR/cut.log" | head -1)"
-			meta cut_uptime_g2 "$(gexec g2 5 'ts; rdma link show rxe0/1 >&2' 2>>"$ROW_DIR/cut.log" | head -1)"
+			for g in g1 g2; do jclk+=("$(job_submit "$g" "$name-cutclock" 5 'ts; rdma link show rxe0/1 >&2')"); done
 		fi
 		log "row $name: link A cut ($cut)"
-		sleep "$cut_for"
+		sleep_until "$(echo "$tcut_done + $cut_for" | bc)"
 		cut_apply "$cut" on >>"$ROW_DIR/cut.log" 2>&1 || log "row $name: restore failed (see cut.log)"
 		trest=$(now)
 		meta restore_time "$(elapsed "$t0")"
+		meta cut_held "$(printf '%.3f' "$(echo "$trest - $tcut_done" | bc)")"
+		for g in 0 1; do
+			[ -n "${jclk[$g]:-}" ] || continue
+			job_wait "${jclk[$g]}" 15 >/dev/null || true
+			cat "${jclk[$g]}.out" >>"$ROW_DIR/cut.log" 2>/dev/null || true
+			meta "cut_uptime_g$((g + 1))" "$(head -1 "${jclk[$g]}.out" 2>/dev/null)"
+		done
 		if [[ "$cut" == flap3-* ]]; then
 			meta restore3_time "$(elapsed "$t0")"
 			log "row $name: link A pulled three times in $(echo "$(now) - $tcut" | bc) s"

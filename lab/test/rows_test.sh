@@ -125,6 +125,38 @@ check "a flap3 row's three pulls are one monitor script, one after another" \
 check "  and the guests' clocks are read after the third" grep -qx "restore_ns_g1=" <(rowmeta pingpong-ev.sb.flap3-g1)
 rm -rf "$LAB_OUT/rows/pingpong-ev.sb.flap3-g1" "$tmp/jobs"
 
+# a setlink cut holds LAB_CUT_FOR s from the cut command's return: the
+# guests' clocks are read by jobs that run meanwhile, not waited for
+# inside the cut (each read takes seconds into a busy TCG guest)
+(
+	seq=$tmp/cutseq
+	cut_apply() { echo "cut_apply $1 $2" >>"$seq"; }
+	job_submit() { mkdir -p "$tmp/cj"; echo "129.5 $1" >"$tmp/cj/$2-$1.out"; echo "job_submit $1 $2" >>"$seq"; echo "$tmp/cj/$2-$1"; }
+	job_wait() { echo "job_wait $(basename "$1")" >>"$seq"; return 0; }
+	gexec() { echo "gexec $1" >>"$seq"; }
+	wait_for() { return 0; }
+	now() { echo 1000.5; }
+	sleep_until() { echo "sleep_until $1" >>"$seq"; }
+	LAB_CUT_FOR=2 row_run write_lat on setlink-g1 18901 >/dev/null 2>&1
+)
+held() { # the guest steps between the cut and the restore
+	sed -n '/^cut_apply setlink-g1 off/,/^cut_apply setlink-g1 on/p' "$tmp/cutseq" | sed '1d;$d' | tr '\n' '|'
+}
+check "a cut holds its time: the guests' clocks are jobs, not waits, until the restore" \
+	same "$(held)" "job_submit g1 write_lat.on.setlink-g1-cutclock|job_submit g2 write_lat.on.setlink-g1-cutclock|sleep_until 1002.5|"
+check "  their answers land in the meta after it" same "$(rowmeta write_lat.on.setlink-g1 | grep -E '^cut_(uptime_g[12]|held)=' | tr '\n' ' ')" \
+	"cut_held=0.000 cut_uptime_g1=129.5 g1 cut_uptime_g2=129.5 g2 "
+rm -rf "$LAB_OUT/rows/write_lat.on.setlink-g1" "$tmp/jobs"
+
+unset -f sleep # sleep_until's own pause, for real
+t=$(command date +%s.%N)
+sleep_until "$(echo "$t + 0.3" | bc)"
+check "sleep_until: waits until its time" test "$(echo "$(command date +%s.%N) - $t >= 0.3" | bc)" = 1
+t=$(command date +%s.%N)
+sleep_until "$(echo "$t - 5" | bc)"
+check "  and returns at once for a time past" test "$(echo "$(command date +%s.%N) - $t < 0.2" | bc)" = 1
+sleep() { :; }
+
 # row_cm: after an ip-down cut, a broken rdma_cm is repaired by re-creating
 # rxe0 in the cut guest, and checked again; stubbed guests give the
 # results of the rping clients (CM_RESULTS, in order) and of rxe_recreate
