@@ -694,6 +694,10 @@ def main():
             row["link_fix"] = m.get("link_fix")
             row["port_active_s"] = m.get("port_active_s")
             row["status"] = "PASS" if row["finished"] and row["correct"] in ("yes", "n/c", "skip") else "FAIL"
+            # a cut that came after the program ended tested nothing: not
+            # a pass, and not the program's failure
+            if row["status"] == "PASS" and row.get("cut_missed"):
+                row["status"] = "MISS"
         rows.append(row)
     # reference rows: same program and shim, no cut; with repetitions, the
     # median by the program's main figure
@@ -831,6 +835,9 @@ def main():
     unjudged = ["%s (%s; retry not run: %s)" % (r["name"], r["status"], r["again_skipped"]) for r in rows if r.get("again_skipped")]
     if unjudged:
         print("not judged, the lab's links failed under them and their retry did not fit: " + ", ".join(unjudged))
+    missed = [r["name"] for r in rows if r["status"] == "MISS"]
+    if missed:
+        print("cut missed (MISS), the cut came after the program ended and the row tested no fault: %d rows: %s" % (len(missed), ", ".join(missed)))
     budget = [r["name"] for r in rows if r["status"] == "SKIP" and r["reason"].startswith("lab budget")]
     if budget:
         print("not run, the lab budget (LAB_BUDGET) spent: %d rows: %s" % (len(budget), ", ".join(budget)))
