@@ -16,7 +16,8 @@ import (
 )
 
 // TestFrontExports: the front exports exactly the verbs of libibpath.map,
-// each at its symbol version (front/verbs.h is their list), and dlopen.
+// each at its symbol version (front/verbs.h is their list), dlopen, and
+// the functions that install signal handlers (front/signals.c).
 func TestFrontExports(t *testing.T) {
 	b := buildBed(t)
 	mapText, err := os.ReadFile(filepath.Join("..", "..", "cmd", "libibpath", "libibpath.map"))
@@ -38,6 +39,7 @@ func TestFrontExports(t *testing.T) {
 	if runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" {
 		want = append(want, "dlopen@")
 	}
+	want = append(want, "sigaction@", "signal@", "sysv_signal@", "bsd_signal@", "sigset@")
 	f, err := elf.Open(b.shim)
 	if err != nil {
 		t.Fatal(err)

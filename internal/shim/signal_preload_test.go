@@ -2,6 +2,7 @@ package shim
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -33,6 +34,58 @@ func TestPreloadSignalsAsWithout(t *testing.T) {
 					t.Errorf("%v %v: ended with %v, want killed by %v\n%s", env, args, ee, c.sig, out)
 				}
 			}
+		}
+	}
+}
+
+// TestPreloadHandlersOffGoStacks: a signal handler the program installs
+// after the shim loaded (perftest's duration alarm: signal(SIGALRM, ...)
+// with no SA_ONSTACK) must never run on a Go stack: a program thread
+// inside a verb the core runs in Go is on a goroutine stack of a few
+// KiB, and the kernel's signal frame and the handler's own frames would
+// overrun it into the Go heap. The front adds SA_ONSTACK, so the handler
+// runs on the thread's alternate signal stack there (the Go runtime gives
+// the thread one for the call); sigaction still reports the flags the
+// program gave. Without the shim, and with IBPATH_DISABLE=1 (no Go),
+// nothing changes: every alarm lands on the main thread's own stack.
+func TestPreloadHandlersOffGoStacks(t *testing.T) {
+	sb := buildBed(t).program(t, "sigprobe")
+	type where struct{ reported, alarms, main, alt, elsewhere int }
+	run := func(env []string, how string) where {
+		t.Helper()
+		out, errs := sb.run(t, env, "alarm", how, "0.5")
+		var w where
+		var cqs int
+		if _, err := fmt.Sscanf(out, "onstack_reported %d cqs_ok %d\nalarms %d main_stack %d alt_stack %d elsewhere %d",
+			&w.reported, &cqs, &w.alarms, &w.main, &w.alt, &w.elsewhere); err != nil || cqs != 1 {
+			t.Fatalf("%v %s: %v\nstdout:\n%s\nstderr:\n%s", env, how, err, out, errs)
+		}
+		if w.alarms < 100 {
+			t.Fatalf("%v %s: only %d alarms in 0.5 s at 100 us", env, how, w.alarms)
+		}
+		return w
+	}
+	for _, how := range []string{"signal", "sigaction", "onstack"} {
+		want := 0
+		if how == "onstack" {
+			want = 1
+		}
+		for _, env := range [][]string{nil, {"IBPATH_DISABLE=1"}} {
+			w := run(env, how)
+			if w.reported != want || w.alt != 0 || w.elsewhere != 0 {
+				t.Errorf("%v %s: %+v, want every alarm on the main stack, SA_ONSTACK reported %d", env, how, w, want)
+			}
+		}
+		w := run([]string{"IBPATH_SOCKET=off"}, how)
+		if w.reported != want {
+			t.Errorf("shim, %s: SA_ONSTACK reported %d, want %d as the program set it", how, w.reported, want)
+		}
+		if w.elsewhere != 0 {
+			t.Errorf("shim, %s: %d of %d alarms ran on neither the thread's stack nor an alternate signal stack (a Go stack): %+v",
+				how, w.elsewhere, w.alarms, w)
+		}
+		if w.alt == 0 {
+			t.Errorf("shim, %s: no alarm came while the program ran Go code (%+v): the test did not reach the case", how, w)
 		}
 	}
 }

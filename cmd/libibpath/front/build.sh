@@ -18,7 +18,7 @@ trap 'rm -f "$tmp"' EXIT
 # shellcheck disable=SC2086 # CFLAGS is a list of flags
 "${CC:-cc}" -shared -fPIC -O2 -g -Wall -Wextra -fvisibility=hidden -pthread ${CFLAGS:-} \
 	-DLIPF_VERSION="\"$version\"" -o "$tmp" \
-	"$here/front.c" "$here/dlopen.c" "$here/stubs.c" \
+	"$here/front.c" "$here/dlopen.c" "$here/signals.c" "$here/stubs.c" \
 	-Wl,--version-script="$here/../libibpath.map" -Wl,-z,nodelete -Wl,-z,now \
 	-ldl -Wl,--no-as-needed -libverbs -Wl,--as-needed
 mv -f "$tmp" "$out"

@@ -129,6 +129,7 @@ static void init(void)
 		fill_next();
 		real_open_device = lipf_slot_ibv_open_device;
 		__atomic_store_n(&lipf_slot_ibv_open_device, (void *)disabled_open_device, __ATOMIC_RELEASE);
+		lipf_signals_init(0);
 		initing = 0;
 		return;
 	}
@@ -141,6 +142,7 @@ static void init(void)
 	else if (!open || !(core = open(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)))
 		fprintf(stderr, "libibpath: dlopen %s: %s; every verb passes straight through, unprotected\n", path,
 		        open ? dlerror() : "no dlopen found");
+	int go_loaded = core != NULL; /* a Go runtime in the process from here on, attached or not */
 	static const struct lip_front link = {LIP_FRONT_ABI, lipf_next, LIPF_DLOPEN_HOOKED, &lipf_dlopen_redirected,
 	                                      &lipf_dlopen_foreign};
 	lip_front_attach_fn attach = core ? (lip_front_attach_fn)dlsym(core, "lip_front_attach") : NULL;
@@ -150,6 +152,7 @@ static void init(void)
 		        "straight through, unprotected\n", path, LIP_CORE_FILE, LIPF_VERSION);
 		core = NULL;
 	}
+	lipf_signals_init(go_loaded);
 	if (!core) {
 		fill_next();
 		initing = 0;

@@ -1,4 +1,4 @@
-/* What the front's files (front.c, dlopen.c, stubs.c) share. */
+/* What the front's files (front.c, dlopen.c, signals.c, stubs.c) share. */
 #ifndef LIP_FRONT_H
 #define LIP_FRONT_H
 
@@ -25,5 +25,9 @@ LIPF_HIDDEN lip_dlopen_fn lipf_real_dlopen(void);
 LIPF_HIDDEN int lip_env_bool(const char *name, int def);
 LIPF_HIDDEN extern atomic_long lipf_dlopen_redirected;
 LIPF_HIDDEN extern atomic_long lipf_dlopen_foreign;
+
+/* signals.c: looks up the real signal functions; with core_loaded, the
+ * handlers the program installs from then on get SA_ONSTACK */
+LIPF_HIDDEN void lipf_signals_init(int core_loaded);
 
 #endif

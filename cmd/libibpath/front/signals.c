@@ -1,0 +1,178 @@
+/* Signal handlers the program installs once the core is loaded.
+ *
+ * The core is Go. A thread running Go code is on a goroutine stack of a
+ * few KiB that the Go runtime grows by its own checks; a handler that
+ * runs there without SA_ONSTACK (the kernel's signal frame, then the
+ * handler's frames) writes past the stack's end into the Go heap. Go says
+ * so for every program that loads Go code: a handler installed by non-Go
+ * code must use SA_ONSTACK (os/signal, "Non-Go programs that call Go
+ * code"). Its runtime adds the flag to the handlers that exist when it
+ * starts; handlers installed later are the front's to mend. Such threads
+ * are the core's own, and every program thread while it is inside a verb
+ * the core handles; a process-directed signal (SIGALRM, SIGCHLD, ...)
+ * lands on either. perftest's duration mode is one: signal(SIGALRM,
+ * catch_alarm), whose handler reads /proc/stat with fopen and fgets.
+ *
+ * So while the core is loaded, the front adds SA_ONSTACK to every handler
+ * installed through sigaction, signal, sysv_signal, bsd_signal or sigset.
+ * A thread with an alternate signal stack (every Go thread, and a program
+ * thread while it runs Go code: the runtime gives it one) then runs the
+ * handler there; on any other thread the flag changes nothing. sigaction's
+ * old action reports the flags as the program set them. With the core
+ * not loaded (IBPATH_DISABLE=1, or a core that failed to load) every call
+ * passes straight through. The real functions are looked up at load, so
+ * that a call from a signal handler (sigaction is async-signal-safe) does
+ * no lookup. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include "front.h"
+
+#define LIPF_EXPORT __attribute__((visibility("default")))
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef sighandler_t (*signal_fn)(int, sighandler_t);
+
+/* the real functions, and whether the front mends handlers (the core is
+ * loaded) */
+static _Atomic(sigaction_fn) real_sigaction_fn;
+static _Atomic(signal_fn) real_signal_fn, real_sysv_fn, real_bsd_fn, real_sigset_fn;
+static atomic_int mending;
+/* added[sig]: the front added SA_ONSTACK to sig's current handler */
+static atomic_uchar added[NSIG];
+
+/* a definition after the front (never a tail call: see lipf_next) */
+static void *next_fn(const char *name)
+{
+	void *f = dlsym(RTLD_NEXT, name);
+	__asm__ volatile("" : : "r"(f) : "memory");
+	return f;
+}
+
+static sigaction_fn real_sigaction(void)
+{
+	sigaction_fn f = atomic_load_explicit(&real_sigaction_fn, memory_order_acquire);
+	if (!f) {
+		f = (sigaction_fn)next_fn("sigaction");
+		atomic_store_explicit(&real_sigaction_fn, f, memory_order_release);
+	}
+	return f;
+}
+
+static signal_fn real_signal(_Atomic(signal_fn) *slot, const char *name)
+{
+	signal_fn f = atomic_load_explicit(slot, memory_order_acquire);
+	if (!f) {
+		f = (signal_fn)next_fn(name);
+		atomic_store_explicit(slot, f, memory_order_release);
+	}
+	return f;
+}
+
+void lipf_signals_init(int core_loaded)
+{
+	real_sigaction();
+	real_signal(&real_signal_fn, "signal");
+	real_signal(&real_sysv_fn, "sysv_signal");
+	real_signal(&real_bsd_fn, "bsd_signal");
+	real_signal(&real_sigset_fn, "sigset");
+	atomic_store_explicit(&mending, core_loaded, memory_order_release);
+}
+
+static int mends(int sig)
+{
+	return sig > 0 && sig < NSIG && atomic_load_explicit(&mending, memory_order_acquire);
+}
+
+static int is_function(sighandler_t h)
+{
+	return h != SIG_DFL && h != SIG_IGN && h != SIG_ERR
+#ifdef SIG_HOLD
+	       && h != SIG_HOLD
+#endif
+		;
+}
+
+LIPF_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	sigaction_fn real = real_sigaction();
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (!mends(sig))
+		return real(sig, act, old);
+	struct sigaction mended;
+	int add = 0;
+	if (act && is_function(act->sa_handler) && !(act->sa_flags & SA_ONSTACK)) {
+		mended = *act;
+		mended.sa_flags |= SA_ONSTACK;
+		act = &mended;
+		add = 1;
+	}
+	int was = atomic_load(&added[sig]);
+	int r = real(sig, act, old);
+	if (r == 0) {
+		if (old && was)
+			old->sa_flags &= ~SA_ONSTACK;
+		if (act)
+			atomic_store(&added[sig], add);
+	}
+	return r;
+}
+
+/* after a signal-style call installed h for sig: the same handler, with
+ * SA_ONSTACK added */
+static void mend_installed(int sig, sighandler_t h)
+{
+	sigaction_fn real = real_sigaction();
+	struct sigaction cur;
+	if (!real || real(sig, NULL, &cur))
+		return;
+	if (!is_function(h) || cur.sa_handler != h || (cur.sa_flags & SA_ONSTACK)) {
+		atomic_store(&added[sig], 0);
+		return;
+	}
+	cur.sa_flags |= SA_ONSTACK;
+	if (real(sig, &cur, NULL) == 0)
+		atomic_store(&added[sig], 1);
+}
+
+static sighandler_t via(_Atomic(signal_fn) *slot, const char *name, int sig, sighandler_t h)
+{
+	signal_fn real = real_signal(slot, name);
+	if (!real) {
+		errno = ENOSYS;
+		return SIG_ERR;
+	}
+	sighandler_t prev = real(sig, h);
+#ifdef SIG_HOLD
+	if (h == SIG_HOLD) /* sigset's hold: the handler stays as it was */
+		return prev;
+#endif
+	if (prev != SIG_ERR && mends(sig))
+		mend_installed(sig, h);
+	return prev;
+}
+
+LIPF_EXPORT sighandler_t signal(int sig, sighandler_t h)
+{
+	return via(&real_signal_fn, "signal", sig, h);
+}
+
+LIPF_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
+{
+	return via(&real_sysv_fn, "sysv_signal", sig, h);
+}
+
+LIPF_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
+{
+	return via(&real_bsd_fn, "bsd_signal", sig, h);
+}
+
+LIPF_EXPORT sighandler_t sigset(int sig, sighandler_t h)
+{
+	return via(&real_sigset_fn, "sigset", sig, h);
+}
