@@ -136,6 +136,7 @@ static void init(void)
 	char path[4096];
 	void *core = NULL;
 	lip_dlopen_fn open = lipf_real_dlopen();
+	lipf_signals_altstack();
 	if (core_path(path, sizeof path))
 		fprintf(stderr, "libibpath: cannot tell the front's own directory (dladdr); the shim's core is not "
 		        "loaded and every verb passes straight through, unprotected\n");

@@ -29,5 +29,8 @@ LIPF_HIDDEN extern atomic_long lipf_dlopen_foreign;
 /* signals.c: looks up the real signal functions; with core_loaded, the
  * handlers the program installs from then on get SA_ONSTACK */
 LIPF_HIDDEN void lipf_signals_init(int core_loaded);
+/* lipf_signals_altstack: an alternate signal stack of the front's for the
+ * calling thread, if it has none (before the core loads) */
+LIPF_HIDDEN void lipf_signals_altstack(void);
 
 #endif

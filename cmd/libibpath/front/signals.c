@@ -16,18 +16,32 @@
  * So while the core is loaded, the front adds SA_ONSTACK to every handler
  * installed through sigaction, signal, sysv_signal, bsd_signal or sigset.
  * A thread with an alternate signal stack (every Go thread, and a program
- * thread while it runs Go code: the runtime gives it one) then runs the
- * handler there; on any other thread the flag changes nothing. sigaction's
+ * thread from its first call into Go on) then runs the handler there; on
+ * any other thread the flag changes nothing. sigaction's
  * old action reports the flags as the program set them. With the core
  * not loaded (IBPATH_DISABLE=1, or a core that failed to load) every call
  * passes straight through. The real functions are looked up at load, so
  * that a call from a signal handler (sigaction is async-signal-safe) does
- * no lookup. */
+ * no lookup.
+ *
+ * The alternate stack: the Go runtime gives a thread without one its own
+ * signal stack when the thread first calls into Go, 32 KiB of Go memory,
+ * and the thread keeps it (and its Go M) for good. With SA_ONSTACK every
+ * handler on that thread runs there, and one needing more would overrun
+ * it into the Go heap, where it used to have the thread's own stack
+ * between verbs. So before loading the core the front gives the thread
+ * that loads it (the main thread, where process-directed signals go
+ * first) an alternate stack of 256 KiB with a guard page below, on which
+ * an overrun faults; Go takes a cgo thread's existing alternate stack as
+ * its signal stack there. Other program threads get Go's.
+ */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "front.h"
 
 #define LIPF_EXPORT __attribute__((visibility("default")))
@@ -79,6 +93,30 @@ void lipf_signals_init(int core_loaded)
 	real_signal(&real_bsd_fn, "bsd_signal");
 	real_signal(&real_sigset_fn, "sigset");
 	atomic_store_explicit(&mending, core_loaded, memory_order_release);
+}
+
+/* ALTSTACK is the size of the alternate signal stack lipf_signals_altstack
+ * gives the thread that loads the core (at least four of the system's
+ * SIGSTKSZ). */
+#define ALTSTACK (256 * 1024)
+
+void lipf_signals_altstack(void)
+{
+	stack_t cur;
+	if (sigaltstack(NULL, &cur) || !(cur.ss_flags & SS_DISABLE))
+		return; /* the thread has one of its own */
+	long page = sysconf(_SC_PAGESIZE), min = sysconf(_SC_SIGSTKSZ);
+	size_t size = ALTSTACK;
+	if (page <= 0)
+		page = 4096;
+	if (min > 0 && (size_t)min * 4 > size)
+		size = ((size_t)min * 4 + (size_t)page - 1) / (size_t)page * (size_t)page;
+	char *m = mmap(NULL, size + (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (m == MAP_FAILED)
+		return; /* the Go runtime gives the thread its own */
+	stack_t ss = {.ss_sp = m + page, .ss_size = size, .ss_flags = 0};
+	if (mprotect(m, (size_t)page, PROT_NONE) || sigaltstack(&ss, NULL))
+		munmap(m, size + (size_t)page);
 }
 
 static int mends(int sig)

@@ -9,7 +9,8 @@
  * sigaction without SA_ONSTACK; or with it), fires it every 100 us for
  * SECONDS while creating and destroying CQs (verbs the shim's core runs in
  * Go), and prints where the handler ran: on the main thread's own stack,
- * on an alternate signal stack, or elsewhere (a Go stack). */
+ * on an alternate signal stack, or elsewhere (a Go stack); then the size
+ * of the main thread's alternate signal stack (0: none). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -90,6 +91,8 @@ static int alarms(struct ibv_context *ctx, const char *how, double secs)
 	setitimer(ITIMER_REAL, &off, NULL);
 	printf("onstack_reported %d cqs_ok %d\n", !!(now.sa_flags & SA_ONSTACK), cqs > 0);
 	printf("alarms %d main_stack %d alt_stack %d elsewhere %d\n", (int)hits, (int)on_main, (int)on_alt, (int)elsewhere);
+	stack_t ss;
+	printf("altstack %ld\n", sigaltstack(NULL, &ss) || (ss.ss_flags & SS_DISABLE) ? 0L : (long)ss.ss_size);
 	return 0;
 }
 
