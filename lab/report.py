@@ -322,7 +322,10 @@ def nccl_summary(client, server, rc_ok):
     return r
 
 
-UCX_FINAL = re.compile(r"^\s*Final:\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$", re.M)
+# the averages (third, fifth, seventh columns) are of the last report's
+# interval: -nan when it was empty (the last puts fell in the one before)
+UCX_AVG = r"(-?nan|[\d.]+)"
+UCX_FINAL = re.compile(r"^\s*Final:\s+(\d+)\s+([\d.]+)\s+" + UCX_AVG + r"\s+([\d.]+)\s+" + UCX_AVG + r"\s+([\d.]+)\s+" + UCX_AVG + r"\s+(\d+)\s*$", re.M)
 
 
 def ucx_summary(client, rc_ok, size=65536):
@@ -340,6 +343,9 @@ def ucx_summary(client, rc_ok, size=65536):
     (True, 'n/c', 10.01, 6241.361, 125.0, '2000 puts of 64 KiB')
     >>> ucx_summary(c, False)["correct"], ucx_summary("[thread 0]  1  2  3", True)["finished"]
     ('no', False)
+    >>> n = ucx_summary("Final:   500  11466.000  -nan  18597.140  -nan  3.36  -nan  54", True)
+    >>> n["finished"], n["tput_MBps"], n["lat_us"]
+    (True, 3.36, 18597.14)
     """
     mm = UCX_FINAL.search(client)
     r = {"finished": rc_ok and mm is not None}

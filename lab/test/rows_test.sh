@@ -362,6 +362,9 @@ check "  nccl-r3 with retry_cnt 3 and timeout 15" r3_env
 prog_cmds write_bw-bi 18900 setlink-g1
 bi_timeout() { [[ "$CLIENT" == *"ib_write_bw "*" -b -u 18 "* && "$SERVER" == *" -b -u 18 "* ]]; }
 check "  write_bw-bi at ACK timeout 18 on both ends" bi_timeout
+prog_cmds write_bw-q4 18900 setlink-g1
+q4_timeout() { [[ "$CLIENT" == *"ib_write_bw "*" -q 4 -u 18 "* && "$SERVER" == *" -q 4 -u 18 "* ]]; }
+check "  write_bw-q4 too" q4_timeout
 
 # lab/pcap.py on a capture written here: a write, its ACK, a NAK invalid
 # request, an RNR NAK, a retransmission like its first packet and one
