@@ -71,6 +71,12 @@ prog_cmds nccl 18900 setlink-g1
 check "a cut row of the nccl program waits 20 s for its backups" same "$ARMWAIT" "20"
 prog_cmds nccl-r3 18900 setlink-g1
 check "  nccl-r3's too" same "$ARMWAIT" "20"
+nccl_secs() { # PROG CUT: the traffic's seconds the nccl program is given
+	LAB_BW_SECONDS=20 prog_cmds "$1" 18900 "$2"
+	sed -n 's/.* -D \([0-9]*\).*/\1/p' <<<"$CLIENT"
+}
+check "  the nccl cut rows run 15 s longer than the uncut, for the armed wait and the cut" \
+	same "$(nccl_secs nccl none) $(nccl_secs nccl ipdown-g2) $(nccl_secs nccl-r3 setlink-g1)" "20 35 35"
 prog_cmds write_bw 18900 setlink-g2
 check "a perftest cut row does not wait (its marker comes after the connect)" same "$ARMWAIT" ""
 prog_cmds ucx_put_bw 18900 none
