@@ -313,16 +313,16 @@ stamp $common 10.77.1.2"
 		# an error within the shim's 1 s and the reset that follows is
 		# paired through the mailbox (at older NCCL's 14, 67 ms, a TCG
 		# guest is slow enough for four timeouts in a row on a path that
-		# loses nothing: the backup QPs failed so in 2 of 3 runs); it runs 15 s
-		# longer, so that the QPs can come home after the cut (its verdict
-		# wants them home; the failover and the return each take seconds
-		# under TCG)
+		# loses nothing: the backup QPs failed so in 2 of 3 runs); its
+		# verdict wants the QPs home after the cut (the failover and the
+		# return each take seconds under TCG)
 		secs=$LAB_BW_SECONDS
-		[ "$1" = nccl-r3 ] && secs=$((LAB_BW_SECONDS + 15))
 		# a cut row waits for its backups (up to 20 s) before the cut, and
-		# an ip-down cut is a guest command of seconds: out of 20 s of
-		# traffic, nccl.on.ipdown-g2 ended 5 s before its cut came
-		[ "$1" = nccl ] && [ "$3" != none ] && secs=$((LAB_BW_SECONDS + 15))
+		# an ip-down cut is a guest command of seconds: nccl.on.ipdown-g2
+		# ended 5 s before its cut came with 20 s of traffic, and 6 s
+		# before with 35 (its armed wait 19.7 s, the cut 41 s after the
+		# traffic started). nccl-r3 wants time after the restore too
+		[ "$3" != none ] && secs=$((LAB_BW_SECONDS + 40))
 		common="\$LAB_BUILD/nccl_pattern -d rxe0 -g 1 -p $p -D $secs"
 		[ "$1" = nccl-r3 ] && common="env NCCL_IB_RETRY_CNT=3 NCCL_IB_TIMEOUT=15 $common"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2"
