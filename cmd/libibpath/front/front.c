@@ -74,7 +74,7 @@ static const struct verb verbs[] = {LIPF_VERBS(VERB)};
  * after the call) */
 void *lipf_next(const char *name, const char *version)
 {
-	void *f = dlvsym(RTLD_NEXT, name, version);
+	void *f = version ? dlvsym(RTLD_NEXT, name, version) : dlsym(RTLD_NEXT, name);
 	__asm__ volatile("" : : "r"(f) : "memory");
 	return f;
 }

@@ -12,6 +12,8 @@ typedef void *(*lip_dlopen_fn)(const char *, int);
 LIPF_HIDDEN void lipf_init(void);
 /* lipf_core_enabled: the core is loaded and has not disabled itself */
 LIPF_HIDDEN int lipf_core_enabled(void);
+/* lipf_next: name's definition after the front, at version (NULL: the
+ * default one) */
 LIPF_HIDDEN void *lipf_next(const char *name, const char *version);
 LIPF_HIDDEN void *lipf_resolve(void **slot);
 

@@ -51,38 +51,31 @@ typedef sighandler_t (*signal_fn)(int, sighandler_t);
 
 /* the real functions, and whether the front mends handlers (the core is
  * loaded) */
-static _Atomic(sigaction_fn) real_sigaction_fn;
-static _Atomic(signal_fn) real_signal_fn, real_sysv_fn, real_bsd_fn, real_sigset_fn;
+static void *_Atomic real_sigaction_fn;
+static void *_Atomic real_signal_fn, *_Atomic real_sysv_fn, *_Atomic real_bsd_fn, *_Atomic real_sigset_fn;
 static atomic_int mending;
 /* added[sig]: the front added SA_ONSTACK to sig's current handler */
 static atomic_uchar added[NSIG];
 
-/* a definition after the front (never a tail call: see lipf_next) */
-static void *next_fn(const char *name)
+/* resolve: the definition after the front of name, found once into slot */
+static void *resolve(void *_Atomic *slot, const char *name)
 {
-	void *f = dlsym(RTLD_NEXT, name);
-	__asm__ volatile("" : : "r"(f) : "memory");
+	void *f = atomic_load_explicit(slot, memory_order_acquire);
+	if (!f) {
+		f = lipf_next(name, NULL);
+		atomic_store_explicit(slot, f, memory_order_release);
+	}
 	return f;
 }
 
 static sigaction_fn real_sigaction(void)
 {
-	sigaction_fn f = atomic_load_explicit(&real_sigaction_fn, memory_order_acquire);
-	if (!f) {
-		f = (sigaction_fn)next_fn("sigaction");
-		atomic_store_explicit(&real_sigaction_fn, f, memory_order_release);
-	}
-	return f;
+	return (sigaction_fn)resolve(&real_sigaction_fn, "sigaction");
 }
 
-static signal_fn real_signal(_Atomic(signal_fn) *slot, const char *name)
+static signal_fn real_signal(void *_Atomic *slot, const char *name)
 {
-	signal_fn f = atomic_load_explicit(slot, memory_order_acquire);
-	if (!f) {
-		f = (signal_fn)next_fn(name);
-		atomic_store_explicit(slot, f, memory_order_release);
-	}
-	return f;
+	return (signal_fn)resolve(slot, name);
 }
 
 void lipf_signals_init(int core_loaded)
@@ -178,7 +171,7 @@ static void mend_installed(int sig, sighandler_t h)
 		atomic_store(&added[sig], 1);
 }
 
-static sighandler_t via(_Atomic(signal_fn) *slot, const char *name, int sig, sighandler_t h)
+static sighandler_t via(void *_Atomic *slot, const char *name, int sig, sighandler_t h)
 {
 	signal_fn real = real_signal(slot, name);
 	if (!real) {
