@@ -443,6 +443,25 @@ func (s *Shadow) Pending() []Endpoint {
 	return out
 }
 
+// PeerPorts lists, once each and in creation order, the peers' ports of
+// the QPs the application connected, as the peers' regions are named
+// there (MRRef, RKey 0): the ports whose rkeys a failover translates.
+func (s *Shadow) PeerPorts() []MRRef {
+	var out []MRRef
+	seen := map[MRRef]bool{}
+	for _, sq := range s.order {
+		if !sq.remoteSet {
+			continue
+		}
+		lid, gid := portID(sq.remotePort)
+		if p := (MRRef{LID: lid, GID: gid}); p != (MRRef{}) && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Waiting reports whether the application connected defQP and its backup
 // is not connected yet: a fault now reaches the application.
 func (s *Shadow) Waiting(defQP verbs.QP) bool {

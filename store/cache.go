@@ -17,6 +17,7 @@ type mrEntry struct {
 	v   MRBackup
 	o   Owner
 	ver uint64
+	seq uint64 // when this node's memory took it (cache.mrSeq)
 }
 
 type tombEntry struct {
@@ -31,6 +32,10 @@ type cache struct {
 	qps   map[QPKey]qpEntry
 	mrs   map[MRKey]mrEntry
 	tombs map[Ref]tombEntry
+	// mrSeq counts the MR entries memory took, in the order it took them
+	// (loaded, written here, or applied from a peer): MRsSince lists
+	// what a port gained after a point of it.
+	mrSeq uint64
 }
 
 // load fills the cache from a read transaction and reports the largest
@@ -72,7 +77,8 @@ func (c *cache) load(tx *bolt.Tx) (maxVer uint64, err error) {
 		if err != nil {
 			return fmt.Errorf("mr %x: %w", k, err)
 		}
-		c.mrs[key] = mrEntry{b, o, ver}
+		c.mrSeq++
+		c.mrs[key] = mrEntry{b, o, ver, c.mrSeq}
 		maxVer = max(maxVer, ver)
 		return nil
 	}); err != nil {
@@ -127,7 +133,7 @@ func (c *cache) refresh(db *bolt.DB, refs []Ref) error {
 					if err != nil {
 						return err
 					}
-					c.mrs[k] = mrEntry{b, o, ver}
+					c.setMR(k, mrEntry{v: b, o: o, ver: ver})
 				}
 			}
 			key := encodeRef(r)
@@ -143,6 +149,17 @@ func (c *cache) refresh(db *bolt.DB, refs []Ref) error {
 		}
 		return nil
 	})
+}
+
+// setMR keeps e as k's entry, numbered anew unless memory had it already.
+// The caller holds c.mu for writing.
+func (c *cache) setMR(k MRKey, e mrEntry) {
+	if old, ok := c.mrs[k]; ok && old.v == e.v && old.o == e.o && old.ver == e.ver {
+		return
+	}
+	c.mrSeq++
+	e.seq = c.mrSeq
+	c.mrs[k] = e
 }
 
 // stamp is the current state of r in memory: the entry, else the

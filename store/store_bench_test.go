@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -57,5 +58,68 @@ func BenchmarkPutQPBatched(b *testing.B) {
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 		})
+	}
+}
+
+// BenchmarkMRsSince: lookup_mrs's answer among n MR entries spread over
+// 1,000 ports, for a query of 64 of them: idle (memory took nothing since
+// the mark: what every scan of a settled process asks on a settled
+// node), others (it took an entry of another port since: the whole map
+// is scanned for nothing) and the first page of a port group (256 of its
+// 64n/1000 entries from mark 0).
+func BenchmarkMRsSince(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{NoSync: true, MaxBatchDelay: time.Microsecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		port := func(i int) Port { return Port{LID: uint16(1 + i%1000)} }
+		var recs []Record
+		for j := range n {
+			p := port(j)
+			recs = append(recs, MREntry{Key: MRKey{LID: p.LID, RKey: uint32(j)}, Value: MRBackup{RKey: uint32(j) + 1}, Owner: bob, Version: uint64(j + 1)}.Record())
+			if len(recs) == 1000 || j == n-1 {
+				if _, err := s.Apply(recs); err != nil {
+					b.Fatal(err)
+				}
+				recs = recs[:0]
+			}
+		}
+		var ports []Port
+		for i := range 64 {
+			ports = append(ports, port(i))
+		}
+		_, head, _, err := s.MRsSince(ports, 0, 1<<30)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("entries=%d/idle", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if es, _, _, _ := s.MRsSince(ports, head, 256); len(es) != 0 {
+					b.Fatalf("an idle query listed %d", len(es))
+				}
+			}
+		})
+		if _, err := s.Apply([]Record{MREntry{Key: MRKey{LID: 999, RKey: uint32(n)}, Value: MRBackup{RKey: 1}, Owner: bob, Version: uint64(n + 1)}.Record()}); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("entries=%d/others", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if es, _, _, _ := s.MRsSince(ports, head, 256); len(es) != 0 {
+					b.Fatalf("a query listed %d of other ports", len(es))
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("entries=%d/first-page", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if es, _, _, _ := s.MRsSince(ports, 0, 256); len(es) != 256 {
+					b.Fatalf("a first page listed %d", len(es))
+				}
+			}
+		})
+		s.Close()
 	}
 }

@@ -128,6 +128,17 @@ func TestOwnerSessionRelayAndPublish(t *testing.T) {
 	if v, err := s.LookupMR(ctx, store.MRKey{LID: 6, RKey: 0x100}); err != nil || v.RKey != 0x200 {
 		t.Fatalf("LookupMR: %+v %v", v, err)
 	}
+	// The MR entries of a route, listed from a mark on.
+	page, err := s.LookupMRs(ctx, []ownerproto.Route{{LID: 6}, {LID: 77}}, 0)
+	if err != nil || len(page.MRs) != 1 || page.MRs[0].Key.RKey != 0x100 || page.MRs[0].Backup.RKey != 0x200 || page.More || page.Next == 0 {
+		t.Fatalf("LookupMRs: %+v %v", page, err)
+	}
+	if again, err := s.LookupMRs(ctx, []ownerproto.Route{{LID: 6}}, page.Next); err != nil || len(again.MRs) != 0 || again.Next != page.Next {
+		t.Fatalf("LookupMRs from the last mark: %+v %v", again, err)
+	}
+	if other, err := s.LookupMRs(ctx, []ownerproto.Route{{LID: 7}}, 0); err != nil || len(other.MRs) != 0 {
+		t.Fatalf("LookupMRs of another route: %+v %v", other, err)
+	}
 	if _, err := s.LookupQP(ctx, store.QPKey{LID: 99, QPN: 1}); !errors.Is(err, ownerproto.ErrNotFound) {
 		t.Fatalf("LookupQP of nothing: %v", err)
 	}

@@ -207,13 +207,16 @@ func (d *Daemon) ownerLoop(o *owner, log *slog.Logger) error {
 			if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeAck, ID: m.ID, Ack: &ack}); err != nil {
 				return err
 			}
-		case ownerproto.TypeLookupQP, ownerproto.TypeLookupMR, ownerproto.TypeLookupHCA:
+		case ownerproto.TypeLookupQP, ownerproto.TypeLookupMR, ownerproto.TypeLookupHCA, ownerproto.TypeLookupMRs:
 			if !o.begin() {
 				return fmt.Errorf("more than %d lookups in flight (the process does not read the answers): the session is closed", MaxInFlight)
 			}
 			answer := d.lookup
-			if m.Type == ownerproto.TypeLookupHCA {
+			switch m.Type {
+			case ownerproto.TypeLookupHCA:
 				answer = d.lookupHCA
+			case ownerproto.TypeLookupMRs:
+				answer = d.lookupMRs
 			}
 			go func() {
 				defer o.end()
@@ -258,6 +261,30 @@ func (d *Daemon) lookup(o *owner, m ownerproto.Msg) {
 	}
 	if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeFound, ID: m.ID, Found: &f}); err != nil {
 		d.log.Warn("lookup reply", "owner_pid", o.hello.PID, "err", err)
+	}
+}
+
+// lookupMRs answers lookup_mrs from the store's memory: one page of the
+// MR entries of the asked routes that it took after the query's mark.
+func (d *Daemon) lookupMRs(o *owner, m ownerproto.Msg) {
+	q := m.Lookup.MRs
+	ports := make([]store.Port, len(q.Routes))
+	for i, r := range q.Routes {
+		ports[i] = store.Port{GID: r.GID, LID: r.LID}
+	}
+	var f ownerproto.Found
+	es, next, more, err := d.repl.Store().MRsSince(ports, q.Since, ownerproto.MaxPageMRs)
+	if err != nil {
+		f.Error = err.Error()
+	} else {
+		p := &ownerproto.MRPage{Next: next, More: more, MRs: make([]ownerproto.PeerMR, len(es))}
+		for i, e := range es {
+			p.MRs[i] = ownerproto.PeerMR{Key: e.Key, Backup: e.Value}
+		}
+		f.MRs = p
+	}
+	if err := o.c.Send(ownerproto.Msg{Type: ownerproto.TypeFound, ID: m.ID, Found: &f}); err != nil {
+		d.log.Warn("lookup_mrs reply", "owner_pid", o.hello.PID, "err", err)
 	}
 }
 

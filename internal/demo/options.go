@@ -24,6 +24,10 @@ type Options struct {
 	// Tamper, when set, edits what each poll of an application returned
 	// before the application checks it: it plants a violation (tests).
 	Tamper func(q *simrun.QP, wcs []verbs.WC) []verbs.WC
+	// OlderIbpathd plays every node's ibpathd as one older than
+	// lookup_mrs (simrun.Config.OlderIbpathd): a failover asks for each
+	// peer rkey (tests).
+	OlderIbpathd bool
 }
 
 // Levels of Options.Verbose.

@@ -67,7 +67,7 @@ func run(out io.Writer, o Options) (Report, error) {
 	tl := newTimeline(out, o.Verbose)
 	var rep Report
 	w, err := simrun.New(simrun.Config{Seed: o.Seed, LinkLayer: o.LinkLayer, Env: shimEnv, APM: l1, PeerTTL: peerTTL,
-		LogLevel: slog.LevelInfo, Trace: o.Verbose >= VerboseTrace, Tamper: o.Tamper,
+		LogLevel: slog.LevelInfo, Trace: o.Verbose >= VerboseTrace, Tamper: o.Tamper, OlderIbpathd: o.OlderIbpathd,
 		Observe: func(r simrun.Record) {
 			rep.Records = append(rep.Records, r)
 			tl.observe(r)

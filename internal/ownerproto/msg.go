@@ -13,14 +13,14 @@ import (
 
 // Proto is the protocol version of this package (2: QP paths, backup and
 // remote end, and command results' states are objects; the drain and
-// undrain commands; 3: the port_view command); Upgrade is the token of
+// undrain commands; 3: the port_view command; 4: lookup_mrs); Upgrade is the token of
 // the HTTP upgrade. ProtoMin is
 // the oldest protocol ibpathd still serves: a process that loaded an
 // older libibpath before an upgrade keeps its session (its protocol 1
 // messages decode: status.Path and its kin read the strings protocol 1
 // wrote, compat.go; it is sent no drain command, which it does not know).
 const (
-	Proto    = 3
+	Proto    = 4
 	ProtoMin = 1
 	Upgrade  = "ibpath-owner/1"
 	// MaxLine bounds one message, newline included.
@@ -41,6 +41,7 @@ const (
 	TypeLookupQP  = "lookup_qp"  // owner -> daemon: the backup of a peer's QP
 	TypeLookupMR  = "lookup_mr"  // owner -> daemon: the backup rkey of a peer's MR
 	TypeLookupHCA = "lookup_hca" // owner -> daemon: the adapter holding a route, with its ports' states
+	TypeLookupMRs = "lookup_mrs" // owner -> daemon: the peers' MR entries of some routes (protocol 4)
 	TypeFound     = "found"      // daemon -> owner: reply to a lookup
 	TypeCommand   = "command"    // daemon -> owner: arm or migrate
 	TypeResult    = "result"     // owner -> daemon: reply to a command
@@ -115,6 +116,43 @@ type Lookup struct {
 	QP  *store.QPKey `json:"qp,omitempty"`
 	MR  *store.MRKey `json:"mr,omitempty"`
 	HCA *Route       `json:"hca,omitempty"`
+	MRs *MRQuery     `json:"mrs,omitempty"`
+}
+
+// LookupMRsProto is the first protocol with lookup_mrs.
+const LookupMRsProto = 4
+
+// MaxQueryRoutes bounds the routes of one lookup_mrs; MaxPageMRs the
+// entries of one answer (about 150 bytes each on the line).
+const (
+	MaxQueryRoutes = 64
+	MaxPageMRs     = 256
+)
+
+// MRQuery (lookup_mrs) asks for the MR entries of the given routes (the
+// peers' ports the owner's QPs are connected to) that the daemon's memory
+// took after Since (0: all), from memory only: the owner keeps them, so
+// that a failover finds the peers' backup rkeys without asking. Since is
+// the Next of the answer before; it counts from the daemon's start, so
+// an owner asks from 0 again on a new session.
+type MRQuery struct {
+	Routes []Route `json:"routes"`
+	Since  uint64  `json:"since,omitempty"`
+}
+
+// MRPage answers lookup_mrs: at most MaxPageMRs entries, oldest first,
+// and the Since of the next query; More says the page was cut short
+// (ask again at once).
+type MRPage struct {
+	MRs  []PeerMR `json:"mrs,omitempty"`
+	Next uint64   `json:"next"`
+	More bool     `json:"more,omitempty"`
+}
+
+// PeerMR is one MR entry of a peer: its default key and backup.
+type PeerMR struct {
+	Key    store.MRKey    `json:"key"`
+	Backup store.MRBackup `json:"backup"`
 }
 
 // Found replies to a lookup: the entry (or adapter), or Error ("not
@@ -123,6 +161,7 @@ type Found struct {
 	QP    *store.QPBackup `json:"qp,omitempty"`
 	MR    *store.MRBackup `json:"mr,omitempty"`
 	HCA   *HCA            `json:"hca,omitempty"`
+	MRs   *MRPage         `json:"mrs,omitempty"`
 	Error string          `json:"error,omitempty"`
 }
 

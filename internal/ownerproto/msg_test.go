@@ -30,6 +30,9 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{Type: TypeFound, ID: 6, Found: &Found{QP: &store.QPBackup{Device: "mlx5_1", QPN: 4}}},
 		{Type: TypeFound, ID: 7, Found: &Found{Error: "not found"}},
 		{Type: TypeLookupHCA, ID: 8, Lookup: &Lookup{HCA: &Route{LID: 12}}},
+		{Type: TypeLookupMRs, ID: 11, Lookup: &Lookup{MRs: &MRQuery{Routes: []Route{{LID: 12}, {GID: verbs.GID{0xfe, 0x80, 15: 2}}}, Since: 40}}},
+		{Type: TypeFound, ID: 11, Found: &Found{MRs: &MRPage{Next: 44, More: true, MRs: []PeerMR{{Key: store.MRKey{LID: 12, RKey: 0x312}, Backup: store.MRBackup{RKey: 0x344}}}}}},
+		{Type: TypeFound, ID: 12, Found: &Found{MRs: &MRPage{Next: 44}}},
 		{Type: TypeFound, ID: 8, Found: &Found{HCA: &HCA{Name: "mlx5_0", GUID: 0x2c9, APM: true, Ports: []HCAPort{
 			{Num: 1, State: verbs.PortActive, LinkLayer: verbs.LinkLayerInfiniBand, LID: 12, LMC: 1, GIDs: []verbs.GID{{0xfe, 0x80, 15: 1}}},
 			{Num: 2, State: verbs.PortDown, LinkLayer: verbs.LinkLayerInfiniBand}}}}},
@@ -93,6 +96,13 @@ func TestDecodeRefuses(t *testing.T) {
 		`{"type":"found","id":1,"found":{"hca":{"name":"m","ports":[{"num":1,"state":300}]}}}`,
 		`{"type":"publish_qp","id":1,"publish_qp":{"key":{"gid":"zz","qpn":1},"backup":{"device":"d","qpn":2}}}`,
 		`{"type":"ack","id":1,"ack":{}}` + strings.Repeat(" ", MaxLine),
+		`{"type":"lookup_mrs","id":1,"lookup":{"mrs":{"routes":[]}}}`,
+		`{"type":"lookup_mrs","id":1,"lookup":{"mrs":{"routes":[{}]}}}`,
+		`{"type":"lookup_mrs","id":1,"lookup":{"mrs":{"routes":[{"lid":1}]},"qp":{"qpn":1}}}`,
+		`{"type":"lookup_mr","id":1,"lookup":{"mr":{"rkey":1},"mrs":{"routes":[{"lid":1}]}}}`,
+		`{"type":"lookup_mrs","id":1,"lookup":{"mrs":{"routes":[` + strings.Repeat(`{"lid":1},`, MaxQueryRoutes) + `{"lid":2}]}}}`,
+		`{"type":"found","id":1,"found":{"mrs":{"next":1},"mr":{"rkey":1}}}`,
+		`{"type":"found","id":1,"found":{"mrs":{"next":1,"mrs":[` + strings.Repeat(`{"key":{"lid":1},"backup":{}},`, MaxPageMRs) + `{"key":{"lid":1},"backup":{}}]}}}`,
 	} {
 		if _, err := Decode([]byte(line)); !errors.Is(err, ErrBadMessage) {
 			t.Errorf("Decode(%.80q) = %v, want ErrBadMessage", line, err)
@@ -108,6 +118,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"lookup_mr","id":2,"lookup":{"mr":{"gid":"fe80::1","rkey":7}}}`))
 	f.Add([]byte(`{"type":"found","id":2,"found":{"mr":{"rkey":8}}}`))
 	f.Add([]byte(`{"type":"lookup_hca","id":3,"lookup":{"hca":{"gid":"fe80::2","lid":4}}}`))
+	f.Add([]byte(`{"type":"lookup_mrs","id":4,"lookup":{"mrs":{"routes":[{"gid":"fe80::2"}],"since":3}}}`))
+	f.Add([]byte(`{"type":"found","id":4,"found":{"mrs":{"mrs":[{"key":{"lid":1,"rkey":2},"backup":{"rkey":3}}],"next":5}}}`))
 	f.Add([]byte(`{"type":"found","id":3,"found":{"hca":{"name":"mlx5_0","guid":7,"apm":true,"ports":[{"num":1,"state":4,"link_layer":1,"lid":4,"lmc":1,"gids":["fe80::2"]}]}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b)
@@ -125,6 +137,30 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-decoding %q: %v", enc, err)
 		}
 	})
+}
+
+// A full page of MR entries, every field at its widest, fits one line.
+func TestFullMRPageFitsALine(t *testing.T) {
+	p := &MRPage{Next: ^uint64(0), More: true}
+	for range MaxPageMRs {
+		g := verbs.GID{0xfe, 0x80, 2: 0xab, 3: 0xcd, 4: 0xef, 5: 0x12, 6: 0x34, 7: 0x56, 8: 0x78, 9: 0x9a, 10: 0xbc, 11: 0xde, 12: 0xf1, 13: 0x23, 14: 0x45, 15: 0x67}
+		p.MRs = append(p.MRs, PeerMR{Key: store.MRKey{GID: g, LID: 0xffff, RKey: ^uint32(0)},
+			Backup: store.MRBackup{RKey: ^uint32(0), Addr: ^uint64(0), Length: ^uint64(0)}})
+	}
+	b, err := Encode(Msg{Type: TypeFound, ID: ^uint64(0), Found: &Found{MRs: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > MaxLine {
+		t.Fatalf("a full page takes %d bytes, a line at most %d", len(b), MaxLine)
+	}
+	var rs []Route
+	for range MaxQueryRoutes {
+		rs = append(rs, Route{GID: p.MRs[0].Key.GID, LID: 0xffff})
+	}
+	if b, err = Encode(Msg{Type: TypeLookupMRs, ID: ^uint64(0), Lookup: &Lookup{MRs: &MRQuery{Routes: rs, Since: ^uint64(0)}}}); err != nil || len(b) > MaxLine {
+		t.Fatalf("a full query: %d bytes, err %v", len(b), err)
+	}
 }
 
 func TestHCAConversion(t *testing.T) {

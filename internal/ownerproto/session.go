@@ -26,6 +26,7 @@ type Session struct {
 	c       *Conn
 	handler Handler
 	welcome Welcome
+	proto   int // the session's protocol: the hello's, at most the welcome's
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -112,7 +113,7 @@ func dial(ctx context.Context, socket string, hello Hello, h Handler) (*Session,
 		return nil, fmt.Errorf("%w: got %s before welcome", ErrBadMessage, m.Type)
 	}
 	nc.SetDeadline(time.Time{})
-	s := &Session{c: c, handler: h, welcome: *m.Welcome, pending: map[uint64]chan Msg{},
+	s := &Session{c: c, handler: h, welcome: *m.Welcome, proto: min(hello.Proto, m.Welcome.Proto), pending: map[uint64]chan Msg{},
 		cmds: make(chan Msg, 64), done: make(chan struct{})}
 	s.wg.Add(2)
 	go s.readLoop()
@@ -285,6 +286,26 @@ func (s *Session) LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, 
 		return store.MRBackup{}, fmt.Errorf("%w: MR %+v: %s", ErrNotFound, k, foundErr(r))
 	}
 	return *r.Found.MR, nil
+}
+
+// ErrOlderDaemon: the daemon speaks a protocol older than the request's.
+var ErrOlderDaemon = errors.New("ownerproto: ibpathd speaks an older protocol")
+
+// LookupMRs returns one page of the MR entries of routes the daemon took
+// after since (MRQuery). It fails with ErrOlderDaemon when the session's
+// protocol has no lookup_mrs.
+func (s *Session) LookupMRs(ctx context.Context, routes []Route, since uint64) (MRPage, error) {
+	if s.proto < LookupMRsProto {
+		return MRPage{}, fmt.Errorf("%w: lookup_mrs needs protocol %d, the session has %d", ErrOlderDaemon, LookupMRsProto, s.proto)
+	}
+	var r Msg
+	if err := s.call(ctx, Msg{Type: TypeLookupMRs, Lookup: &Lookup{MRs: &MRQuery{Routes: routes, Since: since}}}, &r); err != nil {
+		return MRPage{}, err
+	}
+	if r.Found == nil || r.Found.MRs == nil {
+		return MRPage{}, fmt.Errorf("%w: MR entries of %d routes: %s", ErrRefused, len(routes), foundErr(r))
+	}
+	return *r.Found.MRs, nil
 }
 
 // LookupHCA returns the description of the adapter that holds route (a

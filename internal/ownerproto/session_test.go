@@ -97,6 +97,10 @@ func TestDialStepsDownToAnOlderDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial an ibpathd of protocol 2: %v", err)
 	}
+	// what protocol 4 adds is not asked of it
+	if _, err := s.LookupMRs(ctx, []Route{{LID: 1}}, 0); !errors.Is(err, ErrOlderDaemon) {
+		t.Fatalf("lookup_mrs on a protocol 2 session: %v, want ErrOlderDaemon", err)
+	}
 	s.Close()
 	if got := d.hellos(); len(got) != 2 || got[0] != Proto || got[1] != 2 {
 		t.Fatalf("hellos %v, want [%d 2]", got, Proto)

@@ -59,13 +59,20 @@ func (m Msg) Validate() error {
 	case TypeAck:
 		ok = m.Ack != nil
 	case TypeLookupQP:
-		ok = m.Lookup != nil && m.Lookup.QP != nil && m.Lookup.MR == nil && m.Lookup.HCA == nil
+		ok = m.Lookup.only(m.Lookup != nil && m.Lookup.QP != nil)
 	case TypeLookupMR:
-		ok = m.Lookup != nil && m.Lookup.MR != nil && m.Lookup.QP == nil && m.Lookup.HCA == nil
+		ok = m.Lookup.only(m.Lookup != nil && m.Lookup.MR != nil)
 	case TypeLookupHCA:
-		ok = m.Lookup != nil && m.Lookup.HCA != nil && m.Lookup.QP == nil && m.Lookup.MR == nil
+		ok = m.Lookup.only(m.Lookup != nil && m.Lookup.HCA != nil)
 		if ok && m.Lookup.HCA.GID.IsZero() && m.Lookup.HCA.LID == 0 {
 			return bad("the route needs a GID or a LID")
+		}
+	case TypeLookupMRs:
+		ok = m.Lookup.only(m.Lookup != nil && m.Lookup.MRs != nil)
+		if ok {
+			if err := m.Lookup.MRs.validate(); err != nil {
+				return bad("%v", err)
+			}
 		}
 	case TypeFound:
 		ok = m.Found != nil
@@ -73,13 +80,16 @@ func (m Msg) Validate() error {
 			break
 		}
 		n := 0
-		for _, set := range []bool{m.Found.QP != nil, m.Found.MR != nil, m.Found.HCA != nil} {
+		for _, set := range []bool{m.Found.QP != nil, m.Found.MR != nil, m.Found.HCA != nil, m.Found.MRs != nil} {
 			if set {
 				n++
 			}
 		}
 		if n > 1 || (n == 0) == (m.Found.Error == "") {
-			return bad("exactly one of qp, mr and hca, or an error")
+			return bad("exactly one of qp, mr, hca and mrs, or an error")
+		}
+		if p := m.Found.MRs; p != nil && len(p.MRs) > MaxPageMRs {
+			return bad("%d MR entries, at most %d", len(p.MRs), MaxPageMRs)
 		}
 		if m.Found.HCA != nil {
 			if err := m.Found.HCA.validate(); err != nil {
@@ -132,6 +142,33 @@ func (c *Command) validate() error {
 		}
 	default:
 		return fmt.Errorf("unknown op %q", c.Op)
+	}
+	return nil
+}
+
+// only reports whether the lookup asks for exactly one thing, the one
+// want says it asks for.
+func (l *Lookup) only(want bool) bool {
+	if !want {
+		return false
+	}
+	n := 0
+	for _, set := range []bool{l.QP != nil, l.MR != nil, l.HCA != nil, l.MRs != nil} {
+		if set {
+			n++
+		}
+	}
+	return n == 1
+}
+
+func (q *MRQuery) validate() error {
+	if len(q.Routes) == 0 || len(q.Routes) > MaxQueryRoutes {
+		return fmt.Errorf("%d routes, want 1 to %d", len(q.Routes), MaxQueryRoutes)
+	}
+	for _, r := range q.Routes {
+		if r.GID.IsZero() && r.LID == 0 {
+			return fmt.Errorf("a route needs a GID or a LID")
+		}
 	}
 	return nil
 }

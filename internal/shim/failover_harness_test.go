@@ -55,6 +55,9 @@ type l2opts struct {
 	// wrapProv, when set, wraps the provider the runtime opens its own
 	// contexts with (the default device's watch, the backup device)
 	wrapProv func(verbs.Provider) verbs.Provider
+	// session, when set, makes the host's ibpathd session of its node
+	// in the cluster (shimtest.NewNode's by default)
+	session func(*shimtest.Node) Reporter
 }
 
 type l2host struct {
@@ -155,7 +158,11 @@ func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *shimtest.C
 	}
 	rt.SetProvider(prov)
 	if !o.noPublish {
-		rt.SetReporter(shimtest.NewNode(c))
+		var rep Reporter = shimtest.NewNode(c)
+		if o.session != nil {
+			rep = o.session(shimtest.NewNode(c))
+		}
+		rt.SetReporter(rep)
 	}
 	x := &l2host{name: name, side: side, rt: rt, log: lb, id: 1, buf: make([]byte, srqPoolOff+l2SRQBufs*l2Slot+8),
 		port: h.HCA("mlx5_0").Port(1)}

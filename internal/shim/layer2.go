@@ -468,6 +468,7 @@ func (r *Runtime) scanLoop() {
 // returns the wait before the next.
 func (r *Runtime) scanOnce(wait time.Duration) time.Duration {
 	r.republishDue()
+	r.prefetchMRs()
 	// The peers' backups are looked up without l2mu, which the
 	// application's create_qp, reg_mr and connects take: a scan makes a
 	// round trip to ibpathd per waiting QP (a miss pulls from the peer's
@@ -846,6 +847,9 @@ func (d *sessionDir) LookupMR(def crossnic.MRRef) (uint32, bool) {
 	if k, ok := d.mem.LookupMR(def); ok {
 		return k, true
 	}
+	if k, ok := d.r.peerMRs.get(def); ok {
+		return k, true
+	}
 	p := d.r.publisher()
 	if p == nil {
 		return 0, false
@@ -854,6 +858,7 @@ func (d *sessionDir) LookupMR(def crossnic.MRRef) (uint32, bool) {
 	defer cancel()
 	v, err := p.LookupMR(ctx, store.MRKey{GID: def.GID, LID: def.LID, RKey: def.RKey})
 	if err != nil {
+		d.r.log.Debug("libibpath: peer's memory registration not known yet", "lid", def.LID, "gid", def.GID.String(), "rkey", fmt.Sprintf("%#x", def.RKey), "err", err)
 		return 0, false
 	}
 	_ = d.mem.PublishMR(def, v.RKey)

@@ -120,6 +120,8 @@ type Runtime struct {
 	// republishAt: when the scan sends the publications again after a
 	// republication that failed (unix ns; 0: none due)
 	republishAt atomic.Int64
+	// peerMRs: the peers' MR entries, fetched ahead by the scan (peermrs.go)
+	peerMRs peerMRs
 
 	l1 *Layer1 // nil: layer 1 off (IBPATH_APM=off, or it could not start)
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
+	"github.com/ibpath/ibpath/internal/shim"
 	"github.com/ibpath/ibpath/internal/shim/shimtest"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/pathsel"
@@ -104,6 +105,26 @@ func (s *session) LookupMR(ctx context.Context, k store.MRKey) (store.MRBackup, 
 		return store.MRBackup{}, errDirectoryDown
 	}
 	return s.Node.LookupMR(ctx, k)
+}
+
+// LookupMRs implements shim.MRLister: the peers' MR entries fetched
+// ahead fail while ibpathd is down, and a failover then looks each
+// rkey up.
+func (s *session) LookupMRs(ctx context.Context, routes []ownerproto.Route, since uint64) (ownerproto.MRPage, error) {
+	if s.p.w.dirDown {
+		return ownerproto.MRPage{}, errDirectoryDown
+	}
+	return s.Node.LookupMRs(ctx, routes, since)
+}
+
+// olderSession is the session of an ibpathd older than lookup_mrs
+// (Config.OlderIbpathd): everything a session does but list.
+type olderSession struct{ olderIbpathd }
+
+type olderIbpathd interface {
+	shim.Reporter
+	shim.Publisher
+	shim.HCALookup
 }
 
 // refused: a lookup layer 2 needed (a backup QP's attributes, or a

@@ -53,6 +53,10 @@ type Config struct {
 	// returned before the application checks it: a test plants a
 	// violation with it.
 	Tamper func(q *QP, wcs []verbs.WC) []verbs.WC
+	// OlderIbpathd makes every node's ibpathd one older than lookup_mrs
+	// (owner protocol 3): the runtimes fetch no peer regions ahead, and
+	// a failover asks ibpathd for each peer rkey (tests of that lookup).
+	OlderIbpathd bool
 }
 
 // Defaults of Config.
@@ -202,7 +206,11 @@ func (w *World) newProc(h *sim.Host, side int, conn, dev string) (*Proc, error) 
 	}
 	p.RT.SetMemReader(p.read)
 	p.sess = &session{Node: shimtest.NewNode(w.Cluster), Adapters: w.Adapters, p: p}
-	p.RT.SetReporter(p.sess)
+	if w.cfg.OlderIbpathd {
+		p.RT.SetReporter(olderSession{p.sess})
+	} else {
+		p.RT.SetReporter(p.sess)
+	}
 	if p.ctx, err = p.open(dev); err != nil {
 		return nil, fmt.Errorf("simrun: %s: ibv_open_device %s: %w", p.Name, dev, err)
 	}

@@ -1,9 +1,11 @@
 package shimtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/ibpath/ibpath/internal/ownerproto"
@@ -23,12 +25,18 @@ type Cluster struct {
 	push   []ownerproto.Route                 // the push target of every QP publication
 	mrPush map[store.MRKey][]ownerproto.Route // the push targets of each MR's publications
 	events []status.Event                     // every event the processes sent
+	// mrSeq numbers the MR entries in the order they were taken, as an
+	// ibpathd's memory does (lookup_mrs)
+	mrSeq map[store.MRKey]uint64
+	seq   uint64
+	// mrLists counts the lookup_mrs answered
+	mrLists int
 }
 
 // NewCluster returns a cluster that holds nothing yet.
 func NewCluster() *Cluster {
 	return &Cluster{qps: map[store.QPKey]store.QPBackup{}, mrs: map[store.MRKey]store.MRBackup{},
-		mrPush: map[store.MRKey][]ownerproto.Route{}}
+		mrPush: map[store.MRKey][]ownerproto.Route{}, mrSeq: map[store.MRKey]uint64{}}
 }
 
 // ClusterState is a copy of what a Cluster holds.
@@ -56,7 +64,14 @@ func (c *Cluster) State() ClusterState {
 func (c *Cluster) Forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.qps, c.mrs = map[store.QPKey]store.QPBackup{}, map[store.MRKey]store.MRBackup{}
+	c.qps, c.mrs, c.mrSeq = map[store.QPKey]store.QPBackup{}, map[store.MRKey]store.MRBackup{}, map[store.MRKey]uint64{}
+}
+
+// MRLists is how many lookup_mrs the cluster answered.
+func (c *Cluster) MRLists() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mrLists
 }
 
 // Reports records what a process reported of its QPs (shim.Reporter);
@@ -106,6 +121,9 @@ func (r *Reports) Gone() []uint32 {
 type Node struct {
 	Reports
 	c *Cluster
+	// PageMRs bounds the entries of a lookup_mrs answer
+	// (ownerproto.MaxPageMRs when 0)
+	PageMRs int
 }
 
 // NewNode returns a session of a process with the cluster c.
@@ -132,6 +150,10 @@ func (n *Node) PublishQP(_ context.Context, p ownerproto.PublishQP) error {
 func (n *Node) PublishMR(_ context.Context, p ownerproto.PublishMR) error {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
+	if old, ok := n.c.mrs[p.Key]; !ok || old != p.Backup {
+		n.c.seq++
+		n.c.mrSeq[p.Key] = n.c.seq
+	}
 	n.c.mrs[p.Key] = p.Backup
 	n.c.mrPush[p.Key] = append(n.c.mrPush[p.Key], p.Remotes...)
 	return nil
@@ -157,6 +179,42 @@ func (n *Node) LookupMR(_ context.Context, k store.MRKey) (store.MRBackup, error
 		return v, ownerproto.ErrNotFound
 	}
 	return v, nil
+}
+
+// LookupMRs implements shim.MRLister as ibpathd's lookup_mrs does: the
+// entries of routes taken after since, oldest first, PageMRs of them at
+// most (ownerproto.MaxPageMRs when 0).
+func (n *Node) LookupMRs(_ context.Context, routes []ownerproto.Route, since uint64) (ownerproto.MRPage, error) {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	n.c.mrLists++
+	want := map[ownerproto.Route]bool{}
+	for _, r := range routes {
+		want[r] = true
+	}
+	if since > n.c.seq {
+		since = 0
+	}
+	var keys []store.MRKey
+	for k := range n.c.mrs {
+		if n.c.mrSeq[k] > since && want[ownerproto.Route{GID: k.GID, LID: k.LID}] {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b store.MRKey) int { return cmp.Compare(n.c.mrSeq[a], n.c.mrSeq[b]) })
+	page := ownerproto.MRPage{Next: n.c.seq}
+	limit := n.PageMRs
+	if limit <= 0 {
+		limit = ownerproto.MaxPageMRs
+	}
+	if len(keys) > limit {
+		keys, page.More = keys[:limit], true
+		page.Next = n.c.mrSeq[keys[limit-1]]
+	}
+	for _, k := range keys {
+		page.MRs = append(page.MRs, ownerproto.PeerMR{Key: k, Backup: n.c.mrs[k]})
+	}
+	return page, nil
 }
 
 // Adapters stands in for ibpathd's lookup_hca (layer 1's HCALookup): it
