@@ -60,26 +60,102 @@ armed_wait() {
 	done
 }
 
-# stuck_dump SECONDS: after SECONDS, for each verbs program of a row still
-# running (perftest, ibv_rc_pingpong, ibv_srq_pingpong, ucx_perftest,
-# mpi_check), where each of its threads waits: wchan and kernel stack (the
-# row's stuck-<guest>.out); then the guest's QPs as the kernel sees them
-# (state, PSNs) and the rxe counters that moved during the row
-# (retransmissions, RNR and sequence NAKs, duplicates).
-# Prints nothing when none is left.
-stuck_dump() {
-	local before p t stuck=0
-	before=$(rxe_counters)
-	sleep "$1"
-	for p in $(pgrep -f 'ib_(write|read|send)_(bw|lat)|ibv_(rc|srq)_pingpong|ucx_perftest|mpi_check' || true); do
+# stuck_dump SECONDS: once the job of a verbs program of a row (perftest,
+# ibv_rc_pingpong, ibv_srq_pingpong, ucx_perftest, mpi_check,
+# nccl_pattern, rping, ibv.test) has run SECONDS, for each such program:
+# where each of its threads waits (wchan and kernel stack), then every
+# thread's user stack (gdb, from the host's /usr; at most STUCK_GDB_S s,
+# the program's job limit held meanwhile)
+# (the row's stuck-<guest>.out); then the guest's QPs as the kernel sees
+# them (state, PSNs) and the rxe counters that moved during the row
+# (retransmissions, RNR and sequence NAKs, duplicates). A job's age comes
+# from the start time of its timeout(1): this job may start seconds after
+# the program's in a busy guest, and a dump timed from its own start came
+# after the program's limit and found nothing (the rows' stuck dumps came
+# back empty). Prints nothing when no program lives that long.
+STUCK_PROGS='ib_(write|read|send)_(bw|lat)|ibv_(rc|srq)_pingpong|ucx_perftest|mpi_check|nccl_pattern|rping|ibv\.test'
+STUCK_GDB_S=${STUCK_GDB_S:-60}
+stuck_pids() {
+	local p
+	for p in $(pgrep -f "$STUCK_PROGS" || true); do
 		[ "$p" = "$$" ] && continue
+		# the shells that run a program name it too
+		case $(cat "/proc/$p/comm" 2>/dev/null) in bash | sh | timeout | stdbuf) continue ;; esac
+		echo "$p"
+	done
+}
+# age_cs PID: how long PID has run, in 1/100 s (empty when it is gone)
+age_cs() {
+	local st up hz
+	st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	st=${st##*) }
+	read -r up _ </proc/uptime
+	hz=$(getconf CLK_TCK)
+	# shellcheck disable=SC2086
+	set -- $st
+	echo $((${up/./} - ${20} * 100 / hz))
+}
+# job_timeout_of PID: the timeout(1) process of the job PID runs in
+job_timeout_of() {
+	local t=$1 pp
+	while [ "$t" -gt 1 ]; do
+		pp=$(awk '/^PPid:/ {print $2}' "/proc/$t/status" 2>/dev/null)
+		[ -n "$pp" ] || return 0
+		t=$pp
+		[ "$(cat "/proc/$t/comm" 2>/dev/null)" = timeout ] && { echo "$t"; return 0; }
+	done
+}
+stuck_dump() {
+	local before p t stuck=0 t0 a old="" up me
+	me=$(job_timeout_of $$)
+	before=$(rxe_counters)
+	read -r t0 _ </proc/uptime
+	# the programs started at most seconds before this job: look only in
+	# the last 20 s before their limit, every 2 s
+	[ "$1" -gt 20 ] && sleep $(($1 - 20))
+	while [ -z "$old" ]; do
+		for p in $(stuck_pids); do
+			# the job's age: a client job may wait for its server first
+			t=$(job_timeout_of "$p")
+			# not this job's own, nor a process of a moment
+			[ -n "$t" ] && [ "$t" = "$me" ] && continue
+			a=$(age_cs "$p")
+			{ [ -n "$a" ] && [ "$a" -ge 200 ]; } || continue
+			a=$(age_cs "${t:-$p}")
+			[ -n "$a" ] && [ "$a" -ge $(($1 * 100)) ] && old="$old $p"
+		done
+		[ -n "$old" ] && break
+		read -r up _ </proc/uptime
+		[ $((${up/./} - ${t0/./})) -gt $((($1 + 30) * 100)) ] && return 0
+		[ -n "$(stuck_pids)" ] || return 0
+		sleep 2
+	done
+	# a program's job limit (its timeout(1)) waits while gdb holds it:
+	# gdb takes 10 to 40 s under TCG, more than the program had left
+	local frozen=""
+	trap '[ -z "$frozen" ] || kill -CONT $frozen 2>/dev/null' EXIT
+	trap 'exit 143' TERM
+	for p in $old; do
 		stuck=1
-		echo "STUCK pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
+		t=$(job_timeout_of "$p")
+		[ -n "$t" ] && kill -STOP "$t" 2>/dev/null && frozen="$frozen $t"
+		a=$(age_cs "$p")
+		echo "STUCK pid $p (its job ran $1 s or more, the program $((${a:-0} / 100)) s): $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
 		for t in "/proc/$p/task/"*; do
 			echo "  task ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(awk '{print $3}' "$t/stat" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
 			sed 's/^/    /' "$t/stack" 2>/dev/null | head -12
 		done
+		if command -v gdb >/dev/null; then
+			echo "  user stacks (gdb):"
+			timeout "$STUCK_GDB_S" gdb -p "$p" -batch -nx -iex 'set debuginfod enabled off' -ex 'set pagination off' -ex 'thread apply all bt 30' 2>&1 |
+				grep -E '^(Thread |#)' | sed 's/^/    /' | head -400
+		fi
 	done
+	if [ -n "$frozen" ]; then
+		# shellcheck disable=SC2086
+		kill -CONT $frozen 2>/dev/null
+		frozen=""
+	fi
 	[ $stuck = 1 ] || return 0
 	echo "QPS (rdma resource show qp):"
 	rdma resource show qp 2>&1 | sed 's/^/  /'

@@ -503,8 +503,10 @@ $CLIENT")
 	# a program still running 3 s before its limit: each guest writes where
 	# its threads wait (kernel stacks, wchan), before the limit kills it
 	local jstuck1 jstuck2
-	jstuck1=$(job_submit g1 "$name-stuck" $((LIMIT + 5)) "stuck_dump $((LIMIT - 3))")
-	jstuck2=$(job_submit g2 "$name-stuck" $((LIMIT + 5)) "stuck_dump $((LIMIT - 3))")
+	# 10 s before the programs' limit, which waits while gdb holds a
+	# program; a dump may take STUCK_GDB_S, 60 s
+	jstuck1=$(job_submit g1 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - 10))")
+	jstuck2=$(job_submit g2 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - 10))")
 	local jqw1="" jqw2=""
 	if [ -n "${LAB_QP_WATCH:-}" ]; then
 		jqw1=$(job_submit g1 "$name-qps" $((LIMIT + 5)) "qp_watch $LAB_QP_WATCH")
@@ -602,6 +604,8 @@ $CLIENT")
 	fi
 	cp "$jc.out" "$ROW_DIR/client.out" 2>/dev/null || true
 	for j in "$jstuck1" "$jstuck2"; do
+		# a dump under way is let finish (its user stacks)
+		if grep -q '^STUCK' "$j.out" 2>/dev/null; then job_wait "$j" 75 >/dev/null || true; fi
 		job_kill "$j"
 		[ -s "$j.out" ] && cp "$j.out" "$ROW_DIR/stuck-$(basename "$(dirname "$j")").out"
 	done
