@@ -458,5 +458,40 @@ printf 'junk' >"$tmp/bad.pcap"
 python3 "$LAB_REPO/lab/pcap.py" "$tmp/bad.pcap" >/dev/null 2>"$tmp/pcap.err"
 check "  and refuses what is not a capture" same "$?:$(cat "$tmp/pcap.err")" "2:pcap.py: $tmp/bad.pcap: not a pcap file (4 bytes)"
 
+# stuck_dump (lab/guest/lib.sh), on this host: a program of the rows run
+# under its job's timeout(1) (4 s) is dumped once the job is 2 s old. The
+# stand-in gdb takes 3 s and prints a stack only if the program is still
+# there then, past its limit: the timeout waits for the dump, and ends the
+# program after it
+mkdir -p "$tmp/sd/bin"
+cp "$(type -P sleep)" "$tmp/sd/nccl_pattern"
+cat >"$tmp/sd/bin/gdb" <<'GDB'
+#!/bin/sh
+sleep 3
+kill -0 "$2" 2>/dev/null && printf 'Thread 1 (LWP %s) "nccl_pattern":\n#0  lip_poll_cq () at hotpath.c:1\n' "$2"
+GDB
+chmod +x "$tmp/sd/bin/gdb"
+timeout 4 "$tmp/sd/nccl_pattern" 30 &
+sd_job=$!
+sleep 0.3
+(
+	# shellcheck source=lab/guest/lib.sh
+	. "$LAB_REPO/lab/guest/lib.sh"
+	rxe_counters() { :; }
+	rdma() { :; }
+	PATH=$tmp/sd/bin:$PATH stuck_dump 2 >"$tmp/sd/out" 2>&1
+)
+wait "$sd_job"
+sd_rc=$?
+check "stuck_dump: a program past its job's age is dumped" grep -Eq "^STUCK pid [0-9]+ \(its job ran 2 s or more, the program [0-9]+ s\): $tmp/sd/nccl_pattern 30" "$tmp/sd/out"
+check "  with every thread's user stack, its job's limit held meanwhile" grep -q "^    #0  lip_poll_cq () at hotpath.c:1" "$tmp/sd/out"
+check "  and the program ended by that limit after the dump (124)" same "$sd_rc" 124
+(
+	. "$LAB_REPO/lab/guest/lib.sh"
+	rxe_counters() { :; }
+	stuck_dump 1 >"$tmp/sd/none" 2>&1
+)
+check "  and nothing is said when no program is left" same "$(cat "$tmp/sd/none")" ""
+
 [ "$fails" = 0 ] || { echo "lab/test/rows_test.sh: $fails failed"; exit 1; }
 echo "lab/test/rows_test.sh: all passed"
