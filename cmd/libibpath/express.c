@@ -576,10 +576,20 @@ static int poll_backups(struct lip_xcq *x, struct ibv_cq *cq, int n, struct ibv_
 		if (q->recv_cq == cq && (nb == 0 || l->brcq != l->bcq))
 			b[nb++] = l->brcq;
 		for (int j = 0; j < nb && got < n; j++) {
-			int k = l->poll_cq(b[j], n - got, wc + got);
-			if (k < 0)
-				return got ? got : k;
-			got += backup_wcs(q, wc + got, k, s);
+			/* a CQ that filled the request may hold more: what
+			 * backup_wcs drops (layer 2's own WRs) is polled
+			 * again, for a poll that returns less than asked
+			 * means an empty CQ to the application (one that
+			 * then waits for an event would wait for ever) */
+			for (;;) {
+				int want = n - got;
+				int k = l->poll_cq(b[j], want, wc + got);
+				if (k < 0)
+					return got ? got : k;
+				got += backup_wcs(q, wc + got, k, s);
+				if (k < want || got >= n)
+					break;
+			}
 		}
 	}
 	return got;
@@ -587,8 +597,16 @@ static int poll_backups(struct lip_xcq *x, struct ibv_cq *cq, int n, struct ibv_
 
 static int poll_default(struct lip_ctx *c, struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
-	int k = c->poll_cq(cq, n, wc);
-	return k < 0 ? k : default_wcs(c, wc, k);
+	int got = 0;
+	for (;;) { /* as poll_backups: what default_wcs keeps back is polled again */
+		int want = n - got;
+		int k = c->poll_cq(cq, want, wc + got);
+		if (k < 0)
+			return got ? got : k;
+		got += default_wcs(c, wc + got, k);
+		if (k < want || got >= n)
+			return got;
+	}
 }
 
 /* xl_poll fills wc from the backup CQs of cq's express QPs and from cq

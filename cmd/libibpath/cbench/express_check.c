@@ -304,6 +304,29 @@ static void check_polls(void)
 	CHECK(seen == 7, "missing completions: %x", seen);
 	CHECK(lq->xl->hidden == 1 && lq->xl->completions == 2, "hidden %lu completions %lu", (unsigned long)lq->xl->hidden, (unsigned long)lq->xl->completions);
 
+	/* one poll returns as many as it can: a poll that returns less than
+	 * asked means an empty CQ to a program that then waits for an event
+	 * (ibv_rc_pingpong -e polls once after each), so what the lane drops
+	 * (layer 2's own WRs, the default QP's flushes) is polled past */
+	complete(&bak, LIP_CTRL_SEND_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0);
+	complete(&bak, LIP_OWN_WRID_MIN + 1, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0);
+	complete(&bak, 80, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_SEND, 0);
+	complete(&bak, 81, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0);
+	complete(&app, 3, qp.qp_num, IBV_WC_WR_FLUSH_ERR, 0, 0);
+	complete(&app, 4, qp.qp_num, IBV_WC_WR_FLUSH_ERR, 0, 0);
+	complete(&app, 82, other.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0);
+	int wrids = 0;
+	for (int i = 0; i < 2; i++) { /* each side of the alternation first */
+		got = app.ctx.ops.poll_cq(&acq, 2, wc);
+		for (int j = 0; j < got; j++)
+			wrids |= wc[j].wr_id == 80 ? 1 : wc[j].wr_id == 81 ? 2 : wc[j].wr_id == 82 ? 4 : 8;
+		CHECK(got == 2 || (i == 1 && got == 1), "poll %d of 2 returned %d with completions waiting", i, got);
+	}
+	CHECK(wrids == 7, "one poll each: wr_ids seen %x, want 80, 81 and 82", wrids);
+	/* (twice: the polls below count on the alternation's parity) */
+	for (int i = 0; i < 2; i++)
+		CHECK(app.ctx.ops.poll_cq(&acq, 2, wc) == 0, "the CQs are empty now");
+
 	/* an error on the backup: delivered with the default QP's number,
 	 * layer 2 told once; the default QP's flushes now reach the
 	 * application; later posts go to the backup QP (in the error state:
