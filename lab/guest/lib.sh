@@ -75,59 +75,74 @@ armed_wait() {
 # back empty). Prints nothing when no program lives that long.
 STUCK_PROGS='ib_(write|read|send)_(bw|lat)|ibv_(rc|srq)_pingpong|ucx_perftest|mpi_check|nccl_pattern|rping|ibv\.test'
 STUCK_GDB_S=${STUCK_GDB_S:-60}
+# The helpers below fork nothing (they set variables): a fork costs up to
+# half a second under TCG, and a scan that forked a dozen times per
+# process came 15 s late.
+# stuck_pids: STUCK_PIDS, the programs of the rows (not the shells that
+# run them, which name them too)
 stuck_pids() {
-	local p
+	local p c
+	STUCK_PIDS=()
 	for p in $(pgrep -f "$STUCK_PROGS" || true); do
 		[ "$p" = "$$" ] && continue
-		# the shells that run a program name it too
-		case $(cat "/proc/$p/comm" 2>/dev/null) in bash | sh | timeout | stdbuf) continue ;; esac
-		echo "$p"
+		read -r c 2>/dev/null <"/proc/$p/comm" || continue
+		case $c in bash | sh | timeout | stdbuf) continue ;; esac
+		STUCK_PIDS+=("$p")
 	done
 }
-# age_cs PID: how long PID has run, in 1/100 s (empty when it is gone)
+# age_cs PID: AGE, how long PID has run in 1/100 s (empty when it is gone)
 age_cs() {
-	local st up hz
-	st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	local st up
+	AGE=""
+	read -r st 2>/dev/null <"/proc/$1/stat" || return 0
 	st=${st##*) }
 	read -r up _ </proc/uptime
-	hz=$(getconf CLK_TCK)
 	# shellcheck disable=SC2086
 	set -- $st
-	echo $((${up/./} - ${20} * 100 / hz))
+	AGE=$((${up/./} - ${20} * 100 / STUCK_HZ))
 }
-# job_timeout_of PID: the timeout(1) process of the job PID runs in
+# job_timeout_of PID: TMO, the timeout(1) process of the job PID runs in
+# (empty when none)
 job_timeout_of() {
-	local t=$1 pp
+	local t=$1 st c
+	TMO=""
 	while [ "$t" -gt 1 ]; do
-		pp=$(awk '/^PPid:/ {print $2}' "/proc/$t/status" 2>/dev/null)
-		[ -n "$pp" ] || return 0
-		t=$pp
-		[ "$(cat "/proc/$t/comm" 2>/dev/null)" = timeout ] && { echo "$t"; return 0; }
+		read -r st 2>/dev/null <"/proc/$t/stat" || return 0
+		st=${st##*) }
+		# shellcheck disable=SC2086
+		set -- $st
+		t=$2
+		read -r c 2>/dev/null <"/proc/$t/comm" || return 0
+		[ "$c" = timeout ] && { TMO=$t; return 0; }
 	done
 }
 stuck_dump() {
-	local before p t stuck=0 t0 a old="" up me
-	me=$(job_timeout_of $$)
+	local before p t stuck=0 t0 old="" up me
+	STUCK_HZ=$(getconf CLK_TCK)
+	job_timeout_of $$
+	me=$TMO
 	before=$(rxe_counters)
 	read -r t0 _ </proc/uptime
 	# the programs started at most seconds before this job: look only in
 	# the last 20 s before their limit, every 2 s
 	[ "$1" -gt 20 ] && sleep $(($1 - 20))
 	while [ -z "$old" ]; do
-		for p in $(stuck_pids); do
+		stuck_pids
+		[ ${#STUCK_PIDS[@]} -gt 0 ] || return 0
+		for p in "${STUCK_PIDS[@]}"; do
 			# the job's age: a client job may wait for its server first
-			t=$(job_timeout_of "$p")
+			job_timeout_of "$p"
+			t=$TMO
 			# not this job's own, nor a process of a moment
 			[ -n "$t" ] && [ "$t" = "$me" ] && continue
-			a=$(age_cs "$p")
-			{ [ -n "$a" ] && [ "$a" -ge 200 ]; } || continue
-			a=$(age_cs "${t:-$p}")
-			[ -n "$a" ] && [ "$a" -ge $(($1 * 100)) ] && old="$old $p"
+			age_cs "$p"
+			{ [ -n "$AGE" ] && [ "$AGE" -ge 200 ]; } || continue
+			age_cs "${t:-$p}"
+			[ -n "$AGE" ] && [ "$AGE" -ge $(($1 * 100)) ] && old="$old $p"
 		done
 		[ -n "$old" ] && break
 		read -r up _ </proc/uptime
 		[ $((${up/./} - ${t0/./})) -gt $((($1 + 30) * 100)) ] && return 0
-		[ -n "$(stuck_pids)" ] || return 0
 		sleep 2
 	done
 	# a program's job limit (its timeout(1)) waits while gdb holds it:
@@ -137,10 +152,11 @@ stuck_dump() {
 	trap 'exit 143' TERM
 	for p in $old; do
 		stuck=1
-		t=$(job_timeout_of "$p")
+		job_timeout_of "$p"
+		t=$TMO
 		[ -n "$t" ] && kill -STOP "$t" 2>/dev/null && frozen="$frozen $t"
-		a=$(age_cs "$p")
-		echo "STUCK pid $p (its job ran $1 s or more, the program $((${a:-0} / 100)) s): $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
+		age_cs "$p"
+		echo "STUCK pid $p (its job ran $1 s or more, the program $((${AGE:-0} / 100)) s): $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
 		for t in "/proc/$p/task/"*; do
 			echo "  task ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(awk '{print $3}' "$t/stat" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
 			sed 's/^/    /' "$t/stack" 2>/dev/null | head -12
