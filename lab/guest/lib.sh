@@ -167,16 +167,18 @@ stuck_dump() {
 				grep -E '^(Thread |#)' | sed 's/^/    /' | head -400
 		fi
 	done
+	if [ $stuck = 1 ]; then
+		# while the programs are held: their QPs are still there
+		echo "QPS (rdma resource show qp):"
+		rdma resource show qp 2>&1 | sed 's/^/  /'
+		echo "COUNTERS moved during the row (device counter before after):"
+		counters_moved "$before" "$(rxe_counters)" "  "
+	fi
 	if [ -n "$frozen" ]; then
 		# shellcheck disable=SC2086
 		kill -CONT $frozen 2>/dev/null
 		frozen=""
 	fi
-	[ $stuck = 1 ] || return 0
-	echo "QPS (rdma resource show qp):"
-	rdma resource show qp 2>&1 | sed 's/^/  /'
-	echo "COUNTERS moved during the row (device counter before after):"
-	counters_moved "$before" "$(rxe_counters)" "  "
 }
 
 # counters_moved BEFORE AFTER PREFIX: the counters of AFTER whose value
