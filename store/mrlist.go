@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/ibpath/ibpath/verbs"
@@ -55,15 +56,7 @@ func (s *Store) MRsSince(ports []Port, mark uint64, limit int) (out []MREntry, n
 		}
 	}
 	s.c.mu.RUnlock()
-	slices.SortFunc(hits, func(a, b hit) int {
-		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(hits, func(a, b hit) int { return cmp.Compare(a.seq, b.seq) })
 	if len(hits) > limit {
 		hits, more = hits[:limit], true
 		next = hits[limit-1].seq

@@ -611,3 +611,17 @@ func exchangeWorld(t *testing.T, seed uint64, o l2opts, cut bool) (*sim.Fabric, 
 	}
 	return f, hosts, qa, qb, [2]int{len(qa.all), len(qb.all)}
 }
+
+// portErrFailover cuts a's default link and drives both QPs to the end
+// of their traffic: A fails over on PORT_ERR (no virtual time passes
+// until its runtime has acted on it), B follows on A's notification.
+func portErrFailover(t *testing.T, f *sim.Fabric, a, b *l2host, qa, qb *appQP) {
+	t.Helper()
+	if err := f.SetLink(a.port, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A diverted on PORT_ERR", qa.diverted)
+	drive(t, f, []*l2host{a, b}, 5*time.Microsecond, finished(qa, qb))
+	checkFailedOver(t, qa, `reason="PORT_ERR on mlx5_0 port 1"`)
+	checkFailedOver(t, qb, `reason="the peer's fallback notification on the backup QP"`)
+}

@@ -57,15 +57,8 @@ func TestFailoverOnPortErr(t *testing.T) {
 	if qa.diverted() || qb.diverted() {
 		t.Fatal("diverted before any fault")
 	}
-	if err := f.SetLink(a.port, false); err != nil {
-		t.Fatal(err)
-	}
-	// No virtual time passes until A's runtime has acted on PORT_ERR (an
-	// error completion would come only after the retries time out).
-	waitFor(t, "A diverted on PORT_ERR", qa.diverted)
-	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
-	checkFailedOver(t, qa, `reason="PORT_ERR on mlx5_0 port 1"`)
-	checkFailedOver(t, qb, `reason="the peer's fallback notification on the backup QP"`)
+	// (an error completion would come only after the retries time out)
+	portErrFailover(t, f, a, b, qa, qb)
 	if _, n, _ := a.hp.Counts(); n != 0 {
 		t.Fatalf("A intercepted %d error completions; PORT_ERR came first", n)
 	}

@@ -76,13 +76,7 @@ func TestFailoverFindsPeerMRsFetchedAhead(t *testing.T) {
 	hosts := []*l2host{a, b}
 	qa.total, qb.total = 40, 40
 	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 && len(qb.sendDone) >= 10 })
-	if err := f.SetLink(a.port, false); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "A diverted on PORT_ERR", qa.diverted)
-	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
-	checkFailedOver(t, qa, `reason="PORT_ERR on mlx5_0 port 1"`)
-	checkFailedOver(t, qb, `reason="the peer's fallback notification on the backup QP"`)
+	portErrFailover(t, f, a, b, qa, qb)
 	for i, s := range sessions {
 		if n := s.lookups.Load(); n != 0 {
 			t.Fatalf("session %d asked ibpathd for %d regions one at a time", i, n)
@@ -104,12 +98,7 @@ func TestFailoverWithAnOlderIbpathd(t *testing.T) {
 	hosts := []*l2host{a, b}
 	qa.total, qb.total = 30, 30
 	drive(t, f, hosts, 5*time.Microsecond, func() bool { return len(qa.sendDone) >= 10 })
-	if err := f.SetLink(a.port, false); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "A diverted on PORT_ERR", qa.diverted)
-	drive(t, f, hosts, 5*time.Microsecond, finished(qa, qb))
-	checkFailedOver(t, qa, `reason="PORT_ERR on mlx5_0 port 1"`)
+	portErrFailover(t, f, a, b, qa, qb)
 	if n := a.rt.peerMRs.size() + b.rt.peerMRs.size(); n != 0 || c.MRLists() != 0 {
 		t.Fatalf("%d regions fetched ahead, %d lists, from an ibpathd that lists none", n, c.MRLists())
 	}
