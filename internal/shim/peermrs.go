@@ -37,8 +37,8 @@ type peerMRs struct {
 
 	// the scan's own state, under scan (held across the queries)
 	scan   sync.Mutex
-	lister MRLister // the session the marks are of
-	older  bool     // it speaks no lookup_mrs
+	gen    uint64 // the session the marks are of (Runtime.repGen)
+	older  bool   // it speaks no lookup_mrs
 	known  map[ownerproto.Route]bool
 	groups []mrGroup // the known routes, in queries of at most MaxQueryRoutes
 }
@@ -89,13 +89,16 @@ func routeOf(p crossnic.MRRef) ownerproto.Route {
 // since the last scan for the others. An error ends this scan's turn;
 // the next scan goes on from the marks it reached.
 func (r *Runtime) prefetchMRs() {
-	l, _ := r.publisher().(MRLister)
 	c := &r.peerMRs
 	c.scan.Lock()
 	defer c.scan.Unlock()
-	if l != c.lister {
-		// a new session: its daemon counts from its own start
-		c.lister, c.older, c.known, c.groups = l, false, map[ownerproto.Route]bool{}, nil
+	gen := r.repGen.Load()
+	l, _ := r.publisher().(MRLister)
+	if gen != c.gen || c.known == nil {
+		// a new session (SetReporter): its daemon counts from its own
+		// start (sessions are told apart by number, not compared: a
+		// session need not be a comparable value)
+		c.gen, c.older, c.known, c.groups = gen, false, map[ownerproto.Route]bool{}, nil
 	}
 	if l == nil || c.older {
 		return

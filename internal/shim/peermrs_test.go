@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -222,5 +223,49 @@ func TestPeerMRsOlderIbpathd(t *testing.T) {
 	}
 	if !strings.Contains(x.log.String(), "lists no peer registrations") {
 		t.Fatalf("no line says why the regions are not fetched ahead:\n%s", x.log)
+	}
+}
+
+// sinceRecorder records the marks lookup_mrs is asked from.
+type sinceRecorder struct {
+	*shimtest.Node
+	mu     sync.Mutex
+	sinces []uint64
+}
+
+func (n *sinceRecorder) LookupMRs(ctx context.Context, routes []ownerproto.Route, since uint64) (ownerproto.MRPage, error) {
+	n.mu.Lock()
+	n.sinces = append(n.sinces, since)
+	n.mu.Unlock()
+	return n.Node.LookupMRs(ctx, routes, since)
+}
+
+func (n *sinceRecorder) marks() []uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]uint64(nil), n.sinces...)
+}
+
+// TestPeerMRsNewSession: the marks belong to a session (an ibpathd counts
+// from its own start): after a new session the peers' regions are asked
+// for from 0 again.
+func TestPeerMRsNewSession(t *testing.T) {
+	f := railFabric(t, 65)
+	c := shimtest.NewCluster()
+	a := newL2Host(t, f, "node0", 0, c, l2opts{})
+	b := newL2Host(t, f, "node1", 1, c, l2opts{})
+	qa, qb := a.addQP(t, qpOpts{}), b.addQP(t, qpOpts{})
+	connectPair(t, qa, qb)
+	waitFor(t, "both QPs armed", func() bool { return qa.armed() && qb.armed() })
+	r := peerRegion(t, b)
+	waitFor(t, "A holds B's region", func() bool { _, ok := a.rt.peerMRs.get(r); return ok })
+	a.rt.prefetchMRs()
+	rec := &sinceRecorder{Node: shimtest.NewNode(c)}
+	a.rt.SetReporter(rec)
+	a.rt.prefetchMRs()
+	a.rt.prefetchMRs()
+	m := rec.marks()
+	if len(m) < 2 || m[0] != 0 || m[len(m)-1] == 0 {
+		t.Fatalf("the new session was asked from %v; want 0 first, then the mark it gave", m)
 	}
 }

@@ -122,6 +122,8 @@ type Runtime struct {
 	republishAt atomic.Int64
 	// peerMRs: the peers' MR entries, fetched ahead by the scan (peermrs.go)
 	peerMRs peerMRs
+	// repGen counts SetReporter calls: which session is current
+	repGen atomic.Uint64
 
 	l1 *Layer1 // nil: layer 1 off (IBPATH_APM=off, or it could not start)
 
@@ -174,6 +176,7 @@ func newRuntime(cfg Config, log *slog.Logger, st *stepper) *Runtime {
 func (r *Runtime) SetReporter(rep Reporter) {
 	r.mu.Lock()
 	r.rep = rep
+	r.repGen.Add(1)
 	var all []status.QP
 	for _, q := range r.qps {
 		all = append(all, q.status)
