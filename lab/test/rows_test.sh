@@ -82,6 +82,8 @@ check "a perftest cut row does not wait (its marker comes after the connect)" sa
 prog_cmds ucx_put_bw 18900 none
 ucx_gid() { [[ "$SERVER" == "export UCX_IB_GID_INDEX=1"* && "$CLIENT" == "export UCX_IB_GID_INDEX=1"* && "$CLIENT" == *" -p 18900 10.77.1.2" ]]; }
 check "ucx_perftest names the IPv4 GID index on both sides" ucx_gid
+prog_cmds pingpong-ev 18900 loss-g1
+check "a loss row's 16,000 event-driven exchanges get 360 s" same "$LIMIT $CUT_CAP" "360 360"
 
 # row_run: the budget and a guest gone, on stubbed guests
 build_status() { echo ok; }
