@@ -436,6 +436,23 @@ def loss_verdict(m, client, server, r):
     return ""
 
 
+def stop_verdict(m):
+    """A stop row (cut stop-GUEST: the program in that guest stopped and
+    continued, the link up throughout) tested something only when the
+    stop found the program. Returns the reason it did not, or "".
+
+    >>> stop_verdict({"cut": "stop-g1", "stopped": "1"})
+    ''
+    >>> stop_verdict({"cut": "stop-g1", "stopped": "0"})
+    'the stop found no program to stop in g1'
+    >>> stop_verdict({"cut": "stop-g1"})
+    'the stop found no program to stop in g1'
+    """
+    if not (m.get("stopped") or "0").isdigit() or int(m.get("stopped") or 0) == 0:
+        return "the stop found no program to stop in %s" % m["cut"].rsplit("-", 1)[-1]
+    return ""
+
+
 def flap_verdict(m, client, server, r):
     """A flap2 row with the shim switching back (the link pulled, restored,
     pulled again once the traffic came home, restored) is correct only
@@ -647,6 +664,7 @@ def parse(m, client, server):
             (m["cut"].startswith("drain-"), lambda: drain_verdict(m, r)),
             (m["cut"].startswith("loss-"), lambda: loss_verdict(m, client, server, r)),
             (m["cut"].startswith("flap3-"), lambda: flap3_verdict(m, client, server, r)),
+            (m["cut"].startswith("stop-"), lambda: stop_verdict(m)),
             (m["cut"].startswith("flap2-"), lambda: flap_verdict(m, client, server, r)),
             (m["prog"].endswith("-r3"), lambda: paired_verdict(m, client, server, r)),
         ]

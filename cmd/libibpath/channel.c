@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -303,10 +304,32 @@ int lip_chan_wake(struct ibv_cq *cq)
 	return woke;
 }
 
+/* read_restarts: whether libibverbs's blocking read of the event file
+ * would have gone on where epoll_wait returned EINTR. The read restarts
+ * after a stop and continue (SIGSTOP, a debugger attaching, a batch
+ * system suspending the job) and after a handler installed with
+ * SA_RESTART (every one of Go's, glibc's signal()); epoll_wait returns
+ * EINTR after either. It fails with EINTR only after a handler without
+ * SA_RESTART, and which signal interrupted is not known here: so it goes
+ * on unless some handler without SA_RESTART is installed. */
+static int read_restarts(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		/* SIGKILL, SIGSTOP and glibc's own signals refuse: skipped */
+		if (sigaction(sig, NULL, &sa) == 0 && !(sa.sa_flags & SA_RESTART) &&
+		    (sa.sa_flags & SA_SIGINFO ? sa.sa_sigaction != NULL
+					      : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN))
+			return 0;
+	}
+	return 1;
+}
+
 /* lip_chan_get_event is ibv_get_cq_event on ch; get is libibverbs's. An
  * event of the shim comes first; then the kernel's; then, unless the
- * application made the fd non-blocking, it waits for either. -2 when ch
- * is not the shim's. */
+ * application made the fd non-blocking, it waits for either, through
+ * signals as libibverbs's read would (read_restarts). -2 when ch is not
+ * the shim's. */
 int lip_chan_get_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx,
 		       int (*get)(struct ibv_comp_channel *, struct ibv_cq **, void **))
 {
@@ -347,8 +370,8 @@ int lip_chan_get_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **c
 			return -1;
 		}
 		struct epoll_event ev;
-		if (epoll_wait(ep, &ev, 1, -1) < 0)
-			return -1; /* EINTR: as libibverbs's read would */
+		if (epoll_wait(ep, &ev, 1, -1) < 0 && (errno != EINTR || !read_restarts()))
+			return -1;
 	}
 }
 

@@ -212,7 +212,9 @@ func BenchmarkExpressLane(b *testing.B) { benchC(b, "express_check") }
 // pass through and disarm their CQ; the shim's events only for an armed
 // CQ, once per arming, before the kernel's, in order across CQs; a
 // blocked ibv_get_cq_event wakes on either kind, a non-blocking fd gives
-// EAGAIN; destroying a CQ takes the shim's events out of its
+// EAGAIN; a blocked one waits on through a stop and continue and through
+// a handler with SA_RESTART, and fails with EINTR after one without, as
+// libibverbs's read of the event file does; destroying a CQ takes the shim's events out of its
 // acknowledged count (libibverbs would wait forever otherwise) and its
 // waiting event off the channel; EBUSY then the fds closed on destroying
 // the channel; req_notify_cq swapped, the provider's refusal passed on

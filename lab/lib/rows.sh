@@ -43,6 +43,11 @@
 #                             until the port's penalty has decayed, about
 #                             a minute); the report requires no error, a
 #                             failover, and the QPs home at the end
+#   stop-g1                   no cut: the program in g1 stopped (SIGSTOP)
+#                             for LAB_CUT_FOR s, then continued (SIGCONT),
+#                             as a batch system suspends a job and a
+#                             debugger attaches; the link up throughout
+#                             (the report requires that it stopped one)
 #   flap2-g1                  setlink-g1 twice: LAB_FLAP_GAP s after the
 #                             first restore (the traffic home by then),
 #                             the link goes down again for LAB_CUT_FOR s
@@ -138,6 +143,7 @@ pingpong-ev drain-g1
 pingpong-ev flap2-g1
 pingpong-ev loss-g1
 pingpong-ev flap3-g1
+pingpong-ev stop-g1
 nccl-r3 setlink-g1
 "
 
@@ -390,6 +396,16 @@ cut_apply() {
 		else
 			gexec "$g" 10 "tc qdisc del dev eth0 root; echo RESTORE_NS \$(date +%s%N)"
 		fi ;;
+	stop-*)
+		# the row's programs in that guest: ibv_rc_pingpong
+		local out
+		if [ "$state" = off ]; then
+			out=$(gexec "$g" 10 "echo CUT_NS \$(date +%s%N); echo STOPPED \$(pkill -STOP -e -x ibv_rc_pingpong | wc -l)")
+			meta stopped "$(awk '/^STOPPED/ {print $2}' <<<"$out")"
+		else
+			out=$(gexec "$g" 10 "pkill -CONT -x ibv_rc_pingpong; echo RESTORE_NS \$(date +%s%N)")
+		fi
+		echo "$out" ;;
 	drain-*)
 		# the guest's ibpathd (lab/guest/daemon.sh) on its default socket.
 		# The drain, LAB_CUT_FOR s drained, and the undrain are one guest

@@ -84,6 +84,20 @@ ucx_gid() { [[ "$SERVER" == "export UCX_IB_GID_INDEX=1"* && "$CLIENT" == "export
 check "ucx_perftest names the IPv4 GID index on both sides" ucx_gid
 prog_cmds pingpong-ev 18900 loss-g1
 check "a loss row's 16,000 event-driven exchanges get 360 s" same "$LIMIT $CUT_CAP" "360 360"
+stopcut=$(
+	ROW_DIR=$tmp/stoprow
+	mkdir -p "$ROW_DIR"
+	gexec() { # GUEST TIMEOUT CMD: the guest's answer
+		echo "$1 $3" >>"$ROW_DIR/cmds"
+		case $3 in *"pkill -STOP"*) printf 'CUT_NS 1\nSTOPPED 1\n' ;; *) echo "RESTORE_NS 2" ;; esac
+	}
+	cut_apply stop-g1 off >/dev/null && cut_apply stop-g1 on >/dev/null
+	cat "$ROW_DIR/meta"
+	grep -c "^g1 .*pkill -STOP -e -x ibv_rc_pingpong" "$ROW_DIR/cmds"
+	grep -c "^g1 pkill -CONT -x ibv_rc_pingpong" "$ROW_DIR/cmds"
+)
+check "a stop cut stops the program in its guest, then continues it, and says how many it stopped" \
+	same "$(tr '\n' ' ' <<<"$stopcut")" "stopped=1 1 1 "
 
 # row_run: the budget and a guest gone, on stubbed guests
 build_status() { echo ok; }

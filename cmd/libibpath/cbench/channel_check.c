@@ -11,11 +11,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include "shim.h"
 #define LIP_CHECK_NOOP_HOOKS
 #include "check.h"
@@ -224,6 +226,57 @@ static void check_blocking(void)
 	}
 }
 
+/* a blocked ibv_get_cq_event through signals, as libibverbs's blocking
+ * read: on through a stop and continue, and through a handler with
+ * SA_RESTART; EINTR after a handler without it. In a child, which the
+ * parent stops, signals and wakes with a kernel event. */
+static void on_usr1(int sig) { (void)sig; }
+
+static int get_through_signals(int restart, int stop)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return -100;
+	if (pid == 0) {
+		if (!stop) {
+			struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = restart ? SA_RESTART : 0};
+			sigemptyset(&sa.sa_mask);
+			sigaction(SIGUSR1, &sa, NULL);
+		}
+		struct ibv_cq *got = NULL;
+		int r = get(ch, &got);
+		_exit(r == 0 && got == &cq1 ? 0 : r == -1 && errno == EINTR ? 3 : 4);
+	}
+	struct timespec ts = {0, 100 * 1000 * 1000};
+	nanosleep(&ts, NULL); /* the child blocks in epoll_wait */
+	int st;
+	if (stop) {
+		kill(pid, SIGSTOP);
+		waitpid(pid, &st, WUNTRACED);
+		kill(pid, SIGCONT);
+	} else {
+		kill(pid, SIGUSR1);
+	}
+	nanosleep(&ts, NULL);
+	kernel_event(&cq1); /* the pipe is shared: wakes a child still waiting */
+	waitpid(pid, &st, 0);
+	/* the event was the child's (a child that failed left it: read it
+	 * here, the event file is non-blocking) */
+	uint64_t h;
+	if (read(kernel_fd[0], &h, sizeof(h)) < 0 && errno != EAGAIN)
+		return -101;
+	reported[1]--;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+}
+
+static void check_signals(void)
+{
+	int r;
+	CHECK((r = get_through_signals(0, 1)) == 0, "stopped and continued: the wait goes on (child %d; 3: EINTR)", r);
+	CHECK((r = get_through_signals(1, 0)) == 0, "a handler with SA_RESTART: the wait goes on (child %d)", r);
+	CHECK((r = get_through_signals(0, 0)) == 3, "a handler without SA_RESTART: EINTR, as read gives (child %d)", r);
+}
+
 /* destroying a CQ: the shim's events leave the acknowledged count, and
  * one still queued leaves the channel */
 static void check_destroy_cq(void)
@@ -348,6 +401,7 @@ int main(int argc, char **argv)
 	check_kernel_event();
 	check_wake();
 	check_blocking();
+	check_signals();
 	check_destroy_cq();
 	check_destroy_channel();
 	check_req_notify();
