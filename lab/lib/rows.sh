@@ -429,6 +429,20 @@ cut_apply() {
 # meta KEY VALUE...: append to the current row's meta file.
 meta() { local k=$1; shift; echo "$k=$*" >>"$ROW_DIR/meta"; }
 
+# dumps_wait JOB...: waits for the stuck dumps under way among the dump
+# jobs JOB (each up to 75 s: gdb takes 10 to 40 s under TCG, and holds its
+# program meanwhile); 0 when there was one.
+dumps_wait() {
+	local j waited=1
+	for j in "$@"; do
+		if grep -q '^STUCK' "$j.out" 2>/dev/null && [ ! -e "$j.rc" ]; then
+			job_wait "$j" 75 >/dev/null || true
+			waited=0
+		fi
+	done
+	return $waited
+}
+
 # row_run PROG SHIM CUT PORT [REP]: REP is the repetition (1), or "again"
 # for the one retry of a row whose guests were rebooted (row_again).
 row_run() {
@@ -613,11 +627,19 @@ $CLIENT")
 		meta "cut_ns_$cg" "$(awk '/^CUT_NS/ {print $2; exit}' "$ROW_DIR/cut.log" 2>/dev/null)"
 	fi
 	job_wait "$jc" $((LIMIT + 10)) || rc_c=$?
+	# a stuck dump holds its program while gdb reads it, and the
+	# program's limit waits meanwhile: so do the row's waits, or a
+	# program still ending when its dump began fails by the dump
+	if dumps_wait "$jstuck1" "$jstuck2" && [ ! -e "$jc.rc" ]; then
+		rc_c=0
+		job_wait "$jc" 30 || rc_c=$?
+	fi
 	meta client_rc "$rc_c"
 	meta elapsed "$(elapsed "$t0")"
 	if [ -n "$js" ]; then
 		# a server whose client is gone may wait forever: give it SGRACE s
-		if ! job_wait "$js" "$SGRACE"; then job_kill "$js"; fi
+		# (again after a dump of it that began meanwhile)
+		if ! job_wait "$js" "$SGRACE" && ! { dumps_wait "$jstuck2" && job_wait "$js" "$SGRACE"; }; then job_kill "$js"; fi
 		rc_s=$(cat "$js.rc" 2>/dev/null || echo 124)
 		meta server_rc "$rc_s"
 		cp "$js.out" "$ROW_DIR/server.out" 2>/dev/null || true

@@ -82,6 +82,22 @@ check "a perftest cut row does not wait (its marker comes after the connect)" sa
 prog_cmds ucx_put_bw 18900 none
 ucx_gid() { [[ "$SERVER" == "export UCX_IB_GID_INDEX=1"* && "$CLIENT" == "export UCX_IB_GID_INDEX=1"* && "$CLIENT" == *" -p 18900 10.77.1.2" ]]; }
 check "ucx_perftest names the IPv4 GID index on both sides" ucx_gid
+dw=$(
+	d=$tmp/dw
+	mkdir -p "$d"
+	echo "STUCK pid 1" >"$d/a.out" # a dump under way
+	echo "STUCK pid 2" >"$d/b.out" # one done
+	echo 0 >"$d/b.rc"
+	: >"$d/c.out" # a dump job that found nothing
+	job_wait() { echo "waited ${1##*/} $2" >>"$d/log"; }
+	dumps_wait "$d/a" "$d/b" "$d/c"
+	echo "rc $?"
+	dumps_wait "$d/b" "$d/c"
+	echo "rc $?"
+	cat "$d/log"
+)
+check "dumps_wait waits for the dumps under way alone, and says whether there was one" \
+	same "$(tr '\n' ' ' <<<"$dw")" "rc 0 rc 1 waited a 75 "
 prog_cmds pingpong-ev 18900 loss-g1
 check "a loss row's 16,000 event-driven exchanges get 360 s" same "$LIMIT $CUT_CAP" "360 360"
 stopcut=$(
