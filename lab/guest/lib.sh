@@ -101,6 +101,15 @@ age_cs() {
 	set -- $st
 	AGE=$((${up/./} - ${20} * 100 / STUCK_HZ))
 }
+# ending PID: 0 when process PID is gone or ending (a zombie, or being
+# reaped)
+ending() {
+	local st
+	read -r st 2>/dev/null <"/proc/$1/stat" || return 0
+	st=${st##*) }
+	case ${st%% *} in Z | X | x) return 0 ;; esac
+	return 1
+}
 # job_timeout_of PID: TMO, the timeout(1) process of the job PID runs in
 # (empty when none)
 job_timeout_of() {
@@ -151,6 +160,9 @@ stuck_dump() {
 	trap '[ -z "$frozen" ] || kill -CONT $frozen 2>/dev/null' EXIT
 	trap 'exit 143' TERM
 	for p in $old; do
+		# a program ending now is not stuck, and holding its timeout(1)
+		# then would fail it (its alarm fires on the continue)
+		ending "$p" && continue
 		stuck=1
 		job_timeout_of "$p"
 		t=$TMO

@@ -537,10 +537,12 @@ $CLIENT")
 	# a program still running 3 s before its limit: each guest writes where
 	# its threads wait (kernel stacks, wchan), before the limit kills it
 	local jstuck1 jstuck2
-	# 10 s before the programs' limit, which waits while gdb holds a
-	# program; a dump may take STUCK_GDB_S, 60 s
-	jstuck1=$(job_submit g1 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - 10))")
-	jstuck2=$(job_submit g2 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - 10))")
+	# 4 s before the programs' limit, which waits while gdb holds a
+	# program (a dump may take STUCK_GDB_S, 60 s); not earlier: a program
+	# that ends while its limit is held fails by it (the limit's alarm
+	# fires on the continue), and short rows end near their limit
+	jstuck1=$(job_submit g1 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - 4))")
+	jstuck2=$(job_submit g2 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - 4))")
 	local jqw1="" jqw2=""
 	if [ -n "${LAB_QP_WATCH:-}" ]; then
 		jqw1=$(job_submit g1 "$name-qps" $((LIMIT + 5)) "qp_watch $LAB_QP_WATCH")

@@ -524,6 +524,39 @@ check "  and the program ended by that limit after the dump (124)" same "$sd_rc"
 	stuck_dump 1 >"$tmp/sd/none" 2>&1
 )
 check "  and nothing is said when no program is left" same "$(cat "$tmp/sd/none")" ""
+# ending: a zombie (a child not reaped yet) or a process gone is ending,
+# a running one is not
+command sleep 30 &
+sd_live=$!
+sh -c 'exit 0' &
+sd_zombie=$!
+command sleep 0.5
+sd_ending=$(
+	. "$LAB_REPO/lab/guest/lib.sh"
+	for p in "$sd_live" "$sd_zombie" 999999999; do
+		if ending "$p"; then echo "$p ending"; else echo "$p live"; fi
+	done
+)
+kill "$sd_live"
+wait "$sd_live" "$sd_zombie" 2>/dev/null
+check "stuck_dump leaves alone a program that is ending (a zombie, or gone)" \
+	same "$(tr '\n' ' ' <<<"$sd_ending")" "$sd_live live $sd_zombie ending 999999999 ending "
+# a program of the rows that ended but is not reaped yet (its parent
+# never waits) is not dumped
+(
+	"$tmp/sd/nccl_pattern" 0 &
+	exec "$(type -P sleep)" 8
+) &
+sd_parent=$!
+command sleep 2.5
+(
+	. "$LAB_REPO/lab/guest/lib.sh"
+	rxe_counters() { :; }
+	PATH=$tmp/sd/bin:$PATH stuck_dump 1 >"$tmp/sd/zombie" 2>&1
+)
+kill "$sd_parent"
+wait "$sd_parent" 2>/dev/null
+check "  nor one that ended and waits to be reaped" same "$(cat "$tmp/sd/zombie")" ""
 
 [ "$fails" = 0 ] || { echo "lab/test/rows_test.sh: $fails failed"; exit 1; }
 echo "lab/test/rows_test.sh: all passed"
