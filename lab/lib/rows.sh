@@ -649,7 +649,7 @@ $CLIENT")
 	cp "$jc.out" "$ROW_DIR/client.out" 2>/dev/null || true
 	for j in "$jstuck1" "$jstuck2"; do
 		# a dump under way is let finish (its user stacks)
-		if grep -q '^STUCK' "$j.out" 2>/dev/null; then job_wait "$j" 75 >/dev/null || true; fi
+		dumps_wait "$j" || true
 		job_kill "$j"
 		[ -s "$j.out" ] && cp "$j.out" "$ROW_DIR/stuck-$(basename "$(dirname "$j")").out"
 	done
