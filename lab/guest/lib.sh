@@ -157,7 +157,9 @@ stuck_dump() {
 	# a program's job limit (its timeout(1)) waits while gdb holds it:
 	# gdb takes 10 to 40 s under TCG, more than the program had left
 	local frozen=""
-	trap '[ -z "$frozen" ] || kill -CONT $frozen 2>/dev/null' EXIT
+	# (the trap runs at the shell's exit too, after this function's
+	# local is gone: hence the default)
+	trap '[ -z "${frozen:-}" ] || kill -CONT $frozen 2>/dev/null' EXIT
 	trap 'exit 143' TERM
 	for p in $old; do
 		# a program ending now is not stuck, and holding its timeout(1)
