@@ -400,6 +400,14 @@ check "  nccl-r3 with retry_cnt 3 and timeout 15" r3_env
 prog_cmds write_bw-bi 18900 setlink-g1
 bi_timeout() { [[ "$CLIENT" == *"ib_write_bw "*" -b -u 18 "* && "$SERVER" == *" -b -u 18 "* ]]; }
 check "  write_bw-bi at ACK timeout 18 on both ends" bi_timeout
+uncut_timeout() { # PROG: the uncut row's ends at ACK timeout 18, the cut row's at perftest's
+	prog_cmds "$1" 18900 none
+	[[ "$CLIENT" == *"ib_"*" -u 18 "* && "$SERVER" == *" -u 18 "* ]] || return 1
+	prog_cmds "$1" 18900 setlink-g2
+	[[ "$CLIENT" != *" -u "* && "$SERVER" != *" -u "* ]]
+}
+uncut_timeouts() { local p; for p in write_bw send_bw read_bw send_bw-ev; do uncut_timeout "$p" || { echo "  $p"; return 1; }; done; }
+check "the uncut bandwidth rows at ACK timeout 18, their cut rows at perftest's 14" uncut_timeouts
 prog_cmds write_bw-q4 18900 setlink-g1
 q4_timeout() { [[ "$CLIENT" == *"ib_write_bw "*" -q 4 -u 18 "* && "$SERVER" == *" -q 4 -u 18 "* ]]; }
 check "  write_bw-q4 too" q4_timeout
