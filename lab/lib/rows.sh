@@ -442,6 +442,16 @@ cut_apply() {
 # meta KEY VALUE...: append to the current row's meta file.
 meta() { local k=$1; shift; echo "$k=$*" >>"$ROW_DIR/meta"; }
 
+# server_dump NAME: the stuck dump of g2's programs now (into the row's
+# stuck-server.out), whatever their age
+server_dump() {
+	local j
+	j=$(job_submit g2 "$1-sdump" 90 "stuck_dump 1")
+	job_wait "$j" 85 || true
+	[ -s "$j.out" ] && cp "$j.out" "$ROW_DIR/stuck-server.out"
+	return 0
+}
+
 # dumps_wait JOB...: waits for the stuck dumps under way among the dump
 # jobs JOB (each up to 75 s: gdb takes 10 to 40 s under TCG, and holds its
 # program meanwhile); 0 when there was one.
@@ -654,7 +664,13 @@ $CLIENT")
 	if [ -n "$js" ]; then
 		# a server whose client is gone may wait forever: give it SGRACE s
 		# (again after a dump of it that began meanwhile)
-		if ! job_wait "$js" "$SGRACE" && ! { dumps_wait "$jstuck2" && job_wait "$js" "$SGRACE"; }; then job_kill "$js"; fi
+		if ! job_wait "$js" "$SGRACE" && ! { dumps_wait "$jstuck2" && job_wait "$js" "$SGRACE"; }; then
+			# a server outliving a client that passed is a teardown
+			# that hangs (nccl.on.ipdown-g2 in the full run at
+			# 54cebe2): its threads' stacks before it is killed
+			if [ "$shim" != off ] && [ "$rc_c" = 0 ]; then server_dump "$name"; fi
+			job_kill "$js"
+		fi
 		rc_s=$(cat "$js.rc" 2>/dev/null || echo 124)
 		meta server_rc "$rc_s"
 		cp "$js.out" "$ROW_DIR/server.out" 2>/dev/null || true

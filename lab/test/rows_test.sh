@@ -186,6 +186,39 @@ check "  their answers land in the meta after it" same "$(rowmeta write_lat.on.s
 	"cut_held=0.000 cut_uptime_g1=129.5 g1 cut_uptime_g2=129.5 g2 "
 rm -rf "$LAB_OUT/rows/write_lat.on.setlink-g1" "$tmp/jobs"
 
+# a server that outlives its client's success under the shim is dumped
+# before it is killed (a teardown that hangs); without the shim, or after
+# a client that failed, it is killed as it is
+sdump() { # SHIM CLIENT_RC: the row's guest jobs, by name
+	(
+		jd=$tmp/sd
+		rm -rf "$jd" "$LAB_OUT/rows/send_bw.$1.none"
+		mkdir -p "$jd"
+		SH=$1
+		job_submit() { echo "${2#send_bw."$SH".none-}" >>"$jd/names"; : >"$jd/$2.run"; echo "$jd/$2"; }
+		job_wait() {
+			case $1 in
+			*-client) return "$CRC" ;;
+			*-server) return 124 ;;
+			*-sdump) echo "STUCK pid 9" >"$1.out"; return 0 ;;
+			*) return 0 ;;
+			esac
+		}
+		job_kill() { echo "kill ${1##*-}" >>"$jd/names"; }
+		dumps_wait() { return 1; }
+		wait_for() { return 0; }
+		gexec() { :; }
+		ROWS_T0=$(now) CRC=$2 LAB_BUDGET=1000 row_run send_bw "$1" none 18711 >/dev/null 2>&1
+		grep -v "^\(stuck\|kill stuck\)$" "$jd/names" | tr '\n' ' '
+		test -s "$LAB_OUT/rows/send_bw.$1.none/stuck-server.out" && echo copied
+	)
+}
+check "a server outliving a client that passed, under the shim: dumped, then killed" \
+	same "$(sdump on 0)" "server client sdump kill server copied"
+check "  not without the shim" same "$(sdump off 0)" "server client kill server "
+check "  nor after a client that failed" same "$(sdump on 1)" "server client kill server "
+rm -rf "$LAB_OUT/rows/send_bw."*.none "$tmp/jobs"
+
 unset -f sleep # sleep_until's own pause, for real
 t=$(command date +%s.%N)
 sleep_until "$(echo "$t + 0.3" | bc)"
