@@ -173,10 +173,16 @@ func (s *Shadow) RegImplicitODP(defPD verbs.PD, defMR verbs.MR) error {
 	return s.adoptMR(defMR, bmr)
 }
 
+// remoteAccess is the access that lets a peer name a region by its rkey.
+const remoteAccess = verbs.AccessRemoteRead | verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic
+
 // adoptMR makes bmr, registered on the backup device, the mirror of the
 // default region defMR: the same addresses, its lkey mapped for replays
-// and its rkey published for the peers. An MR at another address is
-// released and refused.
+// and, when the peers can reach it, its rkey published for them. A
+// local-only region publishes nothing: no peer can name it, and drivers
+// may give all such regions one rkey (rdma_rxe gives 0), which would
+// put one default key on several backup keys. An MR at another address
+// is released and refused.
 func (s *Shadow) adoptMR(defMR, bmr verbs.MR) error {
 	if bmr.Addr() != defMR.Addr() {
 		err := fmt.Errorf("crossnic: shadow MR at %#x, default at %#x: not the same memory", bmr.Addr(), defMR.Addr())
@@ -187,6 +193,9 @@ func (s *Shadow) adoptMR(defMR, bmr verbs.MR) error {
 	}
 	s.lkeys[defMR.LKey()] = bmr.LKey()
 	s.bakMRs[defMR.LKey()] = bmr
+	if defMR.Access()&remoteAccess == 0 {
+		return nil
+	}
 	for _, p := range s.defDesc.Ports {
 		lid, gid := portID(p)
 		if err := s.dir.PublishMR(MRRef{LID: lid, GID: gid, RKey: defMR.RKey()}, bmr.RKey()); err != nil {
