@@ -5,9 +5,10 @@
 # $LAB_OUT/rows/<row>/; lab/report.py turns all rows into the report.
 # Sourced by lab/run.sh.
 #
-# perftest runs with --use_old_post_send: by default perftest 4.5 creates
-# its QPs with ibv_create_qp_ex and posts through the ibv_wr_* API, which
-# the shim does not interpose (docs/SHIM.md, known limits).
+# perftest runs with --use_old_post_send (ibv_post_send; by default
+# perftest 4.5 posts through the ibv_wr_* API), so that its figures compare
+# with the runs before the shim interposed ibv_wr_*; the pingpong-wr rows
+# (ibv_rc_pingpong -N) post through that API.
 #
 # Programs: server side in g2, client side (and mpirun) in g1. The RDMA
 # traffic goes over link A (rxe0, 10.77.0.x); the programs' TCP control
