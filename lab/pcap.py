@@ -9,7 +9,7 @@ remote access error, remote operational error) and RNR NAKs, and the
 retransmissions (a request PSN at or below one already sent to that QP),
 and the retransmissions that differ from the first packet of their PSN
 (opcode, payload or RETH length): a requester that rebuilt a message
-differently on its retry, which the responder may refuse (docs/LAB.md,
+differently on its retry, which the responder may refuse (docs/results/lab-2026-11.md,
 "The remote invalid request, found"). A PSN more than 2^16 from the last
 one sent to the QP, or a QP silent for 10 s, starts another incarnation
 (a reset with fresh PSNs, a QPN reused by a later program), whose PSNs

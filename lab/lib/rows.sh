@@ -153,10 +153,11 @@ nccl-r3 setlink-g1
 # detect, and at perftest's 14 (67 ms) a TCG guest's slow ACKs make
 # rdma_rxe retransmit, and this kernel's rdma_rxe may rebuild a
 # retransmitted multi-packet message wrongly, which the peer refuses
-# (remote invalid request), with or without the shim (docs/LAB.md, "The
-# remote invalid request, found"; send_bw-ev.off.none in the full run at
-# 54cebe2). A cut row keeps perftest's 14: its off arm fails by retry
-# exceeded, and its figures are measured at that timeout.
+# (remote invalid request), with or without the shim
+# (docs/results/lab-2026-11.md, "The remote invalid request, found";
+# send_bw-ev.off.none in the full run at 54cebe2). A cut row keeps
+# perftest's 14: its off arm fails by retry exceeded, and its figures
+# are measured at that timeout.
 uncut_ack() {
 	if [ "$1" = none ]; then echo "-u 18 "; fi
 }
@@ -230,7 +231,7 @@ prog_cmds() {
 		# make rdma_rxe retransmit, and this kernel's rdma_rxe may
 		# rebuild a retransmitted WRITE wrongly, which the peer refuses
 		# (remote invalid request), with or without the shim
-		# (docs/LAB.md, "The remote invalid request, found")
+		# (docs/results/lab-2026-11.md, "The remote invalid request, found")
 		common="ib_write_bw -d rxe0 -x 1 -F --use_old_post_send -b -u 18 -D $LAB_BW_SECONDS -p $p"
 		SERVER="stamp $common" CLIENT="stamp $common 10.77.1.2" ;;
 	send_bw-ev)
