@@ -952,6 +952,7 @@ rows_run() {
 		echo "qemu=$(dpkg-query -W -f '${Version}' qemu-system-x86 2>/dev/null)"
 		echo "commit=$(git -C "$LAB_REPO" rev-parse --short HEAD 2>/dev/null)"
 		echo "link_$(cat "$LAB_RUN/link-rcvbuf" 2>/dev/null || echo "rcvbuf=unknown")"
+		cat "$LAB_RUN/qemu-nice" 2>/dev/null || echo "qemu_nice=unknown"
 		echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	} >"$LAB_OUT/env"
 	local plan

@@ -52,6 +52,33 @@ vm_start() {
 		$(vm_nic "$g" 0) $(vm_nic "$g" 1) \
 		</dev/null >"$LAB_RUN/$g.console" 2>&1 &
 	echo $! >"$LAB_RUN/$g.pid"
+	vm_priority "$!" "$g"
+}
+
+# The guests' share of the host's CPUs. The kernel's autogroup scheduling
+# (/proc/sys/kernel/sched_autogroup_enabled, on in Debian's kernels) gives
+# each session an equal share whatever its processes' nice values: a
+# `nice -n 19` build or test in another session took half the host from
+# the guests, slowed the programs' start-up and teardown under the shim
+# past their limits and failed rows (2026-11-30). Each guest's QEMU runs in
+# a session of its own (setsid); vm_priority gives that session's autogroup
+# the nice value LAB_QEMU_NICE (-10, about nine times a nice-0 session's
+# weight; empty leaves it) and notes the outcome in $LAB_RUN/qemu-nice
+# (LAB_AUTOGROUP_DIR: /proc, for lab/test/rows_test.sh).
+LAB_QEMU_NICE=${LAB_QEMU_NICE--10}
+vm_priority() { # PID GUEST
+	local f=${LAB_AUTOGROUP_DIR:-/proc}/$1/autogroup note
+	if [ -z "$LAB_QEMU_NICE" ]; then
+		note="qemu_nice=left (LAB_QEMU_NICE empty)"
+	elif [ ! -e "$f" ]; then
+		note="qemu_nice=left (no autogroup scheduling here)"
+	elif echo "$LAB_QEMU_NICE" 2>/dev/null >"$f"; then
+		note="qemu_nice=$LAB_QEMU_NICE (autogroup)"
+	else
+		note="qemu_nice=left (could not write $f)"
+	fi
+	echo "$note" >"$LAB_RUN/qemu-nice"
+	case $note in *left*) log "$2: QEMU's CPU share as it was: ${note#qemu_nice=}" ;; esac
 }
 
 vm_alive() { [ -s "$LAB_RUN/$1.pid" ] && kill -0 "$(cat "$LAB_RUN/$1.pid")" 2>/dev/null; }

@@ -423,6 +423,30 @@ check "  left alone when it is already that large" same "$(rcvbuf 33554432 "")" 
 check "  or LAB_LINK_RCVBUF is 0" same "$(rcvbuf 212992 0)" "|212992|rcvbuf=212992 (left as it was)|212992"
 check "  or the sysctl cannot be read" same "$(rcvbuf "" "")" "||rcvbuf=unknown (left as it was)|"
 
+# the guests' QEMU sessions get the autogroup nice LAB_QEMU_NICE
+qnice() { # AUTOGROUP_FILE_CONTENT ("" for none, "ro" for unwritable) LAB_QEMU_NICE: prints "file|note"
+	(
+		. "$LAB_REPO/lab/lib/vm.sh"
+		mkdir -p "$LAB_RUN" "$tmp/ag/77"
+		rm -f "$tmp/ag/77/autogroup"
+		case $1 in
+		"") ;;
+		ro) mkdir -p "$tmp/ag/77/autogroup" ;; # a directory: the write fails
+		*) echo "$1" >"$tmp/ag/77/autogroup" ;;
+		esac
+		log() { :; }
+		LAB_AUTOGROUP_DIR=$tmp/ag LAB_QEMU_NICE=$2 vm_priority 77 g1
+		echo "$(cat "$tmp/ag/77/autogroup" 2>/dev/null)|$(cat "$LAB_RUN/qemu-nice")"
+		rm -rf "$tmp/ag"
+	)
+}
+check "the guests' QEMU sessions get autogroup nice -10" same "$(qnice "/autogroup-5 nice 0" -10)" "-10|qemu_nice=-10 (autogroup)"
+check "  left alone with LAB_QEMU_NICE empty" same "$(qnice "x" "")" "x|qemu_nice=left (LAB_QEMU_NICE empty)"
+check "  or without autogroup scheduling" same "$(qnice "" -10)" "|qemu_nice=left (no autogroup scheduling here)"
+check "  or when the write fails" same "$(qnice ro -10)" "|qemu_nice=left (could not write $tmp/ag/77/autogroup)"
+vm_default_nice() { (unset LAB_QEMU_NICE; . "$LAB_REPO/lab/lib/vm.sh"; echo "$LAB_QEMU_NICE"); }
+check "  -10 by default" same "$(vm_default_nice)" "-10"
+
 # NCCL's default ACK timeout for the nccl program; -r3 has 15
 prog_cmds nccl 18900 none
 no_timeout() { [[ "$CLIENT" != *NCCL_IB_TIMEOUT* ]]; }
