@@ -58,14 +58,17 @@ vm_start() {
 # The guests' share of the host's CPUs. The kernel's autogroup scheduling
 # (/proc/sys/kernel/sched_autogroup_enabled, on in Debian's kernels) gives
 # each session an equal share whatever its processes' nice values: a
-# `nice -n 19` build or test in another session took half the host from
-# the guests, slowed the programs' start-up and teardown under the shim
-# past their limits and failed rows (2026-11-30). Each guest's QEMU runs in
-# a session of its own (setsid); vm_priority gives that session's autogroup
-# the nice value LAB_QEMU_NICE (-10, about nine times a nice-0 session's
-# weight; empty leaves it) and notes the outcome in $LAB_RUN/qemu-nice
-# (LAB_AUTOGROUP_DIR: /proc, for lab/test/rows_test.sh).
-LAB_QEMU_NICE=${LAB_QEMU_NICE--10}
+# `nice -n 19` build or test in the shell that started the run took a
+# third of the host from the guests and slowed the run's own steps (the
+# cuts held twice as long), and rows failed (2026-11-30). Each guest's QEMU
+# runs in a session of its own (setsid); vm_priority gives that session's
+# autogroup the nice value LAB_QEMU_NICE (empty, the default, leaves it)
+# and notes the outcome in $LAB_RUN/qemu-nice (LAB_AUTOGROUP_DIR: /proc,
+# for lab/test/rows_test.sh). A negative value shields the guests from
+# other sessions, and starves the run's own steps, which stay in the
+# caller's session, while both guests are busy: -10 held the cuts of
+# setlink rows 8 to 10 s instead of 4.
+LAB_QEMU_NICE=${LAB_QEMU_NICE-}
 vm_priority() { # PID GUEST
 	local f=${LAB_AUTOGROUP_DIR:-/proc}/$1/autogroup note
 	if [ -z "$LAB_QEMU_NICE" ]; then

@@ -440,12 +440,12 @@ qnice() { # AUTOGROUP_FILE_CONTENT ("" for none, "ro" for unwritable) LAB_QEMU_N
 		rm -rf "$tmp/ag"
 	)
 }
-check "the guests' QEMU sessions get autogroup nice -10" same "$(qnice "/autogroup-5 nice 0" -10)" "-10|qemu_nice=-10 (autogroup)"
+check "the guests' QEMU sessions get autogroup nice LAB_QEMU_NICE" same "$(qnice "/autogroup-5 nice 0" -10)" "-10|qemu_nice=-10 (autogroup)"
 check "  left alone with LAB_QEMU_NICE empty" same "$(qnice "x" "")" "x|qemu_nice=left (LAB_QEMU_NICE empty)"
 check "  or without autogroup scheduling" same "$(qnice "" -10)" "|qemu_nice=left (no autogroup scheduling here)"
 check "  or when the write fails" same "$(qnice ro -10)" "|qemu_nice=left (could not write $tmp/ag/77/autogroup)"
 vm_default_nice() { (unset LAB_QEMU_NICE; . "$LAB_REPO/lab/lib/vm.sh"; echo "$LAB_QEMU_NICE"); }
-check "  -10 by default" same "$(vm_default_nice)" "-10"
+check "  none by default" same "$(vm_default_nice)" ""
 
 # NCCL's default ACK timeout for the nccl program; -r3 has 15
 prog_cmds nccl 18900 none
