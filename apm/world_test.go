@@ -155,9 +155,6 @@ func (w *world) connect(a, b *end, o rcOpts) {
 		}
 		return a.n.mgr.ModifyQP(a.ctx, a.qp, attr, mask)
 	}
-	must(t, mod(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
-		QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := b.ctx.QueryPort(1)
 	must(t, err)
 	ah := verbs.AHAttr{DLID: pa.LID, PortNum: 1}
@@ -166,13 +163,10 @@ func (w *world) connect(a, b *end, o rcOpts) {
 		must(t, err)
 		ah = verbs.AHAttr{IsGlobal: true, GRH: verbs.GlobalRoute{DGID: g, SGIDIndex: 1, HopLimit: 64}, PortNum: 1}
 	}
-	must(t, mod(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: verbs.MTU2048, DestQPN: b.qp.QPN(),
-		RQPSN: 1, MaxDestRdAtomic: 4, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, mod(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 1, Timeout: o.timeout, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 4},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic))
+	c := verbs.RCConnect{AH: ah, Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead, PathMTU: verbs.MTU2048,
+		DestQPN: b.qp.QPN(), RQPSN: 1, SQPSN: 1, MaxDestRdAtomic: 4, MinRNRTimer: 1,
+		Timeout: o.timeout, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 4}
+	must(t, c.Apply(mod))
 }
 
 // pair builds a connected QP pair between node0 and node1 on dev. Unless

@@ -56,15 +56,9 @@ func armedQP(t *testing.T, b *testbed) (verbs.QP, verbs.CQ) {
 			must(t, err)
 			return verbs.AHAttr{DLID: pa.LID, PortNum: port}
 		}
-		must(t, q.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
-		must(t, q.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah(1), PathMTU: verbs.MTU1024,
-			DestQPN: dest.QPN(), RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-		must(t, q.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 1, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-				verbs.QPAttrMaxQPRdAtomic))
+		c := verbs.RCConnect{AH: ah(1), Access: verbs.AccessRemoteWrite, PathMTU: verbs.MTU1024, DestQPN: dest.QPN(),
+			RQPSN: 1, SQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1}
+		must(t, c.Apply(q.Modify))
 		must(t, q.Modify(&verbs.QPAttr{AltAHAttr: ah(2), AltPortNum: 2, AltTimeout: 10, PathMigState: verbs.MigRearm},
 			verbs.QPAttrAltPath|verbs.QPAttrPathMigState))
 	}

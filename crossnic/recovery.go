@@ -388,22 +388,12 @@ func initQP(qp verbs.QP, a verbs.QPAttr, n int) error {
 // announced one) and RTS (send PSN sq: this side's) with its connect
 // attributes.
 func connectQP(qp verbs.QP, a verbs.QPAttr, rq, sq uint32) error {
-	steps := []struct {
-		attr verbs.QPAttr
-		mask verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: a.AHAttr, PathMTU: a.PathMTU, DestQPN: a.DestQPN, RQPSN: rq,
-			MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer},
-			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: sq, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
-			MaxRdAtomic: a.MaxRdAtomic},
-			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
-				verbs.QPAttrMaxQPRdAtomic},
-	}
-	for _, s := range steps {
-		if err := qp.Modify(&s.attr, s.mask); err != nil {
-			return fmt.Errorf("reset QP %#x to %v: %w", qp.QPN(), s.attr.QPState, err)
+	c := verbs.RCConnect{AH: a.AHAttr, PathMTU: a.PathMTU, DestQPN: a.DestQPN, RQPSN: rq, SQPSN: sq,
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout, RetryCnt: a.RetryCnt,
+		RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic}
+	for _, s := range c.Steps()[1:] { // RTR, RTS: the QP is at INIT
+		if err := qp.Modify(&s.Attr, s.Mask); err != nil {
+			return fmt.Errorf("reset QP %#x to %v: %w", qp.QPN(), s.State, err)
 		}
 	}
 	return nil

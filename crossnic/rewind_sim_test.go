@@ -78,18 +78,13 @@ func connectRNR(t testing.TB, a, b *side, retry, rnr uint8) { connectTimeout(t, 
 // (4.096 µs·2^timeout). The QP allows remote WRITEs, READs and atomics,
 // as the application's MRs do.
 func connectTimeout(t testing.TB, a, b *side, retry, rnr, timeout uint8) {
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1,
-		QPAccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := b.ctx.QueryPort(1)
 	must(t, err)
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1},
-		PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: timeout, RetryCnt: retry, RNRRetry: rnr, MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic))
+	c := verbs.RCConnect{AH: verbs.AHAttr{DLID: pa.LID, PortNum: 1},
+		Access:  verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+		PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1,
+		Timeout: timeout, RetryCnt: retry, RNRRetry: rnr, MaxRdAtomic: 1}
+	must(t, c.Apply(a.qp.Modify))
 }
 
 func poll(t testing.TB, cq verbs.CQ) []verbs.WC {

@@ -554,10 +554,10 @@ func (s *Shadow) connectBackup(sq *shadowQP, b Backup) error {
 		// this (srqRNRTimer).
 		rnr = max(da.MinRNRTimer, srqRNRTimer)
 	}
-	ra := verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: da.PathMTU, DestQPN: b.QPN,
-		MaxDestRdAtomic: da.MaxDestRdAtomic, MinRNRTimer: rnr}
-	if err := sq.bak.Modify(&ra, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-		verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
+	rtr := verbs.RCConnect{AH: ah, PathMTU: da.PathMTU, DestQPN: b.QPN, MaxDestRdAtomic: da.MaxDestRdAtomic,
+		MinRNRTimer: rnr}.Steps()[1]
+	ra := rtr.Attr
+	if err := sq.bak.Modify(&ra, rtr.Mask); err != nil {
 		return fmt.Errorf("crossnic: shadow backup QP to RTR: %w", err)
 	}
 	sq.attr.AHAttr, sq.attr.PathMTU, sq.attr.DestQPN, sq.attr.RQPSN = ra.AHAttr, ra.PathMTU, ra.DestQPN, ra.RQPSN
@@ -584,9 +584,9 @@ func (s *Shadow) backupRTS(sq *shadowQP) error {
 			da.MaxRdAtomic = uint8(min(a.MaxQPRdAtom, 16))
 		}
 	}
-	ta := verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: da.Timeout, RetryCnt: da.RetryCnt, RNRRetry: 7, MaxRdAtomic: da.MaxRdAtomic}
-	if err := sq.bak.Modify(&ta, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-		verbs.QPAttrMaxQPRdAtomic); err != nil {
+	rts := verbs.RCConnect{Timeout: da.Timeout, RetryCnt: da.RetryCnt, RNRRetry: 7, MaxRdAtomic: da.MaxRdAtomic}.Steps()[2]
+	ta := rts.Attr
+	if err := sq.bak.Modify(&ta, rts.Mask); err != nil {
 		return fmt.Errorf("crossnic: shadow backup QP to RTS: %w", err)
 	}
 	sq.attr.SQPSN, sq.attr.Timeout, sq.attr.RetryCnt, sq.attr.RNRRetry, sq.attr.MaxRdAtomic = ta.SQPSN, ta.Timeout, ta.RetryCnt, ta.RNRRetry, ta.MaxRdAtomic

@@ -83,8 +83,6 @@ func newApp(t *testing.T, h *sim.Host, dir crossnic.Directory, mem memKind) *app
 
 // connectApp is the application's own RC connect, then the shadow hook.
 func connectApp(t *testing.T, a, b *app, roce bool) {
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := b.ctx.QueryPort(1)
 	must(t, err)
 	ah := verbs.AHAttr{DLID: pa.LID, PortNum: 1}
@@ -93,14 +91,14 @@ func connectApp(t *testing.T, a, b *app, roce bool) {
 		must(t, err)
 		ah = verbs.AHAttr{IsGlobal: true, PortNum: 1, GRH: verbs.GlobalRoute{DGID: g, SGIDIndex: 1, HopLimit: 64}}
 	}
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(),
-		RQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 7, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic))
+	must(t, appConnect(ah, b.qp.QPN()).Apply(a.qp.Modify))
 	must(t, a.shadow.Connected(a.qp))
+}
+
+// appConnect is the applications' connect along ah to the QP destQPN.
+func appConnect(ah verbs.AHAttr, destQPN uint32) verbs.RCConnect {
+	return verbs.RCConnect{AH: ah, Access: verbs.AccessRemoteWrite, PathMTU: verbs.MTU1024, DestQPN: destQPN,
+		RQPSN: 7, SQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1}
 }
 
 // receiverAtRTR: a's QP connected to RTS, b's through INIT to RTR
@@ -112,14 +110,11 @@ func receiverAtRTR(t *testing.T) (*sim.Fabric, *app, *app) {
 	dir := crossnic.NewMemDirectory()
 	a, b := newApp(t, f.Host("node0"), dir, memPlain), newApp(t, f.Host("node1"), dir, memPlain)
 	connectApp(t, a, b, false)
-	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := a.ctx.QueryPort(1)
 	must(t, err)
-	must(t, b.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU1024,
-		DestQPN: a.qp.QPN(), RQPSN: 7, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
+	for _, s := range appConnect(verbs.AHAttr{DLID: pa.LID, PortNum: 1}, a.qp.QPN()).Steps()[:2] { // INIT, RTR
+		must(t, b.qp.Modify(&s.Attr, s.Mask))
+	}
 	must(t, b.shadow.Connected(b.qp))
 	return f, a, b
 }

@@ -170,26 +170,14 @@ func connectPair(m0 *apm.Manager, c0 verbs.Context, m1 *apm.Manager, c1 verbs.Co
 }
 
 func connectRC(mgr *apm.Manager, ctx verbs.Context, qp verbs.QP, peer verbs.Context, peerQP verbs.QP) error {
-	if err := mgr.ModifyQP(ctx, qp, &verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fmt.Errorf("ibv_modify_qp INIT: %w", err)
-	}
 	pa, err := peer.QueryPort(1)
 	if err != nil {
 		return fmt.Errorf("ibv_query_port: %w", err)
 	}
-	if err := mgr.ModifyQP(ctx, qp, &verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1},
-		PathMTU: verbs.MTU2048, DestQPN: peerQP.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 12},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
-		return fmt.Errorf("ibv_modify_qp RTR: %w", err)
-	}
-	if err := mgr.ModifyQP(ctx, qp, &verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: simTimeout, RetryCnt: simRetry, RNRRetry: 7, MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic); err != nil {
-		return fmt.Errorf("ibv_modify_qp RTS: %w", err)
-	}
-	return nil
+	c := verbs.RCConnect{AH: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, Access: verbs.AccessRemoteWrite,
+		PathMTU: verbs.MTU2048, DestQPN: peerQP.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 12,
+		Timeout: simTimeout, RetryCnt: simRetry, RNRRetry: 7, MaxRdAtomic: 1}
+	return c.Apply(func(a *verbs.QPAttr, m verbs.QPAttrMask) error { return mgr.ModifyQP(ctx, qp, a, m) })
 }
 
 // drive advances the simulated clock with real time and keeps a trickle of

@@ -33,17 +33,12 @@ func qpOn(t *testing.T, ctx verbs.Context) verbs.QP {
 }
 
 func connect(t *testing.T, mgr *apm.Manager, ctx verbs.Context, qp verbs.QP, peer verbs.Context, peerQP verbs.QP) {
-	must(t, mgr.ModifyQP(ctx, qp, &verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
 	pa, err := peer.QueryPort(1)
 	must(t, err)
-	must(t, mgr.ModifyQP(ctx, qp, &verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1},
-		PathMTU: verbs.MTU1024, DestQPN: peerQP.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, mgr.ModifyQP(ctx, qp, &verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic))
+	c := verbs.RCConnect{AH: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, Access: verbs.AccessRemoteWrite,
+		PathMTU: verbs.MTU1024, DestQPN: peerQP.QPN(), MaxDestRdAtomic: 1, MinRNRTimer: 1,
+		Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1}
+	must(t, c.Apply(func(a *verbs.QPAttr, m verbs.QPAttrMask) error { return mgr.ModifyQP(ctx, qp, a, m) }))
 }
 
 // TestLayer1UnderGoroutines runs the manager from real event pumps and the

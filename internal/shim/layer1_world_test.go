@@ -214,23 +214,15 @@ func (p *l1Proc) progress(ctx verbs.Context, qp verbs.QP) (posted, retired uint6
 // through a's Layer1, as the interposed ibv_modify_qp does.
 func (w *l1World) connect(a, b *l1End) {
 	t := w.t
-	mod := func(attr *verbs.QPAttr, mask verbs.QPAttrMask) {
-		t.Helper()
-		if err := a.p.l1.Modify(a.p.app, a.qp, attr, mask); err != nil {
-			t.Fatalf("%s: the application's modify to %v failed: %v", a.p.name, attr.QPState, err)
-		}
-	}
-	mod(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: 1, QPAccessFlags: verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
 	pa, err := b.p.app.QueryPort(1)
 	l1Must(t, err)
-	mod(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, PathMTU: verbs.MTU2048,
-		DestQPN: b.qp.QPN(), RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
-	mod(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 1, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic)
+	c := verbs.RCConnect{AH: verbs.AHAttr{DLID: pa.LID, PortNum: 1}, Access: verbs.AccessRemoteWrite,
+		PathMTU: verbs.MTU2048, DestQPN: b.qp.QPN(), RQPSN: 1, SQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1,
+		Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1}
+	mod := func(attr *verbs.QPAttr, mask verbs.QPAttrMask) error { return a.p.l1.Modify(a.p.app, a.qp, attr, mask) }
+	if err := c.Apply(mod); err != nil {
+		t.Fatalf("%s: the application's connect failed: %v", a.p.name, err)
+	}
 }
 
 // pair connects a QP of process 0 with one of process 1.

@@ -202,17 +202,16 @@ func (e *end) toInit() error {
 
 // connect moves an INIT QP to RTS towards r.
 func (e *end) connect(r peerInfo, myPSN uint32, timeout, retry uint8) error {
-	rtr := verbs.QPAttr{QPState: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: r.QPN, RQPSN: r.PSN,
-		MaxDestRdAtomic: 1, MinRNRTimer: 12,
-		AHAttr: verbs.AHAttr{IsGlobal: true, PortNum: 1,
-			GRH: verbs.GlobalRoute{DGID: r.GID, SGIDIndex: uint8(e.gidIdx), HopLimit: 64}}}
-	if err := e.qp.Modify(&rtr, verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|
-		verbs.QPAttrRQPSN|verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer); err != nil {
-		return err
+	c := verbs.RCConnect{AH: verbs.AHAttr{IsGlobal: true, PortNum: 1,
+		GRH: verbs.GlobalRoute{DGID: r.GID, SGIDIndex: uint8(e.gidIdx), HopLimit: 64}},
+		PathMTU: verbs.MTU1024, DestQPN: r.QPN, RQPSN: r.PSN, SQPSN: myPSN, MaxDestRdAtomic: 1, MinRNRTimer: 12,
+		Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 1}
+	for _, s := range c.Steps()[1:] { // RTR, RTS: the QP is at INIT
+		if err := e.qp.Modify(&s.Attr, s.Mask); err != nil {
+			return err
+		}
 	}
-	rts := verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, SQPSN: myPSN, MaxRdAtomic: 1}
-	return e.qp.Modify(&rts, verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-		verbs.QPAttrSQPSN|verbs.QPAttrMaxQPRdAtomic)
+	return nil
 }
 
 func (e *end) sge(off, n int) []verbs.SGE {

@@ -323,16 +323,10 @@ func TestErrRNRRetryExceeded(t *testing.T) {
 // epConnectNoTimeout connects a to b like connectRC, with timeout 0.
 func epConnectNoTimeout(t testing.TB, a, b *end, o connOpts) {
 	t.Helper()
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PortNum: o.port, QPAccessFlags: o.access},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ahTo(t, a, b, o.port, 0), PathMTU: verbs.MTU1024,
-		DestQPN: b.qp.QPN(), RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: o.minRNR},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: 100, Timeout: 0, RetryCnt: 1,
-		RNRRetry: o.rnrRetry, MaxRdAtomic: 4},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic))
+	c := verbs.RCConnect{AH: ahTo(t, a, b, o.port, 0), Access: o.access, PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(),
+		RQPSN: 100, SQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: o.minRNR, Timeout: 0, RetryCnt: 1,
+		RNRRetry: o.rnrRetry, MaxRdAtomic: 4}
+	must(t, c.Apply(a.qp.Modify))
 }
 
 func TestErrTimeoutZeroIsInfinite(t *testing.T) {

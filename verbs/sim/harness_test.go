@@ -176,16 +176,10 @@ func ahTo(t testing.TB, a, b *end, port uint8, pathBits uint8) verbs.AHAttr {
 // connectRC takes a's QP from RESET to RTS towards b's QP.
 func connectRC(t testing.TB, a, b *end, o connOpts) {
 	t.Helper()
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSInit, PKeyIndex: 0, PortNum: o.port, QPAccessFlags: o.access},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ahTo(t, a, b, o.port, 0), PathMTU: verbs.MTU1024,
-		DestQPN: b.qp.QPN(), RQPSN: o.psn, MaxDestRdAtomic: 4, MinRNRTimer: o.minRNR},
-		verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
-			verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{QPState: verbs.QPSRTS, SQPSN: o.psn, Timeout: o.timeout, RetryCnt: o.retry,
-		RNRRetry: o.rnrRetry, MaxRdAtomic: 4},
-		verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|
-			verbs.QPAttrMaxQPRdAtomic))
+	c := verbs.RCConnect{AH: ahTo(t, a, b, o.port, 0), Access: o.access, PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(),
+		RQPSN: o.psn, SQPSN: o.psn, MaxDestRdAtomic: 4, MinRNRTimer: o.minRNR, Timeout: o.timeout, RetryCnt: o.retry,
+		RNRRetry: o.rnrRetry, MaxRdAtomic: 4}
+	must(t, c.Apply(a.qp.Modify))
 }
 
 // armAlt loads the alternate path (port altPort, LMC path bits bits) on a's

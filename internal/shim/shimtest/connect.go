@@ -17,15 +17,11 @@ const Timeout = 10
 // remote access and local ACK timeout (retry_cnt 3, rnr_retry 7, path MTU
 // 1024, starting PSNs 0).
 func ConnectSteps(ah verbs.AHAttr, destQPN uint32, access verbs.AccessFlags, timeout uint8) []ConnectStep {
-	return []ConnectStep{
-		{verbs.QPAttr{QPState: verbs.QPSInit, PortNum: ah.PortNum, QPAccessFlags: access},
-			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
-		{verbs.QPAttr{QPState: verbs.QPSRTR, AHAttr: ah, PathMTU: verbs.MTU1024,
-			DestQPN: destQPN, MaxDestRdAtomic: 1, MinRNRTimer: 1},
-			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
-				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
-		{verbs.QPAttr{QPState: verbs.QPSRTS, Timeout: timeout, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1},
-			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
-				verbs.QPAttrMaxQPRdAtomic},
+	c := verbs.RCConnect{AH: ah, Access: access, PathMTU: verbs.MTU1024, DestQPN: destQPN, MaxDestRdAtomic: 1,
+		MinRNRTimer: 1, Timeout: timeout, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1}
+	var steps []ConnectStep
+	for _, s := range c.Steps() {
+		steps = append(steps, ConnectStep{s.Attr, s.Mask})
 	}
+	return steps
 }
