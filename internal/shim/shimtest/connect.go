@@ -3,10 +3,7 @@ package shimtest
 import "github.com/ibpath/ibpath/verbs"
 
 // ConnectStep is one ibv_modify_qp of an application's RC connect.
-type ConnectStep struct {
-	Attr verbs.QPAttr
-	Mask verbs.QPAttrMask
-}
+type ConnectStep = verbs.ModifyStep
 
 // Timeout is the local ACK timeout the shim's tests connect with
 // (4.096 us * 2^10 = 4.2 ms).
@@ -19,9 +16,5 @@ const Timeout = 10
 func ConnectSteps(ah verbs.AHAttr, destQPN uint32, access verbs.AccessFlags, timeout uint8) []ConnectStep {
 	c := verbs.RCConnect{AH: ah, Access: access, PathMTU: verbs.MTU1024, DestQPN: destQPN, MaxDestRdAtomic: 1,
 		MinRNRTimer: 1, Timeout: timeout, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1}
-	var steps []ConnectStep
-	for _, s := range c.Steps() {
-		steps = append(steps, ConnectStep{s.Attr, s.Mask})
-	}
-	return steps
+	return c.Steps()
 }
