@@ -74,7 +74,11 @@ static void do_init(void)
  * of the Go runtime's threads. Go does not run in such a process (a
  * garbage collection there waits for threads that are gone, a lock a
  * lost thread held stays held), so the shim passes every verb of the
- * child straight through: the child runs as plain verbs, unprotected. A
+ * child straight through and never calls its Go side there: the child
+ * runs as plain verbs, unprotected. That holds for what it inherited
+ * too: a destroy, a dereg or a close of the parent's objects goes to the
+ * provider, and the parent's contexts keep the shim's post and poll
+ * functions, which pass to the provider once nothing is recorded. A
  * child that execs loads the shim anew (LD_PRELOAD is inherited). */
 static int lip_child;
 
@@ -82,6 +86,7 @@ static void lip_forked(void)
 {
 	lip_child = 1;
 	lip_enabled = 0;
+	lip_record = 0;
 	lip_cq_headroom = 0;
 }
 
@@ -803,6 +808,8 @@ static struct ibv_cq_ex *lip_create_cq_ex(struct ibv_context *context, struct ib
  * (cqex.c follows it). */
 void lip_tell_cq_extended(struct ibv_cq *cq)
 {
+	if (lip_child)
+		return;
 	int was = lip_inside;
 	ENTER();
 	ibpathCQExtended(cq);
@@ -813,6 +820,8 @@ void lip_tell_cq_extended(struct ibv_cq *cq)
  * ibv_poll_cq (its first poll of any kind, cqex.c). */
 void lip_tell_cq_polled(struct ibv_cq *cq)
 {
+	if (lip_child)
+		return;
 	int was = lip_inside;
 	ENTER();
 	ibpathCQPolled(cq);
@@ -822,6 +831,8 @@ void lip_tell_cq_polled(struct ibv_cq *cq)
 /* lip_tell_start_poll: the program polls cq with ibv_start_poll (cqex.c). */
 void lip_tell_start_poll(struct ibv_cq *cq)
 {
+	if (lip_child)
+		return;
 	int was = lip_inside;
 	ENTER();
 	ibpathCQStartPoll(cq);
@@ -832,6 +843,8 @@ int lip_destroy_cq(struct ibv_cq *cq) __asm__("ibv_destroy_cq");
 int lip_destroy_cq(struct ibv_cq *cq)
 {
 	REAL(ibv_destroy_cq, int, (struct ibv_cq *), ENOSYS);
+	if (lip_child) /* (the channel's count is plain verbs' business: kept) */
+		return lip_chan_cq_destroy(cq, real_ibv_destroy_cq);
 	struct ibv_context *ctx = cq->context;
 	int sized = lip_cq_headroom > 0 && !lip_inside && lip_ctx_of(ctx);
 	int ret = lip_chan_cq_destroy(cq, real_ibv_destroy_cq);

@@ -1,8 +1,9 @@
 /* A program that forks without exec, as a launcher or a Python worker
  * does: the parent opens the device, runs an RC QP, and forks while it
  * holds them; the child opens the device again and runs a QP of its own
- * from creation to destruction, then destroys the CQ it inherited (a
- * child may clean up), and exits. The parent waits for the child (for at
+ * from creation to destruction, then polls the CQ it inherited and
+ * destroys the QP and CQ it inherited (a child may clean up, as a forked
+ * Python worker's destructors do), and exits. The parent waits for the child (for at
  * most 10 s) and then runs its own QP on. Prints one line per process. */
 #include "connect.h"
 #include <signal.h>
@@ -87,8 +88,12 @@ int main(int argc, char **argv)
 			_exit(4);
 		long seen = run(cqp, ccq, n);
 		int ret = close_qp(cqp, ccq);
-		int inherited = ibv_destroy_cq(cq);
-		printf("child: completions %ld close %d destroy the inherited CQ %d\n", seen, ret, inherited);
+		struct ibv_wc wc[16];
+		int left = ibv_poll_cq(cq, 16, wc);
+		int inherited = ibv_destroy_qp(qp);
+		int inherited_cq = ibv_destroy_cq(cq);
+		printf("child: completions %ld close %d; the inherited CQ polled %d, QP destroyed %d, CQ destroyed %d\n",
+		       seen, ret, left, inherited, inherited_cq);
 		fflush(stdout);
 		_exit(seen < 0 || ret ? 5 : 0);
 	}
