@@ -45,6 +45,10 @@ struct lip_ccq {
 	int armed;              /* notification requested, no event since */
 	int queued;             /* on ch's list */
 	uint32_t delivered;     /* events of the shim returned to the application */
+	/* for lip_chan_dump: requests for an event; wakes that queued one,
+	 * found the CQ not armed, or found one queued already; the
+	 * kernel's events returned */
+	uint32_t arms, wakes, unarmed, requeued, kevents;
 	struct lip_ccq *next;
 };
 
@@ -259,8 +263,10 @@ static int ccq_flag(struct ibv_cq *cq, int set)
 		return -1;
 	pthread_mutex_lock(&chan_mu);
 	struct lip_ccq **s = ccq_slot(cq, 0);
-	if (s && set)
+	if (s && set) {
 		(*s)->armed = 1;
+		(*s)->arms++;
+	}
 	int armed = s ? (*s)->armed : -1;
 	pthread_mutex_unlock(&chan_mu);
 	return armed;
@@ -299,6 +305,11 @@ int lip_chan_wake(struct ibv_cq *cq)
 			/* the counter is far from overflowing: cannot fail */
 		}
 		woke = 1;
+		q->wakes++;
+	} else if (q && !q->armed) {
+		q->unarmed++;
+	} else if (q) {
+		q->requeued++;
 	}
 	pthread_mutex_unlock(&chan_mu);
 	return woke;
@@ -355,8 +366,10 @@ int lip_chan_get_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **c
 		if (get(real, cq, cq_ctx) == 0) {
 			pthread_mutex_lock(&chan_mu);
 			struct lip_ccq **s = nccq ? ccq_slot(*cq, 0) : NULL;
-			if (s)
+			if (s) {
 				(*s)->armed = 0;
+				(*s)->kevents++;
+			}
 			pthread_mutex_unlock(&chan_mu);
 			return 0;
 		}
@@ -391,4 +404,24 @@ int lip_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 			ret = 0;
 	}
 	return ret;
+}
+
+/* lip_chan_dump writes every CQ on a shim channel, its flags and
+ * counters, to fd (lip_debug_state). Without chan_mu: a debugger calls it
+ * in a stopped process, where a thread stopped inside would hold it. */
+void lip_chan_dump(int fd)
+{
+	for (int i = 0; i < LIP_CHAN_CQS; i++) {
+		struct lip_ccq *q = ccqs[i];
+		if (!q || q == CCQ_DEAD)
+			continue;
+		int waiting = 0;
+		for (struct lip_ccq *w = q->ch->head; w && waiting < 1000; w = w->next)
+			waiting++;
+		dprintf(fd,
+			"  channel CQ %p (channel fd %d, %d events of the shim waiting): armed %d queued %d delivered %u "
+			"arms %u wakes %u unarmed %u requeued %u kernel %u\n",
+			(void *)q->cq, q->ch->app.fd, waiting, q->armed, q->queued, q->delivered, q->arms, q->wakes,
+			q->unarmed, q->requeued, q->kevents);
+	}
 }

@@ -21,6 +21,7 @@
  *   kept from the application until the QP surfaced.
  * The lane is one-way: a QP never leaves it except to be destroyed. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
@@ -212,10 +213,13 @@ int lip_express_cq(struct ibv_cq *cq, struct lip_qp **qs, int n)
 	return 0;
 }
 
-static void arm_backup(struct ibv_cq *b)
+static void arm_backup(struct lip_xl *l, struct ibv_cq *b)
 {
-	if (b && b->context->ops.req_notify_cq)
-		b->context->ops.req_notify_cq(b, 0);
+	if (!b || !b->context->ops.req_notify_cq)
+		return;
+	__atomic_fetch_add(&l->arms, 1, __ATOMIC_RELAXED);
+	if (b->context->ops.req_notify_cq(b, 0))
+		__atomic_fetch_add(&l->arm_errs, 1, __ATOMIC_RELAXED);
 }
 
 /* lip_express_arm requests the next event of the backup CQs behind cq
@@ -233,9 +237,9 @@ void lip_express_arm(struct ibv_cq *cq)
 		if (!l || !__atomic_load_n(&q->express, __ATOMIC_ACQUIRE))
 			continue;
 		if (q->send_cq == cq)
-			arm_backup(l->bcq);
+			arm_backup(l, l->bcq);
 		if (q->recv_cq == cq)
-			arm_backup(l->brcq ? l->brcq : l->bcq);
+			arm_backup(l, l->brcq ? l->brcq : l->bcq);
 	}
 	lip_leave(t);
 }
@@ -517,6 +521,7 @@ static int backup_wcs(struct lip_qp *q, struct ibv_wc *wc, int k, struct xl_surf
 			if (ctrl)
 				continue;
 		} else if (ctrl) {
+			__atomic_fetch_add(&x->own, 1, __ATOMIC_RELAXED);
 			/* the peer's refusal surfaces; other control messages
 			 * (an acknowledgement, the peer's PSN announcement)
 			 * change nothing once both queues are on the backup */
@@ -661,4 +666,32 @@ int lip_diverted_poll_cq(struct lip_ctx *c, struct ibv_cq *cq, int n, struct ibv
 	 * that is on its way to change. No completion this time; a negative
 	 * count would be the CQ's failure to the program (MPI and NCCL abort). */
 	return 0;
+}
+
+/* lip_xl_dump writes every CQ on the lane and its QPs' counters to fd
+ * (lip_debug_state; no lock: see lip_chan_dump). */
+void lip_xl_dump(int fd)
+{
+	for (int i = 0; i < LIP_DCQ_SLOTS; i++) {
+		struct lip_xcq *x = xcqs[i];
+		if (!x || !x->n)
+			continue;
+		dprintf(fd, "  lane CQ %p: %d QPs\n", (void *)x->cq, x->n);
+		for (int j = 0; j < x->n && j < LIP_XCQ_QPS; j++) {
+			struct lip_qp *q = x->q[j];
+			struct lip_xl *l = q->xl;
+			if (!l) {
+				dprintf(fd, "    QP %#x: express %d, no lane\n", q->qpn, q->express);
+				continue;
+			}
+			dprintf(fd,
+				"    QP %#x on backup QP %#x (CQs %p %p): express %d surfaced %d sends %llu recvs %llu "
+				"completions %llu hidden %llu misses %llu own %llu arms %llu refused %llu\n",
+				q->qpn, l->bqp->qp_num, (void *)l->bcq, (void *)l->brcq, q->express, l->surfaced,
+				(unsigned long long)l->sends, (unsigned long long)l->recvs,
+				(unsigned long long)l->completions, (unsigned long long)l->hidden,
+				(unsigned long long)l->misses, (unsigned long long)l->own, (unsigned long long)l->arms,
+				(unsigned long long)l->arm_errs);
+		}
+	}
 }

@@ -219,6 +219,9 @@ struct lip_xl {
 	struct lip_keytab *lk, *rk;     /* local lkeys, the peer's rkeys */
 	int surfaced;                   /* the backup failed too: plain verbs on the default QP */
 	uint64_t sends, recvs, completions, hidden, misses;
+	/* for lip_xl_dump: layer 2's own completions dropped; backup CQ
+	 * arms requested, refused */
+	uint64_t own, arms, arm_errs;
 };
 
 #define LIP_XL_WRS 16       /* WRs per express post chunk */
@@ -248,6 +251,7 @@ int lip_diverted_post_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_
 int lip_diverted_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int lip_diverted_poll_cq(struct lip_ctx *c, struct ibv_cq *cq, int n, struct ibv_wc *wc);
 void lip_express_arm(struct ibv_cq *cq);
+void lip_xl_dump(int fd);
 
 /* channel.c */
 extern int lip_channels;    /* 1: the application's completion channels are wrapped */
@@ -260,6 +264,7 @@ int lip_chan_cq_destroy(struct ibv_cq *cq, int (*destroy)(struct ibv_cq *));
 int lip_chan_arm(struct ibv_cq *cq);
 int lip_chan_armed(struct ibv_cq *cq);
 int lip_chan_wake(struct ibv_cq *cq);
+void lip_chan_dump(int fd);
 int lip_chan_get_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx,
 		       int (*get)(struct ibv_comp_channel *, struct ibv_cq **, void **));
 int lip_req_notify_cq(struct ibv_cq *cq, int solicited_only);

@@ -190,6 +190,39 @@ static void check_wake(void)
 	ack(&cq2, 1);
 }
 
+/* the counters lip_chan_dump shows for a debugger: each arming, each wake
+ * by what it found, each event returned */
+static void check_dump(void)
+{
+	struct ibv_cq *got = NULL;
+	lip_chan_arm(&cq2);
+	lip_chan_wake(&cq2);
+	lip_chan_arm(&cq2); /* armed again before the event was read */
+	lip_chan_wake(&cq2);
+	CHECK(get(ch, &got) == 0 && got == &cq2 && !readable(ch->fd), "one event for two wakes");
+	ack(&cq2, 1);
+	char path[] = "/tmp/channel_check.XXXXXX", buf[4096] = "", want[256];
+	int fd = mkstemp(path);
+	CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+	if (fd < 0)
+		return;
+	unlink(path);
+	lip_chan_dump(fd);
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	/* cq2 since check_setup: a wake unarmed, armed and woken, a wake
+	 * unarmed (its event queued), armed and woken (FIFO), then here */
+	snprintf(want, sizeof(want),
+		 "channel CQ %p (channel fd %d, 0 events of the shim waiting): armed 1 queued 0 delivered 3 arms 4 wakes 3 "
+		 "unarmed 2 requeued 1 kernel 0\n",
+		 (void *)&cq2, ch->fd);
+	CHECK(strstr(buf, want) != NULL, "dump: want\n%s got\n%s", want, buf);
+	snprintf(want, sizeof(want), "channel CQ %p (channel fd %d, 0 events of the shim waiting): armed 0 queued 0 delivered 1 arms 2 wakes 1 unarmed 1 requeued 0 kernel 2\n",
+		 (void *)&cq1, ch->fd);
+	CHECK(strstr(buf, want) != NULL, "dump: want\n%s got\n%s", want, buf);
+}
+
 struct waker {
 	struct ibv_cq *cq;
 	int kernel;
@@ -400,6 +433,7 @@ int main(int argc, char **argv)
 	check_setup();
 	check_kernel_event();
 	check_wake();
+	check_dump();
 	check_blocking();
 	check_signals();
 	check_destroy_cq();

@@ -251,6 +251,24 @@ static void check_posts(void)
 	      "recv: n %d lkey %#x", bak.nrcvd, bak.rcvd_sge[0].lkey);
 }
 
+/* dump_has: whether lip_xl_dump writes a line holding want */
+static int dump_has(const char *want)
+{
+	char path[] = "/tmp/express_check.XXXXXX", buf[4096];
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return 0;
+	unlink(path);
+	lip_xl_dump(fd);
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	if (strstr(buf, want))
+		return 1;
+	printf("lip_xl_dump: no \"%s\" in\n%s", want, buf);
+	return 0;
+}
+
 static void check_polls(void)
 {
 	struct ibv_wc wc[16];
@@ -303,6 +321,8 @@ static void check_polls(void)
 	}
 	CHECK(seen == 7, "missing completions: %x", seen);
 	CHECK(lq->xl->hidden == 1 && lq->xl->completions == 2, "hidden %lu completions %lu", (unsigned long)lq->xl->hidden, (unsigned long)lq->xl->completions);
+	/* what a debugger sees (lip_debug_state): the six of layer 2's own */
+	CHECK(dump_has("completions 2 hidden 1 misses 25 own 6 arms 0 refused 0"), "lane dump after the polls");
 
 	/* one poll returns as many as it can: a poll that returns less than
 	 * asked means an empty CQ to a program that then waits for an event
@@ -450,13 +470,15 @@ static int bench(long n, int rounds)
  * arms the backup CQs behind it: their events wake the application. */
 static int arm_b, arm_br;
 
+static int arm_refuse; /* the provider refuses the next arms */
+
 static int stub_notify(struct ibv_cq *cq, int solicited)
 {
 	if (cq == &bcq)
 		arm_b++;
 	else if (cq == &brcq)
 		arm_br++;
-	return 0;
+	return arm_refuse ? EINVAL : 0;
 }
 
 static void check_arm(void)
@@ -481,9 +503,13 @@ static void check_arm(void)
 	      "a CQ the application armed arms its backup CQs as it goes on the lane: %d %d", arm_b, arm_br);
 	lip_express_arm(&acq);
 	CHECK(arm_b == 2 && arm_br == 2, "arming the lane CQ: %d %d", arm_b, arm_br);
+	arm_refuse = 1;
+	lip_express_arm(&acq);
+	arm_refuse = 0;
+	CHECK(dump_has("own 0 arms 6 refused 2"), "lane dump: arms, the refused ones");
 	lip_express_off(lq);
 	lip_express_arm(&acq);
-	CHECK(arm_b == 2 && arm_br == 2, "a QP off the lane: its backup is not armed: %d %d", arm_b, arm_br);
+	CHECK(arm_b == 3 && arm_br == 3, "a QP off the lane: its backup is not armed: %d %d", arm_b, arm_br);
 	lip_express_cq(&acq, NULL, 0);
 }
 
