@@ -177,7 +177,13 @@ stuck_dump() {
 		done
 		if command -v gdb >/dev/null; then
 			echo "  user stacks (gdb):"
-			timeout "$STUCK_GDB_S" gdb -p "$p" -batch -nx -iex 'set debuginfod enabled off' -ex 'set pagination off' -ex 'thread apply all bt 30' 2>&1 |
+			# then, in a program under the shim, what its completion
+			# channels and express lane hold (lip_debug_state: written
+			# to the program's stderr, its client.out or server.out;
+			# without the shim gdb finds no such function, said in a
+			# line the filter drops)
+			timeout "$STUCK_GDB_S" gdb -p "$p" -batch -nx -iex 'set debuginfod enabled off' -ex 'set pagination off' -ex 'thread apply all bt 30' \
+				-ex 'call (void)lip_debug_state()' 2>&1 |
 				grep -E '^(Thread |#)' | sed 's/^/    /' | head -400
 		fi
 	done

@@ -63,6 +63,9 @@
 # completion on the backup path is measured on one clock.
 
 LAB_CUT_AT=${LAB_CUT_AT:-1}
+# the stuck dump looks this many seconds before the programs' limit (more
+# to catch a hang early, or in a guest too slow for the default; 0 to 40)
+LAB_STUCK_LEAD=${LAB_STUCK_LEAD:-4}
 LAB_CUT_FOR=${LAB_CUT_FOR:-2}
 # flap2 cuts: seconds from the first restore to the second pull (the
 # switch back took 0.1 to 3.3 s after PORT_ACTIVE in the sb rows)
@@ -566,8 +569,9 @@ $CLIENT")
 	# program (a dump may take STUCK_GDB_S, 60 s); not earlier: a program
 	# that ends while its limit is held fails by it (the limit's alarm
 	# fires on the continue), and short rows end near their limit
-	jstuck1=$(job_submit g1 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - 4))")
-	jstuck2=$(job_submit g2 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - 4))")
+	# (LAB_STUCK_LEAD s before instead)
+	jstuck1=$(job_submit g1 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - LAB_STUCK_LEAD))")
+	jstuck2=$(job_submit g2 "$name-stuck" $((LIMIT + 70)) "stuck_dump $((LIMIT - LAB_STUCK_LEAD))")
 	local jqw1="" jqw2=""
 	if [ -n "${LAB_QP_WATCH:-}" ]; then
 		jqw1=$(job_submit g1 "$name-qps" $((LIMIT + 5)) "qp_watch $LAB_QP_WATCH")
@@ -938,6 +942,10 @@ rows_run() {
 	ROWS_T0=$t0
 	if [ -n "${LAB_BUDGET:-}" ] && ! [[ "$LAB_BUDGET" =~ ^[1-9][0-9]*$ ]]; then
 		log "LAB_BUDGET must be a whole number of seconds, not '$LAB_BUDGET'"
+		return 2
+	fi
+	if ! [[ "$LAB_STUCK_LEAD" =~ ^[0-9]+$ ]] || [ "$LAB_STUCK_LEAD" -gt 40 ]; then
+		log "LAB_STUCK_LEAD must be a whole number of seconds from 0 to 40, not '$LAB_STUCK_LEAD'"
 		return 2
 	fi
 	rm -rf "$LAB_OUT"
