@@ -171,10 +171,25 @@ stuck_dump() {
 		[ -n "$t" ] && kill -STOP "$t" 2>/dev/null && frozen="$frozen $t"
 		age_cs "$p"
 		echo "STUCK pid $p (its job ran $1 s or more, the program $((${AGE:-0} / 100)) s): $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
+		# each task: state, flags (0x4: exiting), wchan, the system
+		# call it is in (number first; -1: none, running); read with
+		# builtins (a fork per field cost seconds)
+		local -a f
+		local comm st wch sc line fl
 		for t in "/proc/$p/task/"*; do
-			echo "  task ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(awk '{print $3}' "$t/stat" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
+			comm="" st="" wch="" sc=""
+			read -r comm 2>/dev/null <"$t/comm" || true
+			read -r st 2>/dev/null <"$t/stat" || true
+			read -r wch 2>/dev/null <"$t/wchan" || true
+			read -r sc 2>/dev/null <"$t/syscall" || true
+			read -r -a f <<<"${st##*) }"
+			printf -v fl '%#x' "${f[6]:-0}"
+			echo "  task ${t##*/} $comm state ${f[0]:-gone} flags $fl wchan ${wch:-none} syscall ${sc%% *}"
 			sed 's/^/    /' "$t/stack" 2>/dev/null | head -12
 		done
+		while read -r line; do
+			case $line in State:* | Threads:* | SigPnd:* | ShdPnd:*) echo "  $line" ;; esac
+		done 2>/dev/null <"/proc/$p/status" || true
 		if command -v gdb >/dev/null; then
 			echo "  user stacks (gdb):"
 			# then, in a program under the shim, what its completion
@@ -193,6 +208,12 @@ stuck_dump() {
 		rdma resource show qp 2>&1 | sed 's/^/  /'
 		echo "COUNTERS moved during the row (device counter before after):"
 		counters_moved "$before" "$(rxe_counters)" "  "
+		# the guest's tasks in D state, with their kernel stacks (sysrq
+		# w), and its recent kernel messages but the link speed notices
+		# rdma_rxe prints at each port query
+		echo w >/proc/sysrq-trigger 2>/dev/null || true
+		echo "KERNEL LOG (blocked tasks, then the last messages):"
+		dmesg 2>/dev/null | grep -v 'speed is unknown' | tail -120 | sed 's/^/  /'
 	fi
 	if [ -n "$frozen" ]; then
 		# shellcheck disable=SC2086
