@@ -102,12 +102,20 @@ age_cs() {
 	AGE=$((${up/./} - ${20} * 100 / STUCK_HZ))
 }
 # ending PID: 0 when process PID is gone or ending (a zombie, or being
-# reaped)
+# reaped). A zombie main thread with other threads left is not: the
+# process called exit and one of its threads holds it there (a client of
+# pingpong-ev.on.setlink-g1 whose dump came back empty)
 ending() {
-	local st
+	local st t n=0
 	read -r st 2>/dev/null <"/proc/$1/stat" || return 0
 	st=${st##*) }
-	case ${st%% *} in Z | X | x) return 0 ;; esac
+	case ${st%% *} in
+	Z | X | x)
+		for t in "/proc/$1/task/"*; do n=$((n + 1)); done
+		[ "$n" -le 1 ]
+		return
+		;;
+	esac
 	return 1
 }
 # job_timeout_of PID: TMO, the timeout(1) process of the job PID runs in

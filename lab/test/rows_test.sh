@@ -606,6 +606,23 @@ kill "$sd_live"
 wait "$sd_live" "$sd_zombie" 2>/dev/null
 check "stuck_dump leaves alone a program that is ending (a zombie, or gone)" \
 	same "$(tr '\n' ' ' <<<"$sd_ending")" "$sd_live live $sd_zombie ending 999999999 ending "
+# but a process whose main thread exited while another thread lives on
+# (stuck in its exit) is dumped
+printf '#include <pthread.h>\n#include <unistd.h>\nstatic void *nap(void *a) { sleep(30); return a; }\nint main(void) { pthread_t t; pthread_create(&t, 0, nap, 0); pthread_exit(0); }\n' >"$tmp/sd/zleader.c"
+if gcc -o "$tmp/sd/zleader" "$tmp/sd/zleader.c" -lpthread 2>/dev/null; then
+	"$tmp/sd/zleader" &
+	sd_zl=$!
+	command sleep 0.5
+	sd_zl_ending=$(
+		. "$LAB_REPO/lab/guest/lib.sh"
+		if ending "$sd_zl"; then echo ending; else echo live; fi
+	)
+	kill "$sd_zl"
+	wait "$sd_zl" 2>/dev/null
+	check "  but not a process whose main thread exited and another lives on" same "$sd_zl_ending" live
+else
+	echo "skip   a process held in its exit: no gcc"
+fi
 # a program of the rows that ended but is not reaped yet (its parent
 # never waits) is not dumped
 (
