@@ -391,14 +391,16 @@ int lip_chan_get_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **c
 /* lip_req_notify_cq stands in for the provider's req_notify_cq (swapped
  * by lip_ctx_add while lip_channels is on). A CQ on the express lane gets
  * the events of its backup CQs too. A diverted CQ's own device may be
- * gone: its refusal is not the application's concern then. */
+ * gone: its refusal is not the application's concern then. In a child
+ * forked without exec (lip_child) the arm is the provider's alone, as in
+ * plain verbs: the lane is the parent's layer 2's, which did not follow. */
 int lip_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
 	struct lip_ctx *c = lip_ctx_of(cq->context);
 	if (!c || !c->req_notify_cq)
 		return EINVAL;
 	int ret = c->req_notify_cq(cq, solicited_only);
-	if (lip_chan_arm(cq)) {
+	if (lip_chan_arm(cq) && !lip_child) {
 		lip_express_arm(cq);
 		if (ret && lip_cq_diverted(cq))
 			ret = 0;

@@ -854,7 +854,11 @@ int lip_wr_post(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **b
 
 /* lip_qp_lock / lip_qp_unlock: wr_start to wr_complete or wr_abort
  * (wrapi.c) hold the send queue's lock, as providers do. */
-void lip_qp_lock(struct lip_qp *q) { qlock(&q->slock); }
+void lip_qp_lock(struct lip_qp *q)
+{
+	LIP_CHILD_CHECK("a send queue's lock");
+	qlock(&q->slock);
+}
 void lip_qp_unlock(struct lip_qp *q) { qunlock(&q->slock); }
 
 /* lip_qp_of is the protected QP of the application's struct ibv_qp. */

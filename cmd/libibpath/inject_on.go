@@ -2,6 +2,12 @@
 
 package main
 
+// The C side's check of a forked child (shim.h, LIP_CHILD_CHECK) is on
+// in this build.
+
+// #cgo CFLAGS: -DLIP_FAULTINJECT
+import "C"
+
 import (
 	"fmt"
 	"os"

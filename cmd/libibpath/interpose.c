@@ -81,7 +81,15 @@ static void do_init(void)
  * provider, and the parent's contexts keep the shim's post and poll
  * functions, which pass to the provider once nothing is recorded. A
  * child that execs loads the shim anew (LD_PRELOAD is inherited). */
-static int lip_child;
+int lip_child;
+
+#ifdef LIP_FAULTINJECT
+void lip_child_entered(const char *where)
+{
+	dprintf(2, "libibpath: %s entered in pid %d, a child forked without exec\n", where, (int)getpid());
+	_exit(97);
+}
+#endif
 
 static void lip_forked(void)
 {

@@ -148,8 +148,28 @@ extern int lip_fence;       /* no membarrier(2): the hot path fences itself */
 struct lip_thr *lip_thr_register(void);
 extern void *(*lip_thr_calloc)(size_t, size_t);
 
+/* lip_child is 1 in a child forked without exec (interpose.c): the shim
+ * passes every verb there straight through, and enters neither its hot
+ * path's bookkeeping nor its Go side. The ibpath_faultinject build ends
+ * such a child that enters the hot path anyway (exit 97, as its Go side
+ * does: inject_on.go), so that an entry that happens not to hang is seen. */
+extern int lip_child;
+#ifdef LIP_FAULTINJECT
+void lip_child_entered(const char *where);
+#define LIP_CHILD_CHECK(where)                         \
+	do {                                           \
+		if (__builtin_expect(lip_child, 0))    \
+			lip_child_entered(where);      \
+	} while (0)
+#else
+#define LIP_CHILD_CHECK(where) \
+	do {                   \
+	} while (0)
+#endif
+
 static inline struct lip_thr *lip_enter(void)
 {
+	LIP_CHILD_CHECK("the hot path");
 	struct lip_thr *t = lip_me;
 	if (__builtin_expect(!t, 0))
 		t = lip_thr_register();

@@ -76,6 +76,23 @@ static inline struct lip_qp *wq(struct ibv_qp_ex *qpx)
 	return q;
 }
 
+/* CHILD_PASS: in a child forked without exec (lip_child, interpose.c)
+ * the shim passes every verb straight through, the ibv_wr_* functions of
+ * a QP it inherited included: the call goes to the provider's function
+ * at once, with none of the shim's locks and nothing recorded (a lock a
+ * lost thread of the parent held stays held there, and a post to a QP
+ * layer 2 carried would enter the Go side, which did not follow the
+ * fork). */
+#define CHILD_PASS(qpx, fn, ...)                                          \
+	do {                                                              \
+		if (__builtin_expect(lip_child, 0)) {                     \
+			struct lip_qp *q_ = wq(qpx);                      \
+			if (q_)                                           \
+				q_->wrb->fn((qpx), ##__VA_ARGS__);        \
+			return;                                           \
+		}                                                         \
+	} while (0)
+
 /* cur is the last WR of qpx's batch (the one set_* calls describe), with
  * the batch in *bp; NULL when there is none (the batch's error set). */
 static struct ibv_send_wr *cur(struct ibv_qp_ex *qpx, struct lip_wrb **bp)
@@ -120,6 +137,7 @@ static struct ibv_send_wr *add(struct ibv_qp_ex *qpx, enum ibv_wr_opcode op)
 
 static void x_rdma_write(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr)
 {
+	CHILD_PASS(qpx, rdma_write, rkey, addr);
 	struct ibv_send_wr *w = add(qpx, IBV_WR_RDMA_WRITE);
 	if (w)
 		w->wr.rdma.rkey = rkey, w->wr.rdma.remote_addr = addr;
@@ -127,6 +145,7 @@ static void x_rdma_write(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr)
 
 static void x_rdma_write_imm(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr, __be32 imm)
 {
+	CHILD_PASS(qpx, rdma_write_imm, rkey, addr, imm);
 	struct ibv_send_wr *w = add(qpx, IBV_WR_RDMA_WRITE_WITH_IMM);
 	if (w)
 		w->wr.rdma.rkey = rkey, w->wr.rdma.remote_addr = addr, w->imm_data = imm;
@@ -134,15 +153,21 @@ static void x_rdma_write_imm(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr
 
 static void x_rdma_read(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr)
 {
+	CHILD_PASS(qpx, rdma_read, rkey, addr);
 	struct ibv_send_wr *w = add(qpx, IBV_WR_RDMA_READ);
 	if (w)
 		w->wr.rdma.rkey = rkey, w->wr.rdma.remote_addr = addr;
 }
 
-static void x_send(struct ibv_qp_ex *qpx) { add(qpx, IBV_WR_SEND); }
+static void x_send(struct ibv_qp_ex *qpx)
+{
+	CHILD_PASS(qpx, send);
+	add(qpx, IBV_WR_SEND);
+}
 
 static void x_send_imm(struct ibv_qp_ex *qpx, __be32 imm)
 {
+	CHILD_PASS(qpx, send_imm, imm);
 	struct ibv_send_wr *w = add(qpx, IBV_WR_SEND_WITH_IMM);
 	if (w)
 		w->imm_data = imm;
@@ -150,6 +175,7 @@ static void x_send_imm(struct ibv_qp_ex *qpx, __be32 imm)
 
 static void x_cmp_swp(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap)
 {
+	CHILD_PASS(qpx, cmp_swp, rkey, addr, compare, swap);
 	struct ibv_send_wr *w = add(qpx, IBV_WR_ATOMIC_CMP_AND_SWP);
 	if (w)
 		w->wr.atomic.rkey = rkey, w->wr.atomic.remote_addr = addr, w->wr.atomic.compare_add = compare, w->wr.atomic.swap = swap;
@@ -157,6 +183,7 @@ static void x_cmp_swp(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr, uint6
 
 static void x_fetch_add(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr, uint64_t add_)
 {
+	CHILD_PASS(qpx, fetch_add, rkey, addr, add_);
 	struct ibv_send_wr *w = add(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD);
 	if (w)
 		w->wr.atomic.rkey = rkey, w->wr.atomic.remote_addr = addr, w->wr.atomic.compare_add = add_;
@@ -164,6 +191,7 @@ static void x_fetch_add(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t addr, uin
 
 static void x_set_sge_list(struct ibv_qp_ex *qpx, size_t n, const struct ibv_sge *sge)
 {
+	CHILD_PASS(qpx, set_sge_list, n, sge);
 	struct lip_wrb *b;
 	struct ibv_send_wr *w = cur(qpx, &b);
 	if (!w)
@@ -179,12 +207,14 @@ static void x_set_sge_list(struct ibv_qp_ex *qpx, size_t n, const struct ibv_sge
 
 static void x_set_sge(struct ibv_qp_ex *qpx, uint32_t lkey, uint64_t addr, uint32_t length)
 {
+	CHILD_PASS(qpx, set_sge, lkey, addr, length);
 	struct ibv_sge s = {.addr = addr, .length = length, .lkey = lkey};
 	x_set_sge_list(qpx, 1, &s);
 }
 
 static void x_set_inline_data_list(struct ibv_qp_ex *qpx, size_t n, const struct ibv_data_buf *buf)
 {
+	CHILD_PASS(qpx, set_inline_data_list, n, buf);
 	struct lip_wrb *b;
 	struct ibv_send_wr *w = cur(qpx, &b);
 	if (!w)
@@ -207,12 +237,14 @@ static void x_set_inline_data_list(struct ibv_qp_ex *qpx, size_t n, const struct
 
 static void x_set_inline_data(struct ibv_qp_ex *qpx, void *addr, size_t length)
 {
+	CHILD_PASS(qpx, set_inline_data, addr, length);
 	struct ibv_data_buf d = {.addr = addr, .length = length};
 	x_set_inline_data_list(qpx, 1, &d);
 }
 
 static void x_start(struct ibv_qp_ex *qpx)
 {
+	CHILD_PASS(qpx, start);
 	struct lip_qp *q = wq(qpx);
 	if (!q)
 		return;
@@ -223,6 +255,7 @@ static void x_start(struct ibv_qp_ex *qpx)
 
 static void x_abort(struct ibv_qp_ex *qpx)
 {
+	CHILD_PASS(qpx, abort);
 	struct lip_qp *q = wq(qpx);
 	if (!q)
 		return;
@@ -235,6 +268,8 @@ static int x_complete(struct ibv_qp_ex *qpx)
 	struct lip_qp *q = wq(qpx);
 	if (!q)
 		return EINVAL;
+	if (__builtin_expect(lip_child, 0))
+		return q->wrb->complete(qpx); /* (CHILD_PASS) */
 	struct lip_wrb *b = q->wrb;
 	if (b->err || b->n == 0) {
 		int err = b->err;

@@ -24,6 +24,7 @@ static inline double now_ns(void)
 #ifdef LIBIBPATH_SHIM_H
 int lip_enabled = 1;
 int lip_record = 1;
+int lip_child = 0;
 int lip_single_poster = 0;
 int lip_single_poller = 0;
 /* cqex.c's, which no check links: no extended CQ is followed */

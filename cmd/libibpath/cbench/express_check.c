@@ -468,7 +468,7 @@ static int bench(long n, int rounds)
 
 /* A CQ on the lane whose application waits for its event (channel.c)
  * arms the backup CQs behind it: their events wake the application. */
-static int arm_b, arm_br;
+static int arm_b, arm_br, arm_a;
 
 static int arm_refuse; /* the provider refuses the next arms */
 
@@ -478,6 +478,8 @@ static int stub_notify(struct ibv_cq *cq, int solicited)
 		arm_b++;
 	else if (cq == &brcq)
 		arm_br++;
+	else if (cq == &acq)
+		arm_a++;
 	return arm_refuse ? EINVAL : 0;
 }
 
@@ -507,9 +509,18 @@ static void check_arm(void)
 	lip_express_arm(&acq);
 	arm_refuse = 0;
 	CHECK(dump_has("own 0 arms 6 refused 2"), "lane dump: arms, the refused ones");
+	/* the application's own arm (lip_req_notify_cq): its CQ, then the
+	 * lane's; in a child forked without exec, its CQ alone */
+	lip_ctx_of(&app.ctx)->req_notify_cq = stub_notify;
+	CHECK(lip_req_notify_cq(&acq, 0) == 0 && arm_a == 1 && arm_b == 4 && arm_br == 4,
+	      "the application's arm of a lane CQ: %d %d %d", arm_a, arm_b, arm_br);
+	lip_child = 1;
+	CHECK(lip_req_notify_cq(&acq, 0) == 0 && arm_a == 2 && arm_b == 4 && arm_br == 4,
+	      "a forked child's arm of an inherited lane CQ reaches its provider alone: %d %d %d", arm_a, arm_b, arm_br);
+	lip_child = 0;
 	lip_express_off(lq);
 	lip_express_arm(&acq);
-	CHECK(arm_b == 3 && arm_br == 3, "a QP off the lane: its backup is not armed: %d %d", arm_b, arm_br);
+	CHECK(arm_b == 4 && arm_br == 4, "a QP off the lane: its backup is not armed: %d %d", arm_b, arm_br);
 	lip_express_cq(&acq, NULL, 0);
 }
 
