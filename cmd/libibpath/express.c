@@ -19,7 +19,14 @@
  *   ones (xl_surfaced_send);
  * - the default QP's completions are flushes of WRs already replayed:
  *   kept from the application until the QP surfaced.
- * The lane is one-way: a QP never leaves it except to be destroyed. */
+ * Without record a QP leaves the lane only to be destroyed. With record
+ * (lip_xl_record: the switch back is on) the lane also keeps the QP's
+ * shadow rings, loaded with what layer 2's Conn held: each WR it posts on
+ * the backup is recorded as the hot path records a post, each successful
+ * completion it hands the application retires what it stands for. When
+ * the QP's default port returns, layer 2 takes its CQs off the lane, then
+ * the QP (lip_express_off), reads the rings and hands them to the Conn,
+ * which switches the traffic back. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +145,31 @@ int lip_xl_lookup(struct lip_xl *x, int remote, uint32_t from, uint32_t *to)
 }
 
 /* ---- handing over ---- */
+
+/* lip_xl_record makes x, the lane q is about to go on, keep q's shadow
+ * rings: they are loaded with sends and recvs (the WRs the backup holds
+ * that the application has not seen complete, in posting order) and the
+ * handshake counters. q is diverted and not on the lane, so nothing else
+ * touches its rings. 0, or -1 with errno (EINVAL: not diverted; EBUSY: on
+ * the lane; ENOSPC: more WRs than a ring holds) and nothing changed. */
+int lip_xl_record(struct lip_qp *q, struct lip_xl *x, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs,
+		  uint64_t notifs_done, uint64_t recvs_done)
+{
+	if (!__atomic_load_n(&q->diverted, __ATOMIC_ACQUIRE)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (__atomic_load_n(&q->express, __ATOMIC_ACQUIRE)) {
+		errno = EBUSY;
+		return -1;
+	}
+	if (lip_rings_load(q, sends, recvs))
+		return -1;
+	q->notifs_done = notifs_done;
+	q->recvs_done = recvs_done;
+	x->record = 1; /* published with q->xl by lip_express_on */
+	return 0;
+}
 
 /* lip_express_on puts a diverted QP on the express lane; x is the lane's
  * from now on. */
@@ -308,16 +340,19 @@ static inline int translate_recv(struct lip_xl *x, struct ibv_recv_wr *d, struct
 
 /* The chunk loops of xl_post_send and xl_post_recv: post d[0..k) (copies
  * of src[0..k)) with the provider's post; on an error, *bad is the
- * application's WR the provider refused. */
-#define XL_POST(post, bqp, d, src, k, bad, count)                       \
+ * application's WR the provider refused, and refused(i) runs with its
+ * index (the recording marks it and those after it void). */
+#define XL_POST(post, bqp, d, src, k, bad, count, refused)              \
 	do {                                                             \
 		__typeof__(&(d)[0]) bb_ = NULL;                          \
 		int r_ = (post)((bqp), (d), &bb_);                       \
 		if (r_) {                                                \
-			*(bad) = (src)[0];                               \
+			int at_ = 0;                                     \
 			for (int i_ = 0; i_ < (k); i_++)                 \
 				if (&(d)[i_] == bb_)                     \
-					*(bad) = (src)[i_];              \
+					at_ = i_;                        \
+			*(bad) = (src)[at_];                             \
+			refused(at_);                                    \
 			return r_;                                       \
 		}                                                        \
 		__atomic_fetch_add(&(count), (k), __ATOMIC_RELAXED);     \
@@ -368,6 +403,9 @@ static int xl_post_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_sen
 	struct ibv_send_wr d[LIP_XL_WRS], *src[LIP_XL_WRS];
 	struct ibv_sge sge[LIP_XL_SGE];
 	struct ibv_send_wr *w = wr;
+	/* recorded under the send queue's lock, which the caller holds
+	 * (send_locked) */
+	const int rec = x->record;
 	while (w) {
 		int k = 0, ns = 0, miss = 0;
 		while (w && k < LIP_XL_WRS) {
@@ -389,8 +427,12 @@ static int xl_post_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_sen
 			ns += w->num_sge;
 			w = w->next;
 		}
-		if (k)
-			XL_POST(x->post_send, x->bqp, d, src, k, bad, x->sends);
+		if (k) {
+			uint64_t first = rec ? lip_ring_sends(q, src[0], k) : 0;
+#define XL_SEND_REFUSED(at) (rec ? lip_ring_sends_void(q, first + (uint64_t)(at), first + (uint64_t)k) : (void)0)
+			XL_POST(x->post_send, x->bqp, d, src, k, bad, x->sends, XL_SEND_REFUSED);
+#undef XL_SEND_REFUSED
+		}
 		if (miss) {
 			__atomic_fetch_add(&x->misses, 1, __ATOMIC_RELAXED);
 			*bad = w;
@@ -409,6 +451,7 @@ static int xl_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 	struct ibv_recv_wr d[LIP_XL_WRS], *src[LIP_XL_WRS];
 	struct ibv_sge sge[LIP_XL_SGE];
 	struct ibv_recv_wr *w = wr;
+	const int rec = x->record;
 	while (w) {
 		int k = 0, ns = 0, miss = 0;
 		while (w && k < LIP_XL_WRS) {
@@ -428,8 +471,20 @@ static int xl_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 			ns += w->num_sge;
 			w = w->next;
 		}
-		if (k)
-			XL_POST(x->post_recv, x->bqp, d, src, k, bad, x->recvs);
+		if (k && rec) {
+			/* recorded and posted under the receive queue's lock,
+			 * so that the ring's order is the provider's */
+			lip_qp_rlock(q);
+			uint64_t first = lip_ring_recvs(q, src[0], k);
+#define XL_RECV_REFUSED(at) (lip_ring_recvs_void(q, first + (uint64_t)(at), first + (uint64_t)k), lip_qp_runlock(q))
+			XL_POST(x->post_recv, x->bqp, d, src, k, bad, x->recvs, XL_RECV_REFUSED);
+#undef XL_RECV_REFUSED
+			lip_qp_runlock(q);
+		} else if (k) {
+#define XL_NO_RECORD(at) ((void)(at))
+			XL_POST(x->post_recv, x->bqp, d, src, k, bad, x->recvs, XL_NO_RECORD);
+#undef XL_NO_RECORD
+		}
 		if (miss) {
 			__atomic_fetch_add(&x->misses, 1, __ATOMIC_RELAXED);
 			*bad = w;
@@ -533,6 +588,8 @@ static int backup_wcs(struct lip_qp *q, struct ibv_wc *wc, int k, struct xl_surf
 			__atomic_fetch_add(&x->completions, 1, __ATOMIC_RELAXED);
 			if (w.opcode & IBV_WC_RECV)
 				w.src_qp = x->peer_qpn;
+			if (x->record)
+				lip_ring_retire(q, &w);
 		}
 		w.qp_num = q->qpn;
 		wc[kept++] = w;

@@ -16,6 +16,13 @@ static void lip_xl_stats(struct lip_qp *q, uint64_t *out)
 	out[4] = __atomic_load_n(&x->misses, __ATOMIC_RELAXED);
 	out[5] = __atomic_load_n(&x->surfaced, __ATOMIC_ACQUIRE);
 }
+
+// lip_xl_recorded: q is on the lane, which keeps its rings.
+static int lip_xl_recorded(struct lip_qp *q)
+{
+	struct lip_xl *x = __atomic_load_n(&q->xl, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&q->express, __ATOMIC_ACQUIRE) && x && x->record;
+}
 */
 import "C"
 
@@ -64,8 +71,45 @@ func (hotpath) ExpressOn(q shim.AppQP, lane shim.ExpressLane) error {
 			return fmt.Errorf("lip_xl_key for QP %#x: %w", q.QPN, err)
 		}
 	}
+	if lane.Record != nil {
+		if err := recordLane(lq, x, lane.Record); err != nil {
+			C.lip_xl_free(x)
+			return fmt.Errorf("express lane for QP %#x: %w", q.QPN, err)
+		}
+	}
 	C.lip_express_on(lq, x)
 	return nil
+}
+
+// recordLane loads the rings x keeps of lq with st (lip_xl_record).
+func recordLane(lq *C.struct_lip_qp, x *C.struct_lip_xl, st *shim.Rings) error {
+	if st.Unreplayable != "" {
+		return fmt.Errorf("its WRs are not whole: %s", st.Unreplayable)
+	}
+	ch, err := newUndivertChains(st)
+	if err != nil {
+		return err
+	}
+	defer ch.free()
+	if r, err := C.lip_xl_record(lq, x, ch.sends, ch.recvs, C.uint64_t(st.NotifsDone), C.uint64_t(st.RecvsDone)); r != 0 {
+		return fmt.Errorf("lip_xl_record: %w", err)
+	}
+	return nil
+}
+
+// ExpressBack takes a QP the lane keeps the rings of off it
+// (lip_express_off waits for the posts and polls on it) and reads them.
+func (hotpath) ExpressBack(q shim.AppQP) (shim.Rings, error) {
+	lq, release := lipQP(q)
+	defer release()
+	if lq == nil {
+		return shim.Rings{}, fmt.Errorf("express back QP %#x: the hot path does not know it", q.QPN)
+	}
+	if C.lip_xl_recorded(lq) == 0 {
+		return shim.Rings{}, fmt.Errorf("express back QP %#x: not on the lane with its rings", q.QPN)
+	}
+	C.lip_express_off(lq)
+	return readRings(lq), nil
 }
 
 func (hotpath) ExpressKey(q shim.AppQP, remote bool, from, to uint32) error {

@@ -942,6 +942,61 @@ static void retire_recv(struct lip_qp *q, uint64_t wr_id)
 	tunlock(&q->rtlock);
 }
 
+/* The express lane's recording (express.c, with lane->record): a QP
+ * carried on its backup keeps its rings as the hot path keeps them, so
+ * that layer 2 can take it off the lane with what the backup holds. The
+ * lane records the application's WRs before posting their translated
+ * copies, marks those the backup refused, and retires what each
+ * successful completion it hands the application stands for. Sends are
+ * recorded under the send queue's lock its caller holds (send_locked);
+ * receives under the receive queue's (lip_qp_rlock). */
+uint64_t lip_ring_sends(struct lip_qp *q, const struct ibv_send_wr *wr, int k)
+{
+	uint64_t first = reserve(&q->shead, (uint64_t)k);
+	if (first + (uint64_t)k - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
+		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
+	uint64_t p = first;
+	for (int i = 0; i < k && wr; i++, wr = wr->next, p++)
+		record_send(q, p, wr);
+	return first;
+}
+
+void lip_ring_sends_void(struct lip_qp *q, uint64_t from, uint64_t end)
+{
+	for (; from < end; from++)
+		q->sq[from & q->smask].flags |= LIP_SQE_VOID;
+}
+
+uint64_t lip_ring_recvs(struct lip_qp *q, const struct ibv_recv_wr *wr, int k)
+{
+	uint64_t first = reserve(&q->rhead, (uint64_t)k);
+	if (first + (uint64_t)k - __atomic_load_n(&q->rtail, __ATOMIC_ACQUIRE) > (uint64_t)q->rmask + 1)
+		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
+	uint64_t p = first;
+	for (int i = 0; i < k && wr; i++, wr = wr->next, p++)
+		record_recv(q, p, wr);
+	return first;
+}
+
+void lip_ring_recvs_void(struct lip_qp *q, uint64_t from, uint64_t end)
+{
+	for (; from < end; from++)
+		q->rq[from & q->rmask].flags |= LIP_SQE_VOID;
+}
+
+void lip_ring_retire(struct lip_qp *q, const struct ibv_wc *wc)
+{
+	if (wc->status != IBV_WC_SUCCESS)
+		return;
+	if (wc->opcode & IBV_WC_RECV)
+		retire_recv(q, wc->wr_id);
+	else
+		retire_send(q);
+}
+
+void lip_qp_rlock(struct lip_qp *q) { qlock(&q->rlock); }
+void lip_qp_runlock(struct lip_qp *q) { qunlock(&q->rlock); }
+
 /* lip_retire_wc accounts for one successful completion of c's QPs. */
 void lip_retire_wc(struct lip_ctx *c, const struct ibv_wc *wc)
 {

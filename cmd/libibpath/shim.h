@@ -238,6 +238,9 @@ struct lip_xl {
 	uint32_t peer_qpn;              /* the peer's default QP: src_qp of receives */
 	struct lip_keytab *lk, *rk;     /* local lkeys, the peer's rkeys */
 	int surfaced;                   /* the backup failed too: plain verbs on the default QP */
+	/* record: the lane keeps the QP's shadow rings (lip_xl_record), so
+	 * that layer 2 can take the QP off the lane for a switch back */
+	int record;
 	uint64_t sends, recvs, completions, hidden, misses;
 	/* for lip_xl_dump: layer 2's own completions dropped; backup CQ
 	 * arms requested, refused */
@@ -261,6 +264,8 @@ struct lip_xl *lip_xl_new(struct ibv_qp *bqp, struct ibv_cq *bcq, struct ibv_cq 
 void lip_xl_free(struct lip_xl *x);
 int lip_xl_key(struct lip_xl *x, int remote, uint32_t from, uint32_t to);
 int lip_xl_lookup(struct lip_xl *x, int remote, uint32_t from, uint32_t *to);
+int lip_xl_record(struct lip_qp *q, struct lip_xl *x, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs,
+		  uint64_t notifs_done, uint64_t recvs_done);
 void lip_express_on(struct lip_qp *q, struct lip_xl *x);
 void lip_express_off(struct lip_qp *q);
 void lip_express_surface(struct lip_qp *q);
@@ -333,6 +338,17 @@ void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv);
 void lip_qp_progress(struct lip_qp *q, uint64_t *posted, uint64_t *retired);
 /* for lip_undivert: the rings of a diverted QP hold exactly these WRs */
 int lip_rings_load(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs);
+/* for the express lane's recording (express.c): k WRs of a chain from
+ * wr recorded as the hot path records a post (the first position
+ * returned), those from position from on marked refused; a successful
+ * completion retired; the receive queue's posters serialised */
+uint64_t lip_ring_sends(struct lip_qp *q, const struct ibv_send_wr *wr, int k);
+void lip_ring_sends_void(struct lip_qp *q, uint64_t from, uint64_t end);
+uint64_t lip_ring_recvs(struct lip_qp *q, const struct ibv_recv_wr *wr, int k);
+void lip_ring_recvs_void(struct lip_qp *q, uint64_t from, uint64_t end);
+void lip_ring_retire(struct lip_qp *q, const struct ibv_wc *wc);
+void lip_qp_rlock(struct lip_qp *q);
+void lip_qp_runlock(struct lip_qp *q);
 
 /* srq.c */
 struct lip_srq *lip_srq_of(struct ibv_srq *srq);

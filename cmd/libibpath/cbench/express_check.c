@@ -429,8 +429,12 @@ static void check_keys(void)
  * Best of rounds, alternating. */
 static int bench(long n, int rounds)
 {
-	lip_express_on(lq, lane());
+	/* mode 0: the backup provider direct; 1: the lane; 2: the lane
+	 * keeping the QP's rings (the switch back on) */
+	struct lip_xl *lanes[3] = {NULL, lane(), lane()};
+	CHECK(lip_xl_record(lq, lanes[2], NULL, NULL, 0, 0) == 0, "lip_xl_record");
 	struct lip_qp *qs[1] = {lq};
+	lip_express_on(lq, lanes[1]);
 	lip_express_cq(&acq, qs, 1);
 	bak.autocomplete = 1;
 	struct ibv_sge s = {.addr = 0x1000, .length = 8, .lkey = 0x10}, sb = s;
@@ -441,9 +445,13 @@ static int bench(long n, int rounds)
 	wb.wr.rdma.rkey = 0x40;
 	struct ibv_send_wr *bad;
 	struct ibv_wc wc;
-	double best[2][2] = {{1e18, 1e18}, {1e18, 1e18}}; /* [direct, lane][post, poll] */
+	double best[3][2] = {{1e18, 1e18}, {1e18, 1e18}, {1e18, 1e18}}; /* [direct, lane, recording][post, poll] */
 	for (int r = 0; r < rounds; r++) {
-		for (int mode = 0; mode < 2; mode++) {
+		for (int mode = 0; mode < 3; mode++) {
+			if (mode) {
+				lip_express_off(lq);
+				lip_express_on(lq, lanes[mode]);
+			}
 			double tp = 0, tc = 0;
 			for (long i = 0; i < n; i += 1000) {
 				double t0 = now_ns();
@@ -463,6 +471,8 @@ static int bench(long n, int rounds)
 	}
 	printf("post_send direct_ns %.2f lane_ns %.2f added_ns %.2f\n", best[0][0], best[1][0], best[1][0] - best[0][0]);
 	printf("poll_cq direct_ns %.2f lane_ns %.2f added_ns %.2f\n", best[0][1], best[1][1], best[1][1] - best[0][1]);
+	printf("post_send_recording lane_ns %.2f recording_ns %.2f added_ns %.2f\n", best[1][0], best[2][0], best[2][0] - best[1][0]);
+	printf("poll_cq_recording lane_ns %.2f recording_ns %.2f added_ns %.2f\n", best[1][1], best[2][1], best[2][1] - best[1][1]);
 	return 0;
 }
 
@@ -524,6 +534,86 @@ static void check_arm(void)
 	lip_express_cq(&acq, NULL, 0);
 }
 
+/* sq_at / rq_at: the send / receive ring entry at position k */
+static struct lip_sqe *sq_at(uint64_t k) { return &lq->sq[k & lq->smask]; }
+static struct lip_rqe *rq_at(uint64_t k) { return &lq->rq[k & lq->rmask]; }
+
+/* check_record: a lane with record (the switch back on) keeps the QP's
+ * rings: loaded as it goes on, each WR it posts recorded (one the backup
+ * refuses void), each successful completion it hands over retired, the
+ * control messages and errors retiring nothing; a lane without record
+ * touches no ring. */
+static void check_record(void)
+{
+	struct ibv_wc wc[16];
+	struct lip_qp *qs[1] = {lq};
+	/* without record */
+	uint64_t sh = lq->shead, rh = lq->rhead;
+	lip_express_on(lq, lane());
+	hook_fixes = 1;
+	CHECK(post1(90, IBV_WR_SEND, 0x10, 8, 0, IBV_SEND_SIGNALED) == 0 && lq->shead == sh && lq->rhead == rh,
+	      "a lane without record moved the rings: %lu %lu", (unsigned long)(lq->shead - sh), (unsigned long)(lq->rhead - rh));
+	lip_express_off(lq);
+
+	/* loaded as the QP goes on the lane */
+	struct lip_xl *x = lane();
+	struct ibv_sge ls = {.addr = 0x1000, .length = 8, .lkey = 0x10};
+	struct ibv_send_wr loaded = {.wr_id = 60, .opcode = IBV_WR_SEND, .sg_list = &ls, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_recv_wr lr = {.wr_id = 61, .sg_list = &ls, .num_sge = 1};
+	CHECK(lip_xl_record(lq, x, &loaded, &lr, 5, 7) == 0 && x->record, "lip_xl_record");
+	lip_express_on(lq, x);
+	uint64_t s0 = lq->stail, r0 = lq->rtail;
+	CHECK(lq->shead == s0 + 1 && sq_at(s0)->wr_id == 60 && lq->rhead == r0 + 1 && rq_at(r0)->wr_id == 61 &&
+	      lq->notifs_done == 5 && lq->recvs_done == 7, "loaded: %lu sends, %lu receives, counters %lu %lu",
+	      (unsigned long)(lq->shead - s0), (unsigned long)(lq->rhead - r0), (unsigned long)lq->notifs_done,
+	      (unsigned long)lq->recvs_done);
+	CHECK(lip_xl_record(lq, lane(), NULL, NULL, 0, 0) == -1 && errno == EBUSY, "lip_xl_record of a QP on the lane");
+
+	/* posts recorded, the application's WR with its own keys; the
+	 * backup refuses the second of a chain: it is void */
+	CHECK(post1(62, IBV_WR_RDMA_WRITE, 0x10, 8, 0x30, IBV_SEND_SIGNALED) == 0 && lq->shead == s0 + 2 && sq_at(s0 + 1)->wr_id == 62 &&
+	      sq_at(s0 + 1)->sge[0].lkey == 0x10 && sq_at(s0 + 1)->rkey == 0x30 && !(sq_at(s0 + 1)->flags & LIP_SQE_VOID),
+	      "a lane post recorded: head +%lu", (unsigned long)(lq->shead - s0));
+	bak.refuse_wrid = 64;
+	struct ibv_send_wr r[2];
+	memset(r, 0, sizeof(r));
+	r[0].wr_id = 63, r[1].wr_id = 64;
+	r[0].opcode = r[1].opcode = IBV_WR_SEND;
+	r[0].sg_list = r[1].sg_list = &ls;
+	r[0].num_sge = r[1].num_sge = 1;
+	r[1].send_flags = IBV_SEND_SIGNALED;
+	r[0].next = &r[1];
+	struct ibv_send_wr *bad = NULL;
+	CHECK(app.ctx.ops.post_send(&qp, r, &bad) == ENOMEM && bad == &r[1], "refusal on a recording lane");
+	bak.refuse_wrid = 0;
+	CHECK(lq->shead == s0 + 4 && !(sq_at(s0 + 2)->flags & LIP_SQE_VOID) && (sq_at(s0 + 3)->flags & LIP_SQE_VOID),
+	      "the refused WR is void, the one before it not");
+	struct ibv_recv_wr rw = {.wr_id = 65, .sg_list = &ls, .num_sge = 1};
+	struct ibv_recv_wr *rbad = NULL;
+	CHECK(app.ctx.ops.post_recv(&qp, &rw, &rbad) == 0 && lq->rhead == r0 + 2 && rq_at(r0 + 1)->wr_id == 65 &&
+	      rq_at(r0 + 1)->sge[0].lkey == 0x10, "a lane receive recorded");
+
+	/* completions on the lane retire; control messages do not */
+	CHECK(lip_express_cq(&acq, qs, 1) == 0, "lip_express_cq");
+	complete(&bak, 60, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_SEND, 0);
+	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(2u << 30 | 5));
+	complete(&bak, 61, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0);
+	int got = 0;
+	for (int i = 0; i < 4; i++)
+		got += app.ctx.ops.poll_cq(&acq, 16 - got, wc + got);
+	CHECK(got == 2 && lq->stail == s0 + 1 && lq->notifs_done == 6 && lq->rtail == r0 + 1 && lq->recvs_done == 8,
+	      "retired by the lane's completions: got %d, sends %lu, receives %lu, counters %lu %lu", got,
+	      (unsigned long)(lq->stail - s0), (unsigned long)(lq->rtail - r0), (unsigned long)lq->notifs_done,
+	      (unsigned long)lq->recvs_done);
+	/* an error completion retires nothing (it surfaces the QP) */
+	hook_surfaced = 0;
+	complete(&bak, 62, bqp.qp_num, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE, 0);
+	got = app.ctx.ops.poll_cq(&acq, 16, wc);
+	CHECK(got == 1 && hook_surfaced == 1 && lq->stail == s0 + 1, "an error retired %lu", (unsigned long)(lq->stail - s0 - 1));
+	lip_express_cq(&acq, NULL, 0);
+	lip_express_off(lq);
+}
+
 int main(int argc, char **argv)
 {
 	setup();
@@ -536,6 +626,7 @@ int main(int argc, char **argv)
 	check_refusal_and_off();
 	check_keys();
 	check_arm();
+	check_record();
 	printf(fails ? "FAIL\n" : "PASS\n");
 	return fails != 0;
 }

@@ -156,6 +156,16 @@ type ExpressLane struct {
 	BackupRecvCQ verbs.CQ // nil: BackupCQ serves both queues
 	PeerQPN      uint32   // src_qp of the receive completions
 	LKeys        map[uint32]uint32
+	// Record, when set, makes the lane keep the QP's shadow rings while
+	// it carries it, so that the QP can leave the lane again
+	// (ExpressBack) with what its backup QP holds: the rings are loaded
+	// with *Record (the WRs outstanding on the backup, the handshake
+	// counters) before the lane carries a post; every WR the lane posts
+	// on the backup is recorded as the hot path records a post (one the
+	// backup refuses is not among them); every successful completion the
+	// lane hands the application retires what it stands for (counting
+	// NotifsDone and RecvsDone). Nil: the lane is one-way.
+	Record *Rings
 }
 
 // ExpressStats counts what the express lane did for one QP.
@@ -188,6 +198,13 @@ type Express interface {
 	// ExpressOff takes the QP off the lane before its backup is
 	// destroyed; it returns once no post or poll uses the lane.
 	ExpressOff(q AppQP)
+	// ExpressBack takes a QP that went on the lane with Record off it,
+	// as ExpressOff (its CQs left the lane first: ExpressCQ), and
+	// returns its rings: the WRs its backup QP holds that the
+	// application has not seen complete, in posting order, and the
+	// counters. An error when the QP is not on the lane or was put
+	// there without Record.
+	ExpressBack(q AppQP) (Rings, error)
 	// ExpressStats reads the lane's counters of the QP.
 	ExpressStats(q AppQP) ExpressStats
 }

@@ -28,7 +28,11 @@ import (
 //     the CQ itself (flush errors of lane QPs hidden until they surfaced,
 //     completions of undiverted QPs retired in their rings);
 //   - a poll of a diverted CQ off the lane goes to the Runtime, and its
-//     datapath.ErrExpress makes the poll dispatch again.
+//     datapath.ErrExpress makes the poll dispatch again;
+//   - a QP put on the lane with ExpressLane.Record keeps its rings there:
+//     loaded with the Record, each WR the lane posts recorded (one the
+//     backup refuses dropped), each successful completion the lane hands
+//     over retired; ExpressBack takes it off the lane with them.
 //
 // A caller opts in by handing h.WithExpress() to the runtime's SetHotpath;
 // without it diverted QPs and CQs always go to the runtime.
@@ -50,6 +54,10 @@ type laneQP struct {
 	on     bool // lip_qp.express
 	lk, rk map[uint32]uint32
 	st     datapath.ExpressStats
+	// rec, when the lane records (ExpressLane.Record): the hot path
+	// whose rings of hq it keeps
+	rec *Hotpath
+	hq  *HotQP
 }
 
 // expressLane is the lane's state and what callers read of it.
@@ -62,6 +70,7 @@ type expressLane struct {
 	ons                                       []datapath.ExpressLane // every ExpressOn that succeeded, in order
 	onQPs                                     []uint32
 	tries, keys, cqSets, offs, surfaces, reps int // calls (tries: of ExpressOn), reports
+	backs                                     int // ExpressBack calls that took a QP back
 }
 
 // ExpressHotpath is Hotpath with the express lane.
@@ -196,6 +205,9 @@ func (l *laneQP) postSend(q *HotQP, wrs []verbs.SendWR) (int, error) {
 		if len(out) == 0 {
 			return 0, nil
 		}
+		if l.rec != nil {
+			return l.rec.recordSends(q, wrs[:len(out)], func([]verbs.SendWR) (int, error) { return l.lane.BackupQP.PostSend(out) })
+		}
 		return l.lane.BackupQP.PostSend(out)
 	})
 }
@@ -216,6 +228,9 @@ func (l *laneQP) postRecv(q *HotQP, wrs []verbs.RecvWR) (int, error) {
 	return l.posted(len(out) < len(wrs), &l.st.Recvs, func() (int, error) {
 		if len(out) == 0 {
 			return 0, nil
+		}
+		if l.rec != nil {
+			return recordRecvs(q, wrs[:len(out)], func([]verbs.RecvWR) (int, error) { return l.lane.BackupQP.PostRecv(out) })
 		}
 		return l.lane.BackupQP.PostRecv(out)
 	})
@@ -420,6 +435,9 @@ func (x *expressLane) backupWCs(l *laneQP, wc []verbs.WC, surf *[]laneSurf) int 
 			if w.Opcode&verbs.WCRecv != 0 {
 				w.SrcQP = l.lane.PeerQPN
 			}
+			if l.rec != nil {
+				l.rec.retireLocked(l.hq, w)
+			}
 		}
 		w.QPNum = l.app.QPN
 		wc[kept] = w
@@ -445,12 +463,20 @@ func (e ExpressHotpath) ExpressOn(q datapath.AppQP, lane datapath.ExpressLane) e
 	if h.x.onErr != nil {
 		return h.x.onErr
 	}
-	if fq := h.qps[q.QPN]; fq == nil || !fq.diverted {
+	fq := h.qps[q.QPN]
+	if fq == nil || !fq.diverted {
 		return fmt.Errorf("express lane for QP %#x: the hot path has not diverted it", q.QPN)
 	}
 	l := &laneQP{app: q, lane: lane, on: true, lk: map[uint32]uint32{}, rk: map[uint32]uint32{}}
 	for k, v := range lane.LKeys {
 		l.lk[k] = v
+	}
+	if lane.Record != nil {
+		if lane.Record.Unreplayable != "" {
+			return fmt.Errorf("express lane for QP %#x: its WRs are not whole: %s", q.QPN, lane.Record.Unreplayable)
+		}
+		loadRings(fq, *lane.Record) // lip_xl_record
+		l.rec, l.hq = h, fq
 	}
 	h.x.lanes[q.QPN] = l
 	h.x.ons = append(h.x.ons, lane)
@@ -514,6 +540,21 @@ func (e ExpressHotpath) ExpressOff(q datapath.AppQP) {
 	h.x.offs++
 }
 
+// ExpressBack takes a recording QP off the lane and reads its rings.
+func (e ExpressHotpath) ExpressBack(q datapath.AppQP) (datapath.Rings, error) {
+	h := e.Hotpath
+	h.mu.Lock() // no post or poll is on the lane once it is held
+	defer h.mu.Unlock()
+	l := h.laneOf(q.QPN)
+	if l == nil || l.rec == nil {
+		return datapath.Rings{}, fmt.Errorf("express back QP %#x: not on the lane, or not recorded", q.QPN)
+	}
+	l.on = false
+	h.x.offs++
+	h.x.backs++
+	return ringsOf(l.hq), nil
+}
+
 func (e ExpressHotpath) ExpressStats(q datapath.AppQP) datapath.ExpressStats {
 	h := e.Hotpath
 	h.mu.Lock()
@@ -531,6 +572,7 @@ type ExpressCounts struct {
 	Ons                                       []datapath.ExpressLane
 	OnQPs                                     []uint32
 	Tries, Keys, CQSets, Offs, Surfaces, Reps int
+	Backs                                     int
 }
 
 // ExpressCounts reads what the lane did.
@@ -539,7 +581,7 @@ func (h *Hotpath) ExpressCounts() ExpressCounts {
 	defer h.mu.Unlock()
 	x := h.x
 	return ExpressCounts{Ons: append([]datapath.ExpressLane(nil), x.ons...), OnQPs: append([]uint32(nil), x.onQPs...),
-		Tries: x.tries, Keys: x.keys, CQSets: x.cqSets, Offs: x.offs, Surfaces: x.surfaces, Reps: x.reps}
+		Tries: x.tries, Keys: x.keys, CQSets: x.cqSets, Offs: x.offs, Surfaces: x.surfaces, Reps: x.reps, Backs: x.backs}
 }
 
 // FailExpressOn makes every later ExpressOn fail with err.

@@ -207,6 +207,12 @@ func (h *Hotpath) PostSend(q *HotQP, wrs []verbs.SendWR) (int, error) {
 		return h.divertedPostSend(q, wrs)
 	}
 	defer h.mu.Unlock()
+	return h.recordSends(q, wrs, q.qp.PostSend)
+}
+
+// recordSends records wrs in q's send ring (post_recorded), then posts
+// them with post; the WRs it refuses are dropped again. h.mu held.
+func (h *Hotpath) recordSends(q *HotQP, wrs []verbs.SendWR, post func([]verbs.SendWR) (int, error)) (int, error) {
 	start := len(q.sends)
 	for _, w := range wrs {
 		e := hotSend{wr: w}
@@ -221,10 +227,8 @@ func (h *Hotpath) PostSend(q *HotQP, wrs []verbs.SendWR) (int, error) {
 		}
 		q.sends = append(q.sends, e)
 	}
-	n, err := q.qp.PostSend(wrs)
-	if err != nil {
-		q.sends = q.sends[:start+n] // refused: void
-	}
+	n, err := post(wrs)
+	q.sends = q.sends[:start+n] // refused (or not posted): void
 	q.posted += uint64(n)
 	return n, err
 }
@@ -237,15 +241,18 @@ func (h *Hotpath) PostRecv(q *HotQP, wrs []verbs.RecvWR) (int, error) {
 		return h.divertedPostRecv(q, wrs)
 	}
 	defer h.mu.Unlock()
+	return recordRecvs(q, wrs, q.qp.PostRecv)
+}
+
+// recordRecvs is recordSends for receives (recv_recorded).
+func recordRecvs(q *HotQP, wrs []verbs.RecvWR, post func([]verbs.RecvWR) (int, error)) (int, error) {
 	start := len(q.recvs)
 	for _, w := range wrs {
 		w.SGList = append([]verbs.SGE(nil), w.SGList...)
 		q.recvs = append(q.recvs, w)
 	}
-	n, err := q.qp.PostRecv(wrs)
-	if err != nil {
-		q.recvs = q.recvs[:start+n]
-	}
+	n, err := post(wrs)
+	q.recvs = q.recvs[:start+n]
 	return n, err
 }
 
@@ -476,6 +483,15 @@ func (h *Hotpath) Divert(q datapath.AppQP) (datapath.Rings, error) {
 	for h.inside > 0 { // lip_quiesce
 		h.left.Wait()
 	}
+	r := ringsOf(fq)
+	if h.corrupt != nil {
+		h.corrupt(&r)
+	}
+	return r, nil
+}
+
+// ringsOf is what fq's rings hold (readRings). h.mu held.
+func ringsOf(fq *HotQP) datapath.Rings {
 	var r datapath.Rings
 	inline := false
 	for _, e := range fq.sends {
@@ -491,10 +507,7 @@ func (h *Hotpath) Divert(q datapath.AppQP) (datapath.Rings, error) {
 	}
 	r.Recvs = append(r.Recvs, fq.recvs...)
 	r.NotifsDone, r.RecvsDone = fq.notifs, fq.recvDone
-	if h.corrupt != nil {
-		h.corrupt(&r)
-	}
-	return r, nil
+	return r
 }
 
 // Undivert loads the QP's rings with st and gives its posts back to the
@@ -509,6 +522,19 @@ func (h *Hotpath) Undivert(q datapath.AppQP, st datapath.Rings) error {
 	if fq == nil || !fq.diverted {
 		return errors.New("undivert: QP unknown or not diverted")
 	}
+	if l := h.laneOf(q.QPN); l != nil {
+		return errors.New("undivert: QP on the express lane")
+	}
+	loadRings(fq, st)
+	fq.nudgeMark = 0 // the QP was reset: no nudge is out
+	fq.diverted = false
+	h.undiverts++
+	return nil
+}
+
+// loadRings empties fq's rings and records st's WRs and counters in them
+// (lip_rings_load and the counters). h.mu held.
+func loadRings(fq *HotQP, st datapath.Rings) {
 	fq.sends, fq.recvs = nil, append([]verbs.RecvWR(nil), st.Recvs...)
 	for i, w := range st.Sends {
 		e := hotSend{wr: w, partial: len(w.SGList) > MaxSGE}
@@ -518,14 +544,10 @@ func (h *Hotpath) Undivert(q datapath.AppQP, st datapath.Rings) error {
 		fq.sends = append(fq.sends, e)
 	}
 	fq.notifs, fq.recvDone = st.NotifsDone, st.RecvsDone
-	fq.nudgeMark = 0 // the QP was reset: no nudge is out
 	// positions as lip_rings_load leaves them: the rings restart empty at
 	// their heads, holding the given WRs
 	fq.retired = fq.posted
 	fq.posted += uint64(len(fq.sends))
-	fq.diverted = false
-	h.undiverts++
-	return nil
 }
 
 // Retire implements datapath.Hotpath (lip_retire).
