@@ -1,8 +1,10 @@
 package shim
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/ibpath/ibpath/crossnic"
 	"github.com/ibpath/ibpath/fsm"
 	"github.com/ibpath/ibpath/internal/status"
 	"github.com/ibpath/ibpath/verbs"
@@ -12,12 +14,19 @@ import (
 // backup (crossnic.Conn.Settled) and its first good completion there was
 // seen, its data path moves to C (Express, implemented by the hot path):
 // posts go straight to the backup QP, polls of its CQs drain the backup
-// CQs. Layer 2's Conn is no longer used for data; it only surfaces the
+// CQs. Layer 2's Conn is not used for data meanwhile; it surfaces the
 // QP's error when the lane says so. A CQ goes on the lane with every QP
 // completing into it, or not at all: each of them must have settled,
 // and nothing may wait for the application in the runtime's queues.
 // QPs made later on a lane CQ are not armed (their failover would need
 // the Go data path on that CQ again).
+//
+// With the switch back on, a QP whose default path is down settles too
+// (crossnic.Conn.Parked), and the lane records its WRs in the QP's
+// shadow rings (ExpressLane.Record). When its default path is back, the
+// switch back's tick takes it, and every QP sharing a CQ with it, off the
+// lane (laneBack): each Conn gets the rings (LaneBack) and carries the
+// traffic again while the switch back runs.
 
 // maxLaneQPs is how many QPs one CQ on the lane may serve (LIP_XCQ_QPS).
 const maxLaneQPs = 16
@@ -97,7 +106,7 @@ func (r *Runtime) tryExpress(rt *cqRoute) {
 	var on []*l2qp
 	undo := func(err error) {
 		for _, q := range on {
-			x.ExpressOff(q.app)
+			r.offLane(q, x, "the lane refused another QP of its CQs")
 		}
 		for _, q := range qs {
 			q.noExpress = true
@@ -105,12 +114,24 @@ func (r *Runtime) tryExpress(rt *cqRoute) {
 		r.log.Warn("libibpath: layer 2 express lane refused; the QPs stay on the Go data path", "qpn", qs[0].key.qpn, "err", err)
 	}
 	for _, q := range qs {
+		var rec *Rings
+		if r.cfg.SwitchBack {
+			// recorded, so that it can leave the lane with the QPs it
+			// shares a CQ with when one of them switches back
+			st := q.conn.Outstanding()
+			rec = &Rings{Sends: st.Sends, Inline: st.Inline, NotifsDone: st.NotifsDone, Recvs: st.Recvs, RecvsDone: st.RecvsDone}
+		}
 		l := q.conn.Lane()
-		lane := ExpressLane{BackupQP: l.Backup.QP, BackupCQ: l.Backup.CQ, BackupRecvCQ: l.Backup.RecvCQ, PeerQPN: l.PeerQPN, LKeys: l.LKeys}
+		lane := ExpressLane{BackupQP: l.Backup.QP, BackupCQ: l.Backup.CQ, BackupRecvCQ: l.Backup.RecvCQ, PeerQPN: l.PeerQPN, LKeys: l.LKeys,
+			Record: rec}
 		if err := x.ExpressOn(q.app, lane); err != nil {
+			if rec != nil {
+				_ = q.conn.LaneBack(q.conn.Outstanding()) // nothing ran on the lane
+			}
 			undo(err)
 			return
 		}
+		q.laneRecords = rec != nil
 		on = append(on, q)
 	}
 	var set []verbs.CQ
@@ -139,6 +160,121 @@ func (r *Runtime) tryExpress(rt *cqRoute) {
 		r.setStatus(q, func(s *status.QP) { s.ExpressLane = true })
 		r.log.Info("libibpath: layer 2 express lane", "qpn", q.key.qpn, "backup", q.set.backup)
 	}
+}
+
+// laneBack takes q off the express lane for its switch back, with every
+// QP sharing a lane CQ with it (a CQ is on the lane with all its QPs or
+// none): their CQs leave the lane first, so that their polls come to the
+// runtime (which waits for fo.mu, held here), then each QP, its rings
+// handed to its Conn. A QP whose rings the lane did not keep holds the
+// group on the lane (said once). It reports whether q left. Called with
+// fo.mu held.
+func (r *Runtime) laneBack(q *l2qp, why string) bool {
+	x := r.express()
+	if x == nil {
+		return false
+	}
+	cqs, qs := r.laneGroup(q)
+	for _, o := range qs {
+		if !o.laneRecords {
+			if !q.laneHeldNoted {
+				q.laneHeldNoted = true
+				r.log.Warn("libibpath: layer 2 cannot take the QP off the express lane for its switch back: a QP sharing its CQs "+
+					"went on the lane without its rings; it stays on the backup", "qpn", q.key.qpn, "other", o.key.qpn)
+			}
+			return false
+		}
+	}
+	var off []verbs.CQ
+	for cq := range cqs {
+		if err := x.ExpressCQ(cq, nil); err != nil {
+			for _, c := range off { // back as they were
+				_ = x.ExpressCQ(c, laneApps(cqs[c]))
+			}
+			r.log.Warn("libibpath: layer 2 cannot take a CQ off the express lane; the switch back waits", "qpn", q.key.qpn, "err", err)
+			return false
+		}
+		off = append(off, cq)
+	}
+	for _, c := range cqs {
+		c.express = false
+	}
+	for _, o := range qs {
+		r.offLane(o, x, why)
+	}
+	return true
+}
+
+// laneGroup is q's CQs on the lane and every QP on the lane completing
+// into one of them, closed over QPs that complete into two CQs. Called
+// with fo.mu held.
+func (r *Runtime) laneGroup(q *l2qp) (map[verbs.CQ]*cqRoute, []*l2qp) {
+	cqs := map[verbs.CQ]*cqRoute{}
+	seen := map[*l2qp]bool{q: true}
+	qs := []*l2qp{q}
+	for i := 0; i < len(qs); i++ {
+		for _, cq := range qs[i].cqs() {
+			rt := r.fo.cqs[cq]
+			if rt == nil || !rt.express || cqs[cq] != nil {
+				continue
+			}
+			cqs[cq] = rt
+			for _, o := range rt.qps {
+				if !seen[o] && o.express {
+					seen[o] = true
+					qs = append(qs, o)
+				}
+			}
+		}
+	}
+	return cqs, qs
+}
+
+// laneApps is the application QPs of rt on the lane.
+func laneApps(rt *cqRoute) []AppQP {
+	var apps []AppQP
+	for _, o := range rt.qps {
+		if o.express {
+			apps = append(apps, o.app)
+		}
+	}
+	return apps
+}
+
+// offLane takes q off the lane (its CQs left it, or never went on): a QP
+// whose rings the lane kept hands them to its Conn, which carries its
+// traffic again; a failure to read or load them surfaces the QP's error
+// (what its backup QP holds is not known). Called with fo.mu held.
+func (r *Runtime) offLane(q *l2qp, x Express, why string) {
+	q.express = false
+	r.l2mu.Lock()
+	delete(q.set.express, q.key.qpn)
+	r.l2mu.Unlock()
+	r.setStatus(q, func(s *status.QP) { s.ExpressLane = false })
+	if !q.laneRecords {
+		x.ExpressOff(q.app)
+		return
+	}
+	q.laneRecords = false
+	lst := x.ExpressStats(q.app)
+	st, err := x.ExpressBack(q.app)
+	if err != nil {
+		x.ExpressOff(q.app)
+	} else if st.Unreplayable != "" {
+		err = errors.New(st.Unreplayable)
+	} else {
+		err = q.conn.LaneBack(crossnic.Resume{Sends: st.Sends, Inline: st.Inline, NotifsDone: st.NotifsDone, Recvs: st.Recvs, RecvsDone: st.RecvsDone})
+	}
+	if err != nil {
+		reason := fmt.Sprintf("the backup path cannot be taken off the express lane: %v", err)
+		r.log.Warn("libibpath: layer 2 "+reason, "qpn", q.key.qpn)
+		q.conn.Surface(reason)
+		r.observe(q)
+		return
+	}
+	r.log.Info("libibpath: layer 2 left the express lane", "qpn", q.key.qpn, "why", why, "sends", len(st.Sends), "recvs", len(st.Recvs),
+		"lane_sends", lst.Sends, "lane_recvs", lst.Recvs, "lane_completions", lst.Completions)
+	r.tickLater()
 }
 
 // expressKeys resolves, for a post to a QP on the lane, the keys the lane

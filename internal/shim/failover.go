@@ -70,6 +70,8 @@ type l2qp struct {
 	intercepted      bool // an error completion was taken by a pump; to divert
 	diverted         bool
 	express          bool          // on the express lane (express.go)
+	laneRecords      bool          // the lane keeps its rings: it can leave the lane (laneBack)
+	laneHeldNoted    bool          // said that a QP sharing its CQs holds it on the lane
 	noExpress        bool          // the lane refused it once: stays on the Go data path
 	extWait          bool          // not armed: its extended CQ was not polled yet (startpoll.go)
 	extWasReason     string        // the status reason the wait's took the place of

@@ -171,7 +171,20 @@ func (r *Runtime) switchTickLocked() (away bool, home []*l2qp) {
 	r.fo.tickAgain = false
 	away, home = r.watchInboxes()
 	for _, q := range r.fo.qps {
-		if q.gone || !q.diverted || q.conn == nil || q.express {
+		if q.gone || !q.diverted || q.conn == nil {
+			continue
+		}
+		if q.express && q.recovery && !q.destroying {
+			// On the lane while its default path was down: it leaves
+			// the lane once a switch back can begin.
+			if sq, _ := q.conn.State(); sq == fsm.SQFallback {
+				if !q.conn.Parked() {
+					r.laneBack(q, "the default path is back")
+				}
+				away = true
+			}
+		}
+		if q.express {
 			continue
 		}
 		if q.destroying {
