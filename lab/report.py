@@ -49,8 +49,26 @@ PROTECTED = ("pingpong", "write_bw", "write_bw-q4", "write_bw-bi", "send_bw", "r
              "pingpong-wr", "mpi-verbs", "rping", "nccl", "nccl-r3", "srq_pingpong", "ucx_put_bw", "mpi-ucx")
 
 
-# the arms with the shim: on, and sb (the shim switching back, cut rows only)
+# the arms with the shim: on (its defaults), and sb (IBPATH_SWITCHBACK=on
+# named, cut rows only)
 SHIMMED = ("on", "sb")
+
+
+def switches_back(m):
+    """Whether a shim row's shim switched back: its meta's switchback
+    (on|off, lab/lib/rows.sh: on for the arm sb, and for on unless
+    LAB_SHIM_ENV turned it off). A row without the key (a run before it
+    was written) follows the rule of its time: only the arm sb did.
+
+    >>> switches_back({"shim": "on", "switchback": "on"}), switches_back({"shim": "on", "switchback": "off"})
+    (True, False)
+    >>> switches_back({"shim": "sb", "switchback": "on"}), switches_back({"shim": "sb"}), switches_back({"shim": "on"})
+    (True, True, False)
+    """
+    sb = m.get("switchback")
+    if sb in ("on", "off"):
+        return sb == "on"
+    return m.get("shim") == "sb"
 
 
 def kind(prog):
@@ -388,6 +406,10 @@ def drain_verdict(m, r):
     'no QP failed over: the drain moved nothing'
     >>> drain_verdict(ok, {"backup_qps": 1, "home_qps": 0})
     'no QP came home after the undrain'
+    >>> drain_verdict(dict(ok, shim="on", switchback="on"), {"backup_qps": 1, "home_qps": 0})
+    'no QP came home after the undrain'
+    >>> drain_verdict(dict(ok, shim="on", switchback="off"), {"backup_qps": 1, "home_qps": 0})
+    ''
     >>> drain_verdict(dict(ok, shim="on"), {"backup_qps": 1, "home_qps": 0})
     ''
     """
@@ -397,7 +419,7 @@ def drain_verdict(m, r):
         return "ibpath undrain exited %s" % (m.get("undrain_rc") or "?")
     if not r.get("backup_qps"):
         return "no QP failed over: the drain moved nothing"
-    if m["shim"] == "sb" and not r.get("home_qps"):
+    if switches_back(m) and not r.get("home_qps"):
         return "no QP came home after the undrain"
     return ""
 
@@ -423,6 +445,10 @@ def loss_verdict(m, client, server, r):
     'no QP failed over: the traffic stayed on the lossy port'
     >>> loss_verdict(ok, told, "", {"backup_qps": 1, "home_qps": 0})
     'no QP came home after the loss stopped'
+    >>> loss_verdict(dict(ok, shim="on", switchback="on"), told, "", {"backup_qps": 1, "home_qps": 0})
+    'no QP came home after the loss stopped'
+    >>> loss_verdict(dict(ok, shim="on", switchback="off"), told, "", {"backup_qps": 1})
+    ''
     >>> loss_verdict(dict(ok, shim="on"), told, "", {"backup_qps": 1})
     ''
     """
@@ -431,7 +457,7 @@ def loss_verdict(m, client, server, r):
         return "%s's shim was never told rxe0:1 was drained: its ibpathd did not find the port degraded (is its --health on? LAB_DAEMON_ARGS)" % g
     if not r.get("backup_qps"):
         return "no QP failed over: the traffic stayed on the lossy port"
-    if m["shim"] == "sb" and not r.get("home_qps"):
+    if switches_back(m) and not r.get("home_qps"):
         return "no QP came home after the loss stopped"
     return ""
 
@@ -471,10 +497,14 @@ def flap_verdict(m, client, server, r):
     'g2: no failover handed over through the mailbox'
     >>> flap_verdict({"shim": "sb"}, side, side, {"home_qps": 3})
     'the QPs came home 3 times, want 4 (each end after each pull)'
+    >>> flap_verdict({"shim": "on", "switchback": "on"}, side, side, {"home_qps": 3})
+    'the QPs came home 3 times, want 4 (each end after each pull)'
+    >>> flap_verdict({"shim": "on", "switchback": "off"}, "", "", {"home_qps": 0})
+    ''
     >>> flap_verdict({"shim": "on"}, "", "", {"home_qps": 0})
     ''
     """
-    if m["shim"] != "sb":
+    if not switches_back(m):
         return ""
     for guest, out in (("g1", client), ("g2", server)):
         if not any("layer 2 failover" in l and "via_mailbox=true" in l for l in out.splitlines()):
@@ -506,8 +536,14 @@ def flap3_verdict(m, client, server, r):
     "g1's QP 18 did not come home after its last failover"
     >>> flap3_verdict(m, sb % 17, "", {"backup_qps": 0})
     'no QP failed over'
+    >>> flap3_verdict({"shim": "on", "switchback": "on"}, chr(10).join([fo % 17, sb % 17, fo % 17]), "", {"backup_qps": 1})
+    "g1's QP 17 did not come home after its last failover"
+    >>> flap3_verdict({"shim": "on", "switchback": "off"}, fo % 17, "", {"backup_qps": 1})
+    ''
+    >>> flap3_verdict({"shim": "on"}, fo % 17, "", {"backup_qps": 1})
+    ''
     """
-    if m["shim"] != "sb":
+    if not switches_back(m):
         return ""
     if not r.get("backup_qps"):
         return "no QP failed over"
@@ -546,10 +582,14 @@ def paired_verdict(m, client, server, r):
     'no reset of the default QP was paired through the mailbox'
     >>> paired_verdict({"shim": "sb"}, sq % 1, "", {"home_qps": 0})
     'no QP came home'
+    >>> paired_verdict({"shim": "on", "switchback": "on"}, sq % 1, "", {"home_qps": 0})
+    'no QP came home'
+    >>> paired_verdict({"shim": "on", "switchback": "off"}, "", "", {})
+    ''
     >>> paired_verdict({"shim": "on"}, "", "", {})
     ''
     """
-    if m["shim"] != "sb":
+    if not switches_back(m):
         return ""
     if not any(int(n) > 0 for n in PAIRED.findall(client + "\n" + server)):
         return "no reset of the default QP was paired through the mailbox"
@@ -696,7 +736,7 @@ def main():
         m = read_meta(d)
         if not m:
             continue
-        row = {"name": name, "prog": m["prog"], "shim": m["shim"], "cut": m["cut"],
+        row = {"name": name, "prog": m["prog"], "shim": m["shim"], "cut": m["cut"], "switchback": m.get("switchback"),
                "cut_at_s": m.get("cut_time"), "cut_for_s": m.get("cut_for") if m["cut"] != "none" else None,
                "cut_held_s": m.get("cut_held"),
                "rep": int(m.get("rep") or (name.rsplit(".r", 1)[1] if re.search(r"\.r\d+$", name) else 1)),
@@ -738,6 +778,8 @@ def main():
     for r in rows:
         if r.get("status") != "PASS" or r["cut"] == "none" or r.get("pause_ms") is not None:
             continue
+        # the arm sb has no uncut rows: its reference is on's, the same
+        # shim, whose defaults switch back as sb does
         base = ref.get((r["prog"], "on" if r["shim"] == "sb" else r["shim"]))
         if not base or base.get("work") is None:
             continue

@@ -5,6 +5,15 @@
 # $LAB_OUT/rows/<row>/; lab/report.py turns all rows into the report.
 # Sourced by lab/run.sh.
 #
+# Arms (the middle of a row's name, program.arm.cut): off, no shim; on,
+# the shim with its defaults (plus LAB_SHIM_ENV), which switch back: after
+# a failover the QPs come home once their port returns; sb, the shim with
+# IBPATH_SWITCHBACK=on named (after LAB_SHIM_ENV, so it holds whatever
+# that says), the arm of the rows that exist only there (flap2, flap3,
+# the -r3 programs) and of the drain and loss rows' second run. A shim
+# row's meta says whether its shim switches back (switchback=on|off:
+# shim_switchback); the report's verdicts that want the QPs home read it.
+#
 # perftest runs with --use_old_post_send (ibv_post_send; by default
 # perftest 4.5 posts through the ibv_wr_* API), so that its figures compare
 # with the runs before the shim interposed ibv_wr_*; the pingpong-wr rows
@@ -24,7 +33,7 @@
 #                             LAB_CUT_FOR s "ibpath undrain", in one guest
 #                             command (shim rows only; the report
 #                             requires both to succeed, a failover, and with
-#                             sb the QPs home again)
+#                             the shim switching back the QPs home again)
 #   loss-g1 / loss-g2         no cut: "tc qdisc add dev eth0 root netem loss
 #                             LAB_LOSS_PCT%" inside that guest (link A lossy,
 #                             up throughout) for LAB_LOSS_FOR s, then removed
@@ -33,8 +42,9 @@
 #                             rxe0:1 degraded from its counters and takes
 #                             it out of service; the report requires the
 #                             shim told of it, a failover, no error, and
-#                             with sb the QPs home again once the port is
-#                             back in service (docs/DAEMON.md, "Port health")
+#                             with the shim switching back the QPs home
+#                             again once the port is back in service
+#                             (docs/DAEMON.md, "Port health")
 #   flap3-g1                  setlink-g1 three times in 10 s: down
 #                             LAB_FLAP3_DOWN s, up LAB_FLAP3_UP s between
 #                             (sb arm only). Each failover may meet the
@@ -52,7 +62,7 @@
 #   flap2-g1                  setlink-g1 twice: LAB_FLAP_GAP s after the
 #                             first restore (the traffic home by then),
 #                             the link goes down again for LAB_CUT_FOR s
-#                             (with sb the report requires the second
+#                             (sb arm only; the report requires the second
 #                             failover handed over through the mailbox on
 #                             both ends, and the QPs home after each pull)
 #
@@ -447,6 +457,27 @@ cut_apply() {
 # meta KEY VALUE...: append to the current row's meta file.
 meta() { local k=$1; shift; echo "$k=$*" >>"$ROW_DIR/meta"; }
 
+# shim_arm ARM: whether the arm runs its program under the shim (on, sb;
+# not off, nor ctl, the control arm: the program again without it).
+shim_arm() { [ "$1" = on ] || [ "$1" = sb ]; }
+
+# shim_switchback ARM: "on" when the shim of a shim arm switches back,
+# else "off". sb names IBPATH_SWITCHBACK=on after LAB_SHIM_ENV; on runs
+# the shim's default (on) unless LAB_SHIM_ENV sets IBPATH_SWITCHBACK (its
+# last setting counts, as in export): 1, on, yes, true (any case) or
+# empty keep it on; any other value turns it off (0, off, no, false; a
+# value the shim does not take disables the whole shim).
+shim_switchback() {
+	local w v="" words=()
+	[ "$1" = sb ] && { echo on; return 0; }
+	read -ra words <<<"${LAB_SHIM_ENV:-}"
+	for w in "${words[@]}"; do
+		case $w in IBPATH_SWITCHBACK=*) v=${w#IBPATH_SWITCHBACK=} ;; esac
+	done
+	v=${v//[\"\']/}
+	case ${v,,} in "" | 1 | on | yes | true) echo on ;; *) echo off ;; esac
+}
+
 # server_dump NAME: the stuck dump of g2's programs now (into the row's
 # stuck-server.out), whatever their age
 server_dump() {
@@ -493,15 +524,20 @@ row_run() {
 	ucx_put_bw) st=ok; command -v ucx_perftest >/dev/null || st="ucx_perftest not found (ucx-utils not installed)" ;;
 	*) st=ok ;;
 	esac
-	if [ "$st" = ok ] && [ "$shim" != off ]; then st=$(build_status shim); fi
+	if [ "$st" = ok ] && shim_arm "$shim"; then st=$(build_status shim); fi
 	if [ "$st" != ok ]; then
 		meta status SKIP; meta reason "$st"
 		log "row $name: SKIP ($st)"
 		return 0
 	fi
-	[ "$shim" != off ] && envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info} ${LAB_SHIM_ENV:-}"
-	# the arm sb: the shim with switching back on
-	[ "$shim" = sb ] && envs="$envs IBPATH_SWITCHBACK=on"
+	if shim_arm "$shim"; then
+		envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info} ${LAB_SHIM_ENV:-}"
+		# the arm sb: the switch back named, last, so that LAB_SHIM_ENV
+		# cannot turn it off (the arm on runs the shim's defaults, which
+		# switch back too)
+		[ "$shim" = sb ] && envs="$envs IBPATH_SWITCHBACK=on"
+		meta switchback "$(shim_switchback "$shim")"
+	fi
 	prog_cmds "$prog" "$port" "$cut"
 	# a cut row that hangs (no completion after a local ip-down) must not eat the
 	# CI budget: at most CUT_CAP (60 s; write_lat, rping, srq_pingpong, ucx_put_bw 120 s), or exactly
@@ -674,7 +710,7 @@ $CLIENT")
 			# a server outliving a client that passed is a teardown
 			# that hangs (nccl.on.ipdown-g2 in the full run at
 			# 54cebe2): its threads' stacks before it is killed
-			if [ "$shim" != off ] && [ "$rc_c" = 0 ]; then server_dump "$name"; fi
+			if shim_arm "$shim" && [ "$rc_c" = 0 ]; then server_dump "$name"; fi
 			job_kill "$js"
 		fi
 		rc_s=$(cat "$js.rc" 2>/dev/null || echo 124)
@@ -908,7 +944,7 @@ rows_plan() {
 	fi
 	while read -r prog shim cut port; do
 		[ -n "$prog" ] || continue
-		# sb (the shim switching back) runs only when LAB_ROWS names it,
+		# sb (the switch back named) runs only when LAB_ROWS names it,
 		# but for a drain, whose undrain is what brings the QPs home, a
 		# loss, whose end is (once the port is healthy again), a
 		# flap2 cut, whose second pull is what it is for, and a -r3

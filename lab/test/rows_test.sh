@@ -219,6 +219,43 @@ check "  not without the shim" same "$(sdump off 0)" "server client kill server 
 check "  nor after a client that failed" same "$(sdump on 1)" "server client kill server "
 rm -rf "$LAB_OUT/rows/send_bw."*.none "$tmp/jobs"
 
+# the switch back: the arm sb names it, the arm on has the shim's default
+# (on) unless LAB_SHIM_ENV turns it off; a shim row's meta says which
+# (switchback=on|off), and the control arm runs without the shim
+sbarm() { LAB_SHIM_ENV=${2:-} shim_switchback "$1"; } # ARM [LAB_SHIM_ENV]
+check "shim_switchback: sb and on switch back by default" same "$(sbarm sb) $(sbarm on)" "on on"
+check "  on does not when LAB_SHIM_ENV turns it off (any case, quoted, among others)" \
+	same "$(sbarm on 'IBPATH_EXPRESS=off IBPATH_SWITCHBACK=off') $(sbarm on IBPATH_SWITCHBACK=OFF) $(sbarm on "IBPATH_SWITCHBACK='0'") $(sbarm on 'IBPATH_SWITCHBACK="false"')" \
+	"off off off off"
+check "  LAB_SHIM_ENV's last setting counts, an empty one is the default, other variables do not count" \
+	same "$(sbarm on 'IBPATH_SWITCHBACK=off IBPATH_SWITCHBACK=on') $(sbarm on IBPATH_SWITCHBACK=) $(sbarm on IBPATH_SWITCHBACK_DAMPING=off)" "on on on"
+check "  a value the shim refuses (it disables itself) is off" same "$(sbarm on IBPATH_SWITCHBACK=maybe)" off
+check "  sb switches back whatever LAB_SHIM_ENV says" same "$(sbarm sb IBPATH_SWITCHBACK=off)" on
+rowenv() { # ARM [LAB_SHIM_ENV]: "the client's environment line|the meta's switchback line"
+	(
+		d=$tmp/re
+		rm -rf "$d" "$LAB_OUT/rows/read_bw.$1.none"
+		mkdir -p "$d"
+		job_submit() { [[ "$2" != *-client ]] || head -1 <<<"$4" >"$d/env"; : >"$d/$2.run"; echo "$d/$2"; }
+		job_wait() { return 0; }
+		job_kill() { :; }
+		dumps_wait() { return 1; }
+		wait_for() { return 0; }
+		gexec() { :; }
+		ROWS_T0=$(now) LAB_SHIM_ENV=${2:-} LAB_BUDGET=1000 row_run read_bw "$1" none 18712 >/dev/null 2>&1
+		echo "$(cat "$d/env")|$(grep '^switchback=' "$LAB_OUT/rows/read_bw.$1.none/meta")"
+		rm -rf "$d" "$LAB_OUT/rows/read_bw.$1.none"
+	)
+}
+# shellcheck disable=SC2016 # ($LAB_BUILD as the guest's shell gets it)
+pre='export LD_PRELOAD=$LAB_BUILD/libibpath.so IBPATH_LOG=info'
+check "a row of the arm on: the shim's defaults, meta switchback=on" same "$(rowenv on)" "$pre |switchback=on"
+check "  switchback=off when LAB_SHIM_ENV turns it off" \
+	same "$(rowenv on 'IBPATH_EXPRESS=off IBPATH_SWITCHBACK=off')" "$pre IBPATH_EXPRESS=off IBPATH_SWITCHBACK=off|switchback=off"
+check "  the arm sb: IBPATH_SWITCHBACK=on after LAB_SHIM_ENV, meta switchback=on" \
+	same "$(rowenv sb IBPATH_SWITCHBACK=off)" "$pre IBPATH_SWITCHBACK=off IBPATH_SWITCHBACK=on|switchback=on"
+check "  the arms off and ctl: no shim, no switchback in the meta" same "$(rowenv off)/$(rowenv ctl)" "|/|"
+
 unset -f sleep # sleep_until's own pause, for real
 t=$(command date +%s.%N)
 sleep_until "$(echo "$t + 0.3" | bc)"
@@ -398,6 +435,26 @@ check "a cut row whose cut came after the program ended is MISS, not PASS" \
 	same "$(cat "$tmp/missrows")" "pingpong.on.setlink-g1-150.0:MISS pingpong.on.setlink-g1-90.0:PASS"
 check "  listed as such, and the run is not failed for it" \
 	bash -c "grep -q '^cut missed (MISS), .*: 1 rows: pingpong.on.setlink-g1-150.0\$' '$tmp/missreport' && grep -qx 'rc=0' '$tmp/missreport'"
+
+# the verdicts that want the QPs home read the row's meta (switchback):
+# a drain row of the arm on whose QPs did not come home fails when its
+# shim switched back and passes when it did not; a row without the key
+# (an older run's) wants them home only in the arm sb
+(
+	out=$tmp/sbout
+	for k in on off none; do
+		d=$out/rows/pingpong-ev.on.drain-g1-$k
+		mkdir -p "$d"
+		printf '%s\n' name=pingpong-ev.on.drain-g1 prog=pingpong-ev shim=on cut=drain-g1 rep=1 client_rc=0 server_rc=0 drain_rc=0 undrain_rc=0 >"$d/meta"
+		[ "$k" = none ] || echo "switchback=$k" >>"$d/meta"
+		printf '%s\n' '[50.0] time=2026-11-28T11:46:05.015Z level=INFO msg="libibpath: first good completion on the backup" qpn=17 since_fault=3ms at_unix_ns=1795866365014876395' \
+			'[99.5] 8192000 bytes in 1.00 seconds = 65.54 Mbit/sec' '[100.0] 1000 iters in 1.00 seconds = 1000.00 usec/iter' >"$d/client.out"
+	done
+	python3 "$LAB_REPO/lab/report.py" "$out" >/dev/null 2>&1
+	python3 -c 'import json, sys; print(" ".join("%s:%s:%s:%s" % (r["name"], r.get("switchback"), r["status"], r["detail"]) for r in sorted(json.load(open(sys.argv[1]))["rows"], key=lambda r: r["name"])))' "$out/report.json" >"$tmp/sbrows"
+)
+check "a drain row of the arm on with its QPs not home: FAIL when its shim switched back, else PASS" \
+	same "$(cat "$tmp/sbrows")" "pingpong-ev.on.drain-g1-none:None:PASS: pingpong-ev.on.drain-g1-off:off:PASS: pingpong-ev.on.drain-g1-on:on:FAIL:no QP came home after the undrain"
 
 # the links' receive buffers (lab/lib/vm.sh): raised while QEMU opens its
 # sockets, set back after, the outcome noted for the report's env
