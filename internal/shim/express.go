@@ -256,13 +256,25 @@ func (r *Runtime) offLane(q *l2qp, x Express, why string) {
 		return
 	}
 	q.laneRecords = false
-	lst := x.ExpressStats(q.app)
 	st, err := x.ExpressBack(q.app)
 	if err != nil {
 		x.ExpressOff(q.app)
-	} else if st.Unreplayable != "" {
+	}
+	// (read once no poll is on the lane: final)
+	lst := x.ExpressStats(q.app)
+	if lst.Surfaced {
+		// The lane handed the application an error of the backup (or
+		// the peer's refusal) in a poll whose report (ExpressSurfaced)
+		// waits behind this tick, and would find the QP off the lane:
+		// the Conn surfaces as that report would have it.
+		q.conn.Surface("the backup path failed too (seen on the express lane as the QP left it)")
+		r.observe(q)
+		return
+	}
+	if err == nil && st.Unreplayable != "" {
 		err = errors.New(st.Unreplayable)
-	} else {
+	}
+	if err == nil {
 		err = q.conn.LaneBack(crossnic.Resume{Sends: st.Sends, Inline: st.Inline, NotifsDone: st.NotifsDone, Recvs: st.Recvs, RecvsDone: st.RecvsDone})
 	}
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ibpath/ibpath/internal/status"
 )
 
 // TestSwitchBackFromLane: with the switch back on (the default) and the
@@ -72,5 +74,35 @@ func TestSwitchBackFromLane(t *testing.T) {
 			}
 			waitFor(t, "A diverted again on PORT_ERR", qa.diverted)
 		}
+	}
+}
+
+// TestLaneSurfacedAsItLeaves: a QP waiting on the lane for its port has
+// met the backup's error in a lane poll whose report has not reached the
+// runtime when the port returns. The QP does not come off the lane into
+// a switch back as if nothing happened: its error surfaces, as the
+// report would have had it.
+func TestLaneSurfacedAsItLeaves(t *testing.T) {
+	f, hosts, qa, qb := expressWorld(t, 62, l2opts{express: true, env: map[string]string{EnvSwitch: "on"}})
+	a := hosts[0]
+	drive(t, f, hosts, 5*time.Microsecond, func() bool {
+		for _, q := range []*appQP{qa, qb} {
+			q.total = max(q.total, q.sent+l2Window)
+		}
+		return qa.onLane()
+	})
+	a.hp.SurfaceUnreported(qa.qp.QPN())
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, f, hosts, 5*time.Microsecond, func() bool {
+		a.rt.switchTickOnce()
+		return !qa.onLane()
+	})
+	if s := qa.status(); s.Layer != status.LayerNone || s.Switchbacks != 0 || !strings.Contains(s.Reason, "seen on the express lane") {
+		t.Fatalf("A's QP after it left the lane surfaced: status %+v\nlog:\n%s", s, a.log)
+	}
+	if a.logLine("layer 2 left the express lane", qpnAttr(qa)) != "" {
+		t.Fatalf("A's QP left the lane for a switch back:\n%s", a.log)
 	}
 }

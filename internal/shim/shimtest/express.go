@@ -625,6 +625,18 @@ func (h *Hotpath) DropLaneKey(qpn uint32, remote bool, from uint32) {
 	}
 }
 
+// SurfaceUnreported marks QP qpn on the lane as surfaced without the
+// report to the runtime: the state between a lane poll that met the
+// backup's error and its report (Runtime.ExpressSurfaced), which waits
+// for the runtime's lock.
+func (h *Hotpath) SurfaceUnreported(qpn uint32) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.x.lanes[qpn]; l != nil {
+		l.st.Surfaced = true
+	}
+}
+
 // LaneStats reads the lane's counters of QP qpn.
 func (h *Hotpath) LaneStats(qpn uint32) datapath.ExpressStats {
 	h.mu.Lock()
