@@ -429,7 +429,7 @@ static int xl_post_send(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_sen
 		}
 		if (k) {
 			uint64_t first = rec ? lip_ring_sends(q, src[0], k) : 0;
-#define XL_SEND_REFUSED(at) (rec ? lip_ring_sends_void(q, first + (uint64_t)(at), first + (uint64_t)k) : (void)0)
+#define XL_SEND_REFUSED(at) (rec ? lip_ring_sends_void(q, first, src[0], k, src[at]) : (void)0)
 			XL_POST(x->post_send, x->bqp, d, src, k, bad, x->sends, XL_SEND_REFUSED);
 #undef XL_SEND_REFUSED
 		}
@@ -476,7 +476,7 @@ static int xl_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_rec
 			 * so that the ring's order is the provider's */
 			lip_qp_rlock(q);
 			uint64_t first = lip_ring_recvs(q, src[0], k);
-#define XL_RECV_REFUSED(at) (lip_ring_recvs_void(q, first + (uint64_t)(at), first + (uint64_t)k), lip_qp_runlock(q))
+#define XL_RECV_REFUSED(at) (lip_ring_recvs_void(q, first, src[0], k, src[at]), lip_qp_runlock(q))
 			XL_POST(x->post_recv, x->bqp, d, src, k, bad, x->recvs, XL_RECV_REFUSED);
 #undef XL_RECV_REFUSED
 			lip_qp_runlock(q);

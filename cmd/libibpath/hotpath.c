@@ -654,6 +654,55 @@ static inline void record_recv(struct lip_qp *q, uint64_t k, const struct ibv_re
 	copy_sges(e->sge, w->sg_list, w->num_sge, &e->flags);
 }
 
+/* ring_sends records the k WRs of the chain from wr in q's send ring
+ * (reserved first, an overrun counted) and returns the first position;
+ * ring_sends_void marks the entries from position from that the chain's
+ * WR refused (and those after it) void. ring_recvs and ring_recvs_void:
+ * the same for receives. Under the queue's lock. */
+static inline uint64_t ring_sends(struct lip_qp *q, const struct ibv_send_wr *wr, uint64_t k)
+{
+	uint64_t first = reserve(&q->shead, k);
+	if (first + k - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
+		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
+	uint64_t p = first;
+	for (uint64_t i = 0; i < k && wr; i++, wr = wr->next, p++)
+		record_send(q, p, wr);
+	return first;
+}
+
+static inline void ring_sends_void(struct lip_qp *q, uint64_t from, const struct ibv_send_wr *wr, uint64_t k,
+				   const struct ibv_send_wr *refused)
+{
+	for (int on = 0; k-- && wr; wr = wr->next, from++) {
+		if (wr == refused)
+			on = 1;
+		if (on)
+			q->sq[from & q->smask].flags |= LIP_SQE_VOID;
+	}
+}
+
+static inline uint64_t ring_recvs(struct lip_qp *q, const struct ibv_recv_wr *wr, uint64_t k)
+{
+	uint64_t first = reserve(&q->rhead, k);
+	if (first + k - __atomic_load_n(&q->rtail, __ATOMIC_ACQUIRE) > (uint64_t)q->rmask + 1)
+		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
+	uint64_t p = first;
+	for (uint64_t i = 0; i < k && wr; i++, wr = wr->next, p++)
+		record_recv(q, p, wr);
+	return first;
+}
+
+static inline void ring_recvs_void(struct lip_qp *q, uint64_t from, const struct ibv_recv_wr *wr, uint64_t k,
+				   const struct ibv_recv_wr *refused)
+{
+	for (int on = 0; k-- && wr; wr = wr->next, from++) {
+		if (wr == refused)
+			on = 1;
+		if (on)
+			q->rq[from & q->rmask].flags |= LIP_SQE_VOID;
+	}
+}
+
 /* post_recorded records wr's WRs in q's send ring, then issues them: to
  * the provider's post_send, or (wrapi) through the provider's ibv_wr_*
  * functions (wrapi.c). WRs the provider refused are marked void. Called
@@ -662,24 +711,10 @@ static inline void record_recv(struct lip_qp *q, uint64_t k, const struct ibv_re
 static inline int post_recorded(struct lip_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad, int wrapi)
 {
 	uint64_t n = send_chain_len(wr);
-	uint64_t first = reserve(&q->shead, n);
-	if (first + n - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
-		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
-	uint64_t k = first;
-	for (struct ibv_send_wr *w = wr; w; w = w->next, k++)
-		record_send(q, k, w);
+	uint64_t first = ring_sends(q, wr, n);
 	int ret = wrapi ? lip_wr_issue(q, wr, bad) : q->ctx->post_send(q->qp, wr, bad);
-	if (ret && bad && *bad) {
-		/* WRs from *bad on were not posted. */
-		k = first;
-		int refused = 0;
-		for (struct ibv_send_wr *w = wr; w; w = w->next, k++) {
-			if (w == *bad)
-				refused = 1;
-			if (refused)
-				q->sq[k & q->smask].flags |= LIP_SQE_VOID;
-		}
-	}
+	if (ret && bad && *bad)
+		ring_sends_void(q, first, wr, n, *bad); /* WRs from *bad on were not posted */
 	return ret;
 }
 
@@ -690,21 +725,10 @@ static inline int recv_recorded(struct lip_qp *q, struct ibv_recv_wr *wr, struct
 {
 	uint64_t n = recv_chain_len(wr);
 	qlock(&q->rlock);
-	uint64_t first = reserve(&q->rhead, n);
-	uint64_t k = first;
-	for (struct ibv_recv_wr *w = wr; w; w = w->next, k++)
-		record_recv(q, k, w);
+	uint64_t first = ring_recvs(q, wr, n);
 	int ret = q->ctx->post_recv(q->qp, wr, bad);
-	if (ret && bad && *bad) {
-		k = first;
-		int refused = 0;
-		for (struct ibv_recv_wr *w = wr; w; w = w->next, k++) {
-			if (w == *bad)
-				refused = 1;
-			if (refused)
-				q->rq[k & q->rmask].flags |= LIP_SQE_VOID;
-		}
-	}
+	if (ret && bad && *bad)
+		ring_recvs_void(q, first, wr, n, *bad);
 	qunlock(&q->rlock);
 	return ret;
 }
@@ -950,38 +974,18 @@ static void retire_recv(struct lip_qp *q, uint64_t wr_id)
  * successful completion it hands the application stands for. Sends are
  * recorded under the send queue's lock its caller holds (send_locked);
  * receives under the receive queue's (lip_qp_rlock). */
-uint64_t lip_ring_sends(struct lip_qp *q, const struct ibv_send_wr *wr, int k)
+uint64_t lip_ring_sends(struct lip_qp *q, const struct ibv_send_wr *wr, int k) { return ring_sends(q, wr, (uint64_t)k); }
+
+void lip_ring_sends_void(struct lip_qp *q, uint64_t from, const struct ibv_send_wr *wr, int k, const struct ibv_send_wr *refused)
 {
-	uint64_t first = reserve(&q->shead, (uint64_t)k);
-	if (first + (uint64_t)k - __atomic_load_n(&q->stail, __ATOMIC_ACQUIRE) > (uint64_t)q->smask + 1)
-		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
-	uint64_t p = first;
-	for (int i = 0; i < k && wr; i++, wr = wr->next, p++)
-		record_send(q, p, wr);
-	return first;
+	ring_sends_void(q, from, wr, (uint64_t)k, refused);
 }
 
-void lip_ring_sends_void(struct lip_qp *q, uint64_t from, uint64_t end)
-{
-	for (; from < end; from++)
-		q->sq[from & q->smask].flags |= LIP_SQE_VOID;
-}
+uint64_t lip_ring_recvs(struct lip_qp *q, const struct ibv_recv_wr *wr, int k) { return ring_recvs(q, wr, (uint64_t)k); }
 
-uint64_t lip_ring_recvs(struct lip_qp *q, const struct ibv_recv_wr *wr, int k)
+void lip_ring_recvs_void(struct lip_qp *q, uint64_t from, const struct ibv_recv_wr *wr, int k, const struct ibv_recv_wr *refused)
 {
-	uint64_t first = reserve(&q->rhead, (uint64_t)k);
-	if (first + (uint64_t)k - __atomic_load_n(&q->rtail, __ATOMIC_ACQUIRE) > (uint64_t)q->rmask + 1)
-		__atomic_fetch_add(&q->overflow, 1, __ATOMIC_RELAXED);
-	uint64_t p = first;
-	for (int i = 0; i < k && wr; i++, wr = wr->next, p++)
-		record_recv(q, p, wr);
-	return first;
-}
-
-void lip_ring_recvs_void(struct lip_qp *q, uint64_t from, uint64_t end)
-{
-	for (; from < end; from++)
-		q->rq[from & q->rmask].flags |= LIP_SQE_VOID;
+	ring_recvs_void(q, from, wr, (uint64_t)k, refused);
 }
 
 void lip_ring_retire(struct lip_qp *q, const struct ibv_wc *wc)

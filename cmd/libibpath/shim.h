@@ -338,14 +338,17 @@ void lip_qp_outstanding(struct lip_qp *q, uint64_t *send, uint64_t *recv);
 void lip_qp_progress(struct lip_qp *q, uint64_t *posted, uint64_t *retired);
 /* for lip_undivert: the rings of a diverted QP hold exactly these WRs */
 int lip_rings_load(struct lip_qp *q, struct ibv_send_wr *sends, struct ibv_recv_wr *recvs);
-/* for the express lane's recording (express.c): k WRs of a chain from
- * wr recorded as the hot path records a post (the first position
- * returned), those from position from on marked refused; a successful
- * completion retired; the receive queue's posters serialised */
+/* for the express lane's recording (express.c): the k WRs of a chain
+ * from wr recorded as the hot path records a post (the first position
+ * returned); of the k recorded from position from, the WR refused and
+ * those after it marked void; a successful completion retired; the
+ * receive queue's posters serialised */
 uint64_t lip_ring_sends(struct lip_qp *q, const struct ibv_send_wr *wr, int k);
-void lip_ring_sends_void(struct lip_qp *q, uint64_t from, uint64_t end);
+void lip_ring_sends_void(struct lip_qp *q, uint64_t from, const struct ibv_send_wr *wr, int k,
+			 const struct ibv_send_wr *refused);
 uint64_t lip_ring_recvs(struct lip_qp *q, const struct ibv_recv_wr *wr, int k);
-void lip_ring_recvs_void(struct lip_qp *q, uint64_t from, uint64_t end);
+void lip_ring_recvs_void(struct lip_qp *q, uint64_t from, const struct ibv_recv_wr *wr, int k,
+			 const struct ibv_recv_wr *refused);
 void lip_ring_retire(struct lip_qp *q, const struct ibv_wc *wc);
 void lip_qp_rlock(struct lip_qp *q);
 void lip_qp_runlock(struct lip_qp *q);

@@ -145,7 +145,7 @@ static void setup(void)
 	bqp.context = &bak.ctx;
 	bqp.qp_num = 0x5b5;
 	bqp.send_cq = bqp.recv_cq = &bcq;
-	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 64, .max_recv_wr = 64}};
+	struct ibv_qp_init_attr a = {.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_inline_data = 64}};
 	if (!lip_ctx_add(&app.ctx) || !(lq = lip_qp_add(&qp, &a)) || !lip_qp_add(&other, &a)) {
 		fprintf(stderr, "setup failed\n");
 		exit(2);
@@ -542,37 +542,65 @@ static struct lip_rqe *rq_at(uint64_t k) { return &lq->rq[k & lq->rmask]; }
  * rings: loaded as it goes on, each WR it posts recorded (one the backup
  * refuses void), each successful completion it hands over retired, the
  * control messages and errors retiring nothing; a lane without record
- * touches no ring. */
+ * touches no ring: its posts are not recorded, and its completions do
+ * not retire what the rings hold. */
 static void check_record(void)
 {
 	struct ibv_wc wc[16];
 	struct lip_qp *qs[1] = {lq};
-	/* without record */
-	uint64_t sh = lq->shead, rh = lq->rhead;
+	struct ibv_sge ls = {.addr = 0x1000, .length = 8, .lkey = 0x10};
+	/* without record: rings holding a signaled send and a receive (as a
+	 * divert leaves them), which its completions on the lane leave be */
+	struct ibv_send_wr held = {.wr_id = 92, .opcode = IBV_WR_SEND, .sg_list = &ls, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_recv_wr heldr = {.wr_id = 93, .sg_list = &ls, .num_sge = 1};
+	CHECK(lip_rings_load(lq, &held, &heldr) == 0, "lip_rings_load");
+	uint64_t sh = lq->shead, rh = lq->rhead, st = lq->stail, rt = lq->rtail;
+	uint64_t nd = lq->notifs_done, rd = lq->recvs_done;
 	lip_express_on(lq, lane());
 	hook_fixes = 1;
 	CHECK(post1(90, IBV_WR_SEND, 0x10, 8, 0, IBV_SEND_SIGNALED) == 0 && lq->shead == sh && lq->rhead == rh,
 	      "a lane without record moved the rings: %lu %lu", (unsigned long)(lq->shead - sh), (unsigned long)(lq->rhead - rh));
+	struct ibv_recv_wr orw = {.wr_id = 91, .sg_list = &ls, .num_sge = 1}, *orbad = NULL;
+	CHECK(app.ctx.ops.post_recv(&qp, &orw, &orbad) == 0 && lq->rhead == rh,
+	      "a lane receive without record moved the receive ring: %lu", (unsigned long)(lq->rhead - rh));
+	CHECK(lip_express_cq(&acq, qs, 1) == 0, "lip_express_cq");
+	complete(&bak, 90, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_SEND, 0);
+	complete(&bak, 91, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0);
+	int got = 0;
+	for (int i = 0; i < 4; i++)
+		got += app.ctx.ops.poll_cq(&acq, 16 - got, wc + got);
+	CHECK(got == 2 && lq->stail == st && lq->rtail == rt && lq->notifs_done == nd && lq->recvs_done == rd,
+	      "completions on a lane without record retired: got %d, sends %lu, receives %lu", got,
+	      (unsigned long)(lq->stail - st), (unsigned long)(lq->rtail - rt));
+	lip_express_cq(&acq, NULL, 0);
 	lip_express_off(lq);
 
-	/* loaded as the QP goes on the lane */
+	/* loaded as the QP goes on the lane, an inline WR's payload with it
+	 * (copied from its SGEs, as Rings.Inline gives it) */
 	struct lip_xl *x = lane();
-	struct ibv_sge ls = {.addr = 0x1000, .length = 8, .lkey = 0x10};
-	struct ibv_send_wr loaded = {.wr_id = 60, .opcode = IBV_WR_SEND, .sg_list = &ls, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED};
+	char lpay[8] = "loaded!";
+	struct ibv_sge lis = {.addr = (uintptr_t)lpay, .length = 8, .lkey = 0};
+	struct ibv_send_wr loaded[2] = {
+		{.wr_id = 60, .opcode = IBV_WR_SEND, .sg_list = &ls, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED, .next = &loaded[1]},
+		{.wr_id = 67, .opcode = IBV_WR_SEND, .sg_list = &lis, .num_sge = 1, .send_flags = IBV_SEND_INLINE},
+	};
 	struct ibv_recv_wr lr = {.wr_id = 61, .sg_list = &ls, .num_sge = 1};
-	CHECK(lip_xl_record(lq, x, &loaded, &lr, 5, 7) == 0 && x->record, "lip_xl_record");
+	CHECK(lip_xl_record(lq, x, loaded, &lr, 5, 7) == 0 && x->record, "lip_xl_record");
+	memset(lpay, 0, sizeof(lpay));
 	lip_express_on(lq, x);
 	uint64_t s0 = lq->stail, r0 = lq->rtail;
-	CHECK(lq->shead == s0 + 1 && sq_at(s0)->wr_id == 60 && lq->rhead == r0 + 1 && rq_at(r0)->wr_id == 61 &&
-	      lq->notifs_done == 5 && lq->recvs_done == 7, "loaded: %lu sends, %lu receives, counters %lu %lu",
-	      (unsigned long)(lq->shead - s0), (unsigned long)(lq->rhead - r0), (unsigned long)lq->notifs_done,
-	      (unsigned long)lq->recvs_done);
+	CHECK(lq->shead == s0 + 2 && sq_at(s0)->wr_id == 60 && sq_at(s0 + 1)->wr_id == 67 && lq->rhead == r0 + 1 &&
+	      rq_at(r0)->wr_id == 61 && lq->notifs_done == 5 && lq->recvs_done == 7,
+	      "loaded: %lu sends, %lu receives, counters %lu %lu", (unsigned long)(lq->shead - s0),
+	      (unsigned long)(lq->rhead - r0), (unsigned long)lq->notifs_done, (unsigned long)lq->recvs_done);
+	CHECK(sq_at(s0 + 1)->inline_len == 8 && memcmp(lq->inl + ((s0 + 1) & lq->smask) * lq->inl_max, "loaded!", 8) == 0,
+	      "the loaded inline WR's payload: %u bytes", sq_at(s0 + 1)->inline_len);
 	CHECK(lip_xl_record(lq, lane(), NULL, NULL, 0, 0) == -1 && errno == EBUSY, "lip_xl_record of a QP on the lane");
 
 	/* posts recorded, the application's WR with its own keys; the
 	 * backup refuses the second of a chain: it is void */
-	CHECK(post1(62, IBV_WR_RDMA_WRITE, 0x10, 8, 0x30, IBV_SEND_SIGNALED) == 0 && lq->shead == s0 + 2 && sq_at(s0 + 1)->wr_id == 62 &&
-	      sq_at(s0 + 1)->sge[0].lkey == 0x10 && sq_at(s0 + 1)->rkey == 0x30 && !(sq_at(s0 + 1)->flags & LIP_SQE_VOID),
+	CHECK(post1(62, IBV_WR_RDMA_WRITE, 0x10, 8, 0x30, IBV_SEND_SIGNALED) == 0 && lq->shead == s0 + 3 && sq_at(s0 + 2)->wr_id == 62 &&
+	      sq_at(s0 + 2)->sge[0].lkey == 0x10 && sq_at(s0 + 2)->rkey == 0x30 && !(sq_at(s0 + 2)->flags & LIP_SQE_VOID),
 	      "a lane post recorded: head +%lu", (unsigned long)(lq->shead - s0));
 	bak.refuse_wrid = 64;
 	struct ibv_send_wr r[2];
@@ -586,8 +614,21 @@ static void check_record(void)
 	struct ibv_send_wr *bad = NULL;
 	CHECK(app.ctx.ops.post_send(&qp, r, &bad) == ENOMEM && bad == &r[1], "refusal on a recording lane");
 	bak.refuse_wrid = 0;
-	CHECK(lq->shead == s0 + 4 && !(sq_at(s0 + 2)->flags & LIP_SQE_VOID) && (sq_at(s0 + 3)->flags & LIP_SQE_VOID),
+	CHECK(lq->shead == s0 + 5 && !(sq_at(s0 + 3)->flags & LIP_SQE_VOID) && (sq_at(s0 + 4)->flags & LIP_SQE_VOID),
 	      "the refused WR is void, the one before it not");
+	/* an inline WR: its payload copied by the post (the application may
+	 * reuse its buffer once the post returns) */
+	char pay[8] = "inline!";
+	struct ibv_sge is = {.addr = (uintptr_t)pay, .length = 8, .lkey = 0xdead};
+	struct ibv_send_wr iw = {.wr_id = 66, .opcode = IBV_WR_SEND, .sg_list = &is, .num_sge = 1, .send_flags = IBV_SEND_INLINE};
+	bad = NULL;
+	CHECK(app.ctx.ops.post_send(&qp, &iw, &bad) == 0, "inline post on a recording lane");
+	memset(pay, 0, sizeof(pay));
+	CHECK(lq->shead == s0 + 6 && sq_at(s0 + 5)->wr_id == 66 && sq_at(s0 + 5)->inline_len == 8 &&
+	      !(sq_at(s0 + 5)->flags & (LIP_SQE_PARTIAL | LIP_SQE_VOID)) &&
+	      memcmp(lq->inl + ((s0 + 5) & lq->smask) * lq->inl_max, "inline!", 8) == 0,
+	      "the lane's inline WR recorded with its payload: %u bytes, flags %#x", sq_at(s0 + 5)->inline_len,
+	      sq_at(s0 + 5)->flags);
 	struct ibv_recv_wr rw = {.wr_id = 65, .sg_list = &ls, .num_sge = 1};
 	struct ibv_recv_wr *rbad = NULL;
 	CHECK(app.ctx.ops.post_recv(&qp, &rw, &rbad) == 0 && lq->rhead == r0 + 2 && rq_at(r0 + 1)->wr_id == 65 &&
@@ -598,7 +639,7 @@ static void check_record(void)
 	complete(&bak, 60, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_SEND, 0);
 	complete(&bak, LIP_CTRL_RECV_WRID, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, htonl(2u << 30 | 5));
 	complete(&bak, 61, bqp.qp_num, IBV_WC_SUCCESS, IBV_WC_RECV, 0);
-	int got = 0;
+	got = 0;
 	for (int i = 0; i < 4; i++)
 		got += app.ctx.ops.poll_cq(&acq, 16 - got, wc + got);
 	CHECK(got == 2 && lq->stail == s0 + 1 && lq->notifs_done == 6 && lq->rtail == r0 + 1 && lq->recvs_done == 8,
