@@ -1,6 +1,7 @@
 /* Checks and measures the shim's express lane (express.c) against two
  * provider stubs, the application's device and the backup device:
- *   express_check test    key translation, misses, polls, surfacing, removal
+ *   express_check test    key translation, misses, polls, surfacing, removal,
+ *                         the rings a recording lane keeps (lip_xl_record)
  *   express_check bench   ns per post_send / poll_cq: the backup provider
  *                         called directly vs through the express lane
  * Built by internal/shim's tests:
@@ -162,9 +163,12 @@ static struct lip_xl *lane(void)
 	return x;
 }
 
+/* post1 posts one WR to the application's QP; its SGE covers real memory
+ * (an inline WR's payload is read when a ring records it). */
 static int post1(uint64_t wr_id, enum ibv_wr_opcode op, uint32_t lkey, uint32_t len, uint32_t rkey, int flags)
 {
-	struct ibv_sge s = {.addr = 0x1000, .length = len, .lkey = lkey};
+	static char buf[64];
+	struct ibv_sge s = {.addr = (uintptr_t)buf, .length = len, .lkey = lkey};
 	struct ibv_send_wr w = {.wr_id = wr_id, .opcode = op, .sg_list = &s, .num_sge = 1, .send_flags = flags};
 	w.wr.rdma.rkey = rkey;
 	w.wr.rdma.remote_addr = 0x9000;
