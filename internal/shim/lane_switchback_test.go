@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +105,36 @@ func TestLaneSurfacedAsItLeaves(t *testing.T) {
 	}
 	if a.logLine("layer 2 left the express lane", qpnAttr(qa)) != "" {
 		t.Fatalf("A's QP left the lane for a switch back:\n%s", a.log)
+	}
+}
+
+// TestLaneRefusedSwitchesBack: with the switch back on, the hot path
+// refuses the lane to A's QP, which waits for its port: the QP stays on
+// the Go data path with its Conn whole (the rings it would have handed
+// the lane are still its own) and switches back with every message once
+// when the cable is back.
+func TestLaneRefusedSwitchesBack(t *testing.T) {
+	f, hosts, qa, qb := expressWorld(t, 63, l2opts{express: true, env: map[string]string{EnvSwitch: "on"}})
+	a := hosts[0]
+	a.hp.FailExpressOn(errors.New("injected: no lane"))
+	drive(t, f, hosts, 5*time.Microsecond, func() bool {
+		for _, q := range []*appQP{qa, qb} {
+			q.total = max(q.total, q.sent+l2Window)
+		}
+		return a.hp.ExpressCounts().Tries > 0
+	})
+	qa.l2(func(l *l2qp) {
+		if l.express || l.laneRecords || !l.noExpress {
+			t.Fatalf("A's QP after the lane refused it: express %v, records %v, refused %v", l.express, l.laneRecords, l.noExpress)
+		}
+	})
+	sendMoreClean(t, f, hosts, qa, qb, 50) // on the Go data path, the port still down
+	if err := f.SetLink(a.port, true); err != nil {
+		t.Fatal(err)
+	}
+	homeAgain(t, f, hosts, qa, qb)
+	sendMoreClean(t, f, hosts, qa, qb, 50)
+	if s := qa.status(); s.Switchbacks != 1 || s.CrossNIC != "default" {
+		t.Fatalf("A's QP: status %+v\nlog:\n%s", s, a.log)
 	}
 }
