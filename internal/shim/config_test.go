@@ -62,7 +62,7 @@ func TestFromEnvLayer2Switches(t *testing.T) {
 	}{
 		{EnvExpress, func(c Config) bool { return c.Express }, true, "express lane"},
 		{EnvChannels, func(c Config) bool { return c.Channels }, true, "completion channels"},
-		{EnvSwitch, func(c Config) bool { return c.SwitchBack }, true, "switch back"},
+		{EnvSwitch, func(c Config) bool { return c.SwitchBack }, false, "switch back"},
 	} {
 		for v, want := range map[string]bool{"": k.def, "on": true, "1": true, "off": false, "0": false, "OFF": false} {
 			c, err := FromEnv(env(map[string]string{k.name: v}))
@@ -84,13 +84,13 @@ func TestFromEnvLayer2Switches(t *testing.T) {
 }
 
 // TestFromEnvCQHeadroom: IBPATH_CQ_HEADROOM defaults to 64 with the switch
-// back on (its default) and to 0 without it, takes a count, and refuses
-// what is not one, and, with the switch back on, less than one QP's share.
+// back on and to 0 without it, takes a count, and refuses what is not one,
+// and, with the switch back on, less than one QP's share.
 func TestFromEnvCQHeadroom(t *testing.T) {
 	for _, c := range []struct {
 		sw, v string
 		want  int
-	}{{"", "", defaultCQHeadroom}, {"off", "", 0}, {"on", "", defaultCQHeadroom}, {"on", "4", 4}, {"on", "1000", 1000}, {"off", "0", 0}, {"off", "8", 8}} {
+	}{{"", "", 0}, {"on", "", defaultCQHeadroom}, {"on", "4", 4}, {"on", "1000", 1000}, {"off", "0", 0}, {"off", "8", 8}} {
 		got, err := FromEnv(env(map[string]string{EnvSwitch: c.sw, EnvHeadroom: c.v}))
 		if err != nil || got.CQHeadroom != c.want {
 			t.Errorf("%s=%q %s=%q: %d, %v; want %d", EnvSwitch, c.sw, EnvHeadroom, c.v, got.CQHeadroom, err, c.want)

@@ -120,14 +120,15 @@ func railFabric(t *testing.T, seed uint64) *sim.Fabric {
 
 func newL2Host(t *testing.T, f *sim.Fabric, name string, side int, c *shimtest.Cluster, o l2opts) *l2host {
 	t.Helper()
-	if o.express && o.env[EnvSwitch] == "" {
-		// The lane's tests follow a QP that stays on the backup; those
-		// of a QP that leaves the lane for its switch back say so.
+	if !o.express && o.env[EnvSwitch] == "" {
+		// The Go data path's tests switch back (the lane's follow a QP
+		// that stays on the backup, the default; those of a QP that
+		// leaves the lane for its switch back say so).
 		o.env = maps.Clone(o.env)
 		if o.env == nil {
 			o.env = map[string]string{}
 		}
-		o.env[EnvSwitch] = "off"
+		o.env[EnvSwitch] = "on"
 	}
 	if o.env[EnvDamping] == "" {
 		// These tests pull and put back cables to check what each

@@ -40,9 +40,7 @@ func runVerbfuzz(t *testing.T, b preloadBed, bin string, shim bool, env []string
 	c := exec.CommandContext(ctx, bin, args...)
 	c.Env = append(c.Environ(), env...)
 	if shim {
-		// the shim's defaults (the switch back on) give every CQ
-		// the headroom more: verbfuzz shows its sizes without it
-		c.Env = append(c.Env, "LD_PRELOAD="+b.shim, "IBPATH_SOCKET=off", "IBPATH_LOG=error", "VERBFUZZ_CQE_HEADROOM="+strconv.Itoa(defaultCQHeadroom))
+		c.Env = append(c.Env, "LD_PRELOAD="+b.shim, "IBPATH_SOCKET=off", "IBPATH_LOG=error")
 	}
 	var o, e bytes.Buffer
 	c.Stdout, c.Stderr = &o, &e

@@ -6,8 +6,9 @@
 # Sourced by lab/run.sh.
 #
 # Arms (the middle of a row's name, program.arm.cut): off, no shim; on,
-# the shim with its defaults (plus LAB_SHIM_ENV), which switch back: after
-# a failover the QPs come home once their port returns; sb, the shim with
+# the shim with its defaults (plus LAB_SHIM_ENV), which do not switch back
+# (LAB_SHIM_ENV=IBPATH_SWITCHBACK=on makes it: after a failover the QPs come
+# home once their port returns); sb, the shim with
 # IBPATH_SWITCHBACK=on named (after LAB_SHIM_ENV, so it holds whatever
 # that says), the arm of the rows that exist only there (flap2, flap3,
 # the -r3 programs) and of the drain and loss rows' second run. A shim
@@ -463,10 +464,10 @@ shim_arm() { [ "$1" = on ] || [ "$1" = sb ]; }
 
 # shim_switchback ARM: "on" when the shim of a shim arm switches back,
 # else "off". sb names IBPATH_SWITCHBACK=on after LAB_SHIM_ENV; on runs
-# the shim's default (on) unless LAB_SHIM_ENV sets IBPATH_SWITCHBACK (its
-# last setting counts, as in export): 1, on, yes, true (any case) or
-# empty keep it on; any other value turns it off (0, off, no, false; a
-# value the shim does not take disables the whole shim).
+# the shim's default (off) unless LAB_SHIM_ENV sets IBPATH_SWITCHBACK (its
+# last setting counts, as in export): 1, on, yes, true (any case) turn it
+# on; empty keeps the default; any other value is off (0, off, no, false;
+# a value the shim does not take disables the whole shim).
 shim_switchback() {
 	local w v="" words=()
 	[ "$1" = sb ] && { echo on; return 0; }
@@ -475,7 +476,7 @@ shim_switchback() {
 		case $w in IBPATH_SWITCHBACK=*) v=${w#IBPATH_SWITCHBACK=} ;; esac
 	done
 	v=${v//[\"\']/}
-	case ${v,,} in "" | 1 | on | yes | true) echo on ;; *) echo off ;; esac
+	case ${v,,} in 1 | on | yes | true) echo on ;; *) echo off ;; esac
 }
 
 # server_dump NAME: the stuck dump of g2's programs now (into the row's
@@ -533,8 +534,7 @@ row_run() {
 	if shim_arm "$shim"; then
 		envs="export LD_PRELOAD=\$LAB_BUILD/libibpath.so IBPATH_LOG=${LAB_SHIM_LOG:-info} ${LAB_SHIM_ENV:-}"
 		# the arm sb: the switch back named, last, so that LAB_SHIM_ENV
-		# cannot turn it off (the arm on runs the shim's defaults, which
-		# switch back too)
+		# cannot turn it off
 		[ "$shim" = sb ] && envs="$envs IBPATH_SWITCHBACK=on"
 		meta switchback "$(shim_switchback "$shim")"
 	fi

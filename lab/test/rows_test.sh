@@ -223,12 +223,13 @@ rm -rf "$LAB_OUT/rows/send_bw."*.none "$tmp/jobs"
 # (on) unless LAB_SHIM_ENV turns it off; a shim row's meta says which
 # (switchback=on|off), and the control arm runs without the shim
 sbarm() { LAB_SHIM_ENV=${2:-} shim_switchback "$1"; } # ARM [LAB_SHIM_ENV]
-check "shim_switchback: sb and on switch back by default" same "$(sbarm sb) $(sbarm on)" "on on"
+check "shim_switchback: sb switches back, on by default does not (the shim's default)" same "$(sbarm sb) $(sbarm on)" "on off"
+check "  on does when LAB_SHIM_ENV turns it on" same "$(sbarm on IBPATH_SWITCHBACK=on) $(sbarm on IBPATH_SWITCHBACK=1)" "on on"
 check "  on does not when LAB_SHIM_ENV turns it off (any case, quoted, among others)" \
 	same "$(sbarm on 'IBPATH_EXPRESS=off IBPATH_SWITCHBACK=off') $(sbarm on IBPATH_SWITCHBACK=OFF) $(sbarm on "IBPATH_SWITCHBACK='0'") $(sbarm on 'IBPATH_SWITCHBACK="false"')" \
 	"off off off off"
 check "  LAB_SHIM_ENV's last setting counts, an empty one is the default, other variables do not count" \
-	same "$(sbarm on 'IBPATH_SWITCHBACK=off IBPATH_SWITCHBACK=on') $(sbarm on IBPATH_SWITCHBACK=) $(sbarm on IBPATH_SWITCHBACK_DAMPING=off)" "on on on"
+	same "$(sbarm on 'IBPATH_SWITCHBACK=off IBPATH_SWITCHBACK=on') $(sbarm on IBPATH_SWITCHBACK=) $(sbarm on IBPATH_SWITCHBACK_DAMPING=on)" "on off off"
 check "  a value the shim refuses (it disables itself) is off" same "$(sbarm on IBPATH_SWITCHBACK=maybe)" off
 check "  sb switches back whatever LAB_SHIM_ENV says" same "$(sbarm sb IBPATH_SWITCHBACK=off)" on
 rowenv() { # ARM [LAB_SHIM_ENV]: "the client's environment line|the meta's switchback line"
@@ -249,9 +250,9 @@ rowenv() { # ARM [LAB_SHIM_ENV]: "the client's environment line|the meta's switc
 }
 # shellcheck disable=SC2016 # ($LAB_BUILD as the guest's shell gets it)
 pre='export LD_PRELOAD=$LAB_BUILD/libibpath.so IBPATH_LOG=info'
-check "a row of the arm on: the shim's defaults, meta switchback=on" same "$(rowenv on)" "$pre |switchback=on"
-check "  switchback=off when LAB_SHIM_ENV turns it off" \
-	same "$(rowenv on 'IBPATH_EXPRESS=off IBPATH_SWITCHBACK=off')" "$pre IBPATH_EXPRESS=off IBPATH_SWITCHBACK=off|switchback=off"
+check "a row of the arm on: the shim's defaults, meta switchback=off" same "$(rowenv on)" "$pre |switchback=off"
+check "  switchback=on when LAB_SHIM_ENV turns it on" \
+	same "$(rowenv on 'IBPATH_EXPRESS=off IBPATH_SWITCHBACK=on')" "$pre IBPATH_EXPRESS=off IBPATH_SWITCHBACK=on|switchback=on"
 check "  the arm sb: IBPATH_SWITCHBACK=on after LAB_SHIM_ENV, meta switchback=on" \
 	same "$(rowenv sb IBPATH_SWITCHBACK=off)" "$pre IBPATH_SWITCHBACK=off IBPATH_SWITCHBACK=on|switchback=on"
 check "  the arms off and ctl: no shim, no switchback in the meta" same "$(rowenv off)/$(rowenv ctl)" "|/|"

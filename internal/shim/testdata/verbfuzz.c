@@ -293,18 +293,7 @@ static void op_cq(void)
 		out("cq %d ctx %d cqe %d: %s", i, c, cqe, strerror(errno));
 		return;
 	}
-	/* Under the shim with the switch back on, a CQ holds the switch
-	 * back's headroom more than the provider gives for its size (a
-	 * provider may give more than asked for: docs/SHIM.md); the test
-	 * names it (VERBFUZZ_CQE_HEADROOM), and the size is shown without it,
-	 * so that it compares with the provider's own. */
-	static int headroom = -1;
-	if (headroom < 0)
-		headroom = getenv("VERBFUZZ_CQE_HEADROOM") ? atoi(getenv("VERBFUZZ_CQE_HEADROOM")) : 0;
-	int shown = q->cq->cqe;
-	if (headroom > 0 && shown - headroom >= cqe)
-		shown -= headroom;
-	out("cq %d ctx %d cqe %d ex %d ch %d: cqe %d", i, c, cqe, q->ex != NULL, ch, shown);
+	out("cq %d ctx %d cqe %d ex %d ch %d: cqe %d", i, c, cqe, q->ex != NULL, ch, q->cq->cqe);
 	q->ctx = c, q->users = 0, q->ch = ch;
 	ctx_objs[c]++;
 	if (ch >= 0)
