@@ -194,6 +194,11 @@ prog_cmds() {
 		LAB_RPING_COUNT=$LAB_CUT_RPING_COUNT LAB_SRQ_ITERS=$LAB_CUT_SRQ_ITERS
 		LAB_UCX_ITERS=$LAB_CUT_UCX_ITERS
 	fi
+	# mpirun hands the remote rank only the variables it names with -x:
+	# under the shim, every exported IBPATH_* of the row (LAB_SHIM_ENV and
+	# the arm sb's switch back included), so both ranks run the same shim
+	# shellcheck disable=SC2016 # expanded in the guest
+	local mpi_shim_x='${LD_PRELOAD:+-x LD_PRELOAD $(compgen -e IBPATH_ | sed "s/^/-x /")}'
 	SERVER="" MARKER="#bytes" SMARKER="Waiting for client" MWAIT=20 LIMIT=$((LAB_BW_SECONDS + 30)) CUT_CAP=60 ARMWAIT="" SGRACE=5
 	case $1 in
 	pingpong | pingpong-ev | pingpong-wr)
@@ -267,7 +272,7 @@ prog_cmds() {
 stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/guest/rsh.sh \\
   --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth1 \\
   --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 \\
-  \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
+  $mpi_shim_x \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
 		# MPI's start-up takes 20 s and more under TCG with the shim: a
 		# cut must fall in the traffic, not in MPI_Init's connection setup
@@ -280,7 +285,7 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
   --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include eth1 \\
   --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include 'verbs;ofi_rxm' \\
   -x FI_PROVIDER='verbs;ofi_rxm' -x FI_VERBS_IFACE=eth0 -x FI_UNIVERSE_SIZE=4 -x FI_LOG_LEVEL=${LAB_FI_LOG:-warn} \\
-  \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
+  $mpi_shim_x \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
 		MARKER="MPI_CHECK started" MWAIT=45 LIMIT=$((LAB_MPI_SECONDS + 50)) ;;
 	mpi-ucx)
@@ -295,7 +300,7 @@ stamp mpirun -H 10.77.1.1,10.77.1.2 -np 2 --mca plm_rsh_agent \$LAB_REPO/lab/gue
   --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl self \\
   -x UCX_TLS=self,rc_verbs,ud_verbs -x UCX_NET_DEVICES=rxe0:1 -x UCX_IB_GID_INDEX=1 \\
   -x UCX_UD_VERBS_ETH_DGID_CHECK=n -x UCX_LOG_LEVEL=${LAB_UCX_LOG:-info} \\
-  \${LD_PRELOAD:+-x LD_PRELOAD -x IBPATH_LOG} \\
+  $mpi_shim_x \\
   \$LAB_BUILD/mpi_check $LAB_MPI_SECONDS"
 		MARKER="MPI_CHECK started" MWAIT=45 LIMIT=$((LAB_MPI_SECONDS + 50)) ;;
 	srq_pingpong)
