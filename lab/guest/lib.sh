@@ -27,13 +27,20 @@ wait_active() {
 
 # stamp CMD...: run CMD with stdout and stderr line-buffered, each line
 # prefixed by the guest's uptime, so gaps in a program's output can be timed.
-# The uptime is read with bash's own read: a fork per line costs about half
-# a second under TCG, and a chatty program would outrun its stamper.
+# One awk reads the lines and /proc/uptime (a fork per line costs about half
+# a second under TCG); bash's read takes a pipe one byte per system call, 9
+# times slower, and a chatty program (a debug log) outran it: the pipe
+# filled, mpirun blocked writing its ranks' output and stopped serving
+# their finalize until the row's limit. mawk reads a pipe in whole buffers
+# unless told -W interactive (lines stamped when the buffer filled).
 stamp() {
-	stdbuf -oL -eL "$@" 2>&1 | while IFS= read -r l; do
-		read -r up _ </proc/uptime
-		printf '[%s] %s\n' "$up" "$l"
-	done
+	local aw=(awk)
+	awk -W version 2>/dev/null | grep -q mawk && aw=(awk -W interactive)
+	# shellcheck disable=SC2016 # an awk program
+	stdbuf -oL -eL "$@" 2>&1 | "${aw[@]}" '{
+		getline u < "/proc/uptime"; close("/proc/uptime"); split(u, f, " ")
+		printf "[%s] %s\n", f[1], $0; fflush()
+	}'
 	return "${PIPESTATUS[0]}"
 }
 
