@@ -237,6 +237,13 @@ type ConnStats struct {
 	// the receives the peer's answer through the mailbox said precede
 	// the ones it moved to its backup.
 	Fillers int
+	// The receive counters of the last switch back: Notified, the
+	// receive-consuming sends this side had completed when its
+	// notification went out (what it carried); PeerSent, what the
+	// peer's carried; CollectedTo, this side's receive counter once the
+	// backup's data completions were collected, before the receives
+	// moved home (PeerSent unless a message was lost or taken twice).
+	Notified, PeerSent, CollectedTo uint64
 }
 
 // NewConn protects def with bak. Both QPs must be connected (RTS) to the

@@ -235,7 +235,7 @@ func (c *Conn) onDefault(wc verbs.WC) {
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNNotifyCompleted}))
 	case wc.WRID == ctrlRecvWRID && isRecv(&wc):
 		if k, n, err := decodeCtrl(wc.ImmData, c.rring.Completed()); err == nil && k == ctrlSwitch {
-			c.peerSent = n
+			c.peerSent, c.stats.PeerSent = n, n
 		}
 		c.act(c.m.Step(fsm.CNEvent{Kind: fsm.CNPeerSwitchBack}))
 		if c.rec != nil {

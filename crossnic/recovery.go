@@ -584,6 +584,7 @@ func (c *Conn) releaseNotify() error {
 		return fmt.Errorf("crossnic: post the switch-back notification: %w", err)
 	}
 	c.notifyAt, c.notifyWaits = c.rec.Clock.Now(), 0
+	c.stats.Notified = c.sring.NotifsDone()
 	return nil
 }
 
@@ -641,6 +642,7 @@ func (c *Conn) repostRecvsDefault() error {
 	c.collecting = true
 	_ = c.drain(&c.bak)
 	c.collecting = false
+	c.stats.CollectedTo = c.rring.Completed()
 	c.recvsOnBak = false
 	c.bakStale = c.rring.Len() // their copies stay on the backup until it is purged
 	err := c.postRecvsDefault()

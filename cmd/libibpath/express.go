@@ -15,6 +15,7 @@ static void lip_xl_stats(struct lip_qp *q, uint64_t *out)
 	out[3] = __atomic_load_n(&x->hidden, __ATOMIC_RELAXED);
 	out[4] = __atomic_load_n(&x->misses, __ATOMIC_RELAXED);
 	out[5] = __atomic_load_n(&x->surfaced, __ATOMIC_ACQUIRE);
+	out[6] = __atomic_load_n(&x->own, __ATOMIC_RELAXED);
 }
 
 // lip_xl_recorded: q is on the lane, which keeps its rings.
@@ -170,10 +171,10 @@ func (hotpath) ExpressStats(q shim.AppQP) shim.ExpressStats {
 	if lq == nil {
 		return shim.ExpressStats{}
 	}
-	var v [6]C.uint64_t
+	var v [7]C.uint64_t
 	C.lip_xl_stats(lq, &v[0])
 	return shim.ExpressStats{Sends: uint64(v[0]), Recvs: uint64(v[1]), Completions: uint64(v[2]),
-		Hidden: uint64(v[3]), Misses: uint64(v[4]), Surfaced: v[5] != 0}
+		Hidden: uint64(v[3]), Misses: uint64(v[4]), Surfaced: v[5] != 0, Own: uint64(v[6])}
 }
 
 //export ibpathExpressSurfaced

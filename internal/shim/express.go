@@ -285,7 +285,8 @@ func (r *Runtime) offLane(q *l2qp, x Express, why string) {
 		return
 	}
 	r.log.Info("libibpath: layer 2 left the express lane", "qpn", q.key.qpn, "why", why, "sends", len(st.Sends), "recvs", len(st.Recvs),
-		"lane_sends", lst.Sends, "lane_recvs", lst.Recvs, "lane_completions", lst.Completions)
+		"lane_sends", lst.Sends, "lane_recvs", lst.Recvs, "lane_completions", lst.Completions, "lane_own", lst.Own,
+		"notifs_done", st.NotifsDone, "recvs_done", st.RecvsDone)
 	r.tickLater()
 }
 

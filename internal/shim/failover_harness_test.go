@@ -572,13 +572,32 @@ func eachSignaledOnce(t *testing.T, q *appQP) {
 
 // logLine returns the first line of x's log containing every part.
 func (x *l2host) logLine(parts ...string) string {
+	if ls := x.logLines(parts...); len(ls) > 0 {
+		return ls[0]
+	}
+	return ""
+}
+
+// logLines is every line of the host's log that holds all of parts.
+func (x *l2host) logLines(parts ...string) []string {
+	var out []string
 	for _, l := range strings.Split(x.log.String(), "\n") {
 		ok := true
 		for _, p := range parts {
 			ok = ok && strings.Contains(l, p)
 		}
 		if ok {
-			return l
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// logAttr is the value of key=value in a log line ("" when absent).
+func logAttr(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
 		}
 	}
 	return ""

@@ -56,6 +56,7 @@ func TestSwitchBackFromLane(t *testing.T) {
 			t.Fatal(err)
 		}
 		homeAgain(t, f, hosts, qa, qb)
+		switchCounted(t, round, qa, qb)
 		if x := a.hp.ExpressCounts(); x.Backs != round {
 			t.Fatalf("round %d: A's lane gave the QP back %d times", round, x.Backs)
 		}

@@ -357,7 +357,9 @@ func (r *Runtime) undivert(q *l2qp) bool {
 	since := now.Sub(q.faultAt)
 	r.log.Info("libibpath: layer 2 switched back", "qpn", q.key.qpn, "device", q.set.dev, "backup", q.set.backup,
 		"since_fault", since, "held", stats.SwitchPause, "probes", stats.Probes, "at_unix_ns", now.UnixNano(),
-		"sends", len(st.Sends), "recvs", len(st.Recvs), "hot_path", err == nil)
+		"sends", len(st.Sends), "recvs", len(st.Recvs), "hot_path", err == nil,
+		"notified", stats.Notified, "peer_sent", stats.PeerSent, "collected_to", stats.CollectedTo,
+		"notifs_done", st.NotifsDone, "recvs_done", st.RecvsDone)
 	r.fo.events = append(r.fo.events, status.Event{Kind: status.EvSwitchback, At: now, Device: q.set.dev,
 		Port: q.port, QPN: q.key.qpn, From: q.set.backup + " (backup)", To: fmt.Sprintf("%s qpn %#x", q.set.dev, q.key.qpn),
 		Reason: fmt.Sprintf("the default path works again (%s after %s)", since.Round(time.Millisecond), q.reason)})

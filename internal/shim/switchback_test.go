@@ -16,6 +16,31 @@ import (
 // are back in their hot paths. The runtimes are also ticked right after
 // the posts, before the fabric carries them, so that a QP is given back
 // with WRs outstanding on its default QP.
+// switchCounted checks the receive counters of switch back n (from 1)
+// of qa and of qb, its peer, in their "switched back" lines: each side
+// collected the backup's data completions up to the count the peer's
+// notification carried, and that count is what the peer says it
+// notified: no message lost or taken twice as the receives came home.
+func switchCounted(t *testing.T, n int, qa, qb *appQP) {
+	t.Helper()
+	line := func(q *appQP) string {
+		ls := q.x.logLines("layer 2 switched back", qpnAttr(q)+" ")
+		if len(ls) < n {
+			t.Fatalf("%s: %d switch-back lines, want %d:\n%s", q.x.name, len(ls), n, q.x.log)
+		}
+		return ls[n-1]
+	}
+	la, lb := line(qa), line(qb)
+	for _, c := range [][2]string{{la, lb}, {lb, la}} {
+		own, peer := c[0], c[1]
+		got, sent := logAttr(own, "collected_to"), logAttr(own, "peer_sent")
+		if got == "" || got != sent || logAttr(peer, "notified") != sent {
+			t.Fatalf("switch back %d: collected to %q, the peer's notification said %q, the peer notified %q:\n%s\n%s",
+				n, got, sent, logAttr(peer, "notified"), own, peer)
+		}
+	}
+}
+
 func homeAgain(t *testing.T, f *sim.Fabric, hosts []*l2host, qs ...*appQP) {
 	t.Helper()
 	homeAgainChecked(t, f, hosts, func() {}, qs...)
@@ -139,6 +164,7 @@ func TestSwitchBackAfterRepair(t *testing.T) {
 			if q.x.logLine("layer 2 switched back", qpnAttr(q), "hot_path=true") == "" {
 				t.Fatalf("round %d, %s: no switch-back line in the log:\n%s", round, q.x.name, q.x.log)
 			}
+			switchCounted(t, round, q, q.peer)
 			// A backup event read late (announcing completions the Conn
 			// drained) diverts a QP for an instant: the runtime gives it
 			// back at once, so undiverts may exceed the switch backs.

@@ -174,6 +174,7 @@ type ExpressStats struct {
 	Completions  uint64 // successful backup completions handed to the application
 	Hidden       uint64 // default-QP flushes kept from the application
 	Misses       uint64 // posts that missed a key and came to the runtime
+	Own          uint64 // layer 2's own completions dropped (the peer's control messages, ...)
 	Surfaced     bool
 }
 

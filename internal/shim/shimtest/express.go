@@ -426,6 +426,7 @@ func (x *expressLane) backupWCs(l *laneQP, wc []verbs.WC, surf *[]laneSurf) int 
 				continue
 			}
 		case ctrl:
+			l.st.Own++
 			if w.WRID == ctrlRecvWRID && w.Opcode&verbs.WCRecv != 0 && crossnic.IsRefusal(w.ImmData) {
 				x.surface(l, w, surf) // the peer's refusal
 			}
