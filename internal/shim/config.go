@@ -60,8 +60,9 @@ type Config struct {
 	// records its WRs so that it can leave the lane when the port
 	// returns. Off: a failed-over QP stays on the backup, on the express
 	// lane, for the rest of its life. Off by default: in the soft-RoCE
-	// lab an MPI program over libfabric's verbs provider hung after its
-	// QPs switched back (docs/SHIM.md, "Known limits").
+	// lab an MPI program over libfabric's verbs provider hangs in about
+	// one run of four after its QPs switched back, with or without the
+	// express lane (docs/SHIM.md, "Known limits").
 	SwitchBack bool
 	// SwitchBackDamping (IBPATH_SWITCHBACK_DAMPING=on|off, default off):
 	// hold the switch back while the home port is suppressed by flap
