@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <time.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include "shim.h"
 
@@ -996,6 +997,39 @@ void lip_ring_retire(struct lip_qp *q, const struct ibv_wc *wc)
 		retire_recv(q, wc->wr_id);
 	else
 		retire_send(q);
+}
+
+/* lip_qp_dump writes every QP the hot path knows and its rings' state
+ * to fd (lip_debug_state; no lock: see lip_chan_dump): the sends posted
+ * and retired, the oldest one outstanding, the receives likewise, the
+ * handshake counters. A program that waits for ever on a QP of the hot
+ * path shows there whether a WR it posted is still outstanding. */
+void lip_qp_dump(int fd)
+{
+	for (int i = 0; i < LIP_MAX_CTX; i++) {
+		struct lip_ctx *c = __atomic_load_n(&ctxs[i], __ATOMIC_ACQUIRE);
+		if (!c)
+			continue;
+		for (uint32_t j = 0; j < LIP_QP_SLOTS; j++) {
+			struct lip_qp *q = __atomic_load_n(&c->slots[j], __ATOMIC_ACQUIRE);
+			if (!q || q == LIP_SLOT_DEAD)
+				continue;
+			uint64_t sh = q->shead, st = q->stail, rh = q->rhead, rt = q->rtail;
+			dprintf(fd, "  qp %#x: armed %d diverted %d express %d sends %llu retired %llu recvs %llu retired %llu "
+				    "notifs_done %llu recvs_done %llu overflow %llu",
+				q->qpn, q->armed, q->diverted, q->express, (unsigned long long)sh, (unsigned long long)st,
+				(unsigned long long)rh, (unsigned long long)rt, (unsigned long long)q->notifs_done,
+				(unsigned long long)q->recvs_done, (unsigned long long)q->overflow);
+			if (q->sq && st < sh) {
+				const struct lip_sqe *e = &q->sq[st & q->smask];
+				dprintf(fd, "; oldest send wr_id %#llx opcode %u flags %#x", (unsigned long long)e->wr_id, e->opcode,
+					e->send_flags);
+			}
+			if (q->rq && rt < rh)
+				dprintf(fd, "; oldest recv wr_id %#llx", (unsigned long long)q->rq[rt & q->rmask].wr_id);
+			dprintf(fd, "\n");
+		}
+	}
 }
 
 void lip_qp_rlock(struct lip_qp *q) { qlock(&q->rlock); }

@@ -105,8 +105,8 @@ __attribute__((constructor)) static void lip_atfork(void)
 		fprintf(stderr, "libibpath: pthread_atfork failed: a child forked without exec may hang in the shim\n");
 }
 
-/* lip_debug_state writes what the shim's completion channels and express
- * lane hold to stderr: for a debugger attached to a program that waits
+/* lip_debug_state writes what the shim's QPs (their rings), completion
+ * channels and express lane hold to stderr: for a debugger attached to a program that waits
  * for ever (gdb -p PID -batch -ex 'call (void)lip_debug_state()'; the
  * lab's stuck dump does). Takes no lock (a stopped thread may hold one),
  * so what it reads may be a moment apart. */
@@ -114,6 +114,7 @@ __attribute__((used, noinline)) void lip_debug_state(void)
 {
 	dprintf(2, "libibpath state of pid %d: enabled %d record %d channels %d child %d\n", (int)getpid(), lip_enabled,
 		lip_record, lip_channels, lip_child);
+	lip_qp_dump(2);
 	lip_chan_dump(2);
 	lip_xl_dump(2);
 }

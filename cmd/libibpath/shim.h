@@ -277,6 +277,7 @@ int lip_diverted_post_recv(struct lip_qp *q, struct ibv_recv_wr *wr, struct ibv_
 int lip_diverted_poll_cq(struct lip_ctx *c, struct ibv_cq *cq, int n, struct ibv_wc *wc);
 void lip_express_arm(struct ibv_cq *cq);
 void lip_xl_dump(int fd);
+void lip_qp_dump(int fd);
 
 /* channel.c */
 extern int lip_channels;    /* 1: the application's completion channels are wrapped */

@@ -659,6 +659,32 @@ static void check_record(void)
 	lip_express_off(lq);
 }
 
+/* check_dump: lip_qp_dump (lip_debug_state) names the QP with what its
+ * rings hold: the sends and receives posted and retired, the oldest
+ * outstanding of each. */
+static void check_dump(void)
+{
+	struct ibv_sge ls = {.addr = 0x1000, .length = 8, .lkey = 0x10};
+	struct ibv_send_wr s = {.wr_id = 0x77, .opcode = IBV_WR_SEND, .sg_list = &ls, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_recv_wr r = {.wr_id = 0x78, .sg_list = &ls, .num_sge = 1};
+	CHECK(lip_rings_load(lq, &s, &r) == 0, "lip_rings_load");
+	FILE *f = tmpfile();
+	CHECK(f != NULL, "tmpfile");
+	if (!f)
+		return;
+	lip_qp_dump(fileno(f));
+	char out[4096] = {0}, want[256];
+	rewind(f);
+	size_t n = fread(out, 1, sizeof(out) - 1, f);
+	fclose(f);
+	snprintf(want, sizeof(want), "qp %#x: armed %d diverted %d express %d sends %llu retired %llu recvs %llu retired %llu",
+		 lq->qpn, lq->armed, lq->diverted, lq->express, (unsigned long long)lq->shead,
+		 (unsigned long long)lq->stail, (unsigned long long)lq->rhead, (unsigned long long)lq->rtail);
+	CHECK(n > 0 && strstr(out, want) && strstr(out, "oldest send wr_id 0x77 opcode 2 flags 0x2") &&
+		      strstr(out, "oldest recv wr_id 0x78"),
+	      "lip_qp_dump wrote %zu bytes:\n%s\nwant the line with\n%s", n, out, want);
+}
+
 int main(int argc, char **argv)
 {
 	setup();
@@ -672,6 +698,7 @@ int main(int argc, char **argv)
 	check_keys();
 	check_arm();
 	check_record();
+	check_dump();
 	printf(fails ? "FAIL\n" : "PASS\n");
 	return fails != 0;
 }
